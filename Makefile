@@ -32,7 +32,7 @@ test-rust: build
 	cargo test --release --workspace
 
 test-python: build venv
-	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests tests/e2e_py
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests
 
 interop: build
 	bash tests/interop/run.sh

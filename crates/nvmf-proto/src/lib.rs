@@ -1,0 +1,31 @@
+//! Wire codec for NVMe over TCP.
+//!
+//! Knows bytes, not sockets: PDU headers and framing, submission and completion queue entries,
+//! the Fabrics and Admin structures NVMe/TCP needs, and the CRC32C digests. Nothing here does I/O,
+//! spawns threads or panics on input, so the target and the host drive it directly and tests and
+//! fuzzers can feed it anything.
+//!
+//! Layouts follow the NVMe/TCP Transport Specification 1.0, NVMe over Fabrics 1.1 and NVMe Base 2.0;
+//! all multi-byte fields are little endian.
+
+pub mod digest;
+pub mod discovery;
+pub mod fabrics;
+pub mod frame;
+pub mod identify;
+pub mod nvme;
+pub mod pdu;
+mod le;
+
+pub use frame::{FatalError, Frame, Framer, Role};
+pub use nvme::{Cqe, SglDescriptor, Sqe, Status};
+pub use pdu::{Digests, PduHeader, PduType};
+
+/// A structure that is too short or carries an invalid value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{what}: need {need} bytes, got {got}")]
+    Short { what: &'static str, need: usize, got: usize },
+    #[error("{what}: {detail}")]
+    Invalid { what: &'static str, detail: String },
+}

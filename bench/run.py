@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""nvmflab benchmark: ratios against baselines measured in the same run.
+
+Machines are shared and noisy, so no absolute number here is a claim. Each comparison runs its
+baseline and its subject back to back, alternating, several times, and reports the ratio of
+medians:
+
+  generator   nvmf-perf --local vs fio (io_uring) on the same file and workload:
+              is our load generator as cheap per I/O as the tool people trust?
+  transport   NVMe/TCP over loopback (RAM namespace) vs nvmf-perf --local on a tmpfs file:
+              what the software stack costs (the thesis's "software overhead").
+  polling     host completion poll vs event, target reactor poll vs event (QD1 p99 and IOPS).
+
+Usage: bench/run.py [--seconds 3] [--rounds 3] [--out bench/results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("NVMFLAB_BIN_DIR", ROOT / "target" / "release"))
+NQN = "nqn.2024-01.io.nvmflab:bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Target:
+    """An nvmf-target with one RAM namespace, started and stopped around a comparison."""
+
+    def __init__(self, mode: str, size: str = "256MiB"):
+        self.port = free_port()
+        cmd = [str(BIN / "nvmf-target"), "--listen", f"127.0.0.1:{self.port}", "--nqn", NQN,
+               "--ns", f"ram:{size}", "--mode", mode, "--cores", "0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 10
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready") or time.monotonic() > deadline:
+            self.stop()
+            raise RuntimeError(f"nvmf-target did not start: {line!r} {self.proc.stderr.read()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def perf(args: list[str], seconds: float) -> dict:
+    cmd = [str(BIN / "nvmf-perf"), "run", *args, "--runtime", str(seconds), "--ramp_time", "0.5",
+           "--output-format", "json", "--cpus_allowed", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    return summarize_fio_json(json.loads(out.stdout))
+
+
+def fio(path: str, rw: str, bs: str, iodepth: int, seconds: float) -> dict:
+    cmd = ["fio", "--name=bench", f"--filename={path}", "--ioengine=io_uring", f"--rw={rw}",
+           f"--bs={bs}", f"--iodepth={iodepth}", "--direct=0", "--time_based", f"--runtime={seconds}",
+           "--ramp_time=0.5", "--cpus_allowed=1", "--output-format=json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed: {out.stderr.strip()}")
+    return summarize_fio_json(json.loads(out.stdout))
+
+
+def summarize_fio_json(doc: dict) -> dict:
+    """IOPS and p99 (µs) summed/maxed over jobs and directions, from fio's JSON layout."""
+    iops, p99 = 0.0, 0.0
+    for job in doc["jobs"]:
+        for d in ("read", "write"):
+            side = job.get(d) or {}
+            if side.get("total_ios", side.get("io_bytes", 0)):
+                iops += side["iops"]
+                pct = side.get("clat_ns", {}).get("percentile", {})
+                p99 = max(p99, pct.get("99.000000", 0) / 1000)
+    return {"iops": iops, "p99_us": p99}
+
+
+def compare(name: str, baseline, subject, rounds: int) -> dict:
+    """Alternates baseline and subject `rounds` times; ratio of medians subject/baseline."""
+    base, subj = [], []
+    for _ in range(rounds):
+        base.append(baseline())
+        subj.append(subject())
+    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+    row = {"comparison": name}
+    for k in ("iops", "p99_us"):
+        b, s = med(base, k), med(subj, k)
+        row[f"{k}_baseline"], row[f"{k}_subject"] = round(b, 1), round(s, 1)
+        row[f"{k}_ratio"] = round(s / b, 3) if b else None
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    a = ap.parse_args()
+    for tool in ("nvmf-target", "nvmf-perf"):
+        if not (BIN / tool).exists():
+            print(f"bench: {BIN / tool} not found; run `make build` first", file=sys.stderr)
+            return 2
+
+    rows = []
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(dir=shm) as tmp:
+        path = str(Path(tmp) / "bench.img")
+        with open(path, "wb") as f:
+            f.truncate(256 << 20)
+        local = lambda qd: perf(["--local", path, "--rw", "randread", "--bs", "4k", "--iodepth", str(qd)], a.seconds)  # noqa: E731
+        if shutil.which("fio"):
+            for qd in (1, 32):
+                rows.append(compare(f"generator: nvmf-perf --local / fio, randread 4k QD{qd}",
+                                    lambda: fio(path, "randread", "4k", qd, a.seconds), lambda: local(qd), a.rounds))
+        else:
+            print("bench: fio not installed, skipping the generator comparison", file=sys.stderr)
+
+        for mode in ("event", "poll"):
+            target = Target(mode)
+            try:
+                remote = lambda qd, comp="event": perf(  # noqa: E731
+                    ["-t", "tcp", "-a", "127.0.0.1", "-s", str(target.port), "-n", NQN, "--rw", "randread",
+                     "--bs", "4k", "--iodepth", str(qd), "--completion", comp], a.seconds)
+                for qd in (1, 32):
+                    rows.append(compare(f"transport: tcp loopback (target {mode}) / local, randread 4k QD{qd}",
+                                        lambda: local(qd), lambda: remote(qd), a.rounds))
+                rows.append(compare(f"polling: host poll / host event, target {mode}, QD1",
+                                    lambda: remote(1, "event"), lambda: remote(1, "poll"), a.rounds))
+            finally:
+                target.stop()
+
+    a.out.write_text(json.dumps({"seconds": a.seconds, "rounds": a.rounds, "rows": rows}, indent=2))
+    width = max(len(r["comparison"]) for r in rows)
+    print(f"{'comparison':<{width}}  {'IOPS ratio':>10}  {'p99 ratio':>9}")
+    for r in rows:
+        print(f"{r['comparison']:<{width}}  {r['iops_ratio']!s:>10}  {r['p99_us_ratio']!s:>9}")
+    print(f"bench: details in {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

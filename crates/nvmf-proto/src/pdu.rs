@@ -132,6 +132,14 @@ pub struct Digests {
     pub data: bool,
 }
 
+fn flag_if(cond: bool, flag: u8) -> u8 {
+    if cond {
+        flag
+    } else {
+        0
+    }
+}
+
 fn digest_bits(hdgst: bool, ddgst: bool) -> u8 {
     (hdgst as u8) | ((ddgst as u8) << 1)
 }
@@ -234,10 +242,8 @@ impl PduHeader {
     /// Type-specific flag bits (the digest flags are added by the encoder).
     fn type_flags(&self) -> u8 {
         match self {
-            PduHeader::H2CData(h) => if h.last { flags::LAST_PDU } else { 0 },
-            PduHeader::C2HData(c) => {
-                (if c.last { flags::LAST_PDU } else { 0 }) | (if c.success { flags::SUCCESS } else { 0 })
-            }
+            PduHeader::H2CData(h) => flag_if(h.last, flags::LAST_PDU),
+            PduHeader::C2HData(c) => flag_if(c.last, flags::LAST_PDU) | flag_if(c.success, flags::SUCCESS),
             _ => 0,
         }
     }

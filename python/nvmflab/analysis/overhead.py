@@ -1,0 +1,183 @@
+"""The `overhead` study: what NVMe/TCP costs compared with local access (thesis ch. 5).
+
+Legs: `local` (same backend, no network stack), `loopback` (NVMe/TCP on one host: software
+overhead), `netns` (NVMe/TCP across an emulated link: network overhead). The L-app is 4 KiB
+random read at QD1, the T-app the 4 KiB random-read queue-depth sweep, the B-app every block size
+(the best bandwidth over queue depths and patterns per block size, as fig. 5.3).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .. import plots
+from .common import excluded_points, leg_rows, study_rows
+from .formulas import concurrency, overhead_decomposition, peak_ratio
+from .plateau import find_plateau, plateau_confirmed
+from .result import Figure, StudyResult, Table
+from .stats import aggregate
+from .text import kiops, pct, size, times, us
+
+STUDY = "overhead"
+LEGS = ("local", "loopback", "netns")
+LEG_LABEL = {
+    "local": "local (no network stack)",
+    "loopback": "NVMe/TCP loopback",
+    "netns": "NVMe/TCP across netns link",
+}
+L_APP_BS = 4096
+
+
+def _rows(rows: pd.DataFrame) -> pd.DataFrame:
+    parts = [leg_rows(rows, leg, "main") for leg in LEGS]
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts) if parts else rows.iloc[0:0]
+
+
+def _t_app(data: pd.DataFrame) -> pd.DataFrame:
+    """4 KiB random reads: the L-app (QD1) and T-app (QD sweep) share this selection."""
+    selected = data[data["bs"] == L_APP_BS]
+    if "rw" in selected and (selected["rw"] == "randread").any():
+        selected = selected[selected["rw"] == "randread"]
+    return selected
+
+
+def _l_app(agg: pd.DataFrame, out: StudyResult, present: list[str]) -> None:
+    qd1 = agg[agg["iodepth"] == 1].set_index("leg")
+    legs = [leg for leg in LEGS if leg in qd1.index]
+    if not legs:
+        out.findings.append("No leg has a 4 KiB random-read QD1 measurement, so the L-app "
+                            "overhead was not computed.")
+        return
+    p99 = {leg: qd1.at[leg, "lat_p99_ns_mean"] for leg in legs}
+    ci = {leg: qd1.at[leg, "lat_p99_ns_ci95"] for leg in legs}
+    out.figures.append(Figure(
+        "overhead_l_app_p99",
+        plots.bars([LEG_LABEL[leg] for leg in legs], [p99[leg] / 1e3 for leg in legs],
+                   [ci[leg] / 1e3 for leg in legs],
+                   title="L-app p99 latency: local vs NVMe/TCP (4 KiB random read, QD1, 1 job)",
+                   ylabel="p99 latency (µs)"),
+        "p99 latency of the latency-sensitive application on each path; error bars are 95 % "
+        "confidence intervals over repeats (thesis fig. 5.1)."))
+    to_us = {leg: (p99[leg] / 1e3 if leg in p99 else None) for leg in LEGS}
+    parts = overhead_decomposition(to_us["local"], to_us["loopback"], to_us["netns"])
+    out.tables.append(Table(
+        "L-app overhead decomposition",
+        pd.DataFrame([{"component": p.name, "relative to": p.baseline,
+                       "added p99 (µs)": round(p.delta_us, 2), "added p99 (%)": round(p.pct, 1)}
+                      for p in parts]),
+        "software = loopback − local, network = netns − loopback, total = netns − local; "
+        "p99 at QD1 (thesis ch. 5.1)."))
+    sentences = []
+    for part, what in zip(parts, ("software overhead", "network overhead", "total overhead")):
+        if not math.isnan(part.delta_us):
+            sentences.append(f"the {what} is {part.delta_us:+.2f} µs ({pct(part.pct)} over "
+                             f"{part.baseline})")
+    if sentences:
+        out.findings.append(f"L-app p99 at QD1: {', '.join(us(p99[leg]) + ' ' + leg for leg in legs)}; "
+                            + "; ".join(sentences) + ".")
+    software, network = parts[0].delta_us, parts[1].delta_us
+    if not math.isnan(software) and not math.isnan(network):
+        if network > software:
+            verdict = f"The network adds more to the tail latency than the NVMe/TCP software stack"
+        else:
+            verdict = f"The NVMe/TCP software stack adds more to the tail latency than the network"
+        out.findings.append(f"{verdict} ({network:.2f} vs {software:.2f} µs).")
+    for leg in LEGS:
+        if leg not in present:
+            what = {"netns": "the network share of the overhead (and the total) is unknown",
+                    "loopback": "software and network overhead cannot be separated",
+                    "local": "there is no local baseline to compare against"}[leg]
+            out.findings.append(f"The {leg} leg is missing, so {what}.")
+
+
+def _peaks(agg: pd.DataFrame, out: StudyResult) -> None:
+    peaks = {}
+    for leg, group in agg.groupby("leg"):
+        group = group.sort_values("iodepth").reset_index(drop=True)
+        if group["iops_mean"].notna().any():
+            index = find_plateau(group["iodepth"].tolist(), group["iops_mean"].tolist())
+            confirmed = plateau_confirmed(group["iodepth"].tolist(), group["iops_mean"].tolist())
+            top = group["iops_mean"].idxmax()
+            peaks[leg] = (group.at[index, "iodepth"], group.at[index, "iops_mean"], confirmed,
+                          group.at[top, "iodepth"], group.at[top, "iops_mean"])
+    for leg in (leg for leg in LEGS if leg in peaks):
+        qd, iops, confirmed, top_qd, top = peaks[leg]
+        state = (f"saturates at QD{qd:g} with {kiops(iops)} (peak {kiops(top)} at QD{top_qd:g})"
+                 if confirmed else
+                 f"was still rising at the deepest queue tried (QD{qd:g}, {kiops(iops)})")
+        out.findings.append(f"T-app, {leg}: a single job {state}.")
+    remote = "netns" if "netns" in peaks else "loopback" if "loopback" in peaks else None
+    if "local" in peaks and remote:
+        out.findings.append(
+            f"One local job delivers {times(peak_ratio(peaks['local'][4], peaks[remote][4]))} the "
+            f"peak IOPS of one NVMe/TCP ({remote}) job.")
+
+
+def _concurrency_table(agg: pd.DataFrame) -> pd.DataFrame:
+    wide = agg.pivot_table(index="iodepth", columns="leg", values="iops_mean")
+    table = pd.DataFrame({"iodepth": wide.index.astype(int)})
+    local_qd1 = wide.at[1, "local"] if "local" in wide and 1 in wide.index else math.nan
+    for leg in (leg for leg in LEGS if leg in wide):
+        table[f"{leg} KIOPS"] = (wide[leg] / 1e3).round(2).values
+        table[f"{leg} concurrency"] = [round(concurrency(v, local_qd1), 2) for v in wide[leg]]
+    return table
+
+
+def _b_app(data: pd.DataFrame, out: StudyResult) -> None:
+    agg = aggregate(data, by=["leg", "bs", "rw", "iodepth"])
+    if agg["bs"].nunique() < 2:
+        out.findings.append("Only one block size was measured, so the B-app (bandwidth per "
+                            "block size) comparison is missing.")
+        return
+    best = agg.loc[agg.groupby(["leg", "bs"])["bw_bytes_mean"].idxmax()]
+    out.figures.append(Figure(
+        "overhead_bandwidth_vs_bs",
+        plots.bandwidth_vs_bs(best, "leg", "B-app: best bandwidth per block size, local vs NVMe/TCP (1 job)",
+                              label=lambda leg: LEG_LABEL.get(leg, leg)),
+        "Highest bandwidth over the queue depths tried for each block size (thesis fig. 5.3)."))
+    wide = best.pivot_table(index="bs", columns="leg", values="bw_bytes_mean")
+    table = pd.DataFrame({"bs": [size(b) for b in wide.index]})
+    for leg in (leg for leg in LEGS if leg in wide):
+        table[f"{leg} MB/s"] = (wide[leg] / 1e6).round(1).values
+    remote = "netns" if "netns" in wide else "loopback" if "loopback" in wide else None
+    if "local" in wide and remote:
+        share = wide[remote] / wide["local"] * 100
+        table[f"{remote} / local (%)"] = share.round(1).values
+        low, high = share.idxmin(), share.idxmax()
+        out.findings.append(
+            f"B-app: NVMe/TCP ({remote}) reaches {share[low]:.1f} % of local bandwidth at "
+            f"{size(low)} (largest gap) and {share[high]:.1f} % at {size(high)} (smallest gap).")
+    out.tables.append(Table("B-app bandwidth per block size", table,
+                            "Best bandwidth over queue depths per block size and path."))
+
+
+def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
+    rows = study_rows(measurements, STUDY)
+    out = StudyResult(STUDY, "NVMe/TCP overhead compared with local access")
+    out.excluded = excluded_points(rows)
+    data = _rows(rows)
+    if data.empty:
+        out.findings.append("The overhead study has no usable measurements in any leg "
+                            f"({', '.join(LEGS)}).")
+        return out
+    present = [leg for leg in LEGS if leg in set(data["leg"])]
+    agg = aggregate(_t_app(data), by=["leg", "iodepth"])
+    _l_app(agg, out, present)
+    if agg["iodepth"].nunique() > 1:
+        out.figures.append(Figure(
+            "overhead_iops_vs_qd",
+            plots.iops_vs_qd(agg, "leg", "T-app: IOPS vs queue depth, local vs NVMe/TCP (4 KiB random read, 1 job)",
+                             label=lambda leg: LEG_LABEL.get(leg, leg)),
+            "Single-job throughput per queue depth on each path (thesis fig. 5.2)."))
+        out.tables.append(Table("T-app throughput and concurrency per queue depth",
+                                _concurrency_table(agg),
+                                "concurrency = IOPS(path, QD) / IOPS(local, QD1)."))
+        _peaks(agg, out)
+    else:
+        out.findings.append("Only one queue depth was measured, so the T-app (IOPS vs queue "
+                            "depth) comparison is missing.")
+    _b_app(data, out)
+    return out

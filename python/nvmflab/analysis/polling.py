@@ -1,0 +1,238 @@
+"""The `polling` study: host completion polling, target idle polling, their interaction.
+
+Legs: `completion` (completion = poll vs event, iodepth swept), `idle_poll` (idle_poll_us swept
+at QD1 and a high QD), `matrix` (two on/off knobs crossed). Output follows thesis ch. 4: table 4.1
+(throughput and p99 per completion mode), figs 4.2-4.5, table 3.3 (interaction matrix) and
+table 4.2 (the configuration to use), each computed from the user's measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from .. import plots
+from .common import differs, excluded_points, first, leg_rows, significance_note, study_rows
+from .formulas import change_pct
+from .result import Figure, StudyResult, Table
+from .stats import aggregate
+from .text import changed, kiops, us
+
+STUDY = "polling"
+
+# Knobs the interaction matrix may cross, with what "on" means for each column.
+MATRIX_KNOBS: dict[str, Callable[[object], bool]] = {
+    "completion": lambda v: v == "poll",
+    "target_mode": lambda v: v == "poll",
+    "idle_poll_us": lambda v: bool(v) and float(v) > 0,
+    "hdr_digest": lambda v: bool(v),
+    "data_digest": lambda v: bool(v),
+}
+
+# A longer idle poll period only pays if it buys at least this much p99 (relative).
+IDLE_POLL_GAIN = 0.01
+
+
+def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
+    data = leg_rows(rows, "completion", "main")
+    if data.empty:
+        out.findings.append("The completion leg has no usable measurements, so host completion "
+                            "polling was not evaluated.")
+        return
+    agg = aggregate(data, by=["completion", "iodepth"])
+    title = "host completion polling (completion = poll vs event), 4 KiB random read, 1 job"
+    out.figures += [
+        Figure("polling_p99_vs_qd", plots.p99_vs_qd(agg, "completion", f"p99 latency vs queue depth: {title}"),
+               "p99 completion latency per queue depth; error bars are 95 % confidence intervals "
+               "over repeats (thesis fig. 4.2)."),
+        Figure("polling_iops_vs_qd", plots.iops_vs_qd(agg, "completion", f"Throughput vs queue depth: {title}"),
+               "IOPS per queue depth (thesis fig. 4.3)."),
+        Figure("polling_ctx_vs_qd", plots.ctx_vs_qd(agg, "completion", f"Context switches vs queue depth: {title}"),
+               "Voluntary plus involuntary context switches of the load generator over the "
+               "measured interval (thesis fig. 4.4)."),
+    ]
+    summary = []
+    for mode, group in agg.groupby("completion"):
+        qd1 = group[group["iodepth"] == group["iodepth"].min()]
+        peak = group.loc[group["iops_mean"].idxmax()]
+        summary.append({
+            "completion": mode,
+            "peak KIOPS": round(peak["iops_mean"] / 1e3, 2),
+            "peak at iodepth": int(peak["iodepth"]),
+            "p99 at lowest iodepth (µs)": round(first(qd1, "lat_p99_ns_mean") / 1e3, 2),
+            "p99 95 % CI (± µs)": round(first(qd1, "lat_p99_ns_ci95") / 1e3, 2),
+            "lowest iodepth": int(group["iodepth"].min()),
+            "repeats": int(first(qd1, "lat_p99_ns_n")) if len(qd1) else 0,
+            "_p99": first(qd1, "lat_p99_ns_mean"), "_p99_ci": first(qd1, "lat_p99_ns_ci95"),
+            "_peak": peak["iops_mean"], "_peak_ci": peak["iops_ci95"],
+        })
+    table = pd.DataFrame(summary)
+    out.tables.append(Table("Throughput and tail latency per completion mode",
+                            table[[c for c in table.columns if not c.startswith("_")]],
+                            "Peak single-job IOPS over the queue depths swept and p99 at the "
+                            "lowest queue depth (thesis table 4.1 shape)."))
+    by_mode = {row["completion"]: row for row in summary}
+    missing = {"poll", "event"} - by_mode.keys()
+    if missing:
+        out.findings.append(f"The completion leg has no measurements with completion = "
+                            f"{', '.join(sorted(missing))}, so polling and interrupt-driven "
+                            "completion cannot be compared.")
+        return
+    event, poll = by_mode["event"], by_mode["poll"]
+    p99_change = change_pct(event["_p99"], poll["_p99"])
+    peak_change = change_pct(event["_peak"], poll["_peak"])
+    out.findings.append(
+        f"Host completion polling (completion = poll) "
+        f"{changed('the p99 latency at QD' + str(poll['lowest iodepth']), p99_change)} "
+        f"({us(event['_p99'])} → {us(poll['_p99'])})"
+        f"{significance_note(event['_p99'], event['_p99_ci'], poll['_p99'], poll['_p99_ci'])} and "
+        f"{changed('the peak IOPS', peak_change)} ({kiops(event['_peak'])} at QD"
+        f"{event['peak at iodepth']} → {kiops(poll['_peak'])} at QD{poll['peak at iodepth']})."
+    )
+    deepest = agg[agg["iodepth"] == agg["iodepth"].max()].set_index("completion")["ctx_mean"]
+    if {"poll", "event"} <= set(deepest.index) and not deepest.isna().any():
+        what = "the load generator's context switches"
+        out.findings.append(
+            f"At QD{int(agg['iodepth'].max())} polling "
+            f"{changed(what, change_pct(deepest['event'], deepest['poll']))} "
+            f"({deepest['event']:,.0f} → {deepest['poll']:,.0f})."
+        )
+    # Lower p99 for the L-app decides; a tie within the intervals falls to peak IOPS.
+    p99_clear = differs(event["_p99"], event["_p99_ci"], poll["_p99"], poll["_p99_ci"]) is not False
+    if p99_clear or math.isnan(poll["_peak"]) or math.isnan(event["_peak"]):
+        choice = "poll" if poll["_p99"] < event["_p99"] else "event"
+        why = f"p99 at QD{poll['lowest iodepth']}: {us(by_mode[choice]['_p99'])}"
+    else:
+        choice = "poll" if poll["_peak"] > event["_peak"] else "event"
+        why = f"p99 tie; peak {kiops(by_mode[choice]['_peak'])}"
+    recommend.append({"knob": "completion (host completion polling)", "suggested value": choice,
+                      "evidence": why, "leg": "completion"})
+
+
+def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
+    data = leg_rows(rows, "idle_poll", "main")
+    if data.empty:
+        out.findings.append("The idle_poll leg has no usable measurements, so target idle "
+                            "polling was not evaluated.")
+        return
+    agg = aggregate(data, by=["idle_poll_us", "iodepth"])
+    low_qd, high_qd = int(agg["iodepth"].min()), int(agg["iodepth"].max())
+    low = agg[agg["iodepth"] == low_qd].set_index("idle_poll_us").sort_index()
+    high = agg[agg["iodepth"] == high_qd].set_index("idle_poll_us").sort_index()
+    out.figures.append(Figure(
+        "polling_p99_vs_idle_poll",
+        plots.p99_vs_idle_poll(low.reset_index(),
+                               f"p99 latency at QD{low_qd} vs target idle poll period"),
+        "p99 latency of a 4 KiB random-read job at the lowest queue depth for each target idle "
+        "poll period (thesis fig. 4.5)."))
+    base_p99 = low["lat_p99_ns_mean"].get(0, math.nan)
+    base_iops = high["iops_mean"].get(0, math.nan) if high_qd != low_qd else math.nan
+    table = pd.DataFrame({
+        "idle_poll_us": low.index.astype(int),
+        f"p99 at QD{low_qd} (µs)": (low["lat_p99_ns_mean"] / 1e3).round(2).values,
+        "p99 change vs 0 µs (%)": [round(change_pct(base_p99, v), 1) for v in low["lat_p99_ns_mean"]],
+    })
+    if high_qd != low_qd:
+        iops_high = high["iops_mean"].reindex(low.index)
+        table[f"KIOPS at QD{high_qd}"] = (iops_high / 1e3).round(2).values
+        table["KIOPS change vs 0 µs (%)"] = [round(change_pct(base_iops, v), 1) for v in iops_high]
+    out.tables.append(Table("Target idle polling period", table,
+                            "Each period's p99 at the lowest and IOPS at the highest queue depth, "
+                            "relative to no idle polling (0 µs)."))
+    if math.isnan(base_p99):
+        out.findings.append("The idle_poll leg has no idle_poll_us = 0 baseline, so the effect "
+                            "of idle polling cannot be expressed as a change.")
+        best = low["lat_p99_ns_mean"].idxmin()
+    else:
+        changes = {p: change_pct(base_p99, v) for p, v in low["lat_p99_ns_mean"].items() if p != 0}
+        if changes:
+            lo, hi = min(changes.values()), max(changes.values())
+            periods = sorted(changes)
+            out.findings.append(
+                f"Target idle polling changed p99 at QD{low_qd} by {lo:+.1f} to {hi:+.1f} % across "
+                f"{periods[0]:g}–{periods[-1]:g} µs (baseline {us(base_p99)} at 0 µs)."
+            )
+        # The shortest period within IDLE_POLL_GAIN of the best p99: longer ones cost target CPU.
+        best_p99 = low["lat_p99_ns_mean"].min()
+        best = min(p for p, v in low["lat_p99_ns_mean"].items() if v <= best_p99 * (1 + IDLE_POLL_GAIN))
+        if best != 0 and low["lat_p99_ns_mean"][best] > base_p99 * (1 - IDLE_POLL_GAIN):
+            best = 0
+    if high_qd != low_qd and not math.isnan(base_iops):
+        iops_changes = [change_pct(base_iops, v) for p, v in high["iops_mean"].items() if p != 0]
+        if iops_changes:
+            spread = max(abs(c) for c in iops_changes)
+            verdict = ("no meaningful throughput change" if spread < 2
+                       else f"throughput changes of up to {spread:.1f} %")
+            out.findings.append(
+                f"At QD{high_qd} idle polling showed {verdict} "
+                f"({min(iops_changes):+.1f} to {max(iops_changes):+.1f} % vs 0 µs).")
+    recommend.append({"knob": "idle_poll_us (target idle polling)",
+                      "suggested value": f"{best:g} µs",
+                      "evidence": f"p99 at QD{low_qd}: {us(low['lat_p99_ns_mean'][best])}",
+                      "leg": "idle_poll"})
+
+
+def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
+    data = leg_rows(rows, "matrix", "main")
+    if data.empty:
+        out.findings.append("The matrix leg has no usable measurements, so the interaction "
+                            "of two knobs was not evaluated.")
+        return
+    flags = pd.DataFrame({k: data[k].map(on) for k, on in MATRIX_KNOBS.items() if k in data})
+    crossed = [k for k in flags if flags[k].nunique() == 2]
+    if len(crossed) != 2:
+        out.findings.append(f"The matrix leg varies {len(crossed)} on/off knob(s) "
+                            f"({', '.join(crossed) or 'none'}) instead of two, so no 2×2 matrix "
+                            "was built.")
+        return
+    a, b = crossed
+    data = data.assign(**{f"{a} on": flags[a], f"{b} on": flags[b]})
+    agg = aggregate(data, by=[f"{a} on", f"{b} on", "iodepth"])
+    low_qd, high_qd = agg["iodepth"].min(), agg["iodepth"].max()
+    cells, best = {}, None
+    for (a_on, b_on), group in agg.groupby([f"{a} on", f"{b} on"]):
+        p99 = first(group[group["iodepth"] == low_qd], "lat_p99_ns_mean")
+        iops = first(group[group["iodepth"] == high_qd], "iops_mean")
+        cells[(a_on, b_on)] = f"{p99 / 1e3:.2f} / {iops / 1e3:.2f}"
+        if best is None or (p99, -iops) < (best[2], -best[3]):
+            best = (a_on, b_on, p99, iops)
+    name = {k: {v: f"{k} = {_on_value(data, k, v)}" for v in (True, False)} for k in (a, b)}
+    matrix = pd.DataFrame(
+        [[cells.get((ra, cb), "missing") for cb in (True, False)] for ra in (True, False)],
+        index=[name[a][v] for v in (True, False)],
+        columns=[name[b][v] for v in (True, False)],
+    ).rename_axis(f"p99 µs (QD{low_qd:g}) / KIOPS (QD{high_qd:g})").reset_index()
+    out.tables.append(Table(f"Interaction of {a} and {b}", matrix,
+                            f"Each cell: p99 latency at QD{low_qd:g} in µs / throughput at "
+                            f"QD{high_qd:g} in KIOPS (thesis table 3.3 shape)."))
+    a_on, b_on, p99, iops = best
+    out.findings.append(f"Of the {len(cells)} combinations, {name[a][a_on]} with "
+                        f"{name[b][b_on]} had the lowest p99 ({us(p99)}) with {kiops(iops)} at "
+                        f"QD{high_qd:g}.")
+    for knob, knob_on in ((a, a_on), (b, b_on)):
+        value = _on_value(data, knob, knob_on)
+        if not any(r["knob"].split(" ")[0] == knob for r in recommend):
+            recommend.append({"knob": knob, "suggested value": value,
+                              "evidence": f"best matrix cell: p99 {us(p99)}, {kiops(iops)}",
+                              "leg": "matrix"})
+
+
+def _on_value(data: pd.DataFrame, knob: str, knob_on: bool) -> str:
+    """The spec value of `knob` used in the matrix rows that had it on/off."""
+    values = data.loc[data[f"{knob} on"] == knob_on, knob].dropna().unique()
+    return ", ".join(str(v) for v in values) if len(values) else ("on" if knob_on else "off")
+
+
+def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
+    rows = study_rows(measurements, STUDY)
+    out = StudyResult(STUDY, "Polling configuration knobs (completion, idle polling, interaction)")
+    out.excluded = excluded_points(rows)
+    recommend: list[dict] = []
+    _completion(rows, out, recommend)
+    _idle_poll(rows, out, recommend)
+    _matrix(rows, out, recommend)
+    if recommend:
+        out.recommendations = pd.DataFrame(recommend)
+    return out

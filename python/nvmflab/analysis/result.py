@@ -1,0 +1,36 @@
+"""What a study's analysis hands to the report: tables, figures, findings, recommendations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+from matplotlib.figure import Figure as MplFigure
+
+
+@dataclass
+class Table:
+    title: str
+    frame: pd.DataFrame
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    """A matplotlib figure with a file-safe `name` (used for figures/<name>.png)."""
+
+    name: str
+    figure: MplFigure
+    caption: str = ""
+
+
+@dataclass
+class StudyResult:
+    study: str
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    recommendations: pd.DataFrame | None = None
+    # Points left out of the analysis (failed runs, broken invariants), one row each.
+    excluded: pd.DataFrame | None = None

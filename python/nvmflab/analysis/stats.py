@@ -1,0 +1,159 @@
+"""Statistics over repeats and over latency histograms.
+
+Every study repeats each point; a figure or table shows the mean with a 95 % confidence interval
+(Student's t, because three repeats is the usual count). Latency CDFs and percentiles across
+repeats come from the merged histograms, not from averaging percentiles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+# The knobs that define a point; grouping by them merges repeats of the same point.
+KNOB_COLUMNS = [
+    "leg", "role", "engine", "rw", "bs", "iodepth", "numjobs", "rate_iops", "completion",
+    "target_mode", "idle_poll_us", "hdr_digest", "data_digest", "io_queues", "bg_load_pct",
+]
+
+METRIC_COLUMNS = [
+    "iops", "bw_bytes", "lat_mean_ns", "lat_p50_ns", "lat_p90_ns", "lat_p99_ns", "lat_p99_9_ns",
+    "lat_p99_99_ns", "lat_max_ns", "usr_cpu", "sys_cpu", "ctx", "voluntary_ctx",
+    "involuntary_ctx", "target_usr_s", "target_sys_s",
+]
+
+# Columns that add up when one point ran several jobs or processes (per repeat and role).
+_ADDITIVE = {"iops", "bw_bytes", "ctx", "voluntary_ctx", "involuntary_ctx"}
+
+# Two-sided 95 % Student t quantiles by degrees of freedom; beyond 30 the normal value is close.
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95 % quantile of Student's t with `dof` degrees of freedom (NaN when dof < 1)."""
+    if dof < 1:
+        return math.nan
+    return _T95[dof - 1] if dof <= len(_T95) else 1.960
+
+
+def ci95_halfwidth(values: Sequence[float]) -> float:
+    """Half-width of the 95 % confidence interval of the mean; NaN with fewer than 2 values."""
+    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(data) < 2:
+        return math.nan
+    return t95(len(data) - 1) * float(data.std(ddof=1)) / math.sqrt(len(data))
+
+
+def usable(measurements: pd.DataFrame) -> pd.DataFrame:
+    """Rows fit for analysis: status ok and no failed sanity invariant."""
+    if measurements.empty:
+        return measurements
+    ok = measurements["status"] == "ok"
+    if "invariant_ok" in measurements:
+        ok &= measurements["invariant_ok"].map(lambda v: v is not False and v != 0)
+    return measurements[ok]
+
+
+def collapse_jobs(measurements: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, point, repeat, role): several jobs or processes of one role add up.
+
+    Throughput and context switches are summed, latency columns take the worst job (a tenant
+    sees the slowest of its jobs), CPU columns the mean, and histograms are merged.
+    """
+    keys = ["run_id", "point_id", "repeat", "role"]
+    if measurements.empty or not measurements.duplicated(keys).any():
+        return measurements
+    rules: dict[str, object] = {}
+    for column in measurements.columns:
+        if column in keys:
+            continue
+        if column in _ADDITIVE:
+            rules[column] = "sum"
+        elif column.startswith("lat_"):
+            rules[column] = "max"
+        elif column in ("usr_cpu", "sys_cpu"):
+            rules[column] = "mean"
+        elif column == "histogram_json":
+            rules[column] = lambda s: json.dumps(merge_histograms(s))
+        else:
+            rules[column] = "first"
+    return measurements.groupby(keys, as_index=False, sort=False, dropna=False).agg(rules)
+
+
+def aggregate(
+    measurements: pd.DataFrame,
+    by: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Mean, std, n and 95 % CI half-width of each metric over repeats, one row per point.
+
+    `by` defaults to the knob columns present; missing knob values (NaN) form their own group,
+    so an isolated run (bg_load_pct NaN) is kept apart from loaded ones. Output columns are the
+    `by` columns plus `<metric>_mean`, `<metric>_std`, `<metric>_n`, `<metric>_ci95`.
+    """
+    by = [c for c in (by or KNOB_COLUMNS) if c in measurements.columns]
+    metrics = [m for m in (metrics or METRIC_COLUMNS) if m in measurements.columns]
+    if measurements.empty:
+        columns = list(by) + [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n", "ci95")]
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for key, group in collapse_jobs(measurements).groupby(by, dropna=False, sort=True):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for metric in metrics:
+            values = pd.to_numeric(group[metric], errors="coerce").dropna()
+            row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
+            row[f"{metric}_std"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+            row[f"{metric}_n"] = int(len(values))
+            row[f"{metric}_ci95"] = ci95_halfwidth(values.tolist())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _parse_histogram(histogram: object) -> list[tuple[float, int]]:
+    if histogram is None or (isinstance(histogram, float) and math.isnan(histogram)):
+        return []
+    if isinstance(histogram, str):
+        histogram = json.loads(histogram) if histogram.strip() else []
+    return [(float(value), int(count)) for value, count in histogram]
+
+
+def merge_histograms(histograms: Iterable[object]) -> list[tuple[float, int]]:
+    """Sum [value_ns, count] histograms (lists or their JSON text) into one, sorted by value."""
+    totals: dict[float, int] = {}
+    for histogram in histograms:
+        for value, count in _parse_histogram(histogram):
+            totals[value] = totals.get(value, 0) + count
+    return sorted((value, count) for value, count in totals.items() if count > 0)
+
+
+def histogram_percentile(histogram: object, percentile: float) -> float:
+    """Smallest recorded value at or below which `percentile` % of the samples lie (NaN if empty)."""
+    if not 0 <= percentile <= 100:
+        raise ValueError(f"percentile must lie in [0, 100], got {percentile}")
+    buckets = _parse_histogram(histogram)
+    total = sum(count for _, count in buckets)
+    if total == 0:
+        return math.nan
+    needed = percentile / 100 * total
+    seen = 0
+    for value, count in sorted(buckets):
+        seen += count
+        if seen >= needed:
+            return value
+    return sorted(buckets)[-1][0]
+
+
+def histogram_cdf(histogram: object) -> tuple[np.ndarray, np.ndarray]:
+    """(values_ns, cumulative fraction) of a histogram, ready to plot as a CDF."""
+    buckets = sorted(_parse_histogram(histogram))
+    if not buckets:
+        return np.array([]), np.array([])
+    values = np.array([value for value, _ in buckets], dtype=float)
+    counts = np.cumsum([count for _, count in buckets], dtype=float)
+    return values, counts / counts[-1]

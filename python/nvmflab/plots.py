@@ -1,0 +1,174 @@
+"""Figures of the studies, drawn from aggregated measurements (analysis.stats.aggregate).
+
+Each function returns a matplotlib Figure with a title, axis labels carrying units, a legend
+naming the knob values as the spec names them (e.g. "completion = poll"), and 95 % confidence
+error bars from the repeats. Figures are built on the Agg backend and never shown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402  (the backend must be chosen before figures exist)
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+
+from .analysis.stats import histogram_cdf  # noqa: E402
+from .analysis.text import size  # noqa: E402
+
+QD_LABEL = "Queue depth (iodepth, outstanding I/Os per job)"
+P99_LABEL = "p99 latency (µs)"
+KIOPS_LABEL = "Throughput (KIOPS)"
+LOAD_LABEL = "Background load (bg_load_pct, % of the resource's saturation point)"
+
+
+def _new(title: str) -> tuple[Figure, object]:
+    figure = Figure(figsize=(7.5, 4.6), layout="constrained")
+    axes = figure.add_subplot()
+    axes.set_title(title, fontsize=11)
+    axes.grid(True, which="major", alpha=0.3)
+    return figure, axes
+
+
+def _log2_axis(axes, values: Sequence[float], formatter: Callable[[float], str] = lambda v: f"{v:g}") -> None:
+    """Log2 x-axis whose ticks are exactly the swept values, written as a person would."""
+    ticks = sorted({float(v) for v in values if v and not math.isnan(v)})
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_locator(FixedLocator(ticks))
+    axes.xaxis.set_minor_locator(NullLocator())
+    axes.set_xticklabels([formatter(t) for t in ticks])
+
+
+def knob_label(knob: str) -> Callable[[object], str]:
+    """Legend text for one value of a knob, using the knob's own name."""
+    return lambda value: f"{knob} = {value}"
+
+
+def series_vs_x(
+    agg: pd.DataFrame,
+    x: str,
+    metric: str,
+    *,
+    series: str | None,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    scale: float = 1.0,
+    log2x: bool = False,
+    xformat: Callable[[float], str] = lambda v: f"{v:g}",
+    label: Callable[[object], str] | None = None,
+) -> Figure:
+    """One line per value of `series`: mean of `metric` vs `x`, with 95 % CI error bars."""
+    figure, axes = _new(title)
+    groups = [(None, agg)] if series is None else list(agg.groupby(series, dropna=False, sort=True))
+    label = label or (knob_label(series) if series else (lambda _v: metric))
+    for value, group in groups:
+        group = group.sort_values(x)
+        err = group.get(f"{metric}_ci95", pd.Series(np.nan, index=group.index)).fillna(0) * scale
+        axes.errorbar(
+            group[x], group[f"{metric}_mean"] * scale, yerr=err, marker="o", capsize=3,
+            label=label(value),
+        )
+    if log2x and not agg.empty:
+        _log2_axis(axes, agg[x].tolist(), xformat)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if groups and series is not None:
+        axes.legend(fontsize=9)
+    return figure
+
+
+def p99_vs_qd(agg: pd.DataFrame, series: str, title: str) -> Figure:
+    return series_vs_x(agg, "iodepth", "lat_p99_ns", series=series, title=title,
+                       xlabel=QD_LABEL, ylabel=P99_LABEL, scale=1e-3, log2x=True)
+
+
+def iops_vs_qd(agg: pd.DataFrame, series: str, title: str,
+               label: Callable[[object], str] | None = None) -> Figure:
+    return series_vs_x(agg, "iodepth", "iops", series=series, title=title, xlabel=QD_LABEL,
+                       ylabel=KIOPS_LABEL, scale=1e-3, log2x=True, label=label)
+
+
+def ctx_vs_qd(agg: pd.DataFrame, series: str, title: str) -> Figure:
+    return series_vs_x(agg, "iodepth", "ctx", series=series, title=title, xlabel=QD_LABEL,
+                       ylabel="Context switches of the load generator (count per run)",
+                       log2x=True)
+
+
+def p99_vs_idle_poll(agg: pd.DataFrame, title: str) -> Figure:
+    return series_vs_x(agg, "idle_poll_us", "lat_p99_ns", series=None, title=title,
+                       xlabel="Target idle poll period (idle_poll_us, µs; 0 = sleep when idle)",
+                       ylabel=P99_LABEL, scale=1e-3)
+
+
+def bandwidth_vs_bs(agg: pd.DataFrame, series: str, title: str,
+                    label: Callable[[object], str] | None = None) -> Figure:
+    return series_vs_x(agg, "bs", "bw_bytes", series=series, title=title,
+                       xlabel="Block size (bs)", ylabel="Bandwidth (MB/s)", scale=1e-6,
+                       log2x=True, xformat=size, label=label)
+
+
+def vs_load(
+    frame: pd.DataFrame, y: str, *, series: str, title: str, ylabel: str,
+    reference: float, scale: float = 1.0, threshold: float | None = None,
+    threshold_label: str = "",
+) -> Figure:
+    """An interference metric vs background load; 100 % is labelled 'max' (uncapped).
+
+    `frame` has columns bg_load_pct, `y`, optional `y`_ci95 and `series`. A dashed line marks the
+    no-interference value, a dotted one the guideline threshold when given.
+    """
+    figure, axes = _new(title)
+    for value, group in frame.groupby(series, sort=True):
+        group = group.sort_values("bg_load_pct")
+        err = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)).fillna(0) * scale
+        axes.errorbar(group["bg_load_pct"], group[y] * scale, yerr=err, marker="o", capsize=3,
+                      label=str(value))
+    axes.axhline(reference * scale, color="grey", linestyle="--", linewidth=1,
+                 label="no interference")
+    if threshold is not None:
+        axes.axhline(threshold * scale, color="tab:red", linestyle=":", linewidth=1.2,
+                     label=threshold_label)
+    ticks = sorted(frame["bg_load_pct"].dropna().unique().tolist())
+    axes.xaxis.set_major_locator(FixedLocator(ticks))
+    axes.set_xticklabels(["max" if t >= 100 else f"{t:g}" for t in ticks])
+    axes.set_xlabel(LOAD_LABEL)
+    axes.set_ylabel(ylabel)
+    axes.legend(fontsize=9)
+    return figure
+
+
+def latency_cdf(histograms: Mapping[str, object], title: str) -> Figure:
+    """Cumulative distribution of completion latency, one line per labelled histogram."""
+    figure, axes = _new(title)
+    for label, histogram in histograms.items():
+        values, fractions = histogram_cdf(histogram)
+        if len(values):
+            axes.step(values / 1e3, fractions, where="post", label=label)
+    axes.set_xscale("log")
+    axes.set_ylim(0, 1.01)
+    axes.axhline(0.99, color="grey", linestyle=":", linewidth=1, label="p99")
+    axes.set_xlabel("Completion latency (µs, log scale)")
+    axes.set_ylabel("Fraction of I/Os completed (CDF)")
+    axes.legend(fontsize=9)
+    return figure
+
+
+def bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float], *,
+         title: str, ylabel: str) -> Figure:
+    """Bar chart with value labels on top, for a few configurations side by side."""
+    figure, axes = _new(title)
+    errs = [0 if e is None or math.isnan(e) else e for e in errors]
+    drawn = axes.bar(labels, values, yerr=errs, capsize=4,
+                     color=["tab:blue", "tab:orange", "tab:green", "tab:purple"][: len(labels)])
+    axes.bar_label(drawn, labels=[f"{v:.1f}" for v in values], padding=3)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.grid(False, axis="x")
+    return figure

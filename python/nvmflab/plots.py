@@ -114,30 +114,41 @@ def bandwidth_vs_bs(agg: pd.DataFrame, series: str, title: str,
                        log2x=True, xformat=size, label=label)
 
 
+def load_positions(loads: Sequence[float]) -> dict[float, float]:
+    """Where each background load sits on the x-axis; 'max' (inf, uncapped) goes last."""
+    finite = sorted({float(v) for v in loads if not math.isinf(v) and not math.isnan(v)})
+    step = min((b - a for a, b in zip(finite, finite[1:])), default=10.0)
+    positions = {v: v for v in finite}
+    if any(math.isinf(v) for v in loads):
+        positions[math.inf] = (finite[-1] if finite else 0.0) + step
+    return positions
+
+
 def vs_load(
     frame: pd.DataFrame, y: str, *, series: str, title: str, ylabel: str,
     reference: float, scale: float = 1.0, threshold: float | None = None,
     threshold_label: str = "",
 ) -> Figure:
-    """An interference metric vs background load; 100 % is labelled 'max' (uncapped).
+    """An interference metric vs background load; the uncapped load (inf) is labelled 'max'.
 
     `frame` has columns bg_load_pct, `y`, optional `y`_ci95 and `series`. A dashed line marks the
     no-interference value, a dotted one the guideline threshold when given.
     """
     figure, axes = _new(title)
+    positions = load_positions(frame["bg_load_pct"].dropna().tolist())
     for value, group in frame.groupby(series, sort=True):
-        group = group.sort_values("bg_load_pct")
+        group = group.dropna(subset=["bg_load_pct"]).sort_values("bg_load_pct")
         err = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)).fillna(0) * scale
-        axes.errorbar(group["bg_load_pct"], group[y] * scale, yerr=err, marker="o", capsize=3,
-                      label=str(value))
+        axes.errorbar(group["bg_load_pct"].map(positions), group[y] * scale, yerr=err,
+                      marker="o", capsize=3, label=str(value))
     axes.axhline(reference * scale, color="grey", linestyle="--", linewidth=1,
                  label="no interference")
     if threshold is not None:
         axes.axhline(threshold * scale, color="tab:red", linestyle=":", linewidth=1.2,
                      label=threshold_label)
-    ticks = sorted(frame["bg_load_pct"].dropna().unique().tolist())
-    axes.xaxis.set_major_locator(FixedLocator(ticks))
-    axes.set_xticklabels(["max" if t >= 100 else f"{t:g}" for t in ticks])
+    loads = sorted(positions)
+    axes.xaxis.set_major_locator(FixedLocator([positions[v] for v in loads]))
+    axes.set_xticklabels(["max" if math.isinf(v) else f"{v:g}" for v in loads])
     axes.set_xlabel(LOAD_LABEL)
     axes.set_ylabel(ylabel)
     axes.legend(fontsize=9)

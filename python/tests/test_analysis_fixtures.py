@@ -134,3 +134,52 @@ def saturation_measurements(legs=("initiator", "target")) -> pd.DataFrame:
                   for n, curve in curves[leg].items() for q, i in zip(QDS, curve)]
         out += rows("saturation", leg, points)
     return frame(out)
+
+
+SATURATION_IOPS = {"initiator": 128_240.0, "target": 180_300.0, "control": 180_300.0}
+ISOLATED_P99 = 100_000.0
+ISOLATED_IOPS = 128_000.0
+# (leg, fg iodepth) -> {bg_load_pct: (interference factor, achieved share of the cap)}
+INTERFERENCE = {
+    ("initiator", 1): {20: 38.0, 40: 38.2, math.inf: 38.4},
+    ("initiator", 128): {20: 0.49, 40: 0.49, math.inf: 0.49},
+    ("target", 1): {10: 1.5, 20: 1.8, 40: 2.4, 60: 3.2, 70: 6.8, 80: 6.8, math.inf: 7.0},
+    ("target", 128): {10: 1.0, 20: 0.95, 40: 0.9, 50: 0.75, 60: 0.6, math.inf: 0.55},
+    ("control", 1): {math.inf: 1.02},
+    ("control", 128): {math.inf: 0.99},
+}
+MAX_ACHIEVED_PCT = {"initiator": 40.0, "target": 85.0, "control": 100.0}
+
+
+def interference_measurements(invalid_target_load: float | None = 50) -> pd.DataFrame:
+    """Shapes of thesis figs 6.1-6.4; the target L-app point at `invalid_target_load` % also
+    appears with a broken invariant (interference 99×) and must be left out."""
+    out = []
+    for (leg, qd), loads in INTERFERENCE.items():
+        bg_procs = 2 if leg == "target" else 1
+        out += rows("interference", leg, [{"role": "fg", "iodepth": qd, "iops": ISOLATED_IOPS if qd > 1 else 9e3,
+                                          "p99_ns": ISOLATED_P99, "point_id": f"{leg}-{qd}-iso"}])
+        for load, factor in loads.items():
+            pid = f"{leg}-{qd}-{load}"
+            lat = factor if qd == 1 else 1.0
+            tput = factor if qd > 1 else 1.0
+            out += rows("interference", leg, [{"role": "fg", "iodepth": qd, "bg_load_pct": load,
+                                              "iops": (ISOLATED_IOPS if qd > 1 else 9e3) * tput,
+                                              "p99_ns": ISOLATED_P99 * lat, "point_id": pid}])
+            capped = not math.isinf(load)
+            requested = SATURATION_IOPS[leg] * (load if capped else 100) / 100
+            achieved = min(requested, SATURATION_IOPS[leg] * MAX_ACHIEVED_PCT[leg] / 100)
+            for _ in range(bg_procs):
+                out += rows("interference", leg, [{
+                    "role": "bg", "iodepth": 32, "bg_load_pct": load, "point_id": pid,
+                    "rate_iops": requested / bg_procs if capped else 0,
+                    "iops": achieved / bg_procs}])
+    if invalid_target_load is not None:
+        broken = rows("interference", "target", [{
+            "role": "fg", "iodepth": 1, "bg_load_pct": invalid_target_load, "iops": 9e3,
+            "p99_ns": ISOLATED_P99 * 99, "point_id": "target-broken"}])
+        for row in broken:
+            row.update(status="invalid", invariant_ok=False,
+                       invariant_detail="fg completions 1000 != target reactor 0 commands 900")
+        out += broken
+    return frame(out)

@@ -35,6 +35,20 @@ def leg_rows(rows: pd.DataFrame, leg: str, role: str | None = None) -> pd.DataFr
     return selected
 
 
+def missing_leg(rows: pd.DataFrame, leg: str, consequence: str) -> str:
+    """Why a leg has nothing usable, in one sentence: skipped (with the reason), failed, or absent."""
+    mine = rows[rows["leg"] == leg] if not rows.empty else rows
+    if mine.empty:
+        return f"The {leg} leg was not measured, so {consequence}."
+    skipped = mine[mine["status"] == "skipped"]
+    if len(skipped) == len(mine):
+        reason = skipped["error"].dropna()
+        why = f" ({reason.iloc[0]})" if len(reason) else ""
+        return f"The {leg} leg was skipped{why}, so {consequence}."
+    return (f"The {leg} leg has no usable measurements ({len(mine)} failed or invalid), "
+            f"so {consequence}.")
+
+
 def differs(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> bool | None:
     """True when the 95 % intervals do not overlap; None when either interval is unknown."""
     if any(math.isnan(v) for v in (a_mean, a_ci, b_mean, b_ci)):

@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, study_rows
+from .common import excluded_points, missing_leg, study_rows
 from .formulas import latency_interference, throughput_sustained
 from .result import Figure, StudyResult, Table
 from .stats import aggregate, merge_histograms, usable
@@ -130,11 +130,12 @@ def _describe(curve: pd.DataFrame, metric: str, unit: str) -> str:
             f"(lowest {fmt(low[metric])}, highest {fmt(high[metric])})")
 
 
-def _findings(curves: pd.DataFrame, out: StudyResult, guidelines: list[dict]) -> None:
+def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
+              guidelines: list[dict]) -> None:
     for leg, what in LEGS.items():
         leg_curves = curves[curves["leg"] == leg] if not curves.empty else curves
         if leg_curves.empty:
-            out.findings.append(f"The {leg} leg ({what}) has no usable foreground measurements.")
+            out.findings.append(missing_leg(rows, leg, f"interference on the {what} is unknown"))
             continue
         for app, curve in leg_curves.groupby("app", sort=False):
             achieved = curve["achieved_pct"].max()
@@ -234,7 +235,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                             "that extra sharing.")
     curves = _curves(rows)
     guidelines: list[dict] = []
-    _findings(curves, out, guidelines)
+    _findings(curves, rows, out, guidelines)
     if curves.empty:
         return out
     table = curves.assign(**{

@@ -13,7 +13,7 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, leg_rows, study_rows
+from .common import excluded_points, leg_rows, missing_leg, study_rows
 from .formulas import concurrency, overhead_decomposition, peak_ratio
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
@@ -44,7 +44,7 @@ def _t_app(data: pd.DataFrame) -> pd.DataFrame:
     return selected
 
 
-def _l_app(agg: pd.DataFrame, out: StudyResult, present: list[str]) -> None:
+def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: list[str]) -> None:
     qd1 = agg[agg["iodepth"] == 1].set_index("leg")
     legs = [leg for leg in LEGS if leg in qd1.index]
     if not legs:
@@ -90,7 +90,7 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, present: list[str]) -> None:
             what = {"netns": "the network share of the overhead (and the total) is unknown",
                     "loopback": "software and network overhead cannot be separated",
                     "local": "there is no local baseline to compare against"}[leg]
-            out.findings.append(f"The {leg} leg is missing, so {what}.")
+            out.findings.append(missing_leg(rows, leg, what))
 
 
 def _peaks(agg: pd.DataFrame, out: StudyResult) -> None:
@@ -165,7 +165,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         return out
     present = [leg for leg in LEGS if leg in set(data["leg"])]
     agg = aggregate(_t_app(data), by=["leg", "iodepth"])
-    _l_app(agg, out, present)
+    _l_app(agg, out, rows, present)
     if agg["iodepth"].nunique() > 1:
         out.figures.append(Figure(
             "overhead_iops_vs_qd",

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import pandas as pd
 
 from .. import plots
-from .common import differs, excluded_points, first, leg_rows, significance_note, study_rows
+from .common import (differs, excluded_points, first, leg_rows, missing_leg, significance_note,
+                     study_rows)
 from .formulas import change_pct
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -38,8 +39,8 @@ IDLE_POLL_GAIN = 0.01
 def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
     data = leg_rows(rows, "completion", "main")
     if data.empty:
-        out.findings.append("The completion leg has no usable measurements, so host completion "
-                            "polling was not evaluated.")
+        out.findings.append(missing_leg(rows, "completion",
+                                        "host completion polling was not evaluated"))
         return
     agg = aggregate(data, by=["completion", "iodepth"])
     title = "host completion polling (completion = poll vs event), 4 KiB random read, 1 job"
@@ -114,8 +115,7 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
 def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
     data = leg_rows(rows, "idle_poll", "main")
     if data.empty:
-        out.findings.append("The idle_poll leg has no usable measurements, so target idle "
-                            "polling was not evaluated.")
+        out.findings.append(missing_leg(rows, "idle_poll", "target idle polling was not evaluated"))
         return
     agg = aggregate(data, by=["idle_poll_us", "iodepth"])
     low_qd, high_qd = int(agg["iodepth"].min()), int(agg["iodepth"].max())
@@ -177,8 +177,8 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
 def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
     data = leg_rows(rows, "matrix", "main")
     if data.empty:
-        out.findings.append("The matrix leg has no usable measurements, so the interaction "
-                            "of two knobs was not evaluated.")
+        out.findings.append(missing_leg(rows, "matrix",
+                                        "the interaction of two knobs was not evaluated"))
         return
     flags = pd.DataFrame({k: data[k].map(on) for k, on in MATRIX_KNOBS.items() if k in data})
     crossed = [k for k in flags if flags[k].nunique() == 2]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, leg_rows, study_rows
+from .common import excluded_points, leg_rows, missing_leg, study_rows
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -49,8 +49,8 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     for leg, resource in RESOURCES.items():
         data = leg_rows(rows, leg, "main")
         if data.empty:
-            out.findings.append(f"The {leg} leg has no usable measurements, so the "
-                                f"{resource.lower()} saturation point is unknown.")
+            out.findings.append(missing_leg(rows, leg, f"the {resource.lower()} saturation "
+                                                       "point is unknown"))
             continue
         agg = aggregate(data, by=["numjobs", "iodepth"])
         point = saturation_point(agg)

@@ -1,0 +1,129 @@
+"""One self-contained HTML page from a results directory: figures, tables, findings, provenance.
+
+`write_report(results_dir, out_dir)` loads the store, runs the analysis of every study present,
+and writes out_dir/report.html (figures embedded as base64 PNG, so the page travels alone) plus
+each figure as out_dir/figures/<name>.png. Absent studies or legs are stated on the page; an empty
+or missing database gives a page that says there are no results.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from io import BytesIO
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from .analysis import interference, overhead, polling, saturation
+from .analysis.result import StudyResult
+
+ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
+    "polling": polling.analyze,
+    "overhead": overhead.analyze,
+    "saturation": saturation.analyze,
+    "interference": interference.analyze,
+}
+STORE_FILE = "results.sqlite"
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+@dataclass
+class RenderedFigure:
+    name: str
+    caption: str
+    png_base64: str
+    path: str
+
+
+def load(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """measurements() and runs() of the store; empty frames when there is no database."""
+    if not (Path(results_dir) / STORE_FILE).exists():
+        return pd.DataFrame(), pd.DataFrame()
+    from .store import ResultsStore
+
+    with ResultsStore(results_dir) as store:
+        return store.measurements(), store.runs()
+
+
+def _html_table(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, na_rep="—", border=0, classes="data", escape=True)
+
+
+def _save(result: StudyResult, figures_dir: Path) -> list[RenderedFigure]:
+    rendered = []
+    for figure in result.figures:
+        buffer = BytesIO()
+        figure.figure.savefig(buffer, format="png", dpi=110)
+        png = buffer.getvalue()
+        path = figures_dir / f"{figure.name}.png"
+        path.write_bytes(png)
+        rendered.append(RenderedFigure(figure.name, figure.caption,
+                                       base64.b64encode(png).decode("ascii"),
+                                       f"figures/{path.name}"))
+    return rendered
+
+
+def _runs(runs: pd.DataFrame) -> list[dict]:
+    out = []
+    for _, run in runs.iterrows():
+        try:
+            env = json.loads(run.get("env_json") or "{}")
+        except json.JSONDecodeError:
+            env = {"env_json": run.get("env_json")}
+        out.append({
+            "run_id": run["run_id"], "study": run["study"], "git_rev": run.get("git_rev"),
+            "started_at": run.get("started_at"),
+            "finished_at": run.get("finished_at") or "not finished (interrupted or running)",
+            "env": {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
+                    for k, v in sorted(env.items())},
+            "spec_toml": run.get("spec_toml") or "",
+        })
+    return out
+
+
+def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
+                 source: str = "") -> Path:
+    """Analyse the frames and write report.html and figures/ into out_dir; returns the HTML path."""
+    out_dir = Path(out_dir)
+    figures_dir = out_dir / "figures"
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    measured = set(measurements["study"].unique()) if not measurements.empty else set()
+    recorded = set(runs["study"].unique()) if not runs.empty else set()
+    studies = []
+    for name, analyze in ANALYZERS.items():
+        if name not in measured:
+            continue
+        result = analyze(measurements, runs)
+        studies.append({
+            "result": result,
+            "figures": _save(result, figures_dir),
+            "tables": [(t.title, _html_table(t.frame), t.caption) for t in result.tables],
+            "recommendations": (None if result.recommendations is None
+                                else _html_table(result.recommendations)),
+            "excluded": (None if result.excluded is None or result.excluded.empty
+                         else _html_table(result.excluded)),
+            "excluded_count": 0 if result.excluded is None else len(result.excluded),
+        })
+    absent = [name for name in ANALYZERS if name not in measured]
+    unanalysed = sorted((measured | recorded) - set(ANALYZERS))
+    template = Environment(loader=FileSystemLoader(TEMPLATES),
+                           autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
+    page = template.render(
+        studies=studies, absent=absent, unanalysed=unanalysed, runs=_runs(runs),
+        measurement_count=len(measurements), source=source,
+        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    path = out_dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_report(results_dir: Path, out_dir: Path) -> Path:
+    """Load the results store in results_dir and write out_dir/report.html (returned)."""
+    measurements, runs = load(Path(results_dir))
+    return build_report(measurements, runs, Path(out_dir), source=str(results_dir))

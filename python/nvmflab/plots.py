@@ -8,6 +8,7 @@ error bars from the repeats. Figures are built on the Agg backend and never show
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
@@ -31,7 +32,7 @@ LOAD_LABEL = "Background load (bg_load_pct, % of the resource's saturation point
 def _new(title: str) -> tuple[Figure, object]:
     figure = Figure(figsize=(7.5, 4.6), layout="constrained")
     axes = figure.add_subplot()
-    axes.set_title(title, fontsize=11)
+    axes.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=11)
     axes.grid(True, which="major", alpha=0.3)
     return figure, axes
 
@@ -143,6 +144,11 @@ def vs_load(
                       marker="o", capsize=3, label=str(value))
     axes.axhline(reference * scale, color="grey", linestyle="--", linewidth=1,
                  label="no interference")
+    values = frame[y].dropna()
+    values = values[values > 0]
+    if len(values) and values.max() > 10 * values.min():
+        # One resource can be an order of magnitude worse; a log axis keeps the others readable.
+        axes.set_yscale("log")
     if threshold is not None:
         axes.axhline(threshold * scale, color="tab:red", linestyle=":", linewidth=1.2,
                      label=threshold_label)

@@ -1,0 +1,129 @@
+"""Each study's analyze() on synthetic measurements with known answers (thesis-shaped numbers)."""
+
+import math
+
+import pandas as pd
+import pytest
+from test_analysis_fixtures import (interference_measurements, overhead_measurements,
+                                    polling_measurements, runs_frame, saturation_measurements)
+
+from nvmflab.analysis import interference, overhead, polling, saturation
+
+
+def table(result, title_part):
+    return next(t.frame for t in result.tables if title_part in t.title)
+
+
+def test_polling_findings_tables_and_recommendations():
+    result = polling.analyze(polling_measurements(), runs_frame(["polling"]))
+    assert result.study == "polling"
+    assert [f.name for f in result.figures] == [
+        "polling_p99_vs_qd", "polling_iops_vs_qd", "polling_ctx_vs_qd", "polling_p99_vs_idle_poll"]
+    modes = table(result, "completion mode").set_index("completion")
+    assert modes.at["poll", "peak KIOPS"] == pytest.approx(130.73)
+    assert modes.at["event", "p99 at lowest iodepth (µs)"] == pytest.approx(127.14)
+    assert ("lowered the p99 latency at QD1 by 9.4 % (127.1 µs → 115.2 µs) and raised the peak "
+            "IOPS by 14.5 %") in result.findings[0]
+    assert "lowered the load generator's context switches by 99.0 %" in result.findings[1]
+    assert "-10.6 to -7.9 %" in result.findings[2]
+    assert "no meaningful throughput change" in result.findings[3]
+    matrix = table(result, "Interaction").set_index("p99 µs (QD1) / KIOPS (QD128)")
+    assert matrix.shape == (2, 2)
+    assert matrix.at["completion = poll", "target_mode = event"] == "102.22 / 124.38"
+    assert matrix.at["completion = event", "target_mode = poll"] == "121.34 / 118.70"
+    rec = result.recommendations.set_index("leg")["suggested value"]
+    assert rec["completion"] == "poll"
+    assert rec["idle_poll"] == "40 µs"  # shortest period within 1 % of the best p99
+    assert rec["matrix"] == "event"
+
+
+def test_polling_says_when_polling_hurts_and_when_legs_are_missing():
+    data = polling_measurements()
+    data = data[data["leg"] == "completion"].copy()
+    poll = data["completion"] == "poll"
+    data.loc[poll, "lat_p99_ns"] *= 1.2
+    result = polling.analyze(data, runs_frame(["polling"]))
+    assert "raised the p99 latency at QD1 by" in result.findings[0]
+    assert result.recommendations.set_index("leg").at["completion", "suggested value"] == "event"
+    assert any("idle_poll leg was not measured" in f for f in result.findings)
+    assert any("matrix leg was not measured" in f for f in result.findings)
+
+
+def test_overhead_decomposition_peaks_and_bandwidth():
+    result = overhead.analyze(overhead_measurements(), runs_frame(["overhead"]))
+    parts = table(result, "decomposition").set_index("component")
+    assert parts.at["software", "added p99 (µs)"] == pytest.approx(6.14)
+    assert parts.at["network", "added p99 (%)"] == pytest.approx(19.6)
+    assert parts.at["total", "added p99 (µs)"] == pytest.approx(23.54)
+    assert "The network adds more to the tail latency" in " ".join(result.findings)
+    assert any("2.59× the peak IOPS of one NVMe/TCP (netns) job" in f for f in result.findings)
+    conc = table(result, "concurrency").set_index("iodepth")
+    assert conc.at[128, "netns concurrency"] == pytest.approx(3.21)
+    bw = table(result, "bandwidth").set_index("bs")
+    assert bw.at["1m", "netns / local (%)"] == pytest.approx(100.0)
+    assert bw.at["16k", "netns / local (%)"] == pytest.approx(60.0)
+    assert {f.name for f in result.figures} == {
+        "overhead_l_app_p99", "overhead_iops_vs_qd", "overhead_bandwidth_vs_bs"}
+
+
+def test_overhead_without_netns_says_so():
+    result = overhead.analyze(overhead_measurements(("local", "loopback")), runs_frame(["overhead"]))
+    assert any(f.startswith("The netns leg was not measured") for f in result.findings)
+    parts = table(result, "decomposition").set_index("component")
+    assert math.isnan(parts.at["network", "added p99 (µs)"])
+    assert any("(loopback) job" in f for f in result.findings)
+
+
+def test_saturation_table_61_shape():
+    result = saturation.analyze(saturation_measurements(), runs_frame(["saturation"]))
+    t = table(result, "Saturation points").set_index("Resource")
+    assert list(t.columns[:3]) == ["Saturation point (KIOPS)", "± 95 % CI (KIOPS)",
+                                   "Saturation configuration"]
+    # Envelope over loads: at 64 outstanding I/Os P2.QD32 (126 K) already lies within 5 % of
+    # everything later, so the rule places the initiator's saturation there.
+    assert t.at["Initiator core", "Saturation configuration"] == "P2.QD32"
+    assert t.at["Initiator core", "Saturation point (KIOPS)"] == pytest.approx(126.0)
+    assert t.at["Target core", "Saturation configuration"] == "P2.QD128"
+    assert t.at["Target core", "Saturation point (KIOPS)"] == pytest.approx(180.3)
+    assert result.findings[-1].startswith("The initiator core saturates first: 126.0 KIOPS")
+
+
+def test_saturation_reports_an_unsaturated_sweep():
+    data = saturation_measurements(("target",))
+    data = data[data["iodepth"] <= 8]
+    result = saturation.analyze(data, runs_frame(["saturation"]))
+    assert any("still scaling" in f for f in result.findings)
+    assert any("initiator leg was not measured" in f for f in result.findings)
+
+
+def test_interference_curves_guidelines_and_invalid_points():
+    result = interference.analyze(interference_measurements(), runs_frame(["interference"]))
+    t = table(result, "Interference per background load")
+    target_l = t[(t["leg"] == "target") & (t["app"] == "L-app")].set_index("bg_load_pct")
+    assert target_l.at["70 %", "latency interference (×)"] == pytest.approx(6.8)
+    assert "50 %" not in target_l.index  # only the broken-invariant point had 50 %
+    assert target_l.at["max", "achieved bg load (%)"] == pytest.approx(85.0)
+    target_t = t[(t["leg"] == "target") & (t["app"] != "L-app")].set_index("bg_load_pct")
+    assert target_t.at["60 %", "throughput sustained (%)"] == pytest.approx(60.0)
+    guide = result.recommendations.set_index(["resource", "application"])
+    limit = "keep background load at or below"
+    assert guide.at[("shared target core", "L-app"), limit] == "20 %"
+    assert guide.at[("shared target core", "T-app (QD128)"), limit] == "40 %"
+    assert guide.at[("shared initiator core", "L-app"), limit] == "none"
+    text = " ".join(result.findings)
+    assert "1 point(s) broke a sanity invariant" in text
+    assert "latency interference stayed near 38.20× at every load" in text
+    assert "background reached at most 40 % of the resource's saturation point" in text
+    assert "Control (shared network only), L-app: latency interference at most 1.02×" in text
+    assert "negligible" in text
+    assert set(result.excluded["status"]) == {"invalid"}
+    assert {f.name for f in result.figures} == {"interference_latency_vs_load",
+                                               "interference_throughput_vs_load",
+                                               "interference_target_latency_cdf"}
+
+
+def test_every_analysis_survives_an_empty_frame():
+    empty = pd.DataFrame(columns=["study", "leg", "status", "role"])
+    for module in (polling, overhead, saturation, interference):
+        result = module.analyze(empty, pd.DataFrame())
+        assert result.findings and not result.figures

@@ -1,0 +1,136 @@
+//! File backend: a regular file or a block device, read and written through the reactor's
+//! io_uring. Opened with O_DIRECT so the page cache does not hide the device; filesystems that
+//! refuse O_DIRECT (tmpfs, some overlayfs) answer EINVAL, and then the file is opened buffered
+//! with a warning naming the path (reported as a volatile write cache, so Flush is honoured).
+
+use super::{AlignedBuf, BackendError, IoOp, IoRequest};
+use io_uring::{opcode, squeue, types};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// BLKGETSIZE64: the size of a block device in bytes.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+pub struct FileStore {
+    file: File,
+    size: u64,
+    direct: bool,
+    path: PathBuf,
+}
+
+impl FileStore {
+    pub fn open(path: &Path, block_size: u32) -> Result<FileStore, BackendError> {
+        let open = |flags: i32| OpenOptions::new().read(true).write(true).custom_flags(flags).open(path);
+        let (file, direct) = match open(libc::O_DIRECT) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(path = %path.display(), "O_DIRECT refused by the filesystem; using buffered I/O");
+                (open(0).map_err(|source| BackendError::Open { path: path.into(), source })?, false)
+            }
+            Err(source) => return Err(BackendError::Open { path: path.into(), source }),
+        };
+        let meta = file.metadata().map_err(|source| BackendError::Open { path: path.into(), source })?;
+        let raw_size = if meta.file_type().is_block_device() {
+            let mut size: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
+            if unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size) } != 0 {
+                let why = format!("BLKGETSIZE64 failed: {}", std::io::Error::last_os_error());
+                return Err(BackendError::Unusable { path: path.into(), why });
+            }
+            size
+        } else if meta.is_file() {
+            meta.len()
+        } else {
+            return Err(BackendError::Unusable { path: path.into(), why: "not a regular file or block device".into() });
+        };
+        let size = raw_size - raw_size % block_size as u64;
+        if size == 0 {
+            let why = format!("smaller than one {block_size}-byte block; create it first, e.g. truncate -s 1G");
+            return Err(BackendError::Unusable { path: path.into(), why });
+        }
+        Ok(FileStore { file, size, direct, path: path.into() })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// The io_uring entry for reads, writes and flushes; `None` for operations done synchronously.
+    pub(super) fn sqe(&self, req: &IoRequest) -> Option<squeue::Entry> {
+        let fd = types::Fd(self.file.as_raw_fd());
+        let entry = match req.op {
+            IoOp::Read => opcode::Read::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
+            IoOp::Write => opcode::Write::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
+            IoOp::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            IoOp::WriteZeroes | IoOp::Deallocate => return None,
+        };
+        Some(entry.user_data(req.tag))
+    }
+
+    /// Synchronous execution: Write Zeroes and Deallocate always, everything without io_uring.
+    pub(super) fn execute_sync(&self, req: &IoRequest) -> Result<(), i32> {
+        let fd = self.file.as_raw_fd();
+        let (off, len) = (req.offset as libc::off_t, req.len as libc::off_t);
+        let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        // SAFETY (all calls): fd is open; buf is valid for len bytes (submitter's contract).
+        match req.op {
+            IoOp::Read | IoOp::Write => {
+                let mut done = 0usize;
+                while done < req.len as usize {
+                    let rest = req.len as usize - done;
+                    let n = unsafe {
+                        let p = req.buf.add(done);
+                        if req.op == IoOp::Read {
+                            libc::pread(fd, p as *mut libc::c_void, rest, off + done as libc::off_t)
+                        } else {
+                            libc::pwrite(fd, p as *const libc::c_void, rest, off + done as libc::off_t)
+                        }
+                    };
+                    if n <= 0 {
+                        return Err(if n == 0 { libc::EIO } else { errno() });
+                    }
+                    done += n as usize;
+                }
+                Ok(())
+            }
+            IoOp::Flush => (unsafe { libc::fdatasync(fd) } == 0).then_some(()).ok_or_else(errno),
+            IoOp::Deallocate => {
+                // Advisory: a filesystem that cannot punch holes still completes the command.
+                unsafe { libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len) };
+                Ok(())
+            }
+            IoOp::WriteZeroes => {
+                let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+                if unsafe { libc::fallocate(fd, mode, off, len) } == 0 {
+                    return Ok(());
+                }
+                self.write_zeroes_slow(req)
+            }
+        }
+    }
+
+    /// Write Zeroes for filesystems without FALLOC_FL_ZERO_RANGE: write zeroed blocks.
+    fn write_zeroes_slow(&self, req: &IoRequest) -> Result<(), i32> {
+        const CHUNK: u64 = 1 << 20;
+        let mut zeroes = AlignedBuf::new(CHUNK as usize);
+        zeroes.resize(CHUNK.min(req.len) as usize);
+        zeroes.as_mut_slice().fill(0);
+        let mut done = 0;
+        while done < req.len {
+            let n = CHUNK.min(req.len - done);
+            let chunk = IoRequest { op: IoOp::Write, offset: req.offset + done, len: n, buf: zeroes.as_mut_ptr(), tag: 0 };
+            self.execute_sync(&chunk).map_err(|e| {
+                tracing::error!(path = %self.path.display(), "write zeroes failed: errno {e}");
+                e
+            })?;
+            done += n;
+        }
+        Ok(())
+    }
+}

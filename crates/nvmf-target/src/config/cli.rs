@@ -1,0 +1,196 @@
+//! The one-line command line (CONTRACTS.md section 2). Flags given together with `--config` or
+//! `--nvmetcli` override the file's settings; `--ns` adds a subsystem named by `--nqn`.
+
+use super::{
+    parse_core_list, parse_size, BackendConfig, ConfigError, HostMapEntry, NamespaceConfig, PortConfig,
+    ReactorMode, SubsystemConfig, TargetConfig, DEFAULT_NQN,
+};
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug, Default)]
+#[command(name = "nvmf-target", version, about = "Userspace NVMe/TCP target")]
+pub struct Cli {
+    /// TOML config file
+    #[arg(long, conflicts_with = "nvmetcli")]
+    pub config: Option<PathBuf>,
+    /// Linux `nvmetcli save` JSON file
+    #[arg(long)]
+    pub nvmetcli: Option<PathBuf>,
+    /// Listen address, repeatable (default 127.0.0.1:4420)
+    #[arg(long)]
+    pub listen: Vec<String>,
+    /// Subsystem NQN for --ns
+    #[arg(long)]
+    pub nqn: Option<String>,
+    /// Namespace: null:SIZE | ram:SIZE | file:PATH (repeatable; nsid 1, 2, ...)
+    #[arg(long)]
+    pub ns: Vec<String>,
+    /// Host NQN allowed to connect to the --nqn subsystem (repeatable; default any host)
+    #[arg(long = "allow-host")]
+    pub allow_host: Vec<String>,
+    /// Reactor cores, e.g. 0 or 0,2 or 1-3
+    #[arg(long)]
+    pub cores: Option<String>,
+    /// Reactor mode: poll or event
+    #[arg(long)]
+    pub mode: Option<String>,
+    #[arg(long = "idle-poll-us")]
+    pub idle_poll_us: Option<u64>,
+    /// KEY=IDX with KEY = subsys:NQN or host:NQN; IDX indexes --cores
+    #[arg(long = "reactor-map")]
+    pub reactor_map: Vec<String>,
+    #[arg(long = "in-capsule-data-size")]
+    pub in_capsule_data_size: Option<u32>,
+    #[arg(long)]
+    pub maxh2cdata: Option<u32>,
+    #[arg(long = "so-priority")]
+    pub so_priority: Option<u32>,
+    #[arg(long)]
+    pub tos: Option<u32>,
+    #[arg(long = "busy-poll-us")]
+    pub busy_poll_us: Option<u32>,
+    /// Stats HTTP endpoint ADDR:PORT
+    #[arg(long)]
+    pub stats: Option<String>,
+    /// Block size of --ns namespaces: 512 or 4096
+    #[arg(long = "block-size")]
+    pub block_size: Option<u32>,
+}
+
+const ORIGIN: &str = "command line";
+
+fn bad(msg: String) -> ConfigError {
+    ConfigError::invalid(ORIGIN, msg)
+}
+
+fn addr(s: &str, flag: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse().map_err(|_| bad(format!("{flag} {s:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420")))
+}
+
+impl Cli {
+    /// Builds the config: file first (if any), then flags on top.
+    pub fn into_config(self) -> Result<TargetConfig, ConfigError> {
+        let from_file = self.config.is_some() || self.nvmetcli.is_some();
+        let mut c = match (&self.config, &self.nvmetcli) {
+            (Some(p), _) => super::toml::load(p)?,
+            (None, Some(p)) => super::nvmetcli::load(p)?,
+            (None, None) => TargetConfig::empty(),
+        };
+        let t = &mut c.target;
+        if let Some(s) = &self.cores {
+            t.cores = parse_core_list(s).ok_or_else(|| bad(format!("--cores {s:?}: expected e.g. 0 or 0,2 or 1-3")))?;
+        }
+        if let Some(m) = &self.mode {
+            t.mode = ReactorMode::parse(m).ok_or_else(|| bad(format!("--mode {m:?}: expected poll or event")))?;
+        }
+        macro_rules! take {
+            ($($f:ident),*) => { $(if let Some(v) = self.$f { t.$f = v; })* };
+        }
+        take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us);
+        if let Some(s) = &self.stats {
+            t.stats = Some(addr(s, "--stats")?);
+        }
+        if !self.listen.is_empty() {
+            c.ports = self
+                .listen
+                .iter()
+                .map(|l| Ok(PortConfig { addr: addr(l, "--listen")?, subsystems: None }))
+                .collect::<Result<_, ConfigError>>()?;
+        } else if c.ports.is_empty() {
+            c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("literal"), subsystems: None });
+        }
+        let block_size = self.block_size.unwrap_or(512);
+        if !self.ns.is_empty() || (!from_file && c.subsystems.is_empty()) || self.nqn.is_some() {
+            let mut sub = SubsystemConfig::new(self.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_string()));
+            for (i, spec) in self.ns.iter().enumerate() {
+                let (kind, arg) = spec
+                    .split_once(':')
+                    .ok_or_else(|| bad(format!("--ns {spec:?}: expected null:SIZE, ram:SIZE or file:PATH")))?;
+                let size = || parse_size(arg).ok_or_else(|| bad(format!("--ns {spec:?}: bad size {arg:?}")));
+                let backend = match kind {
+                    "null" => BackendConfig::Null { size: size()? },
+                    "ram" => BackendConfig::Ram { size: size()? },
+                    "file" => BackendConfig::File { path: arg.into() },
+                    _ => return Err(bad(format!("--ns {spec:?}: backend must be null, ram or file"))),
+                };
+                sub.namespaces.push(NamespaceConfig { nsid: i as u32 + 1, backend, block_size, nguid: None, uuid: None });
+            }
+            if !self.allow_host.is_empty() {
+                sub.allow_any_host = false;
+                sub.hosts = self.allow_host.clone();
+            }
+            c.subsystems.retain(|s| s.nqn != sub.nqn);
+            c.subsystems.push(sub);
+        }
+        for entry in &self.reactor_map {
+            let (key, idx) = entry
+                .rsplit_once('=')
+                .ok_or_else(|| bad(format!("--reactor-map {entry:?}: expected subsys:NQN=IDX or host:NQN=IDX")))?;
+            let idx: usize = idx.parse().map_err(|_| bad(format!("--reactor-map {entry:?}: IDX must be a number")))?;
+            if let Some(nqn) = key.strip_prefix("subsys:") {
+                let sub = c
+                    .subsystems
+                    .iter_mut()
+                    .find(|s| s.nqn == nqn)
+                    .ok_or_else(|| bad(format!("--reactor-map {entry:?}: no subsystem {nqn}")))?;
+                sub.reactor = Some(idx);
+            } else if let Some(nqn) = key.strip_prefix("host:") {
+                c.host_map.push(HostMapEntry { hostnqn: nqn.to_string(), reactor: idx });
+            } else {
+                return Err(bad(format!("--reactor-map {entry:?}: KEY must start with subsys: or host:")));
+            }
+        }
+        c.validate(self.config.as_deref().or(self.nvmetcli.as_deref()).map(|p| p.to_string_lossy()).as_deref().unwrap_or(ORIGIN))?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Result<TargetConfig, ConfigError> {
+        let mut v = vec!["nvmf-target"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).unwrap().into_config()
+    }
+
+    #[test]
+    fn one_line_demo() {
+        let c = cli(&["--listen", "127.0.0.1:4420", "--nqn", "nqn.2024-01.io.nvmflab:demo", "--ns", "ram:1GiB"]).unwrap();
+        assert_eq!(c.ports[0].addr, "127.0.0.1:4420".parse().unwrap());
+        assert_eq!(c.subsystems.len(), 1);
+        assert_eq!(c.subsystems[0].nqn, "nqn.2024-01.io.nvmflab:demo");
+        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Ram { size: 1 << 30 });
+        assert!(c.subsystems[0].allow_any_host);
+    }
+
+    #[test]
+    fn defaults_and_maps() {
+        let c = cli(&[
+            "--ns", "null:1g", "--ns", "ram:1m", "--cores", "0-1", "--mode", "poll", "--allow-host", "nqn.h",
+            "--reactor-map", "subsys:nqn.2024-01.io.nvmflab:default=1", "--reactor-map", "host:nqn.h=0",
+        ])
+        .unwrap();
+        assert_eq!(c.ports[0].addr, "127.0.0.1:4420".parse().unwrap());
+        assert_eq!(c.target.cores, vec![0, 1]);
+        assert_eq!(c.target.mode, ReactorMode::Poll);
+        let s = &c.subsystems[0];
+        assert_eq!(s.namespaces[1].nsid, 2);
+        assert!(!s.allow_any_host);
+        assert_eq!(s.reactor, Some(1));
+        assert_eq!(c.host_map[0], HostMapEntry { hostnqn: "nqn.h".into(), reactor: 0 });
+    }
+
+    #[test]
+    fn bad_flags_say_which() {
+        let e = cli(&["--ns", "disk:1g"]).unwrap_err().to_string();
+        assert!(e.contains("--ns"), "{e}");
+        let e = cli(&["--listen", "localhost"]).unwrap_err().to_string();
+        assert!(e.contains("--listen"), "{e}");
+        let e = cli(&["--reactor-map", "host:x=5"]).unwrap_err().to_string();
+        assert!(e.contains("reactor = 5"), "{e}");
+    }
+}

@@ -1,0 +1,358 @@
+//! The parsed target configuration, whatever its source (TOML file, nvmetcli JSON, command line).
+//!
+//! Every source produces a [`TargetConfig`]; [`TargetConfig::validate`] then checks the rules that
+//! no single source can check alone (unique NQNs and nsids, reactor indexes in range, sizes).
+
+pub mod cli;
+pub mod nvmetcli;
+pub mod toml;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// NQNs are at most 223 bytes (NVMe Base 4.5 "NVMe Qualified Names").
+pub const MAX_NQN_LEN: usize = 223;
+/// Largest in-capsule data size we advertise; keeps per-command buffers bounded.
+pub const MAX_IN_CAPSULE_DATA_SIZE: u32 = 1 << 20;
+pub const DEFAULT_NQN: &str = "nqn.2024-01.io.nvmflab:default";
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetConfig {
+    pub target: TargetSettings,
+    pub ports: Vec<PortConfig>,
+    pub subsystems: Vec<SubsystemConfig>,
+    pub host_map: Vec<HostMapEntry>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReactorMode {
+    /// Busy loop: never sleeps in the kernel.
+    Poll,
+    /// Sleeps in epoll when idle (after `idle_poll_us` of polling).
+    Event,
+}
+
+impl ReactorMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReactorMode::Poll => "poll",
+            ReactorMode::Event => "event",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "poll" => Some(ReactorMode::Poll),
+            "event" => Some(ReactorMode::Event),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ReactorMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetSettings {
+    /// One reactor thread per entry, pinned to that core.
+    pub cores: Vec<usize>,
+    pub mode: ReactorMode,
+    pub idle_poll_us: u64,
+    pub in_capsule_data_size: u32,
+    pub maxh2cdata: u32,
+    pub so_priority: u32,
+    pub tos: u32,
+    pub busy_poll_us: u32,
+    pub stats: Option<SocketAddr>,
+    /// KATO used when a host connects with kato = 0 is *not* overridden; this only applies to
+    /// hosts that ask for the default (Linux always sends its own value).
+    pub kato_default_ms: u32,
+}
+
+impl Default for TargetSettings {
+    fn default() -> Self {
+        TargetSettings {
+            cores: vec![0],
+            mode: ReactorMode::Event,
+            idle_poll_us: 0,
+            in_capsule_data_size: 8192,
+            maxh2cdata: 131072,
+            so_priority: 0,
+            tos: 0,
+            busy_poll_us: 0,
+            stats: None,
+            kato_default_ms: 120_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortConfig {
+    pub addr: SocketAddr,
+    /// Subsystems exported on this port; `None` = all (nvmetcli configs name them per port).
+    pub subsystems: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubsystemConfig {
+    pub nqn: String,
+    pub serial: Option<String>,
+    pub model: Option<String>,
+    pub allow_any_host: bool,
+    pub hosts: Vec<String>,
+    /// Fixed reactor index for every queue of this subsystem.
+    pub reactor: Option<usize>,
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+impl SubsystemConfig {
+    pub fn new(nqn: impl Into<String>) -> Self {
+        SubsystemConfig {
+            nqn: nqn.into(),
+            serial: None,
+            model: None,
+            allow_any_host: true,
+            hosts: Vec::new(),
+            reactor: None,
+            namespaces: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceConfig {
+    pub nsid: u32,
+    pub backend: BackendConfig,
+    pub block_size: u32,
+    pub nguid: Option<[u8; 16]>,
+    pub uuid: Option<[u8; 16]>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendConfig {
+    Null { size: u64 },
+    Ram { size: u64 },
+    File { path: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostMapEntry {
+    pub hostnqn: String,
+    pub reactor: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax { path: PathBuf, line: usize, column: usize, message: String },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+impl ConfigError {
+    pub fn invalid(origin: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid { origin: origin.into(), message: message.into() }
+    }
+}
+
+/// Parses sizes as the CLI and the TOML file write them: `512`, `4k`, `1m`, `64MiB`, `1GiB`
+/// (k/m/g/t and KiB/MiB/GiB/TiB are powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        "t" | "tib" | "tb" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// Parses a core list: `0`, `0,2`, `1-3`, `0,4-5`.
+pub fn parse_core_list(s: &str) -> Option<Vec<usize>> {
+    let mut cores = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+            if a > b || b - a > 4096 {
+                return None;
+            }
+            cores.extend(a..=b);
+        } else {
+            cores.push(part.parse().ok()?);
+        }
+    }
+    (!cores.is_empty()).then_some(cores)
+}
+
+/// Parses 32 hex digits, dashes allowed (UUID form).
+pub fn parse_hex16(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+impl TargetConfig {
+    /// A config with default settings, no ports and no subsystems.
+    pub fn empty() -> Self {
+        TargetConfig {
+            target: TargetSettings::default(),
+            ports: Vec::new(),
+            subsystems: Vec::new(),
+            host_map: Vec::new(),
+        }
+    }
+
+    /// Checks cross-field rules. `origin` names the source (file path or "command line").
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let bad = |msg: String| Err(ConfigError::invalid(origin, msg));
+        let t = &self.target;
+        if t.cores.is_empty() {
+            return bad("target.cores: at least one core is needed".into());
+        }
+        if t.in_capsule_data_size % 16 != 0 || t.in_capsule_data_size > MAX_IN_CAPSULE_DATA_SIZE {
+            return bad(format!(
+                "target.in_capsule_data_size = {}: must be a multiple of 16 and at most {}",
+                t.in_capsule_data_size, MAX_IN_CAPSULE_DATA_SIZE
+            ));
+        }
+        if t.maxh2cdata < 4096 || t.maxh2cdata % 4 != 0 {
+            return bad(format!(
+                "target.maxh2cdata = {}: must be at least 4096 and a multiple of 4 (Linux hosts refuse less)",
+                t.maxh2cdata
+            ));
+        }
+        if t.so_priority > i32::MAX as u32 || t.tos > 255 {
+            return bad("target.tos must be 0..=255 and so_priority a non-negative i32".into());
+        }
+        if self.ports.is_empty() {
+            return bad("no listen address: add a [[port]] or --listen".into());
+        }
+        let mut nqns = HashSet::new();
+        for (i, s) in self.subsystems.iter().enumerate() {
+            let at = format!("subsystem[{i}] ({})", s.nqn);
+            if s.nqn.is_empty() || s.nqn.len() > MAX_NQN_LEN {
+                return bad(format!("{at}: nqn must be 1..={MAX_NQN_LEN} bytes"));
+            }
+            if s.nqn == DISCOVERY_NQN {
+                return bad(format!("{at}: the discovery NQN is reserved for the discovery controller"));
+            }
+            if !nqns.insert(s.nqn.as_str()) {
+                return bad(format!("{at}: duplicate subsystem nqn"));
+            }
+            if let Some(r) = s.reactor {
+                if r >= t.cores.len() {
+                    return bad(format!("{at}: reactor = {r} but only {} cores are configured", t.cores.len()));
+                }
+            }
+            let mut nsids = HashSet::new();
+            for ns in &s.namespaces {
+                let at = format!("{at} namespace nsid {}", ns.nsid);
+                if ns.nsid == 0 || ns.nsid == u32::MAX {
+                    return bad(format!("{at}: nsid must be 1..0xfffffffe"));
+                }
+                if !nsids.insert(ns.nsid) {
+                    return bad(format!("{at}: duplicate nsid"));
+                }
+                if !ns.block_size.is_power_of_two() || !(512..=4096).contains(&ns.block_size) {
+                    return bad(format!("{at}: block_size {} must be 512, 1024, 2048 or 4096", ns.block_size));
+                }
+                if let BackendConfig::Null { size } | BackendConfig::Ram { size } = ns.backend {
+                    if size == 0 || size % ns.block_size as u64 != 0 {
+                        return bad(format!(
+                            "{at}: size {size} must be a non-zero multiple of the block size {}",
+                            ns.block_size
+                        ));
+                    }
+                }
+            }
+        }
+        for p in &self.ports {
+            for nqn in p.subsystems.iter().flatten() {
+                if !nqns.contains(nqn.as_str()) {
+                    return bad(format!("port {}: unknown subsystem {nqn}", p.addr));
+                }
+            }
+        }
+        for h in &self.host_map {
+            if h.reactor >= t.cores.len() {
+                return bad(format!(
+                    "host_map {}: reactor = {} but only {} cores are configured",
+                    h.hostnqn,
+                    h.reactor,
+                    t.cores.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_powers_of_1024() {
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size("1m"), Some(1 << 20));
+        assert_eq!(parse_size("64MiB"), Some(64 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("1x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999t"), None);
+    }
+
+    #[test]
+    fn core_lists() {
+        assert_eq!(parse_core_list("0"), Some(vec![0]));
+        assert_eq!(parse_core_list("0,2"), Some(vec![0, 2]));
+        assert_eq!(parse_core_list("1-3"), Some(vec![1, 2, 3]));
+        assert_eq!(parse_core_list("3-1"), None);
+        assert_eq!(parse_core_list("a"), None);
+    }
+
+    #[test]
+    fn hex16_accepts_uuid_form() {
+        let v = parse_hex16("ef90689c-6c46-d44c-89c1-4067801309a8").unwrap();
+        assert_eq!(v[0], 0xef);
+        assert_eq!(v[15], 0xa8);
+        assert!(parse_hex16("abc").is_none());
+    }
+
+    #[test]
+    fn validate_rejects_bad_maxh2cdata_and_reactor() {
+        let mut c = TargetConfig::empty();
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), subsystems: None });
+        c.target.maxh2cdata = 1000;
+        let e = c.validate("x").unwrap_err().to_string();
+        assert!(e.contains("maxh2cdata"), "{e}");
+        c.target.maxh2cdata = 4096;
+        let mut s = SubsystemConfig::new("nqn.a");
+        s.reactor = Some(3);
+        c.subsystems.push(s);
+        let e = c.validate("x").unwrap_err().to_string();
+        assert!(e.contains("reactor = 3"), "{e}");
+    }
+}

@@ -1,0 +1,296 @@
+//! TOML config file (CONTRACTS.md section 2). Unknown keys are errors, reported with file and line.
+
+use super::{
+    parse_hex16, parse_size, BackendConfig, ConfigError, HostMapEntry, NamespaceConfig, PortConfig,
+    ReactorMode, SubsystemConfig, TargetConfig, TargetSettings,
+};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    target: RawTarget,
+    #[serde(default)]
+    port: Vec<RawPort>,
+    #[serde(default)]
+    subsystem: Vec<RawSubsystem>,
+    #[serde(default)]
+    host_map: Vec<RawHostMap>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    cores: Option<Vec<usize>>,
+    mode: Option<String>,
+    idle_poll_us: Option<u64>,
+    in_capsule_data_size: Option<u32>,
+    maxh2cdata: Option<u32>,
+    so_priority: Option<u32>,
+    tos: Option<u32>,
+    busy_poll_us: Option<u32>,
+    stats: Option<String>,
+    kato_default_ms: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    addr: String,
+    subsystems: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSubsystem {
+    nqn: String,
+    serial: Option<String>,
+    model: Option<String>,
+    #[serde(default = "yes")]
+    allow_any_host: bool,
+    #[serde(default)]
+    hosts: Vec<String>,
+    reactor: Option<usize>,
+    #[serde(default)]
+    namespace: Vec<RawNamespace>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamespace {
+    nsid: u32,
+    backend: String,
+    size: Option<RawSize>,
+    path: Option<PathBuf>,
+    block_size: Option<u32>,
+    nguid: Option<String>,
+    uuid: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostMap {
+    hostnqn: String,
+    reactor: usize,
+}
+
+/// Reads and parses a TOML config file.
+pub fn load(path: &Path) -> Result<TargetConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    parse(&text, path)
+}
+
+/// Parses TOML text; `path` is used in error messages only.
+pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
+    let raw: RawConfig = ::toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+        ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: e.message().trim().replace('\n', " "),
+        }
+    })?;
+    let origin = path.display().to_string();
+    let bad = |msg: String| ConfigError::invalid(&origin, msg);
+
+    let mut target = TargetSettings::default();
+    let t = raw.target;
+    if let Some(v) = t.cores {
+        target.cores = v;
+    }
+    if let Some(m) = t.mode {
+        target.mode = ReactorMode::parse(&m)
+            .ok_or_else(|| bad(format!("target.mode = {m:?}: expected \"poll\" or \"event\"")))?;
+    }
+    macro_rules! take {
+        ($($f:ident),*) => { $(if let Some(v) = t.$f { target.$f = v; })* };
+    }
+    take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us, kato_default_ms);
+    if let Some(s) = t.stats {
+        target.stats = Some(
+            s.parse().map_err(|_| bad(format!("target.stats = {s:?}: expected ADDR:PORT")))?,
+        );
+    }
+
+    let mut ports = Vec::new();
+    for (i, p) in raw.port.into_iter().enumerate() {
+        let addr = p
+            .addr
+            .parse()
+            .map_err(|_| bad(format!("port[{i}].addr = {:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420", p.addr)))?;
+        ports.push(PortConfig { addr, subsystems: p.subsystems });
+    }
+
+    let mut subsystems = Vec::new();
+    for (i, s) in raw.subsystem.into_iter().enumerate() {
+        let mut namespaces = Vec::new();
+        for (j, n) in s.namespace.into_iter().enumerate() {
+            let at = format!("subsystem[{i}].namespace[{j}]");
+            let block_size = n.block_size.unwrap_or(512);
+            let size = match n.size {
+                None => None,
+                Some(RawSize::Bytes(b)) => Some(b),
+                Some(RawSize::Text(t)) => Some(
+                    parse_size(&t).ok_or_else(|| bad(format!("{at}.size = {t:?}: expected e.g. 1GiB, 64MiB, 4k")))?,
+                ),
+            };
+            let backend = match (n.backend.as_str(), size, n.path) {
+                ("null", Some(size), None) => BackendConfig::Null { size },
+                ("ram", Some(size), None) => BackendConfig::Ram { size },
+                ("file", None, Some(path)) => BackendConfig::File { path },
+                ("null" | "ram", None, _) => return Err(bad(format!("{at}: backend {:?} needs size", n.backend))),
+                ("null" | "ram", _, Some(_)) => {
+                    return Err(bad(format!("{at}: backend {:?} takes no path", n.backend)))
+                }
+                ("file", _, None) => return Err(bad(format!("{at}: backend \"file\" needs path"))),
+                ("file", Some(_), _) => {
+                    return Err(bad(format!("{at}: backend \"file\" takes its size from the file; remove size")))
+                }
+                (other, _, _) => {
+                    return Err(bad(format!("{at}.backend = {other:?}: expected \"null\", \"ram\" or \"file\"")))
+                }
+            };
+            let hex = |v: Option<String>, name: &str| -> Result<Option<[u8; 16]>, ConfigError> {
+                v.map(|s| parse_hex16(&s).ok_or_else(|| bad(format!("{at}.{name} = {s:?}: expected 32 hex digits"))))
+                    .transpose()
+            };
+            namespaces.push(NamespaceConfig {
+                nsid: n.nsid,
+                backend,
+                block_size,
+                nguid: hex(n.nguid, "nguid")?,
+                uuid: hex(n.uuid, "uuid")?,
+            });
+        }
+        subsystems.push(SubsystemConfig {
+            nqn: s.nqn,
+            serial: s.serial,
+            model: s.model,
+            allow_any_host: s.allow_any_host,
+            hosts: s.hosts,
+            reactor: s.reactor,
+            namespaces,
+        });
+    }
+    let host_map = raw
+        .host_map
+        .into_iter()
+        .map(|h| HostMapEntry { hostnqn: h.hostnqn, reactor: h.reactor })
+        .collect();
+    let config = TargetConfig { target, ports, subsystems, host_map };
+    config.validate(&origin)?;
+    Ok(config)
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|p| p + 1).unwrap_or(0) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[target]
+cores = [0, 1]
+mode = "poll"
+idle_poll_us = 50
+in_capsule_data_size = 16384
+maxh2cdata = 131072
+stats = "127.0.0.1:9100"
+
+[[port]]
+addr = "127.0.0.1:4420"
+
+[[subsystem]]
+nqn = "nqn.2024-01.io.nvmflab:a"
+serial = "NVMFLAB0001"
+allow_any_host = false
+hosts = ["nqn.host1"]
+reactor = 1
+
+  [[subsystem.namespace]]
+  nsid = 1
+  backend = "ram"
+  size = "1MiB"
+
+  [[subsystem.namespace]]
+  nsid = 2
+  backend = "null"
+  size = 1073741824
+  block_size = 4096
+
+[[host_map]]
+hostnqn = "nqn.host1"
+reactor = 0
+"#;
+
+    #[test]
+    fn parses_the_contract_example() {
+        let c = parse(EXAMPLE, Path::new("t.toml")).unwrap();
+        assert_eq!(c.target.cores, vec![0, 1]);
+        assert_eq!(c.target.mode, ReactorMode::Poll);
+        assert_eq!(c.target.idle_poll_us, 50);
+        assert_eq!(c.target.in_capsule_data_size, 16384);
+        assert_eq!(c.target.stats, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(c.ports[0].addr, "127.0.0.1:4420".parse().unwrap());
+        let s = &c.subsystems[0];
+        assert!(!s.allow_any_host);
+        assert_eq!(s.hosts, vec!["nqn.host1".to_string()]);
+        assert_eq!(s.reactor, Some(1));
+        assert_eq!(s.namespaces[0].backend, BackendConfig::Ram { size: 1 << 20 });
+        assert_eq!(s.namespaces[1].backend, BackendConfig::Null { size: 1 << 30 });
+        assert_eq!(s.namespaces[1].block_size, 4096);
+        assert_eq!(c.host_map[0].reactor, 0);
+    }
+
+    #[test]
+    fn unknown_field_names_file_and_line() {
+        let text = "[target]\ncores = [0]\nbogus = 1\n";
+        let e = parse(text, Path::new("/etc/t.toml")).unwrap_err().to_string();
+        assert!(e.starts_with("/etc/t.toml:3:"), "{e}");
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_line() {
+        let text = "[[port]]\naddr = \"127.0.0.1:1\"\n\n[target]\nidle_poll_us = \"x\"\n";
+        let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.starts_with("a.toml:5:"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_field() {
+        let text = "[[port]]\naddr = \"127.0.0.1:1\"\n[[subsystem]]\nnqn = \"n\"\n[[subsystem.namespace]]\nnsid = 1\nbackend = \"ram\"\n";
+        let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("subsystem[0].namespace[0]") && e.contains("needs size"), "{e}");
+        let text = "[[port]]\naddr = \"nope\"\n";
+        let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("port[0].addr"), "{e}");
+    }
+
+    #[test]
+    fn missing_file_is_a_read_error() {
+        let e = load(Path::new("/nonexistent/x.toml")).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/x.toml"), "{e}");
+    }
+}

@@ -1,0 +1,321 @@
+//! Subsystems, namespaces and controllers: the state shared by every connection. Mutexes here
+//! are taken at Connect and teardown only; the data path reads immutable subsystem data and
+//! single atomics (keep-alive time stamp, controller status).
+
+use crate::backend::{Backend, BackendError};
+use crate::config::{PortConfig, SubsystemConfig, TargetSettings};
+use nvmf_proto::fabrics::{cc, csts};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// CAP.MQES (0's based): the largest queue a host may create.
+pub const MQES: u16 = 1023;
+/// I/O queues per controller (Number of Queues feature grants at most this many).
+pub const MAX_IO_QUEUES: u16 = 128;
+/// Admin queues take in-capsule data up to 8 KiB (Linux sends up to that).
+pub const ADMIN_IN_CAPSULE: u32 = 8192;
+/// AERL (0's based): four Asynchronous Event Requests may be outstanding.
+pub const AERL: u8 = 3;
+/// MDTS as a power of two of 4 KiB pages: 2 MiB per command.
+pub const MDTS: u8 = 9;
+pub const MAX_TRANSFER: u32 = 4096 << MDTS;
+
+pub struct Namespace {
+    pub nsid: u32,
+    pub block_size: u32,
+    /// log2(block_size), the LBADS of LBA format 0.
+    pub lbads: u8,
+    /// Capacity in blocks (NSZE).
+    pub nlb: u64,
+    pub nguid: [u8; 16],
+    pub uuid: [u8; 16],
+    pub eui64: [u8; 8],
+    pub backend: Backend,
+}
+
+pub struct Subsystem {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    pub allow_any_host: bool,
+    pub hosts: Vec<String>,
+    pub reactor: Option<usize>,
+    /// Sorted by nsid.
+    pub namespaces: Vec<Arc<Namespace>>,
+}
+
+impl Subsystem {
+    pub fn namespace(&self, nsid: u32) -> Option<(usize, &Arc<Namespace>)> {
+        let i = self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok()?;
+        Some((i, &self.namespaces[i]))
+    }
+
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+    }
+}
+
+/// A listening port as the discovery log reports it (the real address after binding).
+#[derive(Debug, Clone)]
+pub struct Port {
+    pub portid: u16,
+    pub addr: SocketAddr,
+    pub subsystems: Option<Vec<String>>,
+}
+
+impl Port {
+    pub fn exports(&self, nqn: &str) -> bool {
+        self.subsystems.as_ref().map_or(true, |s| s.iter().any(|n| n == nqn))
+    }
+}
+
+pub struct Controller {
+    pub cntlid: u16,
+    /// `None` for a discovery controller.
+    pub subsys: Option<Arc<Subsystem>>,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    pub kato_ms: AtomicU32,
+    pub cc: AtomicU32,
+    pub csts: AtomicU32,
+    /// Async Event Configuration feature value.
+    pub aec: AtomicU32,
+    /// Granted I/O queues, 0's based, NCQA << 16 | NSQA.
+    pub num_queues: AtomicU32,
+    /// Nanoseconds since the target epoch of the last command on any of its queues
+    /// (traffic-based keep-alive, as Linux nvmet does).
+    pub last_activity_ns: AtomicU64,
+    /// Set when the admin queue goes away or keep-alive expires: its I/O queues close.
+    pub dead: AtomicBool,
+    io_queues: Mutex<Vec<u16>>,
+}
+
+impl Controller {
+    pub fn is_discovery(&self) -> bool {
+        self.subsys.is_none()
+    }
+
+    pub fn ready(&self) -> bool {
+        self.csts.load(Relaxed) & csts::RDY != 0
+    }
+
+    /// Applies a write of CC: EN drives CSTS.RDY, SHN drives CSTS.SHST.
+    pub fn set_cc(&self, new: u32) {
+        let old = self.cc.swap(new, Relaxed);
+        let mut status = self.csts.load(Relaxed);
+        if new & cc::EN != 0 && old & cc::EN == 0 {
+            let sizes_ok = (new >> 16) & 0xF == 6 && (new >> 20) & 0xF == 4;
+            if sizes_ok || self.is_discovery() {
+                status |= csts::RDY;
+            } else {
+                status |= csts::CFS;
+            }
+        } else if new & cc::EN == 0 && old & cc::EN != 0 {
+            status &= !(csts::RDY | csts::CFS);
+        }
+        if new & cc::SHN_MASK != 0 {
+            status = (status & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+        } else {
+            status &= !csts::SHST_MASK;
+        }
+        self.csts.store(status, Relaxed);
+    }
+
+    pub fn touch(&self, now_ns: u64) {
+        // Skip the store when the value is fresh enough: fewer cache-line writes shared by
+        // reactors serving the same controller.
+        if now_ns.saturating_sub(self.last_activity_ns.load(Relaxed)) > 1_000_000 {
+            self.last_activity_ns.store(now_ns, Relaxed);
+        }
+    }
+
+    /// True once the host has been silent for longer than KATO (0 = no timeout).
+    pub fn keep_alive_expired(&self, now_ns: u64) -> bool {
+        let kato = self.kato_ms.load(Relaxed) as u64;
+        kato != 0 && now_ns.saturating_sub(self.last_activity_ns.load(Relaxed)) > kato * 1_000_000
+    }
+
+    /// Registers I/O queue `qid`; false if it already exists.
+    pub fn add_io_queue(&self, qid: u16) -> bool {
+        let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
+        if q.contains(&qid) {
+            return false;
+        }
+        q.push(qid);
+        true
+    }
+
+    pub fn remove_io_queue(&self, qid: u16) {
+        self.io_queues.lock().unwrap_or_else(|e| e.into_inner()).retain(|q| *q != qid);
+    }
+}
+
+pub struct Target {
+    pub settings: TargetSettings,
+    pub subsystems: Vec<Arc<Subsystem>>,
+    pub ports: Vec<Port>,
+    /// Time zero for the nanosecond stamps in controllers.
+    pub epoch: Instant,
+    controllers: Mutex<HashMap<u16, Arc<Controller>>>,
+    next_cntlid: Mutex<u16>,
+}
+
+/// Deterministic 64-bit FNV-1a, used to derive stable namespace identifiers.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in *p {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl Target {
+    /// Opens every backend. `ports` carry the bound addresses.
+    pub fn new(settings: TargetSettings, subsystems: &[SubsystemConfig], ports: &[PortConfig]) -> Result<Target, BackendError> {
+        let mut subs = Vec::new();
+        for s in subsystems {
+            let mut namespaces = Vec::new();
+            for n in &s.namespaces {
+                let backend = Backend::open(&n.backend, n.block_size)?;
+                let nsid = n.nsid.to_le_bytes();
+                let h1 = fnv1a(&[s.nqn.as_bytes(), &nsid, b"nguid"]);
+                let h2 = fnv1a(&[s.nqn.as_bytes(), &nsid, b"nguid2"]);
+                let mut nguid = [0u8; 16];
+                nguid[..8].copy_from_slice(&h1.to_be_bytes());
+                nguid[8..].copy_from_slice(&h2.to_be_bytes());
+                let nguid = n.nguid.unwrap_or(nguid);
+                let mut uuid = [0u8; 16];
+                uuid[..8].copy_from_slice(&fnv1a(&[s.nqn.as_bytes(), &nsid, b"uuid"]).to_be_bytes());
+                uuid[8..].copy_from_slice(&fnv1a(&[s.nqn.as_bytes(), &nsid, b"uuid2"]).to_be_bytes());
+                // RFC 4122 version 4 / variant bits, so tools print it as a proper UUID.
+                uuid[6] = (uuid[6] & 0x0f) | 0x40;
+                uuid[8] = (uuid[8] & 0x3f) | 0x80;
+                let uuid = n.uuid.unwrap_or(uuid);
+                let eui64 = fnv1a(&[&nguid, b"eui64"]).to_be_bytes();
+                namespaces.push(Arc::new(Namespace {
+                    nsid: n.nsid,
+                    block_size: n.block_size,
+                    lbads: n.block_size.trailing_zeros() as u8,
+                    nlb: backend.size() / n.block_size as u64,
+                    nguid,
+                    uuid,
+                    eui64,
+                    backend,
+                }));
+            }
+            namespaces.sort_by_key(|n| n.nsid);
+            let serial = s.serial.clone().unwrap_or_else(|| format!("{:016x}", fnv1a(&[s.nqn.as_bytes()])));
+            subs.push(Arc::new(Subsystem {
+                nqn: s.nqn.clone(),
+                serial,
+                model: s.model.clone().unwrap_or_else(|| "nvmflab".into()),
+                allow_any_host: s.allow_any_host,
+                hosts: s.hosts.clone(),
+                reactor: s.reactor,
+                namespaces,
+            }));
+        }
+        let ports = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Port { portid: i as u16 + 1, addr: p.addr, subsystems: p.subsystems.clone() })
+            .collect();
+        Ok(Target {
+            settings,
+            subsystems: subs,
+            ports,
+            epoch: Instant::now(),
+            controllers: Mutex::new(HashMap::new()),
+            next_cntlid: Mutex::new(1),
+        })
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+
+    pub fn now_ns(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// Creates a controller with a fresh cntlid (1..=0xFFEF, wrapping, skipping live ones).
+    pub fn create_controller(
+        &self,
+        subsys: Option<Arc<Subsystem>>,
+        hostnqn: &str,
+        hostid: [u8; 16],
+        kato_ms: u32,
+        now: Instant,
+    ) -> Option<Arc<Controller>> {
+        let mut ctrls = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = self.next_cntlid.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..0xFFEF {
+            let cntlid = *next;
+            *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
+            if ctrls.contains_key(&cntlid) {
+                continue;
+            }
+            let ctrl = Arc::new(Controller {
+                cntlid,
+                subsys,
+                hostnqn: hostnqn.into(),
+                hostid,
+                kato_ms: AtomicU32::new(kato_ms),
+                cc: AtomicU32::new(0),
+                csts: AtomicU32::new(0),
+                aec: AtomicU32::new(0),
+                num_queues: AtomicU32::new(((MAX_IO_QUEUES as u32 - 1) << 16) | (MAX_IO_QUEUES as u32 - 1)),
+                last_activity_ns: AtomicU64::new(self.now_ns(now)),
+                dead: AtomicBool::new(false),
+                io_queues: Mutex::new(Vec::new()),
+            });
+            ctrls.insert(cntlid, ctrl.clone());
+            return Some(ctrl);
+        }
+        None
+    }
+
+    pub fn find_controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner()).get(&cntlid).cloned()
+    }
+
+    /// Ends a controller (its admin queue closed or keep-alive expired).
+    pub fn remove_controller(&self, cntlid: u16) {
+        if let Some(c) = self.controllers.lock().unwrap_or_else(|e| e.into_inner()).remove(&cntlid) {
+            c.dead.store(true, Relaxed);
+        }
+    }
+
+    pub fn controller_count(&self) -> usize {
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// What a command handler decided. The transport turns it into PDUs.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// Complete now with this status and DW0/DW1.
+    Done { status: nvmf_proto::Status, result: u64 },
+    /// Send this data to the host (C2HData), then complete successfully.
+    Data(Vec<u8>),
+    /// Asynchronous Event Request: keep it outstanding.
+    Hold,
+}
+
+impl Outcome {
+    pub fn status(status: nvmf_proto::Status) -> Outcome {
+        Outcome::Done { status, result: 0 }
+    }
+
+    pub fn success(result: u64) -> Outcome {
+        Outcome::Done { status: nvmf_proto::Status::SUCCESS, result }
+    }
+}

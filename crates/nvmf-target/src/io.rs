@@ -1,0 +1,88 @@
+//! I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management. Checks each command
+//! against its namespace and says what the transport must move and what the backend must do.
+
+use crate::core::{Namespace, Subsystem, MAX_TRANSFER};
+use nvmf_proto::nvme::io_opcode;
+use nvmf_proto::{Sqe, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoPlan {
+    /// Read `len` bytes at byte `offset` and send them to the host.
+    Read { ns: usize, offset: u64, len: u32 },
+    /// Receive `len` bytes from the host and write them at `offset`.
+    Write { ns: usize, offset: u64, len: u32 },
+    /// Flush one namespace, or every namespace (`ns = None`, nsid FFFFFFFFh).
+    Flush { ns: Option<usize> },
+    WriteZeroes { ns: usize, offset: u64, len: u64 },
+    /// Receive `ranges` 16-byte range descriptors; deallocate them if `deallocate`.
+    Dsm { ns: usize, ranges: u32, deallocate: bool },
+}
+
+impl IoPlan {
+    /// Bytes the host sends with the command (in-capsule or through R2T).
+    pub fn host_data_len(&self) -> u32 {
+        match self {
+            IoPlan::Write { len, .. } => *len,
+            IoPlan::Dsm { ranges, .. } => ranges * 16,
+            _ => 0,
+        }
+    }
+}
+
+fn namespace(subsys: &Subsystem, nsid: u32) -> Result<(usize, &Namespace), Status> {
+    subsys.namespace(nsid).map(|(i, n)| (i, &**n)).ok_or(Status::INVALID_NS.with_dnr())
+}
+
+/// Byte range of SLBA/NLB after the range check.
+fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
+    let slba = sqe.slba();
+    let nlb = sqe.nlb() as u64 + 1;
+    if slba.checked_add(nlb).map_or(true, |end| end > ns.nlb) {
+        return Err(Status::LBA_OUT_OF_RANGE.with_dnr());
+    }
+    Ok((slba << ns.lbads, nlb << ns.lbads))
+}
+
+pub fn plan(subsys: &Subsystem, sqe: &Sqe) -> Result<IoPlan, Status> {
+    match sqe.opcode() {
+        op @ (io_opcode::READ | io_opcode::WRITE) => {
+            let (i, ns) = namespace(subsys, sqe.nsid())?;
+            let (offset, len) = lba_range(ns, sqe)?;
+            if len > MAX_TRANSFER as u64 {
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            let len = len as u32;
+            Ok(if op == io_opcode::READ { IoPlan::Read { ns: i, offset, len } } else { IoPlan::Write { ns: i, offset, len } })
+        }
+        io_opcode::FLUSH => match sqe.nsid() {
+            u32::MAX => Ok(IoPlan::Flush { ns: None }),
+            nsid => Ok(IoPlan::Flush { ns: Some(namespace(subsys, nsid)?.0) }),
+        },
+        io_opcode::WRITE_ZEROES => {
+            let (i, ns) = namespace(subsys, sqe.nsid())?;
+            let (offset, len) = lba_range(ns, sqe)?;
+            Ok(IoPlan::WriteZeroes { ns: i, offset, len })
+        }
+        io_opcode::DATASET_MANAGEMENT => {
+            let (i, _) = namespace(subsys, sqe.nsid())?;
+            let ranges = (sqe.cdw(10) & 0xFF) + 1;
+            Ok(IoPlan::Dsm { ns: i, ranges, deallocate: sqe.cdw(11) & (1 << 2) != 0 })
+        }
+        _ => Err(Status::INVALID_OPCODE.with_dnr()),
+    }
+}
+
+/// Decodes DSM range descriptors into byte ranges, checking each against the namespace.
+pub fn dsm_ranges(ns: &Namespace, data: &[u8], out: &mut Vec<(u64, u64)>) -> Result<(), Status> {
+    for r in data.chunks_exact(16) {
+        let nlb = u32::from_le_bytes(r[4..8].try_into().expect("4 bytes")) as u64;
+        let slba = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+        if slba.checked_add(nlb).map_or(true, |end| end > ns.nlb) {
+            return Err(Status::LBA_OUT_OF_RANGE.with_dnr());
+        }
+        if nlb > 0 {
+            out.push((slba << ns.lbads, nlb << ns.lbads));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,786 @@
+//! One NVMe/TCP connection (one queue) as a sans-I/O state machine: bytes in, bytes out,
+//! backend requests out, completions in, time in. No sockets or threads here, so tests and
+//! fuzzers drive the real protocol logic directly.
+//!
+//! Flow: ICReq → ICResp; CapsuleCmd → command handling; writes get their data in the capsule
+//! or through R2T/H2CData; reads answer with C2HData then CapsuleResp. Fatal protocol errors
+//! queue a C2HTermReq and the connection closes once it is written.
+
+use crate::admin::{self, AdminContext};
+use crate::backend::{AlignedBuf, IoCompletion, IoEngine, IoOp, IoRequest};
+use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
+use crate::fabrics::{self, ConnectResult};
+use crate::io::{self, IoPlan};
+use crate::stats::{NsStats, QueueStats, ReactorStats};
+use nvmf_proto::fabrics::fctype;
+use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK};
+use nvmf_proto::pdu::{
+    encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
+    TERM_REQ_MAX_HEADER,
+};
+use nvmf_proto::{digest, Cqe, Digests, FatalError, Framer, PduHeader, Role, Sqe, Status};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A connection that has not finished ICReq + Connect by then is dropped.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Stop reading PDUs while this much output waits for the socket (backpressure).
+const OUT_HIGH_WATER: usize = 8 << 20;
+/// Read buffer growth step.
+const RECV_CHUNK: usize = 256 << 10;
+/// Largest C2HData PDU we send.
+const C2H_CHUNK: usize = 128 << 10;
+/// Cap on MAXR2T we honour per command, whatever the host offers.
+const MAX_R2T_PER_CMD: u32 = 16;
+/// Byte offsets reported as FEI.
+const FEI_ICREQ_PFV: u32 = 8;
+const FEI_ICREQ_HPDA: u32 = 10;
+const FEI_H2C_CCCID: u32 = 8;
+const FEI_H2C_TTAG: u32 = 10;
+const FEI_H2C_DATAO: u32 = 12;
+const FEI_H2C_DATAL: u32 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitIcReq,
+    Ready,
+    /// A TermReq or Disconnect response is queued; close once output drains.
+    Closing,
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    /// Waiting for H2CData after R2T.
+    AwaitData,
+    /// Backend requests in flight.
+    Executing,
+}
+
+/// A command that outlives its capsule (R2T data, backend I/O). Its buffer is kept for reuse.
+struct Slot {
+    state: SlotState,
+    cid: u16,
+    plan: IoPlan,
+    buf: AlignedBuf,
+    len: u32,
+    received: u32,
+    r2t_upto: u32,
+    /// Set by a data digest error: the command completes with this once its data is in.
+    failed: Option<Status>,
+    pending: u32,
+    status: Status,
+}
+
+struct Queue {
+    ctrl: Arc<Controller>,
+    qid: u16,
+    sqsize: u16,
+    sqhd: u16,
+    stats: Arc<QueueStats>,
+}
+
+pub struct Connection {
+    target: Arc<Target>,
+    port: Option<Port>,
+    framer: Framer,
+    digests: Digests,
+    phase: Phase,
+    inbuf: Vec<u8>,
+    in_pos: usize,
+    in_len: usize,
+    out: Vec<u8>,
+    out_pos: usize,
+    queue: Option<Queue>,
+    attached: bool,
+    token: u32,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    aers: Vec<u16>,
+    maxr2t: u32,
+    ns_stats: Vec<Arc<NsStats>>,
+    ranges: Vec<(u64, u64)>,
+    in_flight: usize,
+    created: Instant,
+    released: bool,
+}
+
+fn max_data_len(target: &Target) -> u32 {
+    let s = &target.settings;
+    s.maxh2cdata.max(s.in_capsule_data_size).max(ADMIN_IN_CAPSULE)
+}
+
+impl Connection {
+    /// A fresh connection accepted on `port` (None in tests that need no discovery filtering).
+    pub fn new(target: Arc<Target>, port: Option<Port>, now: Instant) -> Connection {
+        let framer = Framer::new(Role::Target, max_data_len(&target));
+        Connection {
+            target,
+            port,
+            framer,
+            digests: Digests::default(),
+            phase: Phase::AwaitIcReq,
+            inbuf: vec![0; RECV_CHUNK],
+            in_pos: 0,
+            in_len: 0,
+            out: Vec::with_capacity(64 << 10),
+            out_pos: 0,
+            queue: None,
+            attached: false,
+            token: 0,
+            slots: Vec::new(),
+            free: Vec::new(),
+            aers: Vec::new(),
+            maxr2t: 1,
+            ns_stats: Vec::new(),
+            ranges: Vec::new(),
+            in_flight: 0,
+            created: now,
+            released: false,
+        }
+    }
+
+    // ---- bytes in ----
+
+    /// Free space to read socket bytes into; call [`recv_commit`](Self::recv_commit) after.
+    pub fn recv_space(&mut self) -> &mut [u8] {
+        if self.in_pos > 0 && (self.in_pos == self.in_len || self.inbuf.len() - self.in_len < RECV_CHUNK / 4) {
+            self.inbuf.copy_within(self.in_pos..self.in_len, 0);
+            self.in_len -= self.in_pos;
+            self.in_pos = 0;
+        }
+        // Room for one maximal PDU, so a PDU never waits for space.
+        let want = (self.in_len + RECV_CHUNK).min(self.in_pos + self.framer.max_pdu_len() + RECV_CHUNK);
+        if self.inbuf.len() < want {
+            self.inbuf.resize(want, 0);
+        }
+        &mut self.inbuf[self.in_len..]
+    }
+
+    pub fn recv_commit(&mut self, n: usize) {
+        self.in_len = (self.in_len + n).min(self.inbuf.len());
+    }
+
+    /// Test and hand-off convenience: appends bytes to the receive buffer.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let space = self.recv_space();
+            let n = space.len().min(bytes.len());
+            space[..n].copy_from_slice(&bytes[..n]);
+            self.recv_commit(n);
+            bytes = &bytes[n..];
+        }
+    }
+
+    // ---- bytes out ----
+
+    pub fn output(&self) -> &[u8] {
+        &self.out[self.out_pos..]
+    }
+
+    pub fn consume_output(&mut self, n: usize) {
+        self.out_pos = (self.out_pos + n).min(self.out.len());
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+    }
+
+    /// Takes everything queued for the host (tests).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let v = self.output().to_vec();
+        self.consume_output(v.len());
+        v
+    }
+
+    // ---- lifecycle ----
+
+    /// True when the socket should be closed now.
+    pub fn should_close(&self) -> bool {
+        self.phase == Phase::Closed || (self.phase == Phase::Closing && self.output().is_empty())
+    }
+
+    /// Backend requests submitted and not yet completed: the connection (and its buffers) must
+    /// live until this is 0, even after its socket closed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The peer went away or the reactor closes us: release the queue and controller.
+    pub fn close(&mut self) {
+        self.phase = Phase::Closed;
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        if let Some(q) = &self.queue {
+            q.stats.connected.store(false, Relaxed);
+            if q.qid == 0 {
+                self.target.remove_controller(q.ctrl.cntlid);
+                tracing::info!(cntlid = q.ctrl.cntlid, hostnqn = %q.ctrl.hostnqn, "controller removed");
+            } else {
+                q.ctrl.remove_io_queue(q.qid);
+            }
+        }
+    }
+
+    /// Once Connect succeeded and before [`attach`](Self::attach): (subsystem NQN or the
+    /// discovery NQN, host NQN) for the placement policy.
+    pub fn placement(&self) -> Option<(&str, &str)> {
+        let q = self.queue.as_ref()?;
+        Some((&q.stats.subnqn, &q.stats.hostnqn))
+    }
+
+    pub fn is_attached(&self) -> bool {
+        self.attached
+    }
+
+    /// Hands the connection to a reactor: `token` routes backend completions back to it.
+    pub fn attach(&mut self, token: u32, reactor: &ReactorStats) {
+        self.attached = true;
+        self.token = token;
+        if let Some(q) = &self.queue {
+            reactor.add_queue(q.stats.clone());
+            if let Some(s) = &q.ctrl.subsys {
+                self.ns_stats = s.namespaces.iter().map(|n| reactor.namespace(&s.nqn, n.nsid)).collect();
+            }
+        }
+    }
+
+    /// Time passes: enforces the connect timeout and keep-alive.
+    pub fn tick(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Closed | Phase::Closing) {
+            return;
+        }
+        match &self.queue {
+            None if now.saturating_duration_since(self.created) > CONNECT_TIMEOUT => {
+                tracing::info!("closing connection that did not connect within {CONNECT_TIMEOUT:?}");
+                self.close();
+            }
+            None => {}
+            Some(q) => {
+                if q.ctrl.dead.load(Relaxed) {
+                    self.close();
+                } else if q.ctrl.keep_alive_expired(self.target.now_ns(now)) {
+                    tracing::warn!(
+                        cntlid = q.ctrl.cntlid,
+                        hostnqn = %q.ctrl.hostnqn,
+                        kato_ms = q.ctrl.kato_ms.load(Relaxed),
+                        "keep-alive timeout: tearing down controller"
+                    );
+                    self.target.remove_controller(q.ctrl.cntlid);
+                    self.close();
+                }
+            }
+        }
+    }
+
+    // ---- processing ----
+
+    /// Handles every whole PDU received so far. Before [`attach`](Self::attach), stops after a
+    /// successful Connect so the connection can move to its reactor.
+    pub fn process(&mut self, now: Instant, engine: &mut IoEngine) {
+        let inbuf = std::mem::take(&mut self.inbuf);
+        while matches!(self.phase, Phase::AwaitIcReq | Phase::Ready)
+            && self.output().len() < OUT_HIGH_WATER
+            && (self.attached || self.queue.is_none())
+        {
+            let buf = &inbuf[self.in_pos..self.in_len];
+            match self.framer.next(buf) {
+                Ok(None) => break,
+                Err(e) => {
+                    self.fatal_error(e, buf);
+                    break;
+                }
+                Ok(Some(frame)) => {
+                    let data = &buf[frame.data.clone()];
+                    self.handle_pdu(frame.header, data, frame.data_digest_ok, buf, now, engine);
+                    self.in_pos += frame.len;
+                }
+            }
+        }
+        self.inbuf = inbuf;
+    }
+
+    fn fatal_error(&mut self, e: FatalError, buf: &[u8]) {
+        let header = buf[..e.hlen.min(buf.len()).min(TERM_REQ_MAX_HEADER)].to_vec();
+        tracing::warn!(fes = e.fes, fei = e.fei, "fatal NVMe/TCP error; sending C2HTermReq and closing");
+        self.term_req(e.fes, e.fei, header);
+    }
+
+    fn term_req(&mut self, fes: u16, fei: u32, header: Vec<u8>) {
+        let hdr = PduHeader::C2HTermReq(TermReq { fes, fei, header });
+        encode_pdu(&mut self.out, &hdr, &[], self.digests);
+        self.phase = Phase::Closing;
+        self.release();
+    }
+
+    fn handle_pdu(
+        &mut self,
+        header: PduHeader,
+        data: &[u8],
+        data_ok: bool,
+        raw: &[u8],
+        now: Instant,
+        engine: &mut IoEngine,
+    ) {
+        let hlen = raw.len().min(TERM_REQ_MAX_HEADER).min(header.pdu_type().hlen() as usize);
+        match (self.phase, header) {
+            (Phase::AwaitIcReq, PduHeader::IcReq(req)) => self.icreq(req, &raw[..hlen]),
+            (_, PduHeader::H2CTermReq(t)) => {
+                tracing::info!(fes = t.fes, fei = t.fei, "host sent H2CTermReq; closing");
+                self.close();
+            }
+            (Phase::Ready, PduHeader::CapsuleCmd(c)) => self.capsule(c.sqe, data, data_ok, now, engine),
+            (Phase::Ready, PduHeader::H2CData(h)) => self.h2c_data(h, data, data_ok, &raw[..hlen], engine),
+            _ => self.term_req(fes::PDU_SEQ_ERR, 0, raw[..hlen].to_vec()),
+        }
+    }
+
+    fn icreq(&mut self, req: IcReq, raw: &[u8]) {
+        if req.pfv != 0 {
+            return self.term_req(fes::UNSUPPORTED_PARAM, FEI_ICREQ_PFV, raw.to_vec());
+        }
+        // Data placement is always right after the header (CPDA/HPDA 0), as Linux does.
+        if req.hpda != 0 {
+            return self.term_req(fes::UNSUPPORTED_PARAM, FEI_ICREQ_HPDA, raw.to_vec());
+        }
+        self.maxr2t = req.maxr2t.saturating_add(1).min(MAX_R2T_PER_CMD);
+        let resp = IcResp {
+            pfv: 0,
+            cpda: 0,
+            hdgst: req.hdgst,
+            ddgst: req.ddgst,
+            maxh2cdata: self.target.settings.maxh2cdata,
+        };
+        encode_pdu(&mut self.out, &PduHeader::IcResp(resp), &[], Digests::default());
+        self.digests = Digests { header: req.hdgst, data: req.ddgst };
+        self.framer.digests = self.digests;
+        self.phase = Phase::Ready;
+    }
+
+    fn respond(&mut self, cid: u16, status: Status, result: u64) {
+        let (sqid, sqhd) = self.queue.as_ref().map_or((0, 0), |q| (q.qid, q.sqhd));
+        let cqe = Cqe { result, sqhd, sqid, cid, status };
+        encode_pdu(&mut self.out, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
+    }
+
+    /// C2HData PDUs carrying `data`, then nothing else (the caller sends the response).
+    fn send_data(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8]) {
+        let mut datao = 0;
+        for chunk in data.chunks(C2H_CHUNK) {
+            let last = datao + chunk.len() == data.len();
+            let hdr = PduHeader::C2HData(C2HData {
+                cccid: cid,
+                datao: datao as u32,
+                datal: chunk.len() as u32,
+                last,
+                success: false,
+            });
+            encode_pdu_header(out, &hdr, chunk.len(), digests);
+            out.extend_from_slice(chunk);
+            if digests.data {
+                out.extend_from_slice(&digest::data_digest(chunk).to_le_bytes());
+            }
+            datao += chunk.len();
+        }
+    }
+
+    fn capsule(&mut self, sqe: Sqe, data: &[u8], data_ok: bool, now: Instant, engine: &mut IoEngine) {
+        let cid = sqe.cid();
+        if let Some(q) = &mut self.queue {
+            q.ctrl.touch(self.target.now_ns(now));
+            q.sqhd = if q.sqhd >= q.sqsize { 0 } else { q.sqhd + 1 };
+            q.stats.commands.add(1);
+        }
+        if !data_ok {
+            return self.respond(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0);
+        }
+        if sqe.opcode() == admin_opcode::FABRICS {
+            return self.fabrics(sqe, data, now);
+        }
+        let Some(q) = &self.queue else { return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0) };
+        if !q.ctrl.ready() {
+            return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0);
+        }
+        if q.qid == 0 {
+            q.stats.admin.add(1);
+            self.admin(sqe);
+        } else {
+            self.io(sqe, data, engine);
+        }
+    }
+
+    fn fabrics(&mut self, sqe: Sqe, data: &[u8], now: Instant) {
+        let cid = sqe.cid();
+        if let Some(q) = &self.queue {
+            q.stats.fabrics.add(1);
+        }
+        let (status, result) = match (sqe.fctype(), &self.queue) {
+            (fctype::CONNECT, None) => match self.in_capsule(&sqe, data, ADMIN_IN_CAPSULE) {
+                Err(status) => (status, 0),
+                Ok(d) => match fabrics::connect(&self.target, self.port.as_ref(), &sqe, d, now) {
+                    ConnectResult::Rejected { status, result } => (status, result),
+                    ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
+                        let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
+                        tracing::info!(cntlid = ctrl.cntlid, qid, sqsize, %subnqn, %hostnqn, "queue connected");
+                        let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
+                        stats.commands.add(1);
+                        stats.fabrics.add(1);
+                        let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 };
+                        self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, stats });
+                        (Status::SUCCESS, result)
+                    }
+                },
+            },
+            (fctype::CONNECT, Some(_)) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            (_, None) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            (fctype::PROPERTY_GET, Some(q)) if q.qid == 0 => match fabrics::property_get(&q.ctrl, &sqe) {
+                Outcome::Done { status, result } => (status, result),
+                _ => (Status::INTERNAL_ERROR, 0),
+            },
+            (fctype::PROPERTY_SET, Some(q)) if q.qid == 0 => match fabrics::property_set(&q.ctrl, &sqe) {
+                Outcome::Done { status, result } => (status, result),
+                _ => (Status::INTERNAL_ERROR, 0),
+            },
+            (fctype::DISCONNECT, Some(_)) => {
+                self.respond(cid, Status::SUCCESS, 0);
+                self.phase = Phase::Closing;
+                self.release();
+                return;
+            }
+            _ => (Status::INVALID_OPCODE.with_dnr(), 0),
+        };
+        self.respond(cid, status, result);
+    }
+
+    /// The in-capsule data an SGL data block descriptor points at.
+    fn in_capsule<'d>(&self, sqe: &Sqe, data: &'d [u8], limit: u32) -> Result<&'d [u8], Status> {
+        let sgl = sqe.sgl();
+        if sgl.sgl_type != SGL_DATA_BLOCK_OFFSET {
+            return Err(Status::SGL_INVALID_TYPE.with_dnr());
+        }
+        if sgl.length > limit {
+            return Err(Status::SGL_INVALID_DATA_LEN.with_dnr());
+        }
+        let end = sgl.addr.checked_add(sgl.length as u64).filter(|e| *e <= data.len() as u64);
+        match end {
+            Some(end) => Ok(&data[sgl.addr as usize..end as usize]),
+            None if sgl.addr >= data.len() as u64 && sgl.addr > 0 => Err(Status::SGL_INVALID_OFFSET.with_dnr()),
+            None => Err(Status::SGL_INVALID_DATA_LEN.with_dnr()),
+        }
+    }
+
+    fn admin(&mut self, sqe: Sqe) {
+        let cid = sqe.cid();
+        let Some(q) = &self.queue else { return };
+        let cx = AdminContext { target: &self.target, ctrl: &q.ctrl, held_aers: self.aers.len() };
+        match admin::execute(&cx, &sqe) {
+            Outcome::Done { status, result } => self.respond(cid, status, result),
+            Outcome::Hold => self.aers.push(cid),
+            Outcome::Data(data) => {
+                let sgl = sqe.sgl();
+                if sgl.sgl_type != SGL_TRANSPORT_DATA_BLOCK {
+                    return self.respond(cid, Status::SGL_INVALID_TYPE.with_dnr(), 0);
+                }
+                let n = data.len().min(sgl.length as usize);
+                if n > 0 {
+                    Self::send_data(&mut self.out, self.digests, cid, &data[..n]);
+                }
+                self.respond(cid, Status::SUCCESS, 0);
+            }
+        }
+    }
+
+    fn io(&mut self, sqe: Sqe, data: &[u8], engine: &mut IoEngine) {
+        let cid = sqe.cid();
+        let Some(q) = &self.queue else { return };
+        let Some(subsys) = q.ctrl.subsys.clone() else {
+            return self.respond(cid, Status::INVALID_OPCODE.with_dnr(), 0);
+        };
+        let stats = &q.stats;
+        match sqe.opcode() {
+            io_opcode::READ => stats.read.add(1),
+            io_opcode::WRITE => stats.write.add(1),
+            io_opcode::FLUSH => stats.flush.add(1),
+            io_opcode::WRITE_ZEROES => stats.write_zeroes.add(1),
+            io_opcode::DATASET_MANAGEMENT => stats.dsm.add(1),
+            _ => {}
+        }
+        let plan = match io::plan(&subsys, &sqe) {
+            Ok(p) => p,
+            Err(status) => return self.respond(cid, status, 0),
+        };
+        if let IoPlan::Read { ns, .. } | IoPlan::Write { ns, .. } | IoPlan::WriteZeroes { ns, .. } | IoPlan::Dsm { ns, .. } = plan {
+            if let Some(n) = self.ns_stats.get(ns) {
+                n.commands.add(1);
+                match plan {
+                    IoPlan::Read { .. } => n.reads.add(1),
+                    IoPlan::Write { .. } => n.writes.add(1),
+                    _ => n.other.add(1),
+                }
+            }
+        }
+        let sgl = sqe.sgl();
+        let host_len = plan.host_data_len();
+        let (buf_len, in_capsule) = match plan {
+            IoPlan::Read { len, .. } => {
+                if sgl.sgl_type != SGL_TRANSPORT_DATA_BLOCK {
+                    return self.respond(cid, Status::SGL_INVALID_TYPE.with_dnr(), 0);
+                }
+                if sgl.length != len {
+                    return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
+                }
+                (len, None)
+            }
+            _ if host_len > 0 => match sgl.sgl_type {
+                SGL_DATA_BLOCK_OFFSET => match self.in_capsule(&sqe, data, self.target.settings.in_capsule_data_size) {
+                    Ok(d) if d.len() == host_len as usize => (host_len, Some(d)),
+                    Ok(_) => return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
+                    Err(status) => return self.respond(cid, status, 0),
+                },
+                SGL_TRANSPORT_DATA_BLOCK if sgl.length == host_len => (host_len, None),
+                SGL_TRANSPORT_DATA_BLOCK => return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
+                _ => return self.respond(cid, Status::SGL_INVALID_TYPE.with_dnr(), 0),
+            },
+            _ => (0, None),
+        };
+        let Some(idx) = self.alloc_slot() else {
+            // More commands outstanding than the queue has entries: the host broke SQSIZE.
+            return self.term_req(fes::PDU_SEQ_ERR, 0, Vec::new());
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.cid = cid;
+        slot.plan = plan;
+        slot.len = buf_len;
+        slot.received = 0;
+        slot.r2t_upto = 0;
+        slot.failed = None;
+        slot.pending = 0;
+        slot.status = Status::SUCCESS;
+        slot.buf.resize(buf_len as usize);
+        match in_capsule {
+            Some(d) => {
+                slot.buf.as_mut_slice().copy_from_slice(d);
+                slot.received = buf_len;
+                self.execute(idx, engine);
+            }
+            None if host_len > 0 => {
+                slot.state = SlotState::AwaitData;
+                self.send_r2ts(idx);
+            }
+            None => self.execute(idx, engine),
+        }
+    }
+
+    fn alloc_slot(&mut self) -> Option<u16> {
+        if let Some(i) = self.free.pop() {
+            return Some(i);
+        }
+        let limit = self.queue.as_ref().map_or(1, |q| q.sqsize as usize + 1);
+        if self.slots.len() >= limit {
+            return None;
+        }
+        self.slots.push(Slot {
+            state: SlotState::Free,
+            cid: 0,
+            plan: IoPlan::Flush { ns: None },
+            buf: AlignedBuf::new(4096),
+            len: 0,
+            received: 0,
+            r2t_upto: 0,
+            failed: None,
+            pending: 0,
+            status: Status::SUCCESS,
+        });
+        Some(self.slots.len() as u16 - 1)
+    }
+
+    fn free_slot(&mut self, idx: u16) {
+        self.slots[idx as usize].state = SlotState::Free;
+        self.free.push(idx);
+    }
+
+    /// Issues R2Ts, one per MAXH2CDATA-sized chunk, keeping at most MAXR2T outstanding.
+    fn send_r2ts(&mut self, idx: u16) {
+        let chunk = self.target.settings.maxh2cdata;
+        let slot = &mut self.slots[idx as usize];
+        let done_chunks = slot.received - slot.received % chunk;
+        while slot.r2t_upto < slot.len && (slot.r2t_upto - done_chunks) / chunk < self.maxr2t {
+            let r2tl = chunk.min(slot.len - slot.r2t_upto);
+            let r2t = R2T { cccid: slot.cid, ttag: idx, r2to: slot.r2t_upto, r2tl };
+            encode_pdu(&mut self.out, &PduHeader::R2T(r2t), &[], self.digests);
+            slot.r2t_upto += r2tl;
+        }
+    }
+
+    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], engine: &mut IoEngine) {
+        let bad = |fes, fei| (fes, fei);
+        let check = match self.slots.get(h.ttag as usize) {
+            None => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
+            Some(s) if s.state != SlotState::AwaitData => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
+            Some(s) if s.cid != h.cccid => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_CCCID)),
+            Some(_) if h.datal as usize != data.len() => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_DATAL)),
+            Some(s) if h.datao != s.received => Err(bad(fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAO)),
+            Some(s) if h.datao as u64 + h.datal as u64 > s.r2t_upto as u64 => {
+                Err(bad(fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAL))
+            }
+            Some(_) => Ok(()),
+        };
+        if let Err((fes, fei)) = check {
+            return self.term_req(fes, fei, raw.to_vec());
+        }
+        let slot = &mut self.slots[h.ttag as usize];
+        let at = h.datao as usize;
+        slot.buf.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
+        slot.received += h.datal;
+        if !data_ok {
+            slot.failed = Some(Status::TRANSIENT_TRANSPORT_ERROR);
+        }
+        if slot.received == slot.len {
+            slot.state = SlotState::Executing;
+            match slot.failed {
+                Some(status) => self.finish(h.ttag, status),
+                None => self.execute(h.ttag, engine),
+            }
+        } else {
+            self.send_r2ts(h.ttag);
+        }
+    }
+
+    /// Submits the backend work of a command whose data (if any) is in its buffer.
+    fn execute(&mut self, idx: u16, engine: &mut IoEngine) {
+        let Some(subsys) = self.queue.as_ref().and_then(|q| q.ctrl.subsys.clone()) else { return };
+        let slot = &mut self.slots[idx as usize];
+        slot.state = SlotState::Executing;
+        let plan = slot.plan;
+        let tag = ((self.token as u64) << 32) | idx as u64;
+        let buf = slot.buf.as_mut_ptr();
+        let mut reqs: [(usize, IoOp, u64, u64); 1] = [(0, IoOp::Flush, 0, 0)];
+        let ops: Vec<(usize, IoOp, u64, u64)>;
+        let list: &[(usize, IoOp, u64, u64)] = match plan {
+            IoPlan::Read { ns, offset, len } => {
+                reqs[0] = (ns, IoOp::Read, offset, len as u64);
+                &reqs
+            }
+            IoPlan::Write { ns, offset, len } => {
+                reqs[0] = (ns, IoOp::Write, offset, len as u64);
+                &reqs
+            }
+            IoPlan::WriteZeroes { ns, offset, len } => {
+                reqs[0] = (ns, IoOp::WriteZeroes, offset, len);
+                &reqs
+            }
+            IoPlan::Flush { ns: Some(ns) } => {
+                reqs[0] = (ns, IoOp::Flush, 0, 0);
+                &reqs
+            }
+            IoPlan::Flush { ns: None } => {
+                ops = (0..subsys.namespaces.len()).map(|i| (i, IoOp::Flush, 0, 0)).collect();
+                &ops
+            }
+            IoPlan::Dsm { ns, deallocate, .. } => {
+                self.ranges.clear();
+                let r = io::dsm_ranges(&subsys.namespaces[ns], slot.buf.as_slice(), &mut self.ranges);
+                if let Err(status) = r {
+                    return self.finish(idx, status);
+                }
+                if !deallocate {
+                    return self.finish(idx, Status::SUCCESS);
+                }
+                ops = self.ranges.iter().map(|&(o, l)| (ns, IoOp::Deallocate, o, l)).collect();
+                &ops
+            }
+        };
+        if list.is_empty() {
+            return self.finish(idx, Status::SUCCESS);
+        }
+        slot.pending = list.len() as u32;
+        self.in_flight += list.len();
+        for &(ns, op, offset, len) in list {
+            let req = IoRequest { op, offset, len, buf, tag };
+            // SAFETY: the slot's buffer is neither freed nor resized while `pending > 0`
+            // (slots are reused only after completion, and the reactor keeps a closed
+            // connection until in_flight() is 0).
+            unsafe { engine.submit(&subsys.namespaces[ns].backend, req) };
+        }
+    }
+
+    /// A backend request finished. `tag` is the one given at submission.
+    pub fn complete_io(&mut self, c: IoCompletion) {
+        let idx = (c.tag & 0xFFFF) as u16;
+        let Some(slot) = self.slots.get_mut(idx as usize) else { return };
+        if slot.state != SlotState::Executing || slot.pending == 0 {
+            return;
+        }
+        self.in_flight -= 1;
+        slot.pending -= 1;
+        if let Err(errno) = c.result {
+            tracing::warn!(errno, cid = slot.cid, "backend I/O failed");
+            slot.status = Status::DATA_TRANSFER_ERROR;
+        }
+        if slot.pending == 0 {
+            let status = slot.status;
+            self.finish(idx, status);
+        }
+    }
+
+    /// Completes a slot's command: read data (on success), then the response.
+    fn finish(&mut self, idx: u16, status: Status) {
+        let slot = &self.slots[idx as usize];
+        let cid = slot.cid;
+        if !matches!(self.phase, Phase::Closed | Phase::Closing) {
+            let (ns, read, written) = match slot.plan {
+                IoPlan::Read { ns, len, .. } if status.is_success() => (Some(ns), len as u64, 0),
+                IoPlan::Write { ns, len, .. } if status.is_success() => (Some(ns), 0, len as u64),
+                _ => (None, 0, 0),
+            };
+            if let (Some(ns), Some(q)) = (ns, &self.queue) {
+                q.stats.bytes_read.add(read);
+                q.stats.bytes_written.add(written);
+                if let Some(n) = self.ns_stats.get(ns) {
+                    n.bytes_read.add(read);
+                    n.bytes_written.add(written);
+                }
+            }
+            if read > 0 {
+                Self::send_data(&mut self.out, self.digests, cid, slot.buf.as_slice());
+            }
+            self.respond(cid, status, 0);
+        }
+        self.free_slot(idx);
+    }
+
+    /// Convenience for tests and single-threaded use: process input, then run backend
+    /// completions until nothing is left to do.
+    pub fn drive(&mut self, now: Instant, engine: &mut IoEngine) {
+        let mut done = Vec::new();
+        loop {
+            self.process(now, engine);
+            engine.flush();
+            engine.reap(&mut done);
+            if done.is_empty() {
+                if engine.in_flight() == 0 {
+                    return;
+                }
+                engine.wait_one();
+                continue;
+            }
+            for c in done.drain(..) {
+                self.complete_io(c);
+            }
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

@@ -1,0 +1,198 @@
+"""`nvmflab`: run studies and sweeps, inspect and export results, write reports, describe the machine.
+
+Bad input ends with one line on stderr and a non-zero exit, never a traceback. `study` and `run`
+print the report's path as their last line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .spec import Spec, SpecError, load_spec
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="NVMe-over-Fabrics performance laboratory.")
+results_app = typer.Typer(no_args_is_help=True, help="Inspect and export a results directory.")
+app.add_typer(results_app, name="results")
+out = Console()
+err = Console(stderr=True)
+
+STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
+
+
+class StudyName(str, Enum):
+    polling = "polling"
+    overhead = "overhead"
+    saturation = "saturation"
+    interference = "interference"
+    all = "all"
+
+
+class Format(str, Enum):
+    csv = "csv"
+    parquet = "parquet"
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"nvmflab: error: {message}", markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturation, interference or all"),
+          spec: Optional[Path] = typer.Option(None, "--spec", help="spec file (default: studies/NAME.toml)"),
+          quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides (about a minute)"),
+          results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)")) -> None:
+    """Run a built-in study (STUDIES.md) and write its report."""
+    names = [s.value for s in StudyName if s is not StudyName.all] if name is StudyName.all else [name.value]
+    if spec is not None and len(names) > 1:
+        fail("--spec names one study's spec; run the studies one by one to give each its own")
+    specs = []
+    for study_name in names:
+        path = spec or STUDIES_DIR / f"{study_name}.toml"
+        loaded = _load(path, quick)
+        if loaded.study not in (None, study_name):
+            fail(f"{path}: study = {loaded.study!r}, but `nvmflab study {study_name}` was asked")
+        specs.append((study_name, path, loaded.model_copy(update={"study": study_name})))
+    for study_name, path, loaded in specs:
+        _execute(loaded, path, study_name, results, quick)
+    _report(results)
+
+
+@app.command()
+def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
+        quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides"),
+        results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)")) -> None:
+    """Run any spec: its study when it names one, else the cross product of its sweep table."""
+    loaded = _load(spec, quick)
+    _execute(loaded, spec, loaded.study or loaded.name, results, quick)
+    _report(results)
+
+
+@app.command()
+def report(results: Path = typer.Argument(..., help="results directory"),
+           out_dir: Optional[Path] = typer.Option(None, "--out", help="report directory (default: RESULTS/report)")) -> None:
+    """Write the report of a results directory."""
+    _require_store(results)
+    _report(results, out_dir)
+
+
+@results_app.command("list")
+def results_list(results: Path = typer.Argument(..., help="results directory")) -> None:
+    """Runs and their point counts by status."""
+    store = _require_store(results)
+    runs, points = store.runs(), store.points()
+    table = Table("run", "study", "started", "finished", "ok", "failed", "invalid", "skipped")
+    for row in runs.itertuples():
+        mine = points[points["run_id"] == row.run_id]["status"].value_counts()
+        table.add_row(str(row.run_id), row.study, row.started_at, row.finished_at or "(interrupted)",
+                      *(str(mine.get(s, 0)) for s in ("ok", "failed", "invalid", "skipped")))
+    out.print(table)
+
+
+@results_app.command("show")
+def results_show(results: Path = typer.Argument(..., help="results directory"),
+                 study_name: Optional[str] = typer.Option(None, "--study", help="only this study"),
+                 leg: Optional[str] = typer.Option(None, "--leg", help="only this leg")) -> None:
+    """The measurements, one line per point and role."""
+    frame = _require_store(results).measurements()
+    if study_name:
+        frame = frame[frame["study"] == study_name]
+    if leg:
+        frame = frame[frame["leg"] == leg]
+    table = Table("study", "leg", "role", "rw", "bs", "iodepth", "numjobs", "repeat", "status", "iops",
+                  "p99 µs", "error")
+    for row in frame.itertuples():
+        table.add_row(row.study, row.leg, row.role, str(row.rw), str(row.bs), str(row.iodepth), str(row.numjobs),
+                      str(row.repeat), row.status, "" if row.iops != row.iops else f"{row.iops:,.0f}",
+                      "" if row.lat_p99_ns != row.lat_p99_ns else f"{row.lat_p99_ns / 1000:.1f}", row.error or "")
+    out.print(table)
+
+
+@results_app.command("export")
+def results_export(results: Path = typer.Argument(..., help="results directory"),
+                   out_file: Path = typer.Option(..., "--out", help="file to write"),
+                   fmt: Optional[Format] = typer.Option(None, "--format", help="csv or parquet (default: from --out)")) -> None:
+    """Export measurements() as CSV or Parquet."""
+    frame = _require_store(results).measurements()
+    chosen = fmt.value if fmt else ("parquet" if out_file.suffix == ".parquet" else "csv")
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    if chosen == "parquet":
+        frame.astype({"invariant_ok": "boolean", "hdr_digest": "boolean", "data_digest": "boolean"}).to_parquet(out_file)
+    else:
+        frame.to_csv(out_file, index=False)
+    out.print(f"{len(frame)} rows written to {out_file}")
+
+
+@app.command()
+def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Cores, CPU model, kernel, memory and the tools nvmflab can drive, with versions."""
+    from .env import collect
+
+    info = collect()
+    if as_json:
+        out.print_json(json.dumps(info))
+        return
+    table = Table("item", "value", show_header=False)
+    table.add_row("cpu model", info["cpu_model"])
+    table.add_row("cores", f"{info['cores']} (allowed: {','.join(map(str, info['cores_allowed']))})")
+    table.add_row("kernel", info["kernel"])
+    table.add_row("memory", f"{(info['memory_bytes'] or 0) / 2**30:.1f} GiB")
+    table.add_row("git revision", info["git_rev"] or "(not a checkout)")
+    for name, tool in info["tools"].items():
+        table.add_row(name, f"{tool['version'] or '(no version)'}  {tool['path']}" if tool["path"] else "not found")
+    out.print(table)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _load(path: Path, quick: bool) -> Spec:
+    try:
+        return load_spec(path, quick=quick)
+    except SpecError as error:
+        fail(str(error))
+
+
+def _require_store(results: Path):
+    from .store import ResultsStore
+
+    if not (results / ResultsStore.FILENAME).is_file():
+        fail(f"{results}: no {ResultsStore.FILENAME} here (run `nvmflab study` or `nvmflab run` first)")
+    return ResultsStore(results)
+
+
+def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool) -> None:
+    from .session import SessionError, run_spec
+
+    try:
+        summary = run_spec(spec, path, study_name, results, quick)
+    except SessionError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        fail(f"interrupted; finished points are stored in {results}: re-run the same command to resume", 130)
+    out.print(summary, highlight=False)
+
+
+def _report(results: Path, out_dir: Optional[Path] = None) -> None:
+    try:
+        from .report import write_report
+    except ImportError as error:
+        fail(f"the report module is not available ({error})")
+    path = write_report(results, out_dir or results / "report")
+    print(path, flush=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("nvmflab: interrupted")
+        sys.exit(130)

@@ -1,0 +1,79 @@
+"""What one measurement point is: the target to run, the load generators, and how to judge it.
+
+Studies build `Point`s; the runner executes them; the store keys them by `point_key`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Subsystem:
+    nqn: str
+    backend: str  # null | ram | file
+    size: int
+    path: str | None = None
+    block_size: int = 512
+    reactor: int | None = None  # index into TargetSetup.cores; None = round robin
+
+
+@dataclass(frozen=True)
+class TargetSetup:
+    """Everything that decides how the target process is started (equal setups share a process)."""
+
+    cores: tuple[int, ...]  # physical cores, one reactor each
+    mode: str
+    idle_poll_us: int
+    in_capsule_data_size: int
+    so_priority: int
+    tos: int
+    busy_poll_us: int
+    subsystems: tuple[Subsystem, ...]
+    netns: str | None = None  # run inside this network namespace
+    listen_ip: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class PerfJob:
+    """One nvmf-perf process."""
+
+    role: str  # main | fg | bg
+    knobs: dict[str, Any]  # flat workload + host knobs, spec names
+    cpus: tuple[int, ...]  # physical cores for --cpus_allowed
+    nqn: str | None = None  # tcp engine
+    local_path: str | None = None  # local engine (--local)
+
+
+# (perf JSON per role, target /stats diff) -> (ok, detail)
+Invariant = Callable[[dict[str, dict[str, Any]], dict[str, Any]], tuple[bool, str]]
+
+
+@dataclass
+class Point:
+    study: str
+    leg: str
+    knobs: dict[str, Any]  # the coordinates stored as knobs_json
+    repeat: int
+    jobs: list[PerfJob]
+    runtime: float
+    ramp_time: float
+    target: TargetSetup | None = None
+    invariant: Invariant | None = None
+    fg_bg_shared_core: bool = False
+    skip_reason: str | None = None  # the leg cannot run here; stored as status "skipped"
+    prepare: Callable[[], None] | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        return point_key(self.study, self.leg, self.knobs, self.repeat)
+
+
+def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int) -> str:
+    canonical = json.dumps({"study": study, "leg": leg, "knobs": knobs, "repeat": repeat},
+                           sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

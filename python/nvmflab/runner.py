@@ -1,0 +1,173 @@
+"""Executes points: target up, counters and CPU before, load generators, counters and CPU after.
+
+Each point is stored the moment it finishes; points already stored (same key) are skipped, so an
+interrupted sweep resumes where it stopped. A failing point is stored with its error and the sweep
+goes on. Targets are reused while consecutive points need the same target setup.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from . import counters, procs
+from .metrics import summarize
+from .plan import Point, TargetSetup
+from .stacks import RunningTarget, Stack, StackError
+from .store import ResultsStore, now
+from .tools import ToolMissing
+
+# Seconds a load generator may take beyond ramp_time + runtime (connect, teardown) before it is killed.
+PERF_GRACE_S = 30.0
+
+
+class PointFailed(Exception):
+    pass
+
+
+@dataclass
+class Outcome:
+    point: Point
+    status: str  # ok | failed | invalid | skipped | stored (done in an earlier run)
+    error: str | None = None
+
+
+class Runner:
+    def __init__(self, store: ResultsStore, run_id: int, stack: Stack, progress: Progress | None = None):
+        self.store = store
+        self.run_id = run_id
+        self.stack = stack
+        self.progress = progress
+        self.workdir = store.dir / "work"
+        self.workdir.mkdir(exist_ok=True)
+        self._target: RunningTarget | None = None
+
+    def run(self, points: list[Point], description: str) -> list[Outcome]:
+        done = self.store.done_keys()
+        task = self.progress.add_task(description, total=len(points)) if self.progress else None
+        outcomes = []
+        for point in points:
+            if point.key in done:
+                outcomes.append(Outcome(point, "stored"))
+            else:
+                outcomes.append(self.run_point(point))
+            if task is not None:
+                self.progress.advance(task)
+        return outcomes
+
+    def run_point(self, point: Point) -> Outcome:
+        started = now()
+        if point.skip_reason:
+            self._save(point, "skipped", point.skip_reason, [], started, None)
+            return Outcome(point, "skipped", point.skip_reason)
+        raw: dict[str, Any] = {"knobs": point.knobs}
+        try:
+            measurements, status, detail = self._measure(point, raw)
+        except (PointFailed, StackError, ToolMissing, OSError) as err:
+            message = " ".join(str(err).split()) or type(err).__name__
+            if self._target is not None and not self._target.alive():
+                self._drop_target()
+            self._save(point, "failed", message, [], started, raw)
+            return Outcome(point, "failed", message)
+        self._save(point, status, detail, measurements, started, raw)
+        return Outcome(point, status, detail)
+
+    def close(self) -> None:
+        self._drop_target()
+        procs.stop_all()
+
+    # -- one point ---------------------------------------------------------------------------
+
+    def _measure(self, point: Point, raw: dict[str, Any]) -> tuple[list[dict[str, Any]], str, str | None]:
+        if point.prepare:
+            point.prepare()
+        target = self._target_for(point.target) if point.target else None
+        before = target.stats() if target else None
+        cpu_before = target.cpu_seconds() if target else None
+        outputs = self._run_perf(point, target, raw)
+        after = target.stats() if target else None
+        cpu_after = target.cpu_seconds() if target else None
+        delta = counters.diff(before, after) if target else None
+        raw["target_stats_before"], raw["target_stats_after"] = before, after
+
+        invariant_ok, invariant_detail = None, None
+        if point.invariant and delta is not None:
+            invariant_ok, invariant_detail = point.invariant({r: o["json"] for r, o in outputs.items()}, delta)
+        rows = []
+        for job in point.jobs:
+            output = outputs[job.role]
+            row = summarize(output["json"]) | {
+                "role": job.role, "knobs": point.knobs | job.knobs,
+                "perf_usr_s": output["usr_s"], "perf_sys_s": output["sys_s"],
+                "invariant_ok": invariant_ok, "invariant_detail": invariant_detail,
+            }
+            if target:
+                row |= {"target_usr_s": cpu_after[0] - cpu_before[0], "target_sys_s": cpu_after[1] - cpu_before[1],
+                        "target_counters_json": json.dumps(delta, sort_keys=True)}
+            rows.append(row)
+        if invariant_ok is False:
+            return rows, "invalid", invariant_detail
+        return rows, "ok", None
+
+    def _run_perf(self, point: Point, target: RunningTarget | None, raw: dict[str, Any]) -> dict[str, Any]:
+        running = []
+        try:
+            for job in point.jobs:
+                output = self.workdir / f"{point.key}-{job.role}.json"
+                output.unlink(missing_ok=True)
+                argv = self.stack.perf_argv(job, target, point.runtime, point.ramp_time, output)
+                raw.setdefault("argv", {})[job.role] = argv
+                log = open(self.workdir / f"{point.key}-{job.role}.log", "wb")
+                running.append((job, output, log, procs.spawn(argv, job.cpus, stdout=log, stderr=log)))
+            results = {}
+            for job, output, log, proc in running:
+                timeout = point.ramp_time + point.runtime + PERF_GRACE_S
+                code, usr_s, sys_s = procs.wait_rusage(proc, timeout)
+                log.close()
+                if code is None:
+                    raise PointFailed(f"nvmf-perf ({job.role}) still running {timeout:.0f} s after start; killed")
+                if code != 0:
+                    raise PointFailed(f"nvmf-perf ({job.role}) exited {code}: {_last_line(log.name)}")
+                try:
+                    parsed = json.loads(output.read_text())
+                except (OSError, json.JSONDecodeError) as err:
+                    raise PointFailed(f"nvmf-perf ({job.role}) wrote no readable JSON: {err}") from None
+                raw.setdefault("perf", {})[job.role] = parsed
+                results[job.role] = {"json": parsed, "usr_s": usr_s, "sys_s": sys_s}
+            return results
+        finally:
+            for _, _, log, proc in running:
+                procs.stop(proc)
+                log.close()
+
+    def _target_for(self, setup: TargetSetup) -> RunningTarget:
+        if self._target is not None and (self._target.setup != setup or not self._target.alive()):
+            self._drop_target()
+        if self._target is None:
+            self._target = self.stack.start_target(setup, self.workdir)
+        return self._target
+
+    def _drop_target(self) -> None:
+        if self._target is not None:
+            target, self._target = self._target, None
+            target.stop()
+
+    def _save(self, point: Point, status: str, error: str | None, measurements: list[dict[str, Any]],
+              started: str, raw: dict[str, Any] | None) -> None:
+        self.store.save_point(self.run_id, point.key, point.study, point.leg, point.knobs, point.repeat, status,
+                              error, measurements, fg_bg_shared_core=point.fg_bg_shared_core,
+                              started_at=started, raw=raw)
+
+
+def _last_line(path: str) -> str:
+    lines = Path(path).read_text(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "(no output)"
+
+
+def make_progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    transient=False)

@@ -1,0 +1,239 @@
+"""Experiment specs: TOML files validated by pydantic models before anything runs.
+
+A spec names the topology, the stack, the backend, one workload and the knobs, and a `[sweep]`
+table where any workload or knob field may be a list (the points are their cross product).
+A `[quick]` table holds overrides merged over the spec for `--quick`. Study specs add a
+`[params]` table that the study's own model validates.
+
+Field names are fio's and the knobs table's (DESIGN.md), so they carry unchanged from the spec
+to nvmf-perf's flags, the results columns and the figure labels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from .units import parse_size
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+RW = Literal["read", "write", "randread", "randwrite", "rw", "randrw"]
+
+
+class SpecError(Exception):
+    """A spec that cannot run; the message is one line naming file, line, field and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Topology(_Strict):
+    """Where target and host run. `local`: both on this machine, pinned to the given cores."""
+
+    kind: Literal["local"] = "local"
+    target_cores: list[Annotated[int, Field(ge=0)]] = Field(default=[0], min_length=1)
+    host_cores: list[Annotated[int, Field(ge=0)]] = Field(default=[1], min_length=1)
+
+
+class Backend(_Strict):
+    kind: Literal["null", "ram", "file"] = "ram"
+    size: Size = 256 << 20
+    # file backend: the image to serve; default is a file in the results directory.
+    path: str | None = None
+    block_size: Literal[512, 4096] = 512
+
+
+class Workload(_Strict):
+    rw: RW = "randread"
+    bs: Size = 4096
+    iodepth: int = Field(default=1, ge=1, le=4096)
+    numjobs: int = Field(default=1, ge=1, le=256)
+    rwmixread: int = Field(default=50, ge=0, le=100)
+    rate_iops: int = Field(default=0, ge=0)  # per job, 0 = unlimited
+    size: Size | None = None  # region each job touches; default: whole namespace
+
+
+class Knobs(_Strict):
+    completion: Literal["poll", "event"] = "event"
+    target_mode: Literal["poll", "event"] = "event"
+    idle_poll_us: int = Field(default=0, ge=0)
+    hdr_digest: bool = False
+    data_digest: bool = False
+    so_priority: int = Field(default=0, ge=0, le=6)
+    tos: int = Field(default=0, ge=0, le=255)
+    busy_poll_us: int = Field(default=0, ge=0)
+    in_capsule_data_size: Size = 8192
+    # nvmf-perf opens one I/O queue pair per job; None means "= numjobs".
+    io_queues: int | None = Field(default=None, ge=1)
+
+
+SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)
+
+
+class Spec(_Strict):
+    name: str = "sweep"
+    study: Literal["polling", "overhead", "saturation", "interference"] | None = None
+    description: str = ""
+    topology: Topology = Topology()
+    stack: Literal["ours"] = "ours"
+    backend: Backend = Backend()
+    workload: Workload = Workload()
+    knobs: Knobs = Knobs()
+    sweep: dict[str, list[Any]] = {}
+    params: dict[str, Any] = {}
+    repeats: int = Field(default=3, ge=1, le=100)
+    ramp_time: float = Field(default=2.0, ge=0)
+    runtime: float = Field(default=10.0, gt=0)
+    quick: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _check_sweep(self) -> "Spec":
+        for key, values in self.sweep.items():
+            if key not in SWEEPABLE:
+                raise ValueError(f"sweep.{key}: not a workload or knob field; allowed: {', '.join(SWEEPABLE)}")
+            if not values:
+                raise ValueError(f"sweep.{key}: empty list; give at least one value")
+            for value in values:
+                base = self.base_knobs() | {key: value}
+                validate_knobs(base, where=f"sweep.{key}")
+        if self.knobs.io_queues is not None and self.knobs.io_queues != self.workload.numjobs:
+            raise ValueError(
+                "knobs.io_queues: nvmf-perf opens one I/O queue pair per job, so io_queues must "
+                f"equal workload.numjobs ({self.workload.numjobs}) or be left out"
+            )
+        return self
+
+    def base_knobs(self) -> dict[str, Any]:
+        """Workload and knob fields in one flat dict (the point coordinates before sweeping)."""
+        return self.workload.model_dump() | self.knobs.model_dump()
+
+    def points(self) -> list[dict[str, Any]]:
+        """The cross product of the sweep lists applied over the base knobs, in spec order."""
+        keys = list(self.sweep)
+        combos = itertools.product(*(self.sweep[k] for k in keys)) if keys else [()]
+        return [validate_knobs(self.base_knobs() | dict(zip(keys, combo))) for combo in combos]
+
+
+def validate_knobs(flat: dict[str, Any], where: str = "knobs") -> dict[str, Any]:
+    """Validate a flat workload+knobs dict; returns it normalised (sizes in bytes, io_queues set)."""
+    workload = {k: v for k, v in flat.items() if k in Workload.model_fields}
+    knobs = {k: v for k, v in flat.items() if k in Knobs.model_fields}
+    try:
+        merged = Workload.model_validate(workload).model_dump() | Knobs.model_validate(knobs).model_dump()
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{where}: {field}: {first['msg']} (got {first.get('input')!r})") from None
+    if merged["io_queues"] is None:
+        merged["io_queues"] = merged["numjobs"]
+    elif merged["io_queues"] != merged["numjobs"]:
+        raise ValueError(f"{where}: io_queues must equal numjobs (one I/O queue pair per job)")
+    return merged
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_spec(path: Path, quick: bool = False) -> Spec:
+    """Read and validate a spec file; raises SpecError with file:line, field and allowed values."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read spec ({err.strerror})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not valid TOML: {err}") from None
+    if quick:
+        overrides = raw.get("quick", {})
+        if not isinstance(overrides, dict):
+            raise SpecError(f"{path}: [quick] must be a table")
+        raw = deep_merge(raw, overrides)
+    return parse_spec(raw, text, path)
+
+
+def parse_spec(raw: dict[str, Any], text: str, path: Path) -> Spec:
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError(_describe(err, text, path)) from None
+    if spec.study is not None:
+        from .studies import study_params  # studies depend on spec, not the other way round
+
+        try:
+            study_params(spec.study, spec.params)
+        except ValueError as err:
+            raise SpecError(f"{path}{_line_suffix(text, ('params',))}: params: {err}") from None
+    return spec
+
+
+def _describe(err: ValidationError, text: str, path: Path) -> str:
+    first = err.errors()[0]
+    loc = tuple(str(p) for p in first["loc"])
+    field = ".".join(loc) or "spec"
+    if first["type"] == "extra_forbidden":
+        allowed = _allowed_fields(loc[:-1])
+        message = f"unknown field; allowed: {', '.join(allowed)}"
+    elif first["type"] == "value_error":
+        message = str(first["ctx"]["error"]) if "ctx" in first else first["msg"]
+        match = re.match(r"(sweep\.\w+)", message)
+        if match:
+            loc = tuple(match.group(1).split("."))
+            field = match.group(1)
+            message = message[len(field) + 2:]
+    else:
+        message = f"{first['msg']} (got {first.get('input')!r})"
+    return f"{path}{_line_suffix(text, loc)}: {field}: {message}"
+
+
+def _allowed_fields(loc: tuple[str, ...]) -> list[str]:
+    model: type[BaseModel] = Spec
+    for part in loc:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return []
+    return list(model.model_fields)
+
+
+def _line_suffix(text: str, loc: tuple[str, ...]) -> str:
+    """':N' for the line that sets loc (table header or key), '' when it cannot be found."""
+    line = find_line(text, loc)
+    return f":{line}" if line else ""
+
+
+def find_line(text: str, loc: tuple[str, ...]) -> int | None:
+    """Best-effort line number of a dotted key in TOML text (tomllib keeps no positions)."""
+    if not loc:
+        return None
+    section: tuple[str, ...] = ()
+    table_line = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.split("#", 1)[0].strip()
+        header = re.match(r"^\[+\s*([^\]]+?)\s*\]+$", stripped)
+        if header:
+            section = tuple(p.strip().strip('"') for p in header.group(1).split("."))
+            if section == loc[: len(section)] and table_line is None and len(section) == len(loc):
+                table_line = number
+            continue
+        key = re.match(r"^([A-Za-z0-9_.\"-]+)\s*=", stripped)
+        if key:
+            full = section + tuple(p.strip().strip('"') for p in key.group(1).split("."))
+            if full == loc[: len(full)] and len(full) >= min(len(loc), len(section) + 1):
+                return number
+    return table_line

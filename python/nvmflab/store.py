@@ -1,0 +1,210 @@
+"""The results database: `results.sqlite` plus `raw/` in one results directory.
+
+Schema and column meanings: docs/results-schema.md. Each point is committed as soon as it is
+measured, so an interrupted sweep keeps everything finished before the interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id INTEGER PRIMARY KEY,
+    study TEXT NOT NULL,
+    spec_toml TEXT NOT NULL,
+    env_json TEXT NOT NULL,
+    git_rev TEXT,
+    started_at TEXT NOT NULL,
+    finished_at TEXT
+);
+CREATE TABLE IF NOT EXISTS points (
+    point_id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    point_key TEXT NOT NULL UNIQUE,
+    study TEXT NOT NULL,
+    leg TEXT NOT NULL,
+    knobs_json TEXT NOT NULL,
+    repeat INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'invalid', 'skipped')),
+    error TEXT,
+    fg_bg_shared_core INTEGER NOT NULL DEFAULT 0,
+    started_at TEXT,
+    finished_at TEXT
+);
+CREATE TABLE IF NOT EXISTS measurements (
+    measurement_id INTEGER PRIMARY KEY,
+    point_id INTEGER NOT NULL REFERENCES points(point_id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('main', 'fg', 'bg')),
+    engine TEXT,
+    knobs_json TEXT,
+    iops REAL, bw_bytes REAL, read_iops REAL, write_iops REAL,
+    total_ios INTEGER, runtime_ms INTEGER,
+    lat_mean_ns REAL, lat_p50_ns REAL, lat_p90_ns REAL, lat_p99_ns REAL,
+    lat_p99_9_ns REAL, lat_p99_99_ns REAL, lat_max_ns REAL,
+    usr_cpu REAL, sys_cpu REAL, ctx INTEGER, voluntary_ctx INTEGER, involuntary_ctx INTEGER,
+    perf_usr_s REAL, perf_sys_s REAL, target_usr_s REAL, target_sys_s REAL,
+    histogram_json TEXT, target_counters_json TEXT,
+    invariant_ok INTEGER, invariant_detail TEXT
+);
+CREATE INDEX IF NOT EXISTS measurements_point ON measurements(point_id);
+"""
+
+METRIC_COLUMNS = [
+    "engine", "iops", "bw_bytes", "read_iops", "write_iops", "total_ios", "runtime_ms",
+    "lat_mean_ns", "lat_p50_ns", "lat_p90_ns", "lat_p99_ns", "lat_p99_9_ns", "lat_p99_99_ns",
+    "lat_max_ns", "usr_cpu", "sys_cpu", "ctx", "voluntary_ctx", "involuntary_ctx", "perf_usr_s",
+    "perf_sys_s", "target_usr_s", "target_sys_s", "histogram_json", "target_counters_json",
+    "invariant_ok", "invariant_detail",
+]
+# Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
+KNOB_COLUMNS = [
+    "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
+    "idle_poll_us", "hdr_digest", "data_digest", "so_priority", "tos", "busy_poll_us",
+    "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct",
+]
+FRAME_COLUMNS = (
+    ["run_id", "study", "leg", "point_id", "point_key", "repeat", "role", "status", "error"]
+    + ["engine"] + KNOB_COLUMNS + ["knobs_json"]
+    + [c for c in METRIC_COLUMNS if c != "engine"] + ["fg_bg_shared_core"]
+)
+DONE_STATUSES = ("ok", "invalid", "skipped")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class ResultsStore:
+    """One results directory. Cheap to open; every write commits at once."""
+
+    FILENAME = "results.sqlite"
+
+    def __init__(self, directory: Path | str):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.raw_dir = self.dir / "raw"
+        self.raw_dir.mkdir(exist_ok=True)
+        self.path = self.dir / self.FILENAME
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def start_run(self, study: str, spec_toml: str, env: dict[str, Any]) -> int:
+        with self._db:
+            cursor = self._db.execute(
+                "INSERT INTO runs (study, spec_toml, env_json, git_rev, started_at) VALUES (?, ?, ?, ?, ?)",
+                (study, spec_toml, json.dumps(env, sort_keys=True), env.get("git_rev"), now()))
+        return int(cursor.lastrowid)
+
+    def finish_run(self, run_id: int) -> None:
+        with self._db:
+            self._db.execute("UPDATE runs SET finished_at = ? WHERE run_id = ?", (now(), run_id))
+
+    def done_keys(self) -> set[str]:
+        """Keys of points that need no re-run (failed points are retried)."""
+        marks = ",".join("?" * len(DONE_STATUSES))
+        rows = self._db.execute(f"SELECT point_key FROM points WHERE status IN ({marks})", DONE_STATUSES)
+        return {key for (key,) in rows}
+
+    def save_point(self, run_id: int, key: str, study: str, leg: str, knobs: dict[str, Any], repeat: int,
+                   status: str, error: str | None, measurements: list[dict[str, Any]],
+                   fg_bg_shared_core: bool = False, started_at: str | None = None,
+                   raw: dict[str, Any] | None = None) -> int:
+        """Store one point with its measurements atomically, replacing an earlier failed attempt."""
+        if raw is not None:
+            (self.raw_dir / f"{key}.json").write_text(json.dumps(raw, indent=1, sort_keys=True))
+        with self._db:
+            self._db.execute("DELETE FROM measurements WHERE point_id IN "
+                             "(SELECT point_id FROM points WHERE point_key = ?)", (key,))
+            self._db.execute("DELETE FROM points WHERE point_key = ?", (key,))
+            cursor = self._db.execute(
+                "INSERT INTO points (run_id, point_key, study, leg, knobs_json, repeat, status, error, "
+                "fg_bg_shared_core, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, key, study, leg, json.dumps(knobs, sort_keys=True, default=_json_default), repeat,
+                 status, error, int(fg_bg_shared_core), started_at or now(), now()))
+            point_id = int(cursor.lastrowid)
+            for m in measurements:
+                columns = ["point_id", "role", "knobs_json"] + [c for c in METRIC_COLUMNS if c in m]
+                values = [point_id, m["role"], json.dumps(m.get("knobs", knobs), sort_keys=True,
+                                                          default=_json_default)]
+                values += [_sql_value(m[c]) for c in columns[3:]]
+                self._db.execute(f"INSERT INTO measurements ({', '.join(columns)}) "
+                                 f"VALUES ({', '.join('?' * len(columns))})", values)
+        return point_id
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def runs(self) -> pd.DataFrame:
+        return pd.read_sql_query(
+            "SELECT run_id, study, spec_toml, env_json, git_rev, started_at, finished_at FROM runs "
+            "ORDER BY run_id", self._db)
+
+    def points(self) -> pd.DataFrame:
+        return pd.read_sql_query("SELECT * FROM points ORDER BY point_id", self._db)
+
+    def measurements(self) -> pd.DataFrame:
+        """One row per measurement; points without one appear once with NaN metrics."""
+        metric_sql = ", ".join(f"m.{c}" for c in METRIC_COLUMNS)
+        frame = pd.read_sql_query(
+            "SELECT p.run_id, p.study, p.leg, p.point_id, p.point_key, p.repeat, "
+            "COALESCE(m.role, 'main') AS role, p.status, p.error, p.knobs_json AS knobs_json, "
+            "m.knobs_json AS m_knobs_json, p.fg_bg_shared_core, " + metric_sql + " "
+            "FROM points p LEFT JOIN measurements m ON m.point_id = p.point_id "
+            "ORDER BY p.point_id, m.measurement_id", self._db)
+        knob_rows = [_knob_row(point, own) for point, own in zip(frame["knobs_json"], frame["m_knobs_json"])]
+        knobs = pd.DataFrame(knob_rows, columns=KNOB_COLUMNS, index=frame.index)
+        frame = pd.concat([frame.drop(columns=["m_knobs_json"]), knobs], axis=1)
+        frame["bg_load_pct"] = pd.to_numeric(frame["bg_load_pct"], errors="coerce").astype(float)
+        frame["invariant_ok"] = frame["invariant_ok"].map(lambda v: None if pd.isna(v) else bool(v)).astype(object)
+        frame["fg_bg_shared_core"] = frame["fg_bg_shared_core"].astype(bool)
+        for column in ("hdr_digest", "data_digest"):
+            frame[column] = frame[column].map(lambda v: None if v is None or pd.isna(v) else bool(v)).astype(object)
+        return frame[FRAME_COLUMNS]
+
+
+def _knob_row(point_json: str, own_json: str | None) -> list[Any]:
+    knobs = json.loads(point_json)
+    if own_json:
+        knobs |= json.loads(own_json)
+    if "io_queues" not in knobs and "numjobs" in knobs:
+        knobs["io_queues"] = knobs["numjobs"]
+    row = [knobs.get(c) for c in KNOB_COLUMNS]
+    bg = knobs.get("bg_load_pct")
+    row[KNOB_COLUMNS.index("bg_load_pct")] = math.inf if bg == "max" else (math.nan if bg is None else float(bg))
+    return row
+
+
+def _sql_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    return str(value)

@@ -1,0 +1,136 @@
+"""Building blocks the studies share: the run context, target setups, tcp and local points."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..cores import available_cores, physical
+from ..plan import PerfJob, Point, Subsystem, TargetSetup
+from ..runner import Outcome, Runner
+from ..spec import Spec, validate_knobs
+from ..store import ResultsStore
+
+NQN_PREFIX = "nqn.2024-01.io.nvmflab"
+
+
+@dataclass
+class Context:
+    spec: Spec
+    study: str
+    runner: Runner
+    store: ResultsStore
+
+    @property
+    def cores(self) -> list[int]:
+        return available_cores()
+
+    def phys(self, logical: Iterable[int]) -> tuple[int, ...]:
+        return tuple(physical(list(logical), self.cores))
+
+    def run(self, points: list[Point], description: str) -> list[Outcome]:
+        return self.runner.run(points, description)
+
+    def measurements(self, leg: str | None = None) -> pd.DataFrame:
+        frame = self.store.measurements()
+        frame = frame[frame["study"] == self.study]
+        return frame[frame["leg"] == leg] if leg is not None else frame
+
+
+def logical(given: list[int], count: int, taken: Iterable[int]) -> list[int]:
+    """The first `count` logical cores from `given`, extended with indices not used elsewhere."""
+    cores = list(given[:count])
+    candidate = max(list(given) + list(taken)) + 1
+    while len(cores) < count:
+        cores.append(candidate)
+        candidate += 1
+    return cores
+
+
+def backend_subsystem(ctx: Context, name: str, reactor: int | None = None, path: str | None = None) -> Subsystem:
+    backend = ctx.spec.backend
+    file_path = path or backend.path or str(ctx.store.dir / "work" / f"{name}.img")
+    return Subsystem(nqn=f"{NQN_PREFIX}:{name}", backend=backend.kind, size=backend.size,
+                     path=file_path if backend.kind == "file" else None, block_size=backend.block_size,
+                     reactor=reactor)
+
+
+def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem], target_logical: list[int],
+                 netns: str | None = None, listen_ip: str = "127.0.0.1") -> TargetSetup:
+    return TargetSetup(cores=ctx.phys(target_logical), mode=knobs["target_mode"],
+                       idle_poll_us=knobs["idle_poll_us"], in_capsule_data_size=knobs["in_capsule_data_size"],
+                       so_priority=knobs["so_priority"], tos=knobs["tos"], busy_poll_us=knobs["busy_poll_us"],
+                       subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip)
+
+
+def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Spec base knobs with overrides, validated, plus the backend the point ran against."""
+    spec_fields = {k: v for k, v in overrides.items() if k not in EXTRA_KNOBS}
+    knobs = validate_knobs(ctx.spec.base_knobs() | spec_fields)
+    knobs |= {"backend": ctx.spec.backend.kind, "backend_size": ctx.spec.backend.size}
+    return knobs | {k: v for k, v in overrides.items() if k in EXTRA_KNOBS}
+
+
+# Point coordinates that are not spec fields but tell points apart in the results.
+EXTRA_KNOBS = ("backend", "app", "resource", "bg_load_pct", "file_dir")
+
+
+def tcp_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, netns: str | None = None,
+              listen_ip: str = "127.0.0.1", subsystem: Subsystem | None = None,
+              prepare: Callable[[], None] | None = None, skip_reason: str | None = None) -> Point:
+    """One load generator on the host cores against one subsystem served by the target cores."""
+    topo = ctx.spec.topology
+    sub = subsystem or backend_subsystem(ctx, "main")
+    job = PerfJob(role="main", knobs=_job_knobs(knobs), cpus=ctx.phys(topo.host_cores), nqn=sub.nqn)
+    return Point(study=ctx.study, leg=leg, knobs=knobs, repeat=repeat, jobs=[job], runtime=ctx.spec.runtime,
+                 ramp_time=ctx.spec.ramp_time,
+                 target=target_setup(ctx, knobs, [sub], topo.target_cores, netns, listen_ip),
+                 prepare=prepare or _file_maker(sub), skip_reason=skip_reason)
+
+
+def local_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, path: str, size: int) -> Point:
+    """nvmf-perf --local on a file: the same workload with no network stack in between."""
+    job = PerfJob(role="main", knobs=_job_knobs(knobs), cpus=ctx.phys(ctx.spec.topology.host_cores),
+                  local_path=path)
+    return Point(study=ctx.study, leg=leg, knobs=knobs, repeat=repeat, jobs=[job], runtime=ctx.spec.runtime,
+                 ramp_time=ctx.spec.ramp_time, prepare=lambda: make_file(Path(path), size))
+
+
+def _job_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in knobs.items() if k not in EXTRA_KNOBS}
+
+
+def _file_maker(sub: Subsystem) -> Callable[[], None] | None:
+    if sub.backend != "file" or sub.path is None:
+        return None
+    return lambda: make_file(Path(sub.path), sub.size)
+
+
+def make_file(path: Path, size: int) -> None:
+    """A backing file of exactly `size` bytes with written blocks (holes would make reads free)."""
+    if path.exists() and path.stat().st_size == size:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunk = bytes(range(256)) * 4096  # 1 MiB
+    with open(path, "wb") as f:
+        remaining = size
+        while remaining > 0:
+            f.write(chunk[: min(len(chunk), remaining)])
+            remaining -= len(chunk)
+
+
+def repeated(ctx: Context, knob_sets: Iterable[dict[str, Any]],
+             build: Callable[[dict[str, Any], int], Point]) -> list[Point]:
+    """Every knob set, each repeated `spec.repeats` times; knob sets seen twice run once."""
+    points, seen = [], set()
+    for knobs in knob_sets:
+        marker = repr(sorted(knobs.items()))
+        if marker in seen:
+            continue
+        seen.add(marker)
+        points += [build(knobs, r) for r in range(ctx.spec.repeats)]
+    return points

@@ -1,0 +1,199 @@
+"""`interference` (thesis ch. 6): a foreground app sharing one core with a rate-capped background.
+
+For each resource:
+1. `calibrate_<resource>`: the background alone, iodepth swept; `find_plateau` gives the
+   resource's saturation IOPS (or `params.saturation_iops` gives it directly).
+2. `<resource>`: the foreground (L-app QD1 or T-app QD`tapp_iodepth`) alone (isolated, no
+   bg_load_pct), then with the background capped at each bg_load_pct of the saturation point and
+   uncapped ("max").
+Layouts (logical cores; on small machines they wrap modulo the available cores and the point
+records `fg_bg_shared_core` when fg and bg share a core they were meant not to):
+- initiator: fg and bg on host core H0; fg's subsystem on reactor 0 (core T0), bg's on reactor 1 (T1).
+- target: fg on H0, bg's two jobs on H1 and H2; every queue on reactor 0 (T0).
+- control: fg on H0, bg on H1, reactors 0 and 1: only the network is shared; bg uncapped.
+Sanity invariants from the target's counters mark a point `invalid` when violated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..counters import namespace_commands
+from ..plan import PerfJob, Point
+from .common import Context, backend_subsystem, logical, point_knobs, repeated, target_setup
+from .saturation import saturation_iops
+
+APPS = {"L-app": 1}  # T-app's iodepth comes from params
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    resources: list[str] = Field(default=["initiator", "target"], min_length=1)
+    fg_apps: list[str] = Field(default=["L-app", "T-app"], min_length=1)
+    bg_load_pct: list[int | str] = Field(default=[10, 20, 30, 40, 50, 60, 70, 80, 90, "max"], min_length=1)
+    tapp_iodepth: int = Field(default=128, ge=1)
+    bg_iodepth: int = Field(default=128, ge=1)
+    calibrate_iodepth: list[int] = Field(default=[16, 32, 64, 128, 256], min_length=1)
+    saturation_iops: dict[str, float] = {}
+    control: bool = True
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: list[str]) -> list[str]:
+        return _only(value, ("initiator", "target"), "resources")
+
+    @field_validator("fg_apps")
+    @classmethod
+    def _apps(cls, value: list[str]) -> list[str]:
+        return _only(value, ("L-app", "T-app"), "fg_apps")
+
+    @field_validator("bg_load_pct")
+    @classmethod
+    def _loads(cls, value: list[int | str]) -> list[int | str]:
+        for v in value:
+            if v != "max" and not (isinstance(v, int) and 0 < v <= 100):
+                raise ValueError(f"{v!r} is not allowed; allowed: integers 1..100 and \"max\"")
+        return value
+
+
+def _only(values: list[str], allowed: tuple[str, ...], name: str) -> list[str]:
+    for v in values:
+        if v not in allowed:
+            raise ValueError(f"{v!r} is not allowed; allowed: {', '.join(allowed)}")
+    return values
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Logical cores of one experiment: fg/bg host cores, target cores, fg/bg reactor indices."""
+
+    fg_host: tuple[int, ...]
+    bg_host: tuple[int, ...]
+    target: tuple[int, ...]
+    fg_reactor: int
+    bg_reactor: int
+    shared: str  # what fg and bg are meant to share: "host", "reactor" or "network"
+
+
+def layout(ctx: Context, resource: str) -> Layout:
+    topo = ctx.spec.topology
+    hosts = logical(topo.host_cores, 3, topo.target_cores)
+    targets = logical(topo.target_cores, 2, hosts)
+    if resource == "initiator":
+        return Layout((hosts[0],), (hosts[0],), tuple(targets), 0, 1, "host")
+    if resource == "target":
+        return Layout((hosts[0],), (hosts[1], hosts[2]), (targets[0],), 0, 0, "reactor")
+    return Layout((hosts[0],), (hosts[1],), tuple(targets), 0, 1, "network")
+
+
+def unintended_sharing(ctx: Context, lay: Layout) -> bool:
+    """True when fg and bg ended up on a common physical core that the experiment did not intend."""
+    fg = set(ctx.phys(lay.fg_host)) | {ctx.phys(lay.target)[lay.fg_reactor]}
+    bg = set(ctx.phys(lay.bg_host)) | {ctx.phys(lay.target)[lay.bg_reactor]}
+    intended = set()
+    if lay.shared == "host":
+        intended = set(ctx.phys(lay.fg_host))
+    elif lay.shared == "reactor":
+        intended = {ctx.phys(lay.target)[lay.fg_reactor]}
+    return bool((fg & bg) - intended)
+
+
+def execute(ctx: Context, params: Params) -> None:
+    saturation = {}
+    for resource in params.resources:
+        saturation[resource] = _saturation(ctx, params, resource)
+        fg_sets = [_fg_knobs(ctx, params, app, resource) for app in params.fg_apps]
+        points = repeated(ctx, fg_sets, lambda k, r, res=resource: build(ctx, params, res, k, r, None, 0))
+        for pct in params.bg_load_pct:
+            rate = 0 if pct == "max" else _rate(saturation[resource], pct, len(layout(ctx, resource).bg_host))
+            sets = [k | {"bg_load_pct": pct} for k in fg_sets]
+            points += repeated(ctx, sets, lambda k, r, res=resource, q=rate: build(ctx, params, res, k, r, True, q))
+        ctx.run(points, f"interference: {resource}")
+    if params.control:
+        sets = [_fg_knobs(ctx, params, app, "control") | {"bg_load_pct": "max"} for app in params.fg_apps]
+        sets += [_fg_knobs(ctx, params, app, "control") for app in params.fg_apps]
+        ctx.run(repeated(ctx, sets, lambda k, r: build(ctx, params, "control", k, r, "bg_load_pct" in k, 0)),
+                "interference: control")
+
+
+def _fg_knobs(ctx: Context, params: Params, app: str, resource: str) -> dict[str, Any]:
+    iodepth = APPS.get(app, params.tapp_iodepth)
+    return point_knobs(ctx, {"rw": "randread", "bs": 4096, "numjobs": 1, "iodepth": iodepth, "rate_iops": 0,
+                             "app": app, "resource": resource})
+
+
+def _rate(saturation: float, pct: int, bg_jobs: int) -> int:
+    """Per-job rate cap (nvmf-perf's rate_iops is per job, like fio's)."""
+    if math.isnan(saturation):
+        raise ValueError("no saturation point: the calibration produced no usable measurement")
+    return max(1, round(saturation * pct / 100 / bg_jobs))
+
+
+def _saturation(ctx: Context, params: Params, resource: str) -> float:
+    if resource in params.saturation_iops:
+        return params.saturation_iops[resource]
+    leg = f"calibrate_{resource}"
+    sets = [point_knobs(ctx, {"rw": "randread", "bs": 4096, "numjobs": 1, "iodepth": qd, "rate_iops": 0,
+                              "resource": resource}) for qd in params.calibrate_iodepth]
+    ctx.run(repeated(ctx, sets, lambda k, r: build(ctx, params, resource, k, r, False, 0, leg=leg)),
+            f"interference: {leg}")
+    frame = ctx.measurements(leg)
+    iops, _ = saturation_iops(frame[frame["role"] == "bg"], load_column="iodepth")
+    return iops
+
+
+def build(ctx: Context, params: Params, resource: str, fg_knobs: dict[str, Any], repeat: int,
+          with_bg: bool | None, bg_rate: int, leg: str | None = None) -> Point:
+    """A point of `resource`'s layout: fg only (with_bg None), fg + bg (True), or bg only (False)."""
+    lay = layout(ctx, resource)
+    fg_sub = backend_subsystem(ctx, "fg", reactor=lay.fg_reactor)
+    bg_sub = backend_subsystem(ctx, "bg", reactor=lay.bg_reactor)
+    jobs = []
+    if with_bg is not False:
+        jobs.append(PerfJob("fg", _perf_knobs(fg_knobs), ctx.phys(lay.fg_host), nqn=fg_sub.nqn))
+    if with_bg is not None:
+        bg_knobs = _perf_knobs(fg_knobs) | {"iodepth": params.bg_iodepth if with_bg else fg_knobs["iodepth"],
+                                            "numjobs": len(lay.bg_host), "io_queues": len(lay.bg_host),
+                                            "rate_iops": bg_rate}
+        jobs.append(PerfJob("bg", bg_knobs, ctx.phys(lay.bg_host), nqn=bg_sub.nqn))
+    return Point(study=ctx.study, leg=leg or resource, knobs=fg_knobs, repeat=repeat, jobs=jobs,
+                 runtime=ctx.spec.runtime, ramp_time=ctx.spec.ramp_time,
+                 target=target_setup(ctx, fg_knobs, [fg_sub, bg_sub], list(lay.target)),
+                 invariant=_invariant(lay, fg_sub.nqn, bg_sub.nqn, ctx.spec.runtime, ctx.spec.ramp_time,
+                                     fg_knobs["iodepth"]),
+                 fg_bg_shared_core=unintended_sharing(ctx, lay))
+
+
+def _perf_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in knobs.items() if k not in ("app", "resource", "bg_load_pct")}
+
+
+def _invariant(lay: Layout, fg_nqn: str, bg_nqn: str, runtime: float, ramp_time: float, fg_iodepth: int):
+    """fg's commands were served only by fg's reactor, and as many as fg completed (plus ramp);
+    bg's commands only by bg's reactor."""
+
+    def check(perf: dict[str, dict], delta: dict[str, Any]) -> tuple[bool, str]:
+        problems, notes = [], []
+        for role, nqn, reactor in (("fg", fg_nqn, lay.fg_reactor), ("bg", bg_nqn, lay.bg_reactor)):
+            if role not in perf:
+                continue
+            served = namespace_commands(delta, nqn)
+            elsewhere = {r: n for r, n in served.items() if r != reactor}
+            if elsewhere:
+                problems.append(f"{role} commands served by reactors {elsewhere}, intended only reactor {reactor}")
+            completed = sum(j[d].get("total_ios", 0) for j in perf[role].get("jobs", []) for d in ("read", "write"))
+            on_reactor = served.get(reactor, 0)
+            notes.append(f"{role}: {on_reactor} commands on reactor {reactor}, {completed} completed after ramp")
+            if role == "fg":
+                # Ramp I/O reaches the target but not perf's totals; allow it, plus one queue's worth in flight.
+                ceiling = completed * (runtime + 1.5 * ramp_time) / runtime + fg_iodepth
+                if on_reactor < completed or on_reactor > ceiling:
+                    problems.append(f"fg: reactor {reactor} served {on_reactor} commands, expected "
+                                    f"{completed}..{int(ceiling)} (completions + ramp)")
+        return (not problems, "; ".join(problems or notes))
+
+    return check

@@ -1,0 +1,36 @@
+"""`polling` (thesis ch. 4): host completion polling, target idle polling, and their interaction.
+
+Legs:
+- `completion`: T-app (4 KiB randread, 1 job) at every iodepth, completion event vs poll; the
+  QD1 points are the L-app p99, and ctx vs QD comes from the same points.
+- `idle_poll`: target idle_poll_us swept at QD1 (p99) and at high_iodepth (IOPS).
+- `matrix`: completion × target_mode at QD1 and high_iodepth (table 3.3 shape).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .common import Context, point_knobs, repeated, tcp_point
+
+TAPP = {"rw": "randread", "bs": 4096, "numjobs": 1}
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    iodepth: list[int] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128, 256], min_length=1)
+    idle_poll_us: list[int] = Field(default=[0, 10, 20, 40, 80, 160], min_length=1)
+    high_iodepth: int = Field(default=128, ge=1)
+
+
+def execute(ctx: Context, params: Params) -> None:
+    def run_leg(leg: str, knob_sets: list[dict]) -> None:
+        sets = [point_knobs(ctx, TAPP | k) for k in knob_sets]
+        ctx.run(repeated(ctx, sets, lambda knobs, r: tcp_point(ctx, leg, knobs, r)), f"polling: {leg}")
+
+    run_leg("completion", [{"completion": c, "iodepth": qd}
+                           for c in ("event", "poll") for qd in params.iodepth])
+    run_leg("idle_poll", [{"target_mode": "event", "idle_poll_us": us, "iodepth": qd}
+                          for us in params.idle_poll_us for qd in (1, params.high_iodepth)])
+    run_leg("matrix", [{"completion": c, "target_mode": m, "iodepth": qd}
+                       for c in ("event", "poll") for m in ("event", "poll") for qd in (1, params.high_iodepth)])

@@ -1,0 +1,75 @@
+"""A network namespace joined to this one by a veth pair with `tc netem` on both ends.
+
+The target runs inside the namespace at TARGET_IP; the host stays outside at HOST_IP. Needs root
+and `ip`/`tc`; `unavailable()` says why not when it cannot work here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+HOST_IP, TARGET_IP = "10.249.0.1", "10.249.0.2"
+
+
+class NetnsError(Exception):
+    pass
+
+
+def unavailable() -> str | None:
+    """None when a namespace can be built here, else the reason."""
+    if os.geteuid() != 0:
+        return "needs root to create a network namespace"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found (install iproute2)"
+    return None
+
+
+class EmulatedLink:
+    """Context manager: namespace + veth + netem; removed again on exit, even after errors."""
+
+    def __init__(self, delay_us: int, rate: str | None):
+        suffix = str(os.getpid())
+        self.netns = f"nvmflab-{suffix}"
+        self.host_if, self.target_if = f"nvfh{suffix}"[:15], f"nvft{suffix}"[:15]
+        self.delay_us, self.rate = delay_us, rate
+
+    def __enter__(self) -> "EmulatedLink":
+        try:
+            _ip("netns", "add", self.netns)
+            _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.target_if)
+            _ip("link", "set", self.target_if, "netns", self.netns)
+            _ip("addr", "add", f"{HOST_IP}/24", "dev", self.host_if)
+            _ip("link", "set", self.host_if, "up")
+            _ip("-n", self.netns, "addr", "add", f"{TARGET_IP}/24", "dev", self.target_if)
+            _ip("-n", self.netns, "link", "set", self.target_if, "up")
+            _ip("-n", self.netns, "link", "set", "lo", "up")
+            self._netem([], self.host_if)
+            self._netem(["ip", "netns", "exec", self.netns], self.target_if)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _netem(self, prefix: list[str], dev: str) -> None:
+        # Half the round-trip delay on each side, so ping shows delay_us.
+        args = ["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", f"{self.delay_us / 2:g}us"]
+        if self.rate:
+            args += ["rate", self.rate]
+        _run(prefix + args)
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise NetnsError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from .stats import usable
+from .stats import usable, usable_mask
 
 
 def study_rows(measurements: pd.DataFrame, study: str) -> pd.DataFrame:
@@ -20,7 +20,7 @@ def excluded_points(rows: pd.DataFrame) -> pd.DataFrame:
     """Failed or invalid rows with the reason, for the report's 'left out' list."""
     if rows.empty:
         return rows.iloc[0:0]
-    bad = rows.drop(usable(rows).index)
+    bad = rows[~usable_mask(rows)]
     columns = [c for c in ("run_id", "leg", "point_id", "point_key", "repeat", "role", "status",
                            "bg_load_pct", "error", "invariant_detail") if c in bad.columns]
     return bad[columns].reset_index(drop=True)

@@ -50,14 +50,19 @@ def ci95_halfwidth(values: Sequence[float]) -> float:
     return t95(len(data) - 1) * float(data.std(ddof=1)) / math.sqrt(len(data))
 
 
-def usable(measurements: pd.DataFrame) -> pd.DataFrame:
-    """Rows fit for analysis: status ok and no failed sanity invariant."""
-    if measurements.empty:
-        return measurements
+def usable_mask(measurements: pd.DataFrame) -> pd.Series:
+    """True for rows fit for analysis: status ok and no failed sanity invariant."""
     ok = measurements["status"] == "ok"
     if "invariant_ok" in measurements:
         ok &= measurements["invariant_ok"].map(lambda v: v is not False and v != 0)
-    return measurements[ok]
+    return ok
+
+
+def usable(measurements: pd.DataFrame) -> pd.DataFrame:
+    """The rows fit for analysis (see usable_mask)."""
+    if measurements.empty:
+        return measurements
+    return measurements[usable_mask(measurements)]
 
 
 def collapse_jobs(measurements: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402  (the backend must be chosen before figures exist)
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from .analysis.stats import histogram_cdf  # noqa: E402
 from .analysis.text import size  # noqa: E402
@@ -149,6 +149,7 @@ def vs_load(
     if len(values) and values.max() > 10 * values.min():
         # One resource can be an order of magnitude worse; a log axis keeps the others readable.
         axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     if threshold is not None:
         axes.axhline(threshold * scale, color="tab:red", linestyle=":", linewidth=1.2,
                      label=threshold_label)

@@ -7,6 +7,7 @@ print the report's path as their last line.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -196,3 +197,9 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("nvmflab: interrupted")
         sys.exit(130)
+    except Exception as error:  # a bug, not bad input: one line unless asked for the traceback
+        if os.environ.get("NVMFLAB_DEBUG"):
+            raise
+        err.print(f"nvmflab: internal error: {type(error).__name__}: {error} (NVMFLAB_DEBUG=1 shows the traceback)",
+                  markup=False, highlight=False)
+        sys.exit(1)

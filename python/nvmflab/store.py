@@ -184,7 +184,7 @@ class ResultsStore:
 
 def _knob_row(point_json: str, own_json: str | None) -> list[Any]:
     knobs = json.loads(point_json)
-    if own_json:
+    if isinstance(own_json, str):  # NULL comes back as NaN
         knobs |= json.loads(own_json)
     if "io_queues" not in knobs and "numjobs" in knobs:
         knobs["io_queues"] = knobs["numjobs"]

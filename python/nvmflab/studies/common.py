@@ -35,6 +35,10 @@ class Context:
     def run(self, points: list[Point], description: str) -> list[Outcome]:
         return self.runner.run(points, description)
 
+    def console_note(self, message: str) -> None:
+        if self.runner.progress is not None:
+            self.runner.progress.console.print(message, markup=False, highlight=False)
+
     def measurements(self, leg: str | None = None) -> pd.DataFrame:
         frame = self.store.measurements()
         frame = frame[frame["study"] == self.study]

@@ -92,14 +92,14 @@ def layout(ctx: Context, resource: str) -> Layout:
 
 def unintended_sharing(ctx: Context, lay: Layout) -> bool:
     """True when fg and bg ended up on a common physical core that the experiment did not intend."""
-    fg = set(ctx.phys(lay.fg_host)) | {ctx.phys(lay.target)[lay.fg_reactor]}
-    bg = set(ctx.phys(lay.bg_host)) | {ctx.phys(lay.target)[lay.bg_reactor]}
-    intended = set()
-    if lay.shared == "host":
-        intended = set(ctx.phys(lay.fg_host))
-    elif lay.shared == "reactor":
-        intended = {ctx.phys(lay.target)[lay.fg_reactor]}
-    return bool((fg & bg) - intended)
+    fg_host, bg_host = set(ctx.phys(lay.fg_host)), set(ctx.phys(lay.bg_host))
+    fg_reactor, bg_reactor = {ctx.phys(lay.target)[lay.fg_reactor]}, {ctx.phys(lay.target)[lay.bg_reactor]}
+    clashes = [fg_host & bg_reactor, bg_host & fg_reactor]
+    if lay.shared != "host":
+        clashes.append(fg_host & bg_host)
+    if lay.shared != "reactor":
+        clashes.append(fg_reactor & bg_reactor)
+    return any(clashes)
 
 
 def execute(ctx: Context, params: Params) -> None:

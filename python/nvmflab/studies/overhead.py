@@ -72,8 +72,11 @@ def _netns_leg(ctx: Context, params: Params, knob_sets: list[dict], sub) -> None
         return
     try:
         with netns.EmulatedLink(params.netns_delay_us, params.netns_rate) as link:
-            points = repeated(ctx, knob_sets, lambda k, r: tcp_point(
+            linked = [k | {"netns_link": link.emulation.split(" (")[0]} for k in knob_sets]
+            points = repeated(ctx, linked, lambda k, r: tcp_point(
                 ctx, "netns", k, r, subsystem=sub, netns=link.netns, listen_ip=netns.TARGET_IP))
+            if link.emulation.startswith("none"):
+                ctx.console_note(f"overhead: netns link without emulation: {link.emulation}")
             ctx.run(points, "overhead: netns")
             ctx.runner.close()  # the target lives in the namespace: stop it before the namespace goes
     except netns.NetnsError as err:

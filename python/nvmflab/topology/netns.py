@@ -35,6 +35,7 @@ class EmulatedLink:
         self.netns = f"nvmflab-{suffix}"
         self.host_if, self.target_if = f"nvfh{suffix}"[:15], f"nvft{suffix}"[:15]
         self.delay_us, self.rate = delay_us, rate
+        self.emulation = "none"  # what the link really does, stored with every point
 
     def __enter__(self) -> "EmulatedLink":
         try:
@@ -46,8 +47,13 @@ class EmulatedLink:
             _ip("-n", self.netns, "addr", "add", f"{TARGET_IP}/24", "dev", self.target_if)
             _ip("-n", self.netns, "link", "set", self.target_if, "up")
             _ip("-n", self.netns, "link", "set", "lo", "up")
-            self._netem([], self.host_if)
-            self._netem(["ip", "netns", "exec", self.netns], self.target_if)
+            try:
+                self._netem([], self.host_if)
+                self._netem(["ip", "netns", "exec", self.netns], self.target_if)
+                self.emulation = f"netem delay {self.delay_us}us" + (f" rate {self.rate}" if self.rate else "")
+            except NetnsError as err:
+                # Without sch_netem the veth pair still puts a real network device in the path.
+                self.emulation = f"none (netem unavailable: {err})"
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -1,4 +1,8 @@
 //! Userspace NVMe/TCP target. See README.md.
+//!
+//! `start(config)` binds the listeners, opens the namespaces, starts one reactor thread per
+//! configured core, the acceptor and (optionally) the stats endpoint, and returns a
+//! [`RunningTarget`] that reports the real addresses (port 0 binds an ephemeral port).
 
 pub mod admin;
 pub mod backend;
@@ -7,5 +11,160 @@ pub mod core;
 pub mod discovery;
 pub mod fabrics;
 pub mod io;
+pub mod reactor;
 pub mod stats;
 pub mod transport;
+
+pub use config::{ConfigError, TargetConfig};
+
+use crate::config::PortConfig;
+use crate::reactor::{Acceptor, Placement, Reactor, SocketOptions};
+use crate::stats::StatsRegistry;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Backend(#[from] backend::BackendError),
+    #[error("{0}")]
+    Stats(String),
+    #[error("cannot start thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl StartError {
+    /// Errors in what the user asked for (exit status 2) rather than in the environment.
+    pub fn is_config_error(&self) -> bool {
+        matches!(self, StartError::Config(_) | StartError::Backend(_))
+    }
+}
+
+pub struct RunningTarget {
+    listen_addrs: Vec<SocketAddr>,
+    stats_addr: Option<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    wakers: Vec<Arc<mio::Waker>>,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<StatsRegistry>,
+}
+
+impl RunningTarget {
+    /// The bound listen addresses, in configuration order.
+    pub fn listen_addrs(&self) -> &[SocketAddr] {
+        &self.listen_addrs
+    }
+
+    pub fn stats_addr(&self) -> Option<SocketAddr> {
+        self.stats_addr
+    }
+
+    /// Counters as served by `/stats` (for in-process tests).
+    pub fn stats_json(&self) -> serde_json::Value {
+        self.stats.json()
+    }
+
+    /// The `ready ...` line the binary prints.
+    pub fn ready_line(&self) -> String {
+        let listen: Vec<String> = self.listen_addrs.iter().map(|a| a.to_string()).collect();
+        let stats = self.stats_addr.map_or("none".to_string(), |a| a.to_string());
+        format!("ready listen={} stats={}", listen.join(","), stats)
+    }
+
+    /// Stops every thread after closing all connections.
+    pub fn shutdown(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        self.stop.store(true, Relaxed);
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningTarget {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+/// Starts a target. The config is validated again here (it may have been built in code).
+pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
+    config.validate("config")?;
+    let mut listeners = Vec::new();
+    let mut bound = Vec::new();
+    for p in &config.ports {
+        let l = std::net::TcpListener::bind(p.addr).map_err(|source| StartError::Listen { addr: p.addr, source })?;
+        l.set_nonblocking(true).map_err(|source| StartError::Listen { addr: p.addr, source })?;
+        let addr = l.local_addr().map_err(|source| StartError::Listen { addr: p.addr, source })?;
+        bound.push(PortConfig { addr, subsystems: p.subsystems.clone() });
+        listeners.push(mio::net::TcpListener::from_std(l));
+    }
+    let target = Arc::new(core::Target::new(config.target.clone(), &config.subsystems, &bound)?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = &config.target;
+    let mut handles = Vec::new();
+    let mut threads = Vec::new();
+    let mut reactor_stats = Vec::new();
+    let mut wakers = Vec::new();
+    let guard = StopGuard { stop: stop.clone() };
+    for (i, &core) in t.cores.iter().enumerate() {
+        let (reactor, handle) = Reactor::new(i, core, t.mode, t.idle_poll_us, stop.clone()).map_err(StartError::Thread)?;
+        reactor_stats.push(reactor.stats.clone());
+        wakers.push(handle.waker.clone());
+        handles.push(handle);
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("nvmf-reactor-{i}"))
+                .spawn(move || reactor.run())
+                .map_err(StartError::Thread)?,
+        );
+    }
+    let registry = Arc::new(StatsRegistry { start: Instant::now(), reactors: reactor_stats });
+    let stats_addr = match t.stats {
+        Some(addr) => {
+            let server = stats::serve(addr, registry.clone(), stop.clone()).map_err(StartError::Stats)?;
+            threads.push(server.thread);
+            Some(server.addr)
+        }
+        None => None,
+    };
+    let ports = target.ports.clone();
+    let acceptor = Acceptor {
+        target,
+        listeners: listeners.into_iter().zip(ports).collect(),
+        reactors: handles,
+        placement: Placement::new(&config),
+        sockopts: SocketOptions { so_priority: t.so_priority, tos: t.tos, busy_poll_us: t.busy_poll_us },
+        stop: stop.clone(),
+    };
+    threads.push(
+        std::thread::Builder::new().name("nvmf-acceptor".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?,
+    );
+    std::mem::forget(guard);
+    let listen_addrs = bound.iter().map(|p| p.addr).collect();
+    Ok(RunningTarget { listen_addrs, stats_addr, stop, wakers, threads, stats: registry })
+}
+
+/// Stops already started threads when `start` fails half way.
+struct StopGuard {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}

@@ -1,0 +1,441 @@
+//! Reactor threads: each owns its connections for their whole life (no locks on the data path),
+//! polls their sockets with mio, batches socket reads and writes, and reaps its own io_uring.
+//! The acceptor thread takes new connections through ICReq and Connect, then hands each to the
+//! reactor the placement policy picks (subsystem and host NQN are known only after Connect).
+
+use crate::backend::{IoCompletion, IoEngine};
+use crate::config::{ReactorMode, TargetConfig};
+use crate::core::{Port, Target};
+use crate::stats::ReactorStats;
+use crate::transport::tcp::Connection;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAKER: Token = Token(usize::MAX - 1);
+const RING: Token = Token(usize::MAX - 2);
+/// How often idle connections check keep-alive and connect timeouts.
+const TICK: Duration = Duration::from_millis(20);
+/// Longest sleep in event mode (bounds keep-alive detection latency and shutdown).
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+const IO_RING_ENTRIES: u32 = 1024;
+
+/// Socket options applied to every accepted connection.
+#[derive(Debug, Clone, Copy)]
+pub struct SocketOptions {
+    pub so_priority: u32,
+    pub tos: u32,
+    pub busy_poll_us: u32,
+}
+
+fn setsockopt(fd: i32, level: i32, name: i32, value: i32, what: &str) {
+    // SAFETY: passes a valid pointer to an int of the given length.
+    let rc = unsafe {
+        libc::setsockopt(fd, level, name, &value as *const i32 as *const libc::c_void, std::mem::size_of::<i32>() as u32)
+    };
+    if rc != 0 {
+        tracing::warn!("setsockopt {what}={value} refused: {}", std::io::Error::last_os_error());
+    }
+}
+
+pub fn apply_socket_options(stream: &TcpStream, opts: SocketOptions) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::warn!("TCP_NODELAY refused: {e}");
+    }
+    let fd = stream.as_raw_fd();
+    if opts.so_priority > 0 {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, opts.so_priority as i32, "SO_PRIORITY");
+    }
+    if opts.tos > 0 {
+        match stream.local_addr() {
+            Ok(a) if a.is_ipv6() => setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, opts.tos as i32, "IPV6_TCLASS"),
+            _ => setsockopt(fd, libc::IPPROTO_IP, libc::IP_TOS, opts.tos as i32, "IP_TOS"),
+        }
+    }
+    if opts.busy_poll_us > 0 {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, opts.busy_poll_us as i32, "SO_BUSY_POLL");
+    }
+}
+
+/// Pins the calling thread to `core`; a warning (not an error) when the kernel refuses.
+fn pin_to_core(core: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks against its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if core >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            tracing::warn!(core, "core number too large to pin; reactor runs unpinned");
+            return;
+        }
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::warn!(core, "cannot pin reactor: {}; it runs unpinned", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// A connection moving from the acceptor to a reactor.
+pub struct Handoff {
+    pub stream: TcpStream,
+    pub conn: Connection,
+}
+
+/// The acceptor's handle on one reactor.
+pub struct ReactorHandle {
+    pub tx: Sender<Handoff>,
+    pub waker: Arc<Waker>,
+}
+
+/// Queue placement: host map first, then the subsystem's fixed reactor, else round robin.
+pub struct Placement {
+    host_map: Vec<(String, usize)>,
+    subsys_map: Vec<(String, usize)>,
+    reactors: usize,
+    next: AtomicUsize,
+}
+
+impl Placement {
+    pub fn new(config: &TargetConfig) -> Placement {
+        Placement {
+            host_map: config.host_map.iter().map(|h| (h.hostnqn.clone(), h.reactor)).collect(),
+            subsys_map: config.subsystems.iter().filter_map(|s| Some((s.nqn.clone(), s.reactor?))).collect(),
+            reactors: config.target.cores.len(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn pick(&self, subnqn: &str, hostnqn: &str) -> usize {
+        if let Some((_, r)) = self.host_map.iter().find(|(h, _)| h == hostnqn) {
+            return *r;
+        }
+        if let Some((_, r)) = self.subsys_map.iter().find(|(s, _)| s == subnqn) {
+            return *r;
+        }
+        self.next.fetch_add(1, Relaxed) % self.reactors
+    }
+}
+
+struct Entry {
+    stream: TcpStream,
+    conn: Connection,
+    /// Socket closed; kept only until the backend finishes with the connection's buffers.
+    gone: bool,
+}
+
+/// Reads all available bytes. Returns false when the peer closed or the socket failed.
+fn read_all(stream: &mut TcpStream, conn: &mut Connection) -> bool {
+    loop {
+        if conn.output().len() >= 8 << 20 {
+            return true; // backpressure: resume once output drains
+        }
+        let space = conn.recv_space();
+        let want = space.len();
+        match stream.read(space) {
+            Ok(0) => return false,
+            Ok(n) => {
+                conn.recv_commit(n);
+                if n < want {
+                    return true;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Writes as much queued output as the socket takes, many PDUs per syscall.
+fn write_all(stream: &mut TcpStream, conn: &mut Connection) -> bool {
+    while !conn.output().is_empty() {
+        match stream.write(conn.output()) {
+            Ok(0) => return false,
+            Ok(n) => conn.consume_output(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+pub struct Reactor {
+    pub stats: Arc<ReactorStats>,
+    mode: ReactorMode,
+    idle_poll: Duration,
+    core: usize,
+    rx: Receiver<Handoff>,
+    poll: Poll,
+    stop: Arc<AtomicBool>,
+}
+
+impl Reactor {
+    pub fn new(
+        index: usize,
+        core: usize,
+        mode: ReactorMode,
+        idle_poll_us: u64,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<(Reactor, ReactorHandle)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stats = Arc::new(ReactorStats::new(index, core, mode, idle_poll_us));
+        let reactor = Reactor { stats, mode, idle_poll: Duration::from_micros(idle_poll_us), core, rx, poll, stop };
+        Ok((reactor, ReactorHandle { tx, waker }))
+    }
+
+    pub fn run(mut self) {
+        pin_to_core(self.core);
+        let mut engine = IoEngine::new(IO_RING_ENTRIES);
+        if let Some(fd) = engine.ring_fd() {
+            let _ = self.poll.registry().register(&mut mio::unix::SourceFd(&fd), RING, Interest::READABLE);
+        }
+        let mut conns: Vec<Option<Entry>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut events = Events::with_capacity(1024);
+        let mut done: Vec<IoCompletion> = Vec::with_capacity(1024);
+        let mut touched: Vec<usize> = Vec::with_capacity(1024);
+        let mut last_work = Instant::now();
+        let mut last_tick = Instant::now();
+        while !self.stop.load(Relaxed) {
+            let loop_start = Instant::now();
+            let timeout = match self.mode {
+                ReactorMode::Poll => Some(Duration::ZERO),
+                ReactorMode::Event if loop_start.duration_since(last_work) < self.idle_poll => Some(Duration::ZERO),
+                ReactorMode::Event => Some(MAX_SLEEP),
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != ErrorKind::Interrupted {
+                    tracing::error!("reactor {} poll failed: {e}", self.stats.index);
+                }
+            }
+            let now = Instant::now();
+            if timeout != Some(Duration::ZERO) {
+                self.stats.idle_ns.add(now.duration_since(loop_start).as_nanos() as u64);
+                self.stats.wakeups.add(1);
+            }
+            let work_start = now;
+            let mut worked = !events.is_empty();
+            touched.clear();
+
+            while let Ok(h) = self.rx.try_recv() {
+                worked = true;
+                let idx = free.pop().unwrap_or_else(|| {
+                    conns.push(None);
+                    conns.len() - 1
+                });
+                let Handoff { mut stream, mut conn } = h;
+                if let Err(e) = self.poll.registry().register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE) {
+                    tracing::error!("cannot register connection: {e}");
+                    free.push(idx);
+                    continue;
+                }
+                conn.attach(idx as u32, &self.stats);
+                conns[idx] = Some(Entry { stream, conn, gone: false });
+                touched.push(idx);
+            }
+
+            for ev in events.iter() {
+                let idx = ev.token().0;
+                if ev.token() == WAKER || ev.token() == RING {
+                    continue;
+                }
+                let Some(Some(e)) = conns.get_mut(idx) else { continue };
+                if e.gone {
+                    continue;
+                }
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !read_all(&mut e.stream, &mut e.conn) {
+                    e.conn.close();
+                }
+                touched.push(idx);
+            }
+
+            for &idx in &touched {
+                if let Some(Some(e)) = conns.get_mut(idx) {
+                    if !e.gone {
+                        e.conn.process(now, &mut engine);
+                    }
+                }
+            }
+            engine.flush();
+            engine.reap(&mut done);
+            for c in done.drain(..) {
+                let idx = (c.tag >> 32) as usize;
+                if let Some(Some(e)) = conns.get_mut(idx) {
+                    e.conn.complete_io(c);
+                    touched.push(idx);
+                }
+                worked = true;
+            }
+
+            let tick = now.duration_since(last_tick) >= TICK;
+            if tick {
+                last_tick = now;
+            }
+            for idx in 0..conns.len() {
+                let Some(e) = &mut conns[idx] else { continue };
+                if tick && !e.gone {
+                    e.conn.tick(now);
+                }
+                if !e.gone && !e.conn.output().is_empty() {
+                    let was_blocked = e.conn.output().len() >= 8 << 20;
+                    if !write_all(&mut e.stream, &mut e.conn) {
+                        e.conn.close();
+                    } else if was_blocked && e.conn.output().len() < 8 << 20 {
+                        // Output drained below the mark: read and process what we held back.
+                        if !read_all(&mut e.stream, &mut e.conn) {
+                            e.conn.close();
+                        }
+                        e.conn.process(now, &mut engine);
+                    }
+                }
+                if !e.gone && e.conn.should_close() {
+                    e.conn.close();
+                    let _ = self.poll.registry().deregister(&mut e.stream);
+                    let _ = e.stream.shutdown(std::net::Shutdown::Both);
+                    e.gone = true;
+                }
+                if e.gone && e.conn.in_flight() == 0 {
+                    conns[idx] = None;
+                    free.push(idx);
+                }
+            }
+            engine.flush();
+
+            if worked {
+                last_work = Instant::now();
+                self.stats.busy_ns.add(last_work.duration_since(work_start).as_nanos() as u64);
+            } else if timeout == Some(Duration::ZERO) {
+                self.stats.idle_ns.add(Instant::now().duration_since(loop_start).as_nanos() as u64);
+            }
+        }
+        // Shutdown: close sockets, then let the backend finish with every buffer.
+        for e in conns.iter_mut().flatten() {
+            e.conn.close();
+            let _ = e.stream.shutdown(std::net::Shutdown::Both);
+        }
+        while engine.in_flight() > 0 {
+            engine.wait_one();
+            engine.reap(&mut done);
+            for c in done.drain(..) {
+                if let Some(Some(e)) = conns.get_mut((c.tag >> 32) as usize) {
+                    e.conn.complete_io(c);
+                }
+            }
+        }
+    }
+}
+
+/// The acceptor: listeners plus connections that have not finished Connect yet.
+pub struct Acceptor {
+    pub target: Arc<Target>,
+    pub listeners: Vec<(TcpListener, Port)>,
+    pub reactors: Vec<ReactorHandle>,
+    pub placement: Placement,
+    pub sockopts: SocketOptions,
+    pub stop: Arc<AtomicBool>,
+}
+
+struct Pending {
+    stream: TcpStream,
+    conn: Connection,
+}
+
+impl Acceptor {
+    pub fn run(mut self) {
+        let poll = match Poll::new() {
+            Ok(p) => p,
+            Err(e) => return tracing::error!("acceptor cannot create poller: {e}"),
+        };
+        let n = self.listeners.len();
+        for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
+            if let Err(e) = poll.registry().register(l, Token(i), Interest::READABLE) {
+                tracing::error!("cannot register listener: {e}");
+            }
+        }
+        // Connect handling needs no backend I/O; the engine exists for the API.
+        let mut engine = IoEngine::new(4);
+        let mut pending: Vec<Option<Pending>> = Vec::new();
+        let mut events = Events::with_capacity(256);
+        let mut poll = poll;
+        while !self.stop.load(Relaxed) {
+            if let Err(e) = poll.poll(&mut events, Some(MAX_SLEEP)) {
+                if e.kind() != ErrorKind::Interrupted {
+                    tracing::error!("acceptor poll failed: {e}");
+                }
+            }
+            let now = Instant::now();
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t < n {
+                    self.accept_all(t, &poll, &mut pending, now);
+                } else if let Some(Some(p)) = pending.get_mut(t - n) {
+                    if !read_all(&mut p.stream, &mut p.conn) {
+                        p.conn.close();
+                    }
+                }
+            }
+            for i in 0..pending.len() {
+                let Some(p) = &mut pending[i] else { continue };
+                p.conn.process(now, &mut engine);
+                p.conn.tick(now);
+                if !write_all(&mut p.stream, &mut p.conn) {
+                    p.conn.close();
+                }
+                if p.conn.should_close() {
+                    let _ = poll.registry().deregister(&mut p.stream);
+                    pending[i] = None;
+                    continue;
+                }
+                if let Some((subnqn, hostnqn)) = p.conn.placement() {
+                    let r = self.placement.pick(subnqn, hostnqn);
+                    let Some(mut p) = pending[i].take() else { continue };
+                    let _ = poll.registry().deregister(&mut p.stream);
+                    let handle = &self.reactors[r];
+                    if handle.tx.send(Handoff { stream: p.stream, conn: p.conn }).is_ok() {
+                        let _ = handle.waker.wake();
+                    }
+                }
+            }
+            while matches!(pending.last(), Some(None)) {
+                pending.pop();
+            }
+        }
+    }
+
+    fn accept_all(&mut self, i: usize, poll: &Poll, pending: &mut Vec<Option<Pending>>, now: Instant) {
+        let n = self.listeners.len();
+        loop {
+            let (mut stream, peer) = match self.listeners[i].0.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            };
+            tracing::debug!(%peer, "accepted");
+            apply_socket_options(&stream, self.sockopts);
+            let slot = pending.iter().position(Option::is_none).unwrap_or_else(|| {
+                pending.push(None);
+                pending.len() - 1
+            });
+            if let Err(e) = poll.registry().register(&mut stream, Token(n + slot), Interest::READABLE) {
+                tracing::warn!("cannot register connection: {e}");
+                continue;
+            }
+            let mut conn = Connection::new(self.target.clone(), Some(self.listeners[i].1.clone()), now);
+            // Bytes may already be waiting (edge-triggered: no event would announce them).
+            if !read_all(&mut stream, &mut conn) {
+                conn.close();
+            }
+            pending[slot] = Some(Pending { stream, conn });
+        }
+    }
+}

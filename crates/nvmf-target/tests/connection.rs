@@ -1,0 +1,498 @@
+//! Drives the sans-I/O connection with hand-built PDUs (nvmf-proto encoders) and checks the
+//! PDUs it answers with.
+
+use nvmf_proto::fabrics::{fctype, reg, ConnectCmd, ConnectData, PropertyGet, PropertySet, CNTLID_DYNAMIC, DISCOVERY_NQN};
+use nvmf_proto::identify::{IdentifyController, IdentifyNamespace};
+use nvmf_proto::nvme::{admin_opcode, io_opcode, SglDescriptor};
+use nvmf_proto::pdu::{encode_pdu, fes, CapsuleCmd, H2CData, IcReq};
+use nvmf_proto::{Cqe, Digests, Framer, PduHeader, Role, Sqe, Status};
+use nvmf_target::backend::IoEngine;
+use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
+use nvmf_target::core::Target;
+use nvmf_target::transport::tcp::Connection;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SUB_A: &str = "nqn.2024-01.io.nvmflab:a";
+const SUB_B: &str = "nqn.2024-01.io.nvmflab:b";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host1";
+
+fn target() -> Arc<Target> {
+    let mut c = TargetConfig::empty();
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), subsystems: None });
+    let mut a = SubsystemConfig::new(SUB_A);
+    a.namespaces.push(NamespaceConfig {
+        nsid: 1,
+        backend: BackendConfig::Ram { size: 8 << 20 },
+        block_size: 512,
+        nguid: None,
+        uuid: None,
+    });
+    a.namespaces.push(NamespaceConfig {
+        nsid: 2,
+        backend: BackendConfig::Null { size: 1 << 30 },
+        block_size: 4096,
+        nguid: None,
+        uuid: None,
+    });
+    let mut b = SubsystemConfig::new(SUB_B);
+    b.allow_any_host = false;
+    b.hosts = vec!["nqn.other-host".into()];
+    c.subsystems = vec![a, b];
+    c.validate("test").unwrap();
+    let ports: Vec<_> = c.ports.clone();
+    Arc::new(Target::new(c.target.clone(), &c.subsystems, &ports).unwrap())
+}
+
+/// One host-side connection with a fake clock.
+struct Host {
+    conn: Connection,
+    engine: IoEngine,
+    framer: Framer,
+    dg: Digests,
+    now: Instant,
+    rx: Vec<u8>,
+    cid: u16,
+}
+
+impl Host {
+    fn new(target: Arc<Target>) -> Host {
+        let now = Instant::now();
+        let port = target.ports.first().cloned();
+        let conn = Connection::new(target, port, now);
+        let mut framer = Framer::new(Role::Host, 16 << 20);
+        framer.max_data_len = 16 << 20;
+        Host { conn, engine: IoEngine::new(8), framer, dg: Digests::default(), now, rx: Vec::new(), cid: 0 }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.conn.feed(bytes);
+        self.conn.drive(self.now, &mut self.engine);
+        self.rx.extend_from_slice(&self.conn.take_output());
+    }
+
+    fn send_pdu(&mut self, hdr: PduHeader, data: &[u8]) {
+        let mut b = Vec::new();
+        encode_pdu(&mut b, &hdr, data, self.dg);
+        self.send(&b);
+    }
+
+    /// Next PDU the target sent, with its data.
+    fn recv(&mut self) -> Option<(PduHeader, Vec<u8>)> {
+        let f = self.framer.next(&self.rx).expect("target sent a valid PDU")?;
+        let data = self.rx[f.data.clone()].to_vec();
+        assert!(f.data_digest_ok);
+        self.rx.drain(..f.len);
+        Some((f.header, data))
+    }
+
+    fn icreq(&mut self, hdgst: bool, ddgst: bool) -> nvmf_proto::pdu::IcResp {
+        self.send_pdu(PduHeader::IcReq(IcReq { pfv: 0, hpda: 0, hdgst, ddgst, maxr2t: 0 }), &[]);
+        match self.recv() {
+            Some((PduHeader::IcResp(r), _)) => {
+                self.dg = Digests { header: r.hdgst, data: r.ddgst };
+                self.framer.digests = self.dg;
+                r
+            }
+            other => panic!("expected ICResp, got {other:?}"),
+        }
+    }
+
+    /// Sends a command and collects (C2H data, response).
+    fn command(&mut self, mut sqe: Sqe, data: &[u8]) -> (Vec<u8>, Cqe) {
+        self.cid += 1;
+        sqe.set_cid(self.cid);
+        self.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), data);
+        let mut read = Vec::new();
+        loop {
+            match self.recv().expect("a response") {
+                (PduHeader::C2HData(d), bytes) => {
+                    assert_eq!(d.cccid, self.cid);
+                    assert_eq!(d.datao as usize, read.len());
+                    read.extend_from_slice(&bytes);
+                }
+                (PduHeader::CapsuleResp(r), _) => {
+                    assert_eq!(r.cqe.cid, self.cid);
+                    return (read, r.cqe);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    fn connect(&mut self, subnqn: &str, hostnqn: &str, qid: u16, cntlid: u16) -> Cqe {
+        let mut sqe = ConnectCmd { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 5000 }.to_sqe(0);
+        sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
+        let data = ConnectData { hostid: [7; 16], cntlid, subnqn: subnqn.into(), hostnqn: hostnqn.into() }.encode();
+        self.command(sqe, &data).1
+    }
+
+    fn prop_set(&mut self, offset: u32, value: u64) -> Cqe {
+        self.command(PropertySet { size8: false, offset, value }.to_sqe(0), &[]).1
+    }
+
+    fn prop_get(&mut self, offset: u32, size8: bool) -> u64 {
+        let cqe = self.command(PropertyGet { size8, offset }.to_sqe(0), &[]).1;
+        assert_eq!(cqe.status, Status::SUCCESS);
+        cqe.result
+    }
+
+    /// ICReq, admin Connect, attach, CC.EN = 1; returns the cntlid.
+    fn admin_ready(&mut self, subnqn: &str) -> u16 {
+        self.icreq(false, false);
+        let cqe = self.connect(subnqn, HOST, 0, CNTLID_DYNAMIC);
+        assert_eq!(cqe.status, Status::SUCCESS);
+        // Processing pauses after Connect until a reactor takes the connection.
+        self.attach();
+        assert_eq!(self.prop_set(reg::CC, 0x46_0001).status, Status::SUCCESS);
+        assert_eq!(self.prop_get(reg::CSTS, false) & 1, 1);
+        cqe.result as u16
+    }
+
+    fn attach(&mut self) {
+        self.conn.attach(0, &nvmf_target::stats::ReactorStats::new(0, 0, nvmf_target::config::ReactorMode::Event, 0));
+        self.conn.drive(self.now, &mut self.engine);
+    }
+}
+
+fn admin_sqe(opcode: u8, nsid: u32, cdw10: u32, len: u32) -> Sqe {
+    let mut s = Sqe::new(opcode, 0);
+    s.set_nsid(nsid);
+    s.set_cdw(10, cdw10);
+    s.set_sgl(SglDescriptor::transport(len));
+    s
+}
+
+fn rw_sqe(opcode: u8, slba: u64, nlb: u16, sgl: SglDescriptor) -> Sqe {
+    let mut s = Sqe::new(opcode, 0);
+    s.set_nsid(1);
+    s.set_slba(slba);
+    s.set_nlb(nlb - 1);
+    s.set_sgl(sgl);
+    s
+}
+
+#[test]
+fn icresp_fields_and_digest_negotiation() {
+    let mut h = Host::new(target());
+    let r = h.icreq(true, true);
+    assert_eq!(r.pfv, 0);
+    assert_eq!(r.cpda, 0);
+    assert!(r.hdgst && r.ddgst);
+    assert!(r.maxh2cdata >= 4096 && r.maxh2cdata % 4 == 0);
+    // With both digests on, a full admin connect still works (digests checked by our framer).
+    assert_eq!(h.connect(SUB_A, HOST, 0, CNTLID_DYNAMIC).status, Status::SUCCESS);
+}
+
+#[test]
+fn admin_connect_property_handshake_and_identify() {
+    let mut h = Host::new(target());
+    let cntlid = h.admin_ready(SUB_A);
+    assert!(cntlid >= 1);
+    let cap = h.prop_get(reg::CAP, true);
+    assert_eq!(cap & 0xFFFF, 1023, "MQES");
+    assert!(h.prop_get(reg::VS, false) >= 0x0001_0300);
+    assert_eq!(h.prop_get(reg::CC, false) & 1, 1);
+
+    let (data, cqe) = h.command(admin_sqe(admin_opcode::IDENTIFY, 0, 1, 4096), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let id = IdentifyController::decode(&data).unwrap();
+    assert_eq!(id.cntlid, cntlid);
+    assert_eq!(id.cntrltype, 1);
+    assert_eq!(id.subnqn, SUB_A);
+    assert_eq!(id.ioccsz, (64 + 8192) / 16);
+    assert_eq!(id.iorcsz, 1);
+    assert!(id.sgls & 1 != 0 && id.sgls & (1 << 20) != 0);
+    assert!(id.maxcmd > 0);
+    assert_eq!(id.nn, 2);
+    assert_eq!(id.oncs & 0b1100, 0b1100);
+
+    let (data, _) = h.command(admin_sqe(admin_opcode::IDENTIFY, 2, 0, 4096), &[]);
+    let ns = IdentifyNamespace::decode(&data).unwrap();
+    assert_eq!(ns.lbads, 12);
+    assert_eq!(ns.nsze, (1 << 30) / 4096);
+    let (data1, _) = h.command(admin_sqe(admin_opcode::IDENTIFY, 1, 0, 4096), &[]);
+    assert_ne!(IdentifyNamespace::decode(&data1).unwrap().nguid, ns.nguid, "NGUID unique per namespace");
+
+    let (list, _) = h.command(admin_sqe(admin_opcode::IDENTIFY, 0, 2, 4096), &[]);
+    assert_eq!(nvmf_proto::identify::decode_ns_list(&list), vec![1, 2]);
+    let (descs, cqe) = h.command(admin_sqe(admin_opcode::IDENTIFY, 1, 3, 4096), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let d = nvmf_proto::identify::decode_ns_descriptors(&descs).unwrap();
+    assert!(d.iter().any(|d| d.nidt == nvmf_proto::identify::nidt::NGUID));
+    assert!(d.iter().any(|d| d.nidt == nvmf_proto::identify::nidt::CSI));
+    let (_, cqe) = h.command(admin_sqe(admin_opcode::IDENTIFY, 0, 0x55, 4096), &[]);
+    assert_eq!((cqe.status.sct, cqe.status.sc), (0, 2), "invalid CNS is Invalid Field");
+
+    // Shutdown handshake.
+    h.prop_set(reg::CC, 0x46_0001 | (1 << 14));
+    assert_eq!(h.prop_get(reg::CSTS, false) & 0xC, 0x8, "SHST complete");
+}
+
+#[test]
+fn discovery_log_lists_subsystems_the_host_may_use() {
+    let mut h = Host::new(target());
+    h.admin_ready(DISCOVERY_NQN);
+    let (data, cqe) = h.command(admin_sqe(admin_opcode::GET_LOG_PAGE, 0, 0x70 | ((4096 / 4 - 1) << 16), 4096), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let page = nvmf_proto::discovery::DiscoveryLogPage::decode(&data).unwrap();
+    let nqns: Vec<_> = page.entries.iter().map(|e| e.subnqn.as_str()).collect();
+    assert_eq!(nqns, vec![SUB_A], "SUB_B does not allow this host");
+    assert_eq!(page.entries[0].trsvcid, "4420");
+    assert_eq!(page.entries[0].traddr, "127.0.0.1");
+    // Offset into the page: the first record starts at 1024.
+    let mut sqe = admin_sqe(admin_opcode::GET_LOG_PAGE, 0, 0x70 | ((1024 / 4 - 1) << 16), 1024);
+    sqe.set_cdw(12, 1024);
+    let (rec, _) = h.command(sqe, &[]);
+    assert_eq!(&rec[256..256 + SUB_A.len()], SUB_A.as_bytes());
+    let (_, cqe) = h.command(admin_sqe(admin_opcode::GET_LOG_PAGE, 0, 0x02 | (127 << 16), 512), &[]);
+    assert_eq!(cqe.status, Status::INVALID_LOG_PAGE.with_dnr(), "no SMART log on discovery");
+}
+
+#[test]
+fn discovery_log_has_one_entry_per_subsystem_and_port() {
+    let mut c = TargetConfig::empty();
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:8009".parse().unwrap(), subsystems: None });
+    c.subsystems = vec![SubsystemConfig::new(SUB_A), SubsystemConfig::new(SUB_B)];
+    let t = Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap());
+    let page = nvmf_target::discovery::log_page(&t, HOST);
+    let page = nvmf_proto::discovery::DiscoveryLogPage::decode(&page).unwrap();
+    assert_eq!(page.entries.len(), 4);
+}
+
+#[test]
+fn connect_refusals() {
+    let t = target();
+    let mut h = Host::new(t.clone());
+    h.icreq(false, false);
+    let cqe = h.connect(SUB_B, HOST, 0, CNTLID_DYNAMIC);
+    assert_eq!((cqe.status.sct, cqe.status.sc), (1, 0x84), "host not on the allow list");
+    let cqe = h.connect("nqn.unknown", HOST, 0, CNTLID_DYNAMIC);
+    assert_eq!((cqe.status.sct, cqe.status.sc), (1, 0x82));
+    assert_eq!(cqe.result, (1 << 16) | 256, "IATTR data, IPO subnqn");
+    let cqe = h.connect(SUB_A, HOST, 1, 999);
+    assert_eq!((cqe.status.sct, cqe.status.sc), (1, 0x82), "I/O queue for a cntlid that does not exist");
+    assert_eq!(t.controller_count(), 0);
+}
+
+#[test]
+fn in_capsule_write_then_read() {
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = Host::new(t.clone());
+    h.icreq(false, true);
+    assert_eq!(h.connect(SUB_A, HOST, 1, cntlid).status, Status::SUCCESS);
+    h.attach();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    let (_, cqe) = h.command(rw_sqe(io_opcode::WRITE, 8, 8, SglDescriptor::in_capsule(0, 4096)), &data);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let (read, cqe) = h.command(rw_sqe(io_opcode::READ, 8, 8, SglDescriptor::transport(4096)), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(read, data);
+    // Errors: LBA out of range, bad namespace, bad opcode, SGL length mismatch.
+    let nlb = (8 << 20) / 512;
+    let (_, cqe) = h.command(rw_sqe(io_opcode::READ, nlb - 1, 2, SglDescriptor::transport(1024)), &[]);
+    assert_eq!(cqe.status, Status::LBA_OUT_OF_RANGE.with_dnr());
+    let mut s = rw_sqe(io_opcode::READ, 0, 1, SglDescriptor::transport(512));
+    s.set_nsid(9);
+    assert_eq!(h.command(s, &[]).1.status, Status::INVALID_NS.with_dnr());
+    assert_eq!(h.command(rw_sqe(0x77, 0, 1, SglDescriptor::transport(512)), &[]).1.status, Status::INVALID_OPCODE.with_dnr());
+    let (_, cqe) = h.command(rw_sqe(io_opcode::READ, 0, 2, SglDescriptor::transport(512)), &[]);
+    assert_eq!(cqe.status, Status::SGL_INVALID_DATA_LEN.with_dnr());
+    // Write Zeroes then read back zeroes.
+    let (_, cqe) = h.command(rw_sqe(io_opcode::WRITE_ZEROES, 8, 4, SglDescriptor::default()), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let (read, _) = h.command(rw_sqe(io_opcode::READ, 8, 8, SglDescriptor::transport(4096)), &[]);
+    assert!(read[..2048].iter().all(|b| *b == 0));
+    assert_eq!(read[2048..], data[2048..]);
+}
+
+#[test]
+fn r2t_flow_for_a_1mib_write() {
+    let t = target(); // maxh2cdata 128 KiB by default
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = Host::new(t.clone());
+    h.icreq(false, false);
+    assert_eq!(h.connect(SUB_A, HOST, 1, cntlid).status, Status::SUCCESS);
+    h.attach();
+    let len = 1 << 20;
+    let data: Vec<u8> = (0..len as u32).map(|i| (i % 253) as u8).collect();
+    h.cid += 1;
+    let cid = h.cid;
+    let mut sqe = rw_sqe(io_opcode::WRITE, 0, (len / 512) as u16, SglDescriptor::transport(len as u32));
+    sqe.set_cid(cid);
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[]);
+    let mut r2ts = 0;
+    let cqe = loop {
+        match h.recv().expect("R2T or response") {
+            (PduHeader::R2T(r), _) => {
+                r2ts += 1;
+                assert_eq!(r.cccid, cid);
+                assert!(r.r2tl <= 128 << 10, "one R2T per MAXH2CDATA chunk");
+                // Send the chunk as two H2CData PDUs.
+                let half = r.r2tl / 2;
+                for (o, l, last) in [(r.r2to, half, false), (r.r2to + half, r.r2tl - half, true)] {
+                    let h2c = H2CData { cccid: cid, ttag: r.ttag, datao: o, datal: l, last };
+                    h.send_pdu(PduHeader::H2CData(h2c), &data[o as usize..(o + l) as usize]);
+                }
+            }
+            (PduHeader::CapsuleResp(r), _) => break r.cqe,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(r2ts, 8);
+    let (read, _) = h.command(rw_sqe(io_opcode::READ, 0, (len / 512) as u16, SglDescriptor::transport(len as u32)), &[]);
+    assert!(read == data, "read back what was written");
+}
+
+fn assert_term_req(h: &mut Host, want_fes: u16, want_fei: Option<u32>) {
+    match h.recv() {
+        Some((PduHeader::C2HTermReq(t), _)) => {
+            assert_eq!(t.fes, want_fes);
+            if let Some(fei) = want_fei {
+                assert_eq!(t.fei, fei);
+            }
+        }
+        other => panic!("expected C2HTermReq, got {other:?}"),
+    }
+    assert!(h.conn.should_close(), "connection closes after TermReq");
+}
+
+#[test]
+fn malformed_pdus_get_term_req_and_close() {
+    // Bad HLEN on a capsule.
+    let mut h = Host::new(target());
+    h.icreq(false, false);
+    let mut b = Vec::new();
+    encode_pdu(&mut b, &PduHeader::CapsuleCmd(CapsuleCmd { sqe: Sqe::new(0x06, 1) }), &[], Digests::default());
+    b[2] = 60;
+    h.send(&b);
+    assert_term_req(&mut h, fes::INVALID_PDU_HDR, Some(2));
+
+    // Unknown PDU type.
+    let mut h = Host::new(target());
+    h.icreq(false, false);
+    h.send(&[0x0B, 0, 8, 0, 8, 0, 0, 0]);
+    assert_term_req(&mut h, fes::INVALID_PDU_HDR, Some(0));
+
+    // PLEN < HLEN.
+    let mut h = Host::new(target());
+    h.icreq(false, false);
+    let mut b = Vec::new();
+    encode_pdu(&mut b, &PduHeader::CapsuleCmd(CapsuleCmd { sqe: Sqe::new(0x06, 1) }), &[], Digests::default());
+    b[4] = 20;
+    h.send(&b);
+    assert_term_req(&mut h, fes::INVALID_PDU_HDR, Some(4));
+
+    // Header digest mismatch.
+    let mut h = Host::new(target());
+    h.icreq(true, false);
+    let mut b = Vec::new();
+    encode_pdu(&mut b, &PduHeader::CapsuleCmd(CapsuleCmd { sqe: Sqe::new(0x06, 1) }), &[], h.dg);
+    b[72] ^= 0xFF;
+    h.send(&b);
+    assert_term_req(&mut h, fes::HDR_DIGEST_ERR, None);
+
+    // Capsule before ICReq.
+    let mut h = Host::new(target());
+    let mut b = Vec::new();
+    encode_pdu(&mut b, &PduHeader::CapsuleCmd(CapsuleCmd { sqe: Sqe::new(0x06, 1) }), &[], Digests::default());
+    h.send(&b);
+    assert_term_req(&mut h, fes::PDU_SEQ_ERR, None);
+}
+
+#[test]
+fn h2c_data_out_of_range_and_data_digest_error() {
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = Host::new(t.clone());
+    h.icreq(false, true);
+    assert_eq!(h.connect(SUB_A, HOST, 1, cntlid).status, Status::SUCCESS);
+    h.attach();
+    // Data digest mismatch on in-capsule data: Transient Transport Error, connection stays.
+    let mut sqe = rw_sqe(io_opcode::WRITE, 0, 1, SglDescriptor::in_capsule(0, 512));
+    sqe.set_cid(50);
+    let mut b = Vec::new();
+    encode_pdu(&mut b, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[1u8; 512], h.dg);
+    let n = b.len();
+    b[n - 1] ^= 1;
+    h.send(&b);
+    match h.recv() {
+        Some((PduHeader::CapsuleResp(r), _)) => assert_eq!(r.cqe.status, Status::TRANSIENT_TRANSPORT_ERROR),
+        other => panic!("{other:?}"),
+    }
+    // H2CData beyond what the R2T asked for: fatal, Data Offset out of range.
+    let mut sqe = rw_sqe(io_opcode::WRITE, 0, 16, SglDescriptor::transport(8192));
+    sqe.set_cid(51);
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[]);
+    let Some((PduHeader::R2T(r), _)) = h.recv() else { panic!("R2T expected") };
+    let h2c = H2CData { cccid: 51, ttag: r.ttag, datao: 4096, datal: 512, last: true };
+    h.send_pdu(PduHeader::H2CData(h2c), &[0u8; 512]);
+    assert_term_req(&mut h, fes::DATA_OUT_OF_RANGE, None);
+}
+
+#[test]
+fn keep_alive_timeout_tears_down_controller_with_fake_clock() {
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = Host::new(t.clone());
+    h.icreq(false, false);
+    assert_eq!(h.connect(SUB_A, HOST, 1, cntlid).status, Status::SUCCESS);
+    assert_eq!(t.controller_count(), 1);
+    // KATO is 5000 ms: 4 s of silence is fine, a keep-alive resets the timer.
+    a.now += Duration::from_secs(4);
+    a.conn.tick(a.now);
+    assert!(!a.conn.should_close());
+    let (_, cqe) = a.command(admin_sqe(admin_opcode::KEEP_ALIVE, 0, 0, 0), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    a.now += Duration::from_secs(4);
+    a.conn.tick(a.now);
+    assert!(!a.conn.should_close());
+    a.now += Duration::from_millis(5100);
+    a.conn.tick(a.now);
+    assert!(a.conn.should_close(), "admin queue closed after KATO of silence");
+    assert_eq!(t.controller_count(), 0);
+    h.conn.tick(a.now);
+    assert!(h.conn.should_close(), "I/O queues of the controller close too");
+}
+
+#[test]
+fn features_and_aer_limit() {
+    let mut h = Host::new(target());
+    h.admin_ready(SUB_A);
+    let (_, cqe) = h.command(admin_sqe(admin_opcode::SET_FEATURES, 0, 0x07, 0).with_cdw11(0x0003_0003), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(cqe.result, 0x0003_0003);
+    let (_, cqe) = h.command(admin_sqe(admin_opcode::GET_FEATURES, 0, 0x0F, 0), &[]);
+    assert_eq!(cqe.result, 5000, "KATO from Connect");
+    let (_, cqe) = h.command(admin_sqe(admin_opcode::SET_FEATURES, 0, 0x02, 0), &[]);
+    assert_eq!(cqe.status, Status::INVALID_FIELD.with_dnr());
+    // Four AERs are held (no response), the fifth fails.
+    for _ in 0..4 {
+        h.cid += 1;
+        let mut s = admin_sqe(admin_opcode::ASYNC_EVENT_REQUEST, 0, 0, 0);
+        s.set_cid(h.cid);
+        h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe: s }), &[]);
+        assert!(h.recv().is_none(), "AER held");
+    }
+    let (_, cqe) = h.command(admin_sqe(admin_opcode::ASYNC_EVENT_REQUEST, 0, 0, 0), &[]);
+    assert_eq!(cqe.status, Status::AER_LIMIT_EXCEEDED);
+    let _ = fctype::CONNECT;
+}
+
+trait WithCdw11 {
+    fn with_cdw11(self, v: u32) -> Self;
+}
+
+impl WithCdw11 for Sqe {
+    fn with_cdw11(mut self, v: u32) -> Self {
+        self.set_cdw(11, v);
+        self
+    }
+}

@@ -1,0 +1,80 @@
+//! `nvmf-perf`: NVMe/TCP load generator, discovery and identify (CONTRACTS.md section 3).
+//! Exit status: 0 ok, 1 the run failed, 2 bad arguments.
+
+use std::io::Write;
+
+use clap::Parser;
+use nvmf_host::perf::args::{Cli, Command, DiscoverArgs, IdentifyArgs, OutputFormat};
+use nvmf_host::perf::info::{discovery_json, discovery_text, IdentifyReport};
+use nvmf_host::perf::{self, connect_options, PerfError};
+use nvmf_host::{discover, Controller};
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Err(e) = dispatch(cli.command) {
+        eprintln!("nvmf-perf: {e}");
+        std::process::exit(e.exit_code());
+    }
+}
+
+fn dispatch(cmd: Command) -> Result<(), PerfError> {
+    match cmd {
+        Command::Run(a) => {
+            let report = perf::run(&a)?;
+            let text = match a.output_format {
+                OutputFormat::Json => format!("{:#}\n", report.to_json()),
+                OutputFormat::Normal => report.to_text(),
+            };
+            match &a.output {
+                Some(path) => std::fs::write(path, text)
+                    .map_err(|e| PerfError::Failed(format!("cannot write {}: {e}", path.display()))),
+                None => print_out(&text),
+            }
+        }
+        Command::Discover(a) => discover_cmd(&a),
+        Command::Identify(a) => identify_cmd(&a),
+    }
+}
+
+fn print_out(text: &str) -> Result<(), PerfError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| PerfError::Failed(format!("stdout: {e}")))
+}
+
+fn discover_cmd(a: &DiscoverArgs) -> Result<(), PerfError> {
+    let page = discover(&connect_options(&a.target)?)?;
+    match a.output_format {
+        OutputFormat::Json => print_out(&format!("{:#}\n", discovery_json(&page))),
+        OutputFormat::Normal => print_out(&discovery_text(&page)),
+    }
+}
+
+fn identify_cmd(a: &IdentifyArgs) -> Result<(), PerfError> {
+    let ctrl = Controller::connect(&connect_options(&a.target)?, &a.nqn)?;
+    let nsids = match a.nsid {
+        Some(n) => vec![n],
+        None => ctrl.active_namespaces()?,
+    };
+    let namespaces = nsids
+        .into_iter()
+        .map(|n| ctrl.identify_namespace(n).map(|ns| (n, ns)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let report = IdentifyReport {
+        cntlid: ctrl.cntlid(),
+        version: ctrl.version(),
+        max_transfer: ctrl.max_transfer(),
+        ctrl: ctrl.identity().clone(),
+        namespaces,
+    };
+    if let Err(e) = ctrl.shutdown() {
+        tracing::warn!("controller shutdown: {e}");
+    }
+    match a.output_format {
+        OutputFormat::Json => print_out(&format!("{:#}\n", report.to_json())),
+        OutputFormat::Normal => print_out(&report.to_text()),
+    }
+}

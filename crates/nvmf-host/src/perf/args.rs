@@ -1,0 +1,279 @@
+//! Command line of `nvmf-perf` (CONTRACTS.md section 3): nvme-cli style addressing, fio style
+//! workload options. clap rejects malformed values with exit status 2; checks that need the
+//! namespace (block size, capacity) happen in [`super::plan`] and exit 2 as well.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::workload::RwMode;
+
+#[derive(Debug, Parser)]
+#[command(name = "nvmf-perf", version, about = "NVMe/TCP load generator, discovery and identify")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a workload against an NVMe/TCP namespace or, with --local, a local file or device.
+    Run(RunArgs),
+    /// Read the discovery log page and print one block per entry, like `nvme discover`.
+    Discover(DiscoverArgs),
+    /// Print the Identify Controller and Identify Namespace data.
+    Identify(IdentifyArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Completion {
+    /// Non-blocking socket, the job thread spins on it (like polled queues).
+    Poll,
+    /// The job thread sleeps in the kernel until the socket is readable.
+    Event,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Normal,
+    Json,
+}
+
+/// Where the controller is and how to connect to it (names as nvme-cli spells them).
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// Transport type; only tcp is supported.
+    #[arg(short = 't', long = "transport", default_value = "tcp", value_parser = ["tcp"])]
+    pub transport: String,
+    /// Target address (IP or host name).
+    #[arg(short = 'a', long = "traddr")]
+    pub traddr: Option<String>,
+    /// Target port.
+    #[arg(short = 's', long = "trsvcid", default_value_t = 4420)]
+    pub trsvcid: u16,
+    /// Host NQN (default: /etc/nvme/hostnqn, else nqn.2014-08.org.nvmexpress:uuid:<uuid>).
+    #[arg(short = 'q', long = "hostnqn")]
+    pub hostnqn: Option<String>,
+    /// Ask for the CRC32C header digest.
+    #[arg(long = "hdr_digest")]
+    pub hdr_digest: bool,
+    /// Ask for the CRC32C data digest.
+    #[arg(long = "data_digest")]
+    pub data_digest: bool,
+    /// Keep Alive Timeout in seconds (0 disables keep alive).
+    #[arg(long = "kato", default_value_t = 5)]
+    pub kato: u32,
+    /// SO_PRIORITY of every socket.
+    #[arg(long = "so_priority")]
+    pub so_priority: Option<u32>,
+    /// IP type of service (IP_TOS / IPV6_TCLASS) of every socket.
+    #[arg(long = "tos")]
+    pub tos: Option<u32>,
+    /// SO_BUSY_POLL in microseconds on every socket.
+    #[arg(long = "busy_poll_us")]
+    pub busy_poll_us: Option<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn")]
+    pub nqn: Option<String>,
+    /// Namespace ID.
+    #[arg(long = "nsid", default_value_t = 1)]
+    pub nsid: u32,
+    /// Run against a local file or block device through io_uring instead of NVMe/TCP.
+    #[arg(long = "local", conflicts_with_all = ["traddr", "nqn"])]
+    pub local: Option<PathBuf>,
+    /// read, write, randread, randwrite, rw or randrw.
+    #[arg(long = "rw", default_value = "randread")]
+    pub rw: RwMode,
+    /// Percentage of reads in rw/randrw.
+    #[arg(long = "rwmixread", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub rwmixread: u8,
+    /// Block size of each I/O (512, 4k, 128k, 1m, ...).
+    #[arg(long = "bs", default_value = "4k", value_parser = parse_size)]
+    pub bs: u64,
+    /// I/Os in flight per job.
+    #[arg(long = "iodepth", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub iodepth: u32,
+    /// Jobs, each with its own I/O queue and thread.
+    #[arg(long = "numjobs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub numjobs: u32,
+    /// Measured duration (10, 10s, 500ms, 2m); without it each job makes one pass over its region.
+    #[arg(long = "runtime", value_parser = parse_duration)]
+    pub runtime: Option<Duration>,
+    /// Warm-up before measuring, not counted.
+    #[arg(long = "ramp_time", default_value = "0", value_parser = parse_duration)]
+    pub ramp_time: Duration,
+    /// IOPS limit per job.
+    #[arg(long = "rate_iops", value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_iops: Option<u64>,
+    /// CPUs for the job threads, job i on the i-th (round robin), e.g. 0-3 or 0,2.
+    #[arg(long = "cpus_allowed")]
+    pub cpus_allowed: Option<super::cpu::CpuList>,
+    /// Bytes of the namespace to use from --offset (default: the rest of it).
+    #[arg(long = "size", value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// First byte of the region.
+    #[arg(long = "offset", default_value = "0", value_parser = parse_size)]
+    pub offset: u64,
+    /// How a job waits for completions.
+    #[arg(long = "completion", value_enum, default_value_t = Completion::Event)]
+    pub completion: Completion,
+    /// Write self-checking patterns and read them back (write workloads), or check every block
+    /// read carries a valid pattern for its LBA (read workloads).
+    #[arg(long = "verify")]
+    pub verify: bool,
+    #[arg(long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
+    pub output_format: OutputFormat,
+    /// Write the report to FILE instead of stdout.
+    #[arg(long = "output")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[arg(long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
+    pub output_format: OutputFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct IdentifyArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn")]
+    pub nqn: String,
+    /// Namespace to identify (default: every active namespace).
+    #[arg(long = "nsid")]
+    pub nsid: Option<u32>,
+    #[arg(long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
+    pub output_format: OutputFormat,
+}
+
+/// Parses a byte count: `512`, `4k`, `128K`, `1m`, `64MiB`, `1GiB`, `2t`. Every unit is a power
+/// of 1024 (fio's default kb_base), with or without `B`/`iB`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("invalid size {s:?}: expected a number with an optional unit (4k, 1MiB)"));
+    }
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?} (use k, m, g, t or KiB, MiB, GiB, TiB)")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+/// Parses a duration: plain seconds (`10`, `0.5`) or with a unit (`500ms`, `10s`, `2m`, `1h`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected seconds (10) or 500ms, 10s, 2m"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "us" => n / 1_000_000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_as_powers_of_1024() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("128k"), Ok(128 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("2t"), Ok(2 << 40));
+    }
+
+    #[test]
+    fn bad_sizes_say_why() {
+        assert!(parse_size("").unwrap_err().contains("expected a number"));
+        assert!(parse_size("k").unwrap_err().contains("expected a number"));
+        assert!(parse_size("4x").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("-4k").is_err());
+        assert!(parse_size("99999999999999999999").unwrap_err().contains("too large"));
+        assert!(parse_size("16777216t").unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0.25"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("nvmf-perf").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn a_full_run_command_line_parses() {
+        let cli = parse(&[
+            "run", "-t", "tcp", "-a", "127.0.0.1", "-s", "4420", "-n", "nqn.x", "--rw", "randrw",
+            "--rwmixread", "70", "--bs", "128k", "--iodepth", "32", "--numjobs", "2", "--runtime", "5",
+            "--ramp_time", "1", "--rate_iops", "1000", "--cpus_allowed", "0-1", "--size", "1GiB",
+            "--offset", "1m", "--completion", "poll", "--hdr_digest", "--data_digest", "--verify",
+            "--so_priority", "6", "--tos", "16", "--busy_poll_us", "50", "--output-format", "json",
+            "--output", "/tmp/x.json",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else { panic!("not run") };
+        assert_eq!(r.rw, RwMode::RandRw);
+        assert_eq!(r.bs, 128 << 10);
+        assert_eq!(r.iodepth, 32);
+        assert_eq!(r.cpus_allowed.unwrap().0, vec![0, 1]);
+        assert_eq!(r.completion, Completion::Poll);
+        assert!(r.target.hdr_digest && r.target.data_digest && r.verify);
+        assert_eq!(r.output_format, OutputFormat::Json);
+        assert_eq!(r.size, Some(1 << 30));
+    }
+
+    #[test]
+    fn bad_command_lines_are_usage_errors() {
+        use clap::error::ErrorKind;
+        for (args, needle) in [
+            (&["run", "--local", "/tmp/f", "--iodepth", "0"][..], "iodepth"),
+            (&["run", "--local", "/tmp/f", "--rw", "sideways"], "unknown rw"),
+            (&["run", "--local", "/tmp/f", "--bs", "4q"], "unknown unit"),
+            (&["run", "--local", "/tmp/f", "--rwmixread", "101"], "rwmixread"),
+            (&["run", "-t", "rdma", "-a", "x"], "rdma"),
+            (&["run", "--local", "/tmp/f", "--cpus_allowed", "x"], "CPU list"),
+            (&["run", "--local", "/tmp/f", "--completion", "spin"], "spin"),
+            (&["identify", "-a", "127.0.0.1"], "--nqn"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert_ne!(e.kind(), ErrorKind::DisplayHelp);
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+            assert!(e.to_string().contains(needle), "{args:?}: {e}");
+        }
+    }
+}

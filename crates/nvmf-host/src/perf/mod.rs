@@ -1,0 +1,289 @@
+//! The engine behind `nvmf-perf run`: check the options against the namespace, start one
+//! pinned thread per job with its own queue pair (or io_uring ring), gather the results.
+
+pub mod args;
+pub mod cpu;
+pub mod engine;
+pub mod histogram;
+pub mod info;
+pub mod job;
+pub mod local;
+pub mod rate;
+pub mod report;
+pub mod verify;
+pub mod workload;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use self::args::{RunArgs, TargetArgs};
+use self::engine::TcpEngine;
+use self::job::{run_job, JobResult, JobSpec};
+use self::report::{JobReport, Report};
+use crate::{default_hostnqn, ConnectOptions, Controller, Error, IoQueue};
+
+/// Why a command did not produce a result; decides the exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// Bad arguments (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The run itself failed: connect, I/O error, verify mismatch (exit 1).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl PerfError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PerfError::Usage(_) => 2,
+            PerfError::Failed(_) => 1,
+        }
+    }
+}
+
+impl From<Error> for PerfError {
+    fn from(e: Error) -> Self {
+        PerfError::Failed(e.to_string())
+    }
+}
+
+fn usage(msg: impl Into<String>) -> PerfError {
+    PerfError::Usage(msg.into())
+}
+
+/// Connection options from the nvme-cli style arguments.
+pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
+    let traddr = t.traddr.as_deref().ok_or_else(|| usage("missing -a/--traddr (the target's address)"))?;
+    let host = if traddr.contains(':') && !traddr.starts_with('[') { format!("[{traddr}]") } else { traddr.to_string() };
+    let mut o = ConnectOptions::new(format!("{host}:{}", t.trsvcid), t.hostnqn.clone().unwrap_or_else(default_hostnqn));
+    o.hdr_digest = t.hdr_digest;
+    o.data_digest = t.data_digest;
+    o.kato_ms = t.kato.saturating_mul(1000);
+    o.so_priority = t.so_priority;
+    o.tos = t.tos;
+    o.busy_poll_us = t.busy_poll_us;
+    Ok(o)
+}
+
+/// The byte region and sizes a run works on, checked against the namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub block_size: u64,
+    pub region_start: u64,
+    pub region_len: u64,
+}
+
+/// Checks `bs`, `--offset`, `--size` and `--iodepth` against a namespace of `capacity` bytes in
+/// `block_size` blocks, a largest transfer of `max_transfer` and at most `max_depth` commands.
+pub fn plan(
+    a: &RunArgs,
+    capacity: u64,
+    block_size: u64,
+    max_transfer: Option<u64>,
+    max_depth: u32,
+) -> Result<Plan, PerfError> {
+    if a.bs == 0 || a.bs % block_size != 0 {
+        return Err(usage(format!("--bs {} is not a multiple of the namespace block size {block_size}", a.bs)));
+    }
+    if let Some(m) = max_transfer {
+        if a.bs > m {
+            return Err(usage(format!("--bs {} exceeds the controller's largest transfer (MDTS) of {m} bytes", a.bs)));
+        }
+    }
+    if a.bs > u32::MAX as u64 / 2 || a.bs / block_size > 0x1_0000 {
+        return Err(usage(format!("--bs {} is larger than one command can carry", a.bs)));
+    }
+    if a.offset % block_size != 0 {
+        return Err(usage(format!("--offset {} is not a multiple of the block size {block_size}", a.offset)));
+    }
+    if a.offset >= capacity {
+        return Err(usage(format!("--offset {} is at or beyond the end of the namespace ({capacity} bytes)", a.offset)));
+    }
+    let len = a.size.unwrap_or(capacity - a.offset);
+    if a.offset.checked_add(len).map_or(true, |end| end > capacity) {
+        return Err(usage(format!(
+            "--offset {} + --size {len} goes beyond the namespace ({capacity} bytes)",
+            a.offset
+        )));
+    }
+    let per_job = if a.verify && a.rw.does_writes() { len / a.numjobs as u64 } else { len };
+    if per_job < a.bs {
+        return Err(usage(format!(
+            "the region ({per_job} bytes per job) is smaller than one block of --bs {}",
+            a.bs
+        )));
+    }
+    if a.iodepth > max_depth {
+        return Err(usage(format!("--iodepth {} exceeds what the controller accepts per queue ({max_depth})", a.iodepth)));
+    }
+    Ok(Plan { block_size, region_start: a.offset, region_len: len })
+}
+
+/// Every option the run used, for the report.
+fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<String, Value> {
+    let t = &a.target;
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.to_string(), v);
+    };
+    put("rw", json!(a.rw.name()));
+    put("rwmixread", json!(a.rwmixread));
+    put("bs", json!(a.bs));
+    put("iodepth", json!(a.iodepth));
+    put("numjobs", json!(a.numjobs));
+    put("runtime", json!(a.runtime.map(|d| d.as_secs_f64())));
+    put("ramp_time", json!(a.ramp_time.as_secs_f64()));
+    put("rate_iops", json!(a.rate_iops));
+    put("cpus_allowed", json!(a.cpus_allowed.as_ref().map(|c| &c.0)));
+    put("size", json!(plan.region_len));
+    put("offset", json!(plan.region_start));
+    put("block_size", json!(plan.block_size));
+    put("completion", json!(format!("{:?}", a.completion).to_lowercase()));
+    put("verify", json!(a.verify));
+    put("hdr_digest", json!(t.hdr_digest));
+    put("data_digest", json!(t.data_digest));
+    put("so_priority", json!(t.so_priority));
+    put("tos", json!(t.tos));
+    put("busy_poll_us", json!(t.busy_poll_us));
+    put("kato", json!(t.kato));
+    put("nsid", json!(a.nsid));
+    put("transport", json!(t.transport));
+    put("traddr", json!(t.traddr));
+    put("trsvcid", json!(t.trsvcid));
+    put("nqn", json!(a.nqn));
+    put("hostnqn", json!(t.hostnqn));
+    put("local", json!(a.local.as_ref().map(|p| p.display().to_string())));
+    for (k, v) in extra {
+        put(k, v.clone());
+    }
+    m
+}
+
+fn job_specs(a: &RunArgs, plan: &Plan) -> Vec<JobSpec> {
+    let generation = fastrand::u64(1..);
+    let split = a.verify && a.rw.does_writes();
+    // Under write --verify each job owns a slice, so it verifies only blocks it wrote itself.
+    let slice = (plan.region_len / a.numjobs as u64) / a.bs * a.bs;
+    (0..a.numjobs as usize)
+        .map(|i| JobSpec {
+            index: i,
+            rw: a.rw,
+            rwmixread: a.rwmixread,
+            bs: a.bs,
+            block_size: plan.block_size,
+            region_start: if split { plan.region_start + i as u64 * slice } else { plan.region_start },
+            region_len: if split { slice } else { plan.region_len },
+            runtime: a.runtime,
+            ramp_time: a.ramp_time,
+            rate_iops: a.rate_iops,
+            completion: a.completion,
+            verify: a.verify,
+            generation,
+            seed: generation ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        })
+        .collect()
+}
+
+fn cpu_of(a: &RunArgs, i: usize) -> Option<usize> {
+    a.cpus_allowed.as_ref().map(|c| c.0[i % c.0.len()])
+}
+
+/// Runs every job on its own thread (pinned when --cpus_allowed is given).
+fn run_jobs<F>(a: &RunArgs, specs: &[JobSpec], start: F) -> Result<Vec<JobReport>, PerfError>
+where
+    F: Fn(&JobSpec) -> Result<JobResult, Error> + Sync,
+{
+    let results: Vec<Result<JobResult, PerfError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = specs
+            .iter()
+            .map(|spec| {
+                let cpu = cpu_of(a, spec.index);
+                let start = &start;
+                std::thread::Builder::new()
+                    .name(format!("job{}", spec.index))
+                    .spawn_scoped(s, move || {
+                        if let Some(c) = cpu {
+                            cpu::pin_current_thread(c)
+                                .map_err(|e| PerfError::Failed(format!("job{}: cannot pin to CPU {c}: {e}", spec.index)))?;
+                        }
+                        start(spec).map_err(|e| PerfError::Failed(format!("job{}: {e}", spec.index)))
+                    })
+                    .expect("spawn job thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(PerfError::Failed("a job thread panicked".into()))))
+            .collect()
+    });
+    let mut reports = Vec::with_capacity(results.len());
+    for (i, r) in results.into_iter().enumerate() {
+        reports.push(JobReport { result: r?, cpu: cpu_of(a, i) });
+    }
+    Ok(reports)
+}
+
+fn timestamp() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// `nvmf-perf run`.
+pub fn run(a: &RunArgs) -> Result<Report, PerfError> {
+    match &a.local {
+        Some(path) => run_local(a, path),
+        None => run_tcp(a),
+    }
+}
+
+fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
+    let nqn = a.nqn.as_deref().ok_or_else(|| usage("missing -n/--nqn (the subsystem NQN), or use --local PATH"))?;
+    let opts = connect_options(&a.target)?;
+    let ctrl = Controller::connect(&opts, nqn)?;
+    let ns = ctrl.identify_namespace(a.nsid)?;
+    let block_size = ns.block_size();
+    let id = ctrl.identity();
+    let mut max_depth = ctrl.max_queue_entries().saturating_sub(1);
+    if id.maxcmd != 0 {
+        max_depth = max_depth.min(id.maxcmd as u32);
+    }
+    let plan = plan(a, ns.nsze * block_size, block_size, ctrl.max_transfer(), max_depth)?;
+    let (nsq, ncq) = ctrl.set_number_of_queues(a.numjobs as u16)?;
+    if (nsq.min(ncq) as u32) < a.numjobs {
+        return Err(PerfError::Failed(format!(
+            "the controller granted {} I/O queues, --numjobs {} needs one each",
+            nsq.min(ncq),
+            a.numjobs
+        )));
+    }
+    let params = ctrl.io_queue_params();
+    let specs = job_specs(a, &plan);
+    let jobs = run_jobs(a, &specs, |spec| {
+        let mut queue = IoQueue::connect(&params, spec.index as u16 + 1, a.iodepth as usize, a.bs as usize)?;
+        queue.set_namespace(a.nsid, block_size);
+        run_job(spec, TcpEngine { queue, lba_shift: block_size.trailing_zeros() })
+    });
+    let extra = [
+        ("cntlid", json!(ctrl.cntlid())),
+        ("in_capsule_data_size", json!(params.in_capsule)),
+    ];
+    if let Err(e) = ctrl.shutdown() {
+        tracing::warn!("controller shutdown: {e}");
+    }
+    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs? })
+}
+
+fn run_local(a: &RunArgs, path: &std::path::Path) -> Result<Report, PerfError> {
+    let writable = a.rw.does_writes();
+    let min_len = a.size.map_or(0, |s| a.offset.saturating_add(s));
+    let (file, info) = local::open(path, writable, min_len)?;
+    let plan = plan(a, info.size, info.block_size, None, u32::from(u16::MAX))?;
+    let specs = job_specs(a, &plan);
+    let jobs = run_jobs(a, &specs, |spec| {
+        let engine = local::LocalEngine::new(file.try_clone()?, a.iodepth as usize, a.bs as usize)?;
+        run_job(spec, engine)
+    })?;
+    let extra = [("direct", json!(info.direct))];
+    Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs })
+}

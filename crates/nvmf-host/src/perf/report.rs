@@ -1,0 +1,285 @@
+//! The run report: fio's JSON layout plus the `nvmflab` section (CONTRACTS.md section 3), and a
+//! readable fio-like text summary.
+//!
+//! `lat_ns` and `clat_ns` are the same measurement here: submit to completion of each I/O, as
+//! seen by the job thread. fio splits off submission latency (slat) because its engines submit
+//! in a separate system call per I/O; ours batches submissions, so there is no per-I/O slat.
+
+use serde_json::{json, Map, Value};
+
+use super::histogram::{percentile_key, LatencyHistogram, LatencySummary};
+use super::job::{DirStats, JobResult};
+
+/// One job's outcome and where it ran.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    pub result: JobResult,
+    pub cpu: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// `tcp` or `local`.
+    pub engine: &'static str,
+    /// Every option the run used, by its command-line name.
+    pub knobs: Map<String, Value>,
+    pub timestamp: u64,
+    pub jobs: Vec<JobReport>,
+}
+
+fn dir_json(d: &DirStats, runtime_ns: u64) -> Value {
+    let s = d.lat.summary();
+    let secs = runtime_ns as f64 / 1e9;
+    let bw_bytes = (d.bytes as f64 / secs) as u64;
+    let percentile: Map<String, Value> = s.percentiles.iter().map(|&(p, v)| (percentile_key(p), json!(v))).collect();
+    json!({
+        "io_bytes": d.bytes,
+        "io_kbytes": d.bytes / 1024,
+        "bw_bytes": bw_bytes,
+        "bw": bw_bytes / 1024,
+        "iops": d.ios as f64 / secs,
+        "runtime": runtime_ns / 1_000_000,
+        "total_ios": d.ios,
+        "lat_ns": {"min": s.min, "max": s.max, "mean": s.mean, "stddev": s.stddev},
+        "clat_ns": {"min": s.min, "max": s.max, "mean": s.mean, "stddev": s.stddev, "percentile": percentile},
+    })
+}
+
+fn pct(part: std::time::Duration, wall_ns: u64) -> f64 {
+    if wall_ns == 0 {
+        0.0
+    } else {
+        part.as_nanos() as f64 * 100.0 / wall_ns as f64
+    }
+}
+
+impl Report {
+    fn merged(&self, read: bool) -> LatencyHistogram {
+        let mut h = LatencyHistogram::new();
+        for j in &self.jobs {
+            h.merge(if read { &j.result.read.lat } else { &j.result.write.lat });
+        }
+        h
+    }
+
+    pub fn to_json(&self) -> Value {
+        let jobs: Vec<Value> = self
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let r = &j.result;
+                let u = &r.usage;
+                json!({
+                    "jobname": format!("job{i}"),
+                    "groupid": 0,
+                    "error": 0,
+                    "job_runtime": r.runtime_ns / 1_000_000,
+                    "read": dir_json(&r.read, r.runtime_ns),
+                    "write": dir_json(&r.write, r.runtime_ns),
+                    "usr_cpu": pct(u.user, r.wall_ns),
+                    "sys_cpu": pct(u.sys, r.wall_ns),
+                    "ctx": u.voluntary_ctx + u.involuntary_ctx,
+                    "majf": u.majflt,
+                    "minf": u.minflt,
+                })
+            })
+            .collect();
+        let buckets = |read| -> Vec<Value> { self.merged(read).buckets().into_iter().map(|(v, c)| json!([v, c])).collect() };
+        let per_job: Vec<Value> = self
+            .jobs
+            .iter()
+            .map(|j| {
+                json!({
+                    "cpu": j.cpu,
+                    "voluntary_ctx": j.result.usage.voluntary_ctx,
+                    "involuntary_ctx": j.result.usage.involuntary_ctx,
+                    "verified_ios": j.result.verified_ios,
+                })
+            })
+            .collect();
+        json!({
+            "fio version": concat!("nvmf-perf-", env!("CARGO_PKG_VERSION")),
+            "timestamp": self.timestamp,
+            "jobs": jobs,
+            "nvmflab": {
+                "engine": self.engine,
+                "knobs": self.knobs,
+                "voluntary_ctx": self.jobs.iter().map(|j| j.result.usage.voluntary_ctx).sum::<u64>(),
+                "involuntary_ctx": self.jobs.iter().map(|j| j.result.usage.involuntary_ctx).sum::<u64>(),
+                "histogram": {"read": buckets(true), "write": buckets(false)},
+                "jobs": per_job,
+            }
+        })
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let knob = |k: &str| self.knobs.get(k).map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default();
+        out.push_str(&format!(
+            "nvmf-perf ({}): rw={}, bs={}, iodepth={}, numjobs={}, completion={}\n",
+            self.engine,
+            knob("rw"),
+            knob("bs"),
+            knob("iodepth"),
+            knob("numjobs"),
+            knob("completion")
+        ));
+        for (i, j) in self.jobs.iter().enumerate() {
+            let r = &j.result;
+            let cpu = j.cpu.map_or("any".to_string(), |c| c.to_string());
+            out.push_str(&format!("job{i}: (groupid=0, cpu={cpu}): err= 0\n"));
+            for (name, d) in [("read", &r.read), ("write", &r.write)] {
+                if d.ios > 0 {
+                    out.push_str(&dir_text(name, d, r.runtime_ns));
+                }
+            }
+            let u = &r.usage;
+            out.push_str(&format!(
+                "  cpu          : usr={:.2}%, sys={:.2}%, ctx={} (voluntary {}, involuntary {}), majf={}, minf={}\n",
+                pct(u.user, r.wall_ns),
+                pct(u.sys, r.wall_ns),
+                u.voluntary_ctx + u.involuntary_ctx,
+                u.voluntary_ctx,
+                u.involuntary_ctx,
+                u.majflt,
+                u.minflt
+            ));
+            if r.verified_ios > 0 {
+                out.push_str(&format!("  verify       : {} I/Os read back, all blocks correct\n", r.verified_ios));
+            }
+        }
+        out.push_str("\nRun status (all jobs):\n");
+        let runtime_ns = self.jobs.iter().map(|j| j.result.runtime_ns).max().unwrap_or(1);
+        for (name, read) in [("READ", true), ("WRITE", false)] {
+            let (ios, bytes) = self.jobs.iter().fold((0, 0), |(i, b), j| {
+                let d = if read { &j.result.read } else { &j.result.write };
+                (i + d.ios, b + d.bytes)
+            });
+            if ios > 0 {
+                let secs = runtime_ns as f64 / 1e9;
+                out.push_str(&format!(
+                    "  {name}: IOPS={}, bw={}/s, io={}, run={}msec\n",
+                    human(ios as f64 / secs),
+                    human_bytes(bytes as f64 / secs),
+                    human_bytes(bytes as f64),
+                    runtime_ns / 1_000_000
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn dir_text(name: &str, d: &DirStats, runtime_ns: u64) -> String {
+    let secs = runtime_ns as f64 / 1e9;
+    let s: LatencySummary = d.lat.summary();
+    let pcts: Vec<String> = s.percentiles.iter().map(|&(p, v)| format!("{p:.2}th=[{v}]")).collect();
+    format!(
+        "  {name}: IOPS={}, BW={}/s ({} in {}msec)\n    clat (nsec): min={}, max={}, avg={:.2}, stdev={:.2}\n    clat percentiles (nsec): {}\n",
+        human(d.ios as f64 / secs),
+        human_bytes(d.bytes as f64 / secs),
+        human_bytes(d.bytes as f64),
+        runtime_ns / 1_000_000,
+        s.min,
+        s.max,
+        s.mean,
+        s.stddev,
+        pcts.join(", ")
+    )
+}
+
+fn human(v: f64) -> String {
+    match v {
+        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        v if v >= 1e3 => format!("{:.1}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
+fn human_bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = v;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1}{}", UNITS[u])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::cpu::ThreadUsage;
+    use std::time::Duration;
+
+    fn sample() -> Report {
+        let mut read = DirStats::default();
+        for v in [1000u64, 2000, 3000, 4000] {
+            read.ios += 1;
+            read.bytes += 4096;
+            read.lat.record(v);
+        }
+        let result = JobResult {
+            read,
+            runtime_ns: 2_000_000_000,
+            wall_ns: 2_000_000_000,
+            usage: ThreadUsage { user: Duration::from_millis(500), sys: Duration::from_millis(250), voluntary_ctx: 3, involuntary_ctx: 2, ..Default::default() },
+            ..Default::default()
+        };
+        let mut knobs = Map::new();
+        knobs.insert("rw".into(), json!("randread"));
+        knobs.insert("bs".into(), json!(4096));
+        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0) }] }
+    }
+
+    #[test]
+    fn json_has_fios_keys_and_the_nvmflab_section() {
+        let v = sample().to_json();
+        assert!(v["fio version"].as_str().unwrap().starts_with("nvmf-perf-"));
+        let job = &v["jobs"][0];
+        for k in ["jobname", "groupid", "error", "job_runtime", "read", "write", "usr_cpu", "sys_cpu", "ctx", "majf", "minf"] {
+            assert!(!job[k].is_null(), "jobs[0].{k} missing");
+        }
+        let read = &job["read"];
+        for k in ["io_bytes", "io_kbytes", "bw_bytes", "bw", "iops", "runtime", "total_ios", "lat_ns", "clat_ns"] {
+            assert!(!read[k].is_null(), "read.{k} missing");
+        }
+        for k in ["min", "max", "mean", "stddev"] {
+            assert!(!read["lat_ns"][k].is_null() && !read["clat_ns"][k].is_null(), "{k}");
+        }
+        let p = read["clat_ns"]["percentile"].as_object().unwrap();
+        let keys: Vec<&str> = p.keys().map(|s| s.as_str()).collect();
+        assert_eq!(keys, ["50.000000", "90.000000", "99.000000", "99.900000", "99.990000"]);
+        assert_eq!(read["total_ios"], 4);
+        assert_eq!(read["io_bytes"], 16384);
+        assert_eq!(read["iops"].as_f64().unwrap(), 2.0);
+        assert_eq!(read["bw"], 8, "KiB/s");
+        assert_eq!(read["runtime"], 2000, "ms");
+        assert_eq!(job["usr_cpu"].as_f64().unwrap(), 25.0);
+        assert_eq!(job["sys_cpu"].as_f64().unwrap(), 12.5);
+        assert_eq!(job["ctx"], 5);
+        assert_eq!(job["write"]["total_ios"], 0);
+        assert_eq!(job["write"]["iops"].as_f64().unwrap(), 0.0);
+        let n = &v["nvmflab"];
+        assert_eq!(n["engine"], "tcp");
+        assert_eq!(n["knobs"]["rw"], "randread");
+        assert_eq!(n["voluntary_ctx"], 3);
+        assert_eq!(n["involuntary_ctx"], 2);
+        let hist = n["histogram"]["read"].as_array().unwrap();
+        assert_eq!(hist.iter().map(|b| b[1].as_u64().unwrap()).sum::<u64>(), 4);
+        assert_eq!(n["histogram"]["write"].as_array().unwrap().len(), 0);
+        assert_eq!(n["jobs"][0]["cpu"], 0);
+    }
+
+    #[test]
+    fn text_summary_is_readable() {
+        let t = sample().to_text();
+        assert!(t.contains("job0"), "{t}");
+        assert!(t.contains("read: IOPS=2"), "{t}");
+        assert!(t.contains("50.00th=["), "{t}");
+        assert!(t.contains("usr=25.00%"), "{t}");
+        assert!(!t.contains("write: IOPS"), "no writes, no write line: {t}");
+    }
+}

@@ -23,8 +23,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="NVMe-over-Fabrics performance laboratory.")
 results_app = typer.Typer(no_args_is_help=True, help="Inspect and export a results directory.")
 app.add_typer(results_app, name="results")
-out = Console()
-err = Console(stderr=True)
+out = Console(width=None if sys.stdout.isatty() else 200)  # pipes get whole rows
+err = Console(stderr=True, soft_wrap=True)
 
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
 

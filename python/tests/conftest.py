@@ -1,0 +1,59 @@
+"""Shared fixtures: the fake binaries (harness behaviour without the Rust stack) and tiny specs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAKEBIN = Path(__file__).resolve().parent / "fakebin"
+NVMFLAB = [sys.executable, "-c", "from nvmflab.cli import main; main()"]
+
+TINY_SPEC = """
+name = "tiny"
+repeats = 2
+ramp_time = 0
+runtime = 0.2
+[workload]
+rw = "randread"
+[sweep]
+iodepth = [1, 4]
+completion = ["poll", "event"]
+"""
+
+
+@pytest.fixture
+def fake_env(tmp_path, monkeypatch):
+    """Environment that points nvmflab at the fake binaries and records what they did."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = dict(os.environ, NVMFLAB_BIN_DIR=str(FAKEBIN), FAKE_PID_DIR=str(pids),
+               FAKE_PERF_LOG=str(tmp_path / "perf.log"), FAKE_COUNTS=str(tmp_path / "counts"))
+    for key in ("NVMFLAB_BIN_DIR", "FAKE_PID_DIR", "FAKE_PERF_LOG", "FAKE_COUNTS"):
+        monkeypatch.setenv(key, env[key])
+    return env
+
+
+@pytest.fixture
+def tiny_spec(tmp_path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_SPEC)
+    return path
+
+
+def nvmflab(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(NVMFLAB + list(args), env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO)
+
+
+def alive(pid: int) -> bool:
+    """True while pid exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

@@ -1,0 +1,64 @@
+"""CLI: one-line errors, results list/show/export, env, studies end to end on the fakes."""
+
+import pandas as pd
+from conftest import nvmflab
+
+from nvmflab.store import ResultsStore
+
+
+def test_bad_spec_is_one_line_and_nonzero(tmp_path, fake_env):
+    spec = tmp_path / "bad.toml"
+    spec.write_text("[knobs]\ncompletion = \"sometimes\"\n")
+    done = nvmflab("run", str(spec), env=fake_env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and f"{spec}:2: knobs.completion:" in line and "'poll' or 'event'" in line
+
+
+def test_unknown_study_and_missing_results_are_refused(tmp_path, fake_env):
+    done = nvmflab("study", "nonsense", env=fake_env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    done = nvmflab("results", "list", str(tmp_path), env=fake_env)
+    assert done.returncode == 2 and "no results.sqlite" in done.stderr
+
+
+def test_results_list_show_and_export(tmp_path, fake_env, tiny_spec):
+    results = tmp_path / "r"
+    assert nvmflab("run", str(tiny_spec), "--results", str(results), env=fake_env).returncode == 0
+    listed = nvmflab("results", "list", str(results), env=fake_env)
+    assert listed.returncode == 0 and "tiny" in listed.stdout
+    shown = nvmflab("results", "show", str(results), env=fake_env)
+    assert shown.returncode == 0 and "randread" in shown.stdout
+    for name in ("m.csv", "m.parquet"):
+        done = nvmflab("results", "export", str(results), "--out", str(tmp_path / name), env=fake_env)
+        assert done.returncode == 0, done.stderr
+    csv = pd.read_csv(tmp_path / "m.csv")
+    parquet = pd.read_parquet(tmp_path / "m.parquet")
+    assert len(csv) == len(parquet) == 8
+    assert list(parquet["iops"]) == list(ResultsStore(results).measurements()["iops"])
+
+
+def test_env_lists_cores_and_tools(fake_env):
+    done = nvmflab("env", env=fake_env)
+    assert done.returncode == 0
+    for item in ("cpu model", "cores", "kernel", "nvmf-target", "nvmf-perf", "fio", "iperf3"):
+        assert item in done.stdout
+
+
+def test_quick_studies_run_every_leg(tmp_path, fake_env):
+    env = fake_env | {"FAKE_PERF_SLEEP": "0"}
+    results = tmp_path / "r"
+    done = nvmflab("study", "all", "--quick", "--results", str(results), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith("report.html")
+    frame = ResultsStore(results).measurements()
+    legs = {(s, leg) for s, leg in zip(frame["study"], frame["leg"])}
+    assert {("polling", "completion"), ("polling", "idle_poll"), ("polling", "matrix"), ("overhead", "local"),
+            ("overhead", "loopback"), ("overhead", "netns"), ("saturation", "initiator"), ("saturation", "target"),
+            ("interference", "calibrate_initiator"), ("interference", "initiator"),
+            ("interference", "target")} <= legs
+    inter = frame[(frame["study"] == "interference") & frame["bg_load_pct"].notna()]
+    assert set(inter["role"]) == {"fg", "bg"} and inter["invariant_ok"].all()
+    capped = inter[(inter["role"] == "bg") & (inter["bg_load_pct"] == 20)]
+    assert (capped["rate_iops"] > 0).all()
+    assert set(frame[frame["study"] == "overhead"]["engine"].dropna()) == {"local", "tcp"}

@@ -1,0 +1,83 @@
+"""Runner behaviour against the fake binaries: storing, resuming, failing points, cleanup."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import NVMFLAB, REPO, alive, nvmflab
+
+from nvmflab.store import ResultsStore
+
+
+def perf_runs(tmp_path) -> int:
+    log = tmp_path / "perf.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_sweep_stores_every_point_and_prints_report_last(tmp_path, fake_env, tiny_spec):
+    done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=fake_env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith("report.html")
+    frame = ResultsStore(tmp_path / "r").measurements()
+    assert len(frame) == 8 and set(frame["status"]) == {"ok"}
+    assert sorted(set(zip(frame["iodepth"], frame["completion"]))) == [(1, "event"), (1, "poll"), (4, "event"), (4, "poll")]
+    assert (frame["target_usr_s"] >= 0).all() and frame["lat_p99_ns"].notna().all()
+    # pinned: nvmf-perf got the host core from the spec's topology, mapped onto this machine
+    assert "--cpus_allowed" in (tmp_path / "perf.log").read_text()
+
+
+def test_rerun_skips_stored_points(tmp_path, fake_env, tiny_spec):
+    results = str(tmp_path / "r")
+    assert nvmflab("run", str(tiny_spec), "--results", results, env=fake_env).returncode == 0
+    assert perf_runs(tmp_path) == 8
+    again = nvmflab("run", str(tiny_spec), "--results", results, env=fake_env)
+    assert again.returncode == 0 and perf_runs(tmp_path) == 8
+    assert len(ResultsStore(results).runs()) == 2 and len(ResultsStore(results).points()) == 8
+
+
+def test_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, fake_env, tiny_spec):
+    env = fake_env | {"FAKE_PERF_FAIL_IODEPTH": "4"}
+    done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=env)
+    assert done.returncode == 0, done.stderr
+    points = ResultsStore(tmp_path / "r").points()
+    failed = points[points["status"] == "failed"]
+    assert len(failed) == 4 and len(points) == 8
+    assert failed["error"].str.contains("exited 1: nvmf-perf: connect failed").all()
+    # the failed ones are retried by the next run, the good ones are not
+    del env["FAKE_PERF_FAIL_IODEPTH"]
+    assert nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=env).returncode == 0
+    assert perf_runs(tmp_path) == 12
+    assert set(ResultsStore(tmp_path / "r").points()["status"]) == {"ok"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_killed_runner_leaves_no_child(tmp_path, fake_env, tiny_spec, sig):
+    env = fake_env | {"FAKE_PERF_SLEEP": "60"}
+    proc = subprocess.Popen(NVMFLAB + ["run", str(tiny_spec), "--results", str(tmp_path / "r")], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids_dir = tmp_path / "pids"
+    deadline = time.monotonic() + 30
+    while not any(p.name.startswith("perf-") for p in pids_dir.iterdir()):
+        assert time.monotonic() < deadline, "nvmf-perf never started"
+        time.sleep(0.05)
+    children = [int(p.name.split("-")[1]) for p in pids_dir.iterdir()]
+    assert all(alive(pid) for pid in children)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    if sig != signal.SIGKILL:
+        assert "Traceback" not in stderr and "re-run the same command to resume" in stderr
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in children if alive(pid)]
+
+
+def test_missing_binaries_fail_in_one_line(tmp_path, fake_env, tiny_spec):
+    env = fake_env | {"NVMFLAB_BIN_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "nvmf-target not found" in done.stderr
+    assert not os.path.exists(tmp_path / "r")

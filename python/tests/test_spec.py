@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import pytest
+
+from nvmflab.spec import SpecError, load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_bad_value_names_field_file_line_and_allowed_values(tmp_path):
+    path = write(tmp_path, 'name = "x"\n\n[workload]\nbs = "4k"\nrw = "sideways"\n')
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    message = str(err.value)
+    assert f"{path}:5:" in message
+    assert "workload.rw" in message
+    assert "'randread'" in message and "sideways" in message
+
+
+def test_unknown_field_lists_the_allowed_ones(tmp_path):
+    path = write(tmp_path, "[knobs]\ncompletion = \"poll\"\nidle_poll = 40\n")
+    with pytest.raises(SpecError, match=r":3: knobs.idle_poll: unknown field; allowed: .*idle_poll_us"):
+        load_spec(path)
+
+
+def test_bad_sweep_value_names_the_sweep_key(tmp_path):
+    path = write(tmp_path, "[sweep]\niodepth = [1, 0]\n")
+    with pytest.raises(SpecError, match=r":2: sweep.iodepth: .*greater than or equal to 1"):
+        load_spec(path)
+
+
+def test_sweep_key_must_be_a_workload_or_knob_field(tmp_path):
+    path = write(tmp_path, "[sweep]\nqueue_depth = [1, 2]\n")
+    with pytest.raises(SpecError, match=r"sweep.queue_depth: not a workload or knob field; allowed: rw, bs"):
+        load_spec(path)
+
+
+def test_bad_size_is_explained(tmp_path):
+    path = write(tmp_path, "[workload]\nbs = \"4q\"\n")
+    with pytest.raises(SpecError, match=r":2: workload.bs: .*512, 4k, 128k"):
+        load_spec(path)
+
+
+def test_study_params_are_validated_before_running(tmp_path):
+    path = write(tmp_path, 'study = "interference"\n[params]\nbg_load_pct = [10, "most"]\n')
+    with pytest.raises(SpecError, match=r":2: params: bg_load_pct: .*allowed: integers 1..100 and \"max\""):
+        load_spec(path)
+
+
+def test_sweep_is_the_cross_product_in_spec_order(tmp_path):
+    path = write(tmp_path, '[workload]\nbs = "8k"\n[sweep]\niodepth = [1, 32]\ncompletion = ["poll", "event"]\n')
+    points = load_spec(path).points()
+    assert [(p["iodepth"], p["completion"]) for p in points] == [(1, "poll"), (1, "event"), (32, "poll"), (32, "event")]
+    assert all(p["bs"] == 8192 and p["io_queues"] == 1 for p in points)
+
+
+def test_quick_overrides_merge_deeply(tmp_path):
+    path = write(tmp_path, "runtime = 30\n[backend]\nkind = \"ram\"\nsize = \"1GiB\"\n"
+                           "[quick]\nruntime = 2\nbackend = { size = \"64MiB\" }\n")
+    assert load_spec(path).runtime == 30
+    quick = load_spec(path, quick=True)
+    assert (quick.runtime, quick.backend.kind, quick.backend.size) == (2, "ram", 64 << 20)
+
+
+@pytest.mark.parametrize("name", ["polling", "overhead", "saturation", "interference"])
+def test_ready_study_specs_load(name):
+    spec = load_spec(REPO / "studies" / f"{name}.toml", quick=True)
+    assert spec.study == name and spec.repeats == 1 and spec.runtime <= 2

@@ -287,3 +287,87 @@ fn run_local(a: &RunArgs, path: &std::path::Path) -> Result<Report, PerfError> {
     let extra = [("direct", json!(info.direct))];
     Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let argv = ["nvmf-perf", "run", "--local", "/dev/null"].into_iter().chain(extra.iter().copied());
+        match args::Cli::try_parse_from(argv).unwrap().command {
+            args::Command::Run(r) => r,
+            _ => unreachable!("parsed a run command"),
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn check(extra: &[&str]) -> Result<Plan, PerfError> {
+        plan(&run_args(extra), 64 * MIB, 512, Some(MIB), 127)
+    }
+
+    #[test]
+    fn plan_defaults_to_the_rest_of_the_namespace() {
+        let p = check(&["--offset", "1m"]).unwrap();
+        assert_eq!(p, Plan { block_size: 512, region_start: MIB, region_len: 63 * MIB });
+    }
+
+    #[test]
+    fn arguments_the_namespace_cannot_satisfy_are_usage_errors() {
+        for (extra, needle) in [
+            (&["--bs", "1000"][..], "not a multiple of the namespace block size 512"),
+            (&["--bs", "2m"], "MDTS"),
+            (&["--offset", "100"], "--offset 100 is not a multiple"),
+            (&["--offset", "64m"], "beyond the end"),
+            (&["--size", "65m"], "goes beyond the namespace"),
+            (&["--offset", "60m", "--size", "8m"], "goes beyond the namespace"),
+            (&["--size", "2k", "--bs", "4k"], "smaller than one block"),
+            (&["--iodepth", "128"], "--iodepth 128 exceeds"),
+        ] {
+            let e = check(extra).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{extra:?}");
+            assert!(e.to_string().contains(needle), "{extra:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn write_verify_splits_the_region_between_jobs() {
+        let a = run_args(&["--rw", "randwrite", "--verify", "--numjobs", "3", "--bs", "4k", "--size", "1m"]);
+        let p = plan(&a, 64 * MIB, 512, None, 127).unwrap();
+        let specs = job_specs(&a, &p);
+        assert_eq!(specs.len(), 3);
+        let slice = specs[0].region_len;
+        assert_eq!(slice % 4096, 0);
+        for (i, s) in specs.iter().enumerate() {
+            assert_eq!(s.region_start, i as u64 * slice);
+            assert_eq!(s.generation, specs[0].generation, "one generation per run");
+        }
+        let shared = run_args(&["--rw", "randread", "--numjobs", "2"]);
+        let specs = job_specs(&shared, &plan(&shared, 64 * MIB, 512, None, 127).unwrap());
+        assert!(specs.iter().all(|s| s.region_start == 0 && s.region_len == 64 * MIB), "reads share the region like fio");
+    }
+
+    #[test]
+    fn a_local_write_verify_run_passes_and_reports() {
+        let path = std::env::temp_dir().join(format!("nvmf-perf-plan-{}.img", std::process::id()));
+        let a = run_args(&["--rw", "write", "--bs", "4k", "--size", "256k", "--iodepth", "4", "--verify", "--numjobs", "2"]);
+        let a = RunArgs { local: Some(path.clone()), ..a };
+        let report = match run(&a) {
+            Ok(r) => r,
+            Err(e) if e.to_string().contains("io_uring") || e.to_string().contains("Operation not permitted") => {
+                eprintln!("io_uring unavailable here, skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        std::fs::remove_file(&path).unwrap();
+        let v = report.to_json();
+        assert_eq!(v["jobs"].as_array().unwrap().len(), 2);
+        let writes: u64 = (0..2).map(|i| v["jobs"][i]["write"]["total_ios"].as_u64().unwrap()).sum();
+        assert_eq!(writes, 64, "one pass of 256 KiB in 4 KiB writes, split between two jobs");
+        assert_eq!(v["nvmflab"]["jobs"][0]["verified_ios"], 32);
+        assert_eq!(v["nvmflab"]["engine"], "local");
+        assert_eq!(v["nvmflab"]["knobs"]["verify"], true);
+    }
+}

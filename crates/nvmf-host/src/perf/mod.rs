@@ -15,6 +15,7 @@ pub mod workload;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use nvmf_proto::Status;
 use serde_json::{json, Map, Value};
 
 use self::args::{RunArgs, TargetArgs};
@@ -241,7 +242,14 @@ fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
     let nqn = a.nqn.as_deref().ok_or_else(|| usage("missing -n/--nqn (the subsystem NQN), or use --local PATH"))?;
     let opts = connect_options(&a.target)?;
     let ctrl = Controller::connect(&opts, nqn)?;
-    let ns = ctrl.identify_namespace(a.nsid)?;
+    let ns = ctrl.identify_namespace(a.nsid).map_err(|e| match e {
+        // A namespace the subsystem does not have is a wrong --nsid, not a failed run.
+        Error::Unsupported(_) => usage(format!("--nsid {}: {e}", a.nsid)),
+        Error::Status { status, .. } if (status.sct, status.sc) == (Status::INVALID_NS.sct, Status::INVALID_NS.sc) => {
+            usage(format!("--nsid {}: {e}", a.nsid))
+        }
+        e => e.into(),
+    })?;
     let block_size = ns.block_size();
     let id = ctrl.identity();
     let mut max_depth = ctrl.max_queue_entries().saturating_sub(1);

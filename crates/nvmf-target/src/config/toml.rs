@@ -5,6 +5,7 @@ use super::{
     ReactorMode, SubsystemConfig, TargetConfig, TargetSettings,
 };
 use serde::Deserialize;
+use ::toml::Spanned;
 use std::path::{Path, PathBuf};
 
 #[derive(Deserialize, Default)]
@@ -24,21 +25,21 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawTarget {
     cores: Option<Vec<usize>>,
-    mode: Option<String>,
+    mode: Option<Spanned<String>>,
     idle_poll_us: Option<u64>,
     in_capsule_data_size: Option<u32>,
     maxh2cdata: Option<u32>,
     so_priority: Option<u32>,
     tos: Option<u32>,
     busy_poll_us: Option<u32>,
-    stats: Option<String>,
+    stats: Option<Spanned<String>>,
     kato_default_ms: Option<u32>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPort {
-    addr: String,
+    addr: Spanned<String>,
     subsystems: Option<Vec<String>>,
 }
 
@@ -72,8 +73,8 @@ enum RawSize {
 #[serde(deny_unknown_fields)]
 struct RawNamespace {
     nsid: u32,
-    backend: String,
-    size: Option<RawSize>,
+    backend: Spanned<String>,
+    size: Option<Spanned<RawSize>>,
     path: Option<PathBuf>,
     block_size: Option<u32>,
     nguid: Option<String>,
@@ -107,6 +108,11 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     })?;
     let origin = path.display().to_string();
     let bad = |msg: String| ConfigError::invalid(&origin, msg);
+    // A value that parsed as TOML but is not allowed: report it at its own line.
+    let bad_at = |span: std::ops::Range<usize>, msg: String| {
+        let (line, column) = line_col(text, span.start);
+        ConfigError::Syntax { path: path.to_path_buf(), line, column, message: msg }
+    };
 
     let mut target = TargetSettings::default();
     let t = raw.target;
@@ -114,8 +120,9 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         target.cores = v;
     }
     if let Some(m) = t.mode {
-        target.mode = ReactorMode::parse(&m)
-            .ok_or_else(|| bad(format!("target.mode = {m:?}: expected \"poll\" or \"event\"")))?;
+        target.mode = ReactorMode::parse(m.get_ref()).ok_or_else(|| {
+            bad_at(m.span(), format!("target.mode = {:?}: expected \"poll\" or \"event\"", m.get_ref()))
+        })?;
     }
     macro_rules! take {
         ($($f:ident),*) => { $(if let Some(v) = t.$f { target.$f = v; })* };
@@ -123,16 +130,20 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us, kato_default_ms);
     if let Some(s) = t.stats {
         target.stats = Some(
-            s.parse().map_err(|_| bad(format!("target.stats = {s:?}: expected ADDR:PORT")))?,
+            s.get_ref()
+                .parse()
+                .map_err(|_| bad_at(s.span(), format!("target.stats = {:?}: expected ADDR:PORT", s.get_ref())))?,
         );
     }
 
     let mut ports = Vec::new();
     for (i, p) in raw.port.into_iter().enumerate() {
-        let addr = p
-            .addr
-            .parse()
-            .map_err(|_| bad(format!("port[{i}].addr = {:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420", p.addr)))?;
+        let addr = p.addr.get_ref().parse().map_err(|_| {
+            bad_at(
+                p.addr.span(),
+                format!("port[{i}].addr = {:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420", p.addr.get_ref()),
+            )
+        })?;
         ports.push(PortConfig { addr, subsystems: p.subsystems });
     }
 
@@ -144,25 +155,32 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
             let block_size = n.block_size.unwrap_or(512);
             let size = match n.size {
                 None => None,
-                Some(RawSize::Bytes(b)) => Some(b),
-                Some(RawSize::Text(t)) => Some(
-                    parse_size(&t).ok_or_else(|| bad(format!("{at}.size = {t:?}: expected e.g. 1GiB, 64MiB, 4k")))?,
-                ),
+                Some(sized) => match sized.get_ref() {
+                    RawSize::Bytes(b) => Some(*b),
+                    RawSize::Text(t) => Some(parse_size(t).ok_or_else(|| {
+                        bad_at(sized.span(), format!("{at}.size = {t:?}: expected e.g. 1GiB, 64MiB, 4k"))
+                    })?),
+                },
             };
-            let backend = match (n.backend.as_str(), size, n.path) {
+            let backend_span = n.backend.span();
+            let backend_name = n.backend.into_inner();
+            let backend = match (backend_name.as_str(), size, n.path) {
                 ("null", Some(size), None) => BackendConfig::Null { size },
                 ("ram", Some(size), None) => BackendConfig::Ram { size },
                 ("file", None, Some(path)) => BackendConfig::File { path },
-                ("null" | "ram", None, _) => return Err(bad(format!("{at}: backend {:?} needs size", n.backend))),
+                ("null" | "ram", None, _) => return Err(bad(format!("{at}: backend {backend_name:?} needs size"))),
                 ("null" | "ram", _, Some(_)) => {
-                    return Err(bad(format!("{at}: backend {:?} takes no path", n.backend)))
+                    return Err(bad(format!("{at}: backend {backend_name:?} takes no path")))
                 }
                 ("file", _, None) => return Err(bad(format!("{at}: backend \"file\" needs path"))),
                 ("file", Some(_), _) => {
                     return Err(bad(format!("{at}: backend \"file\" takes its size from the file; remove size")))
                 }
                 (other, _, _) => {
-                    return Err(bad(format!("{at}.backend = {other:?}: expected \"null\", \"ram\" or \"file\"")))
+                    return Err(bad_at(
+                        backend_span,
+                        format!("{at}.backend = {other:?}: expected \"null\", \"ram\" or \"file\""),
+                    ))
                 }
             };
             let hex = |v: Option<String>, name: &str| -> Result<Option<[u8; 16]>, ConfigError> {
@@ -285,7 +303,10 @@ reactor = 0
         assert!(e.contains("subsystem[0].namespace[0]") && e.contains("needs size"), "{e}");
         let text = "[[port]]\naddr = \"nope\"\n";
         let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
-        assert!(e.contains("port[0].addr"), "{e}");
+        assert!(e.starts_with("a.toml:2:") && e.contains("port[0].addr"), "{e}");
+        let text = "[target]\ncores = [0]\nmode = \"sometimes\"\n";
+        let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.starts_with("a.toml:3:") && e.contains("target.mode"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,5 @@
 """Runner behaviour against the fake binaries: storing, resuming, failing points, cleanup."""
 
-import os
 import signal
 import subprocess
 import time
@@ -75,9 +74,14 @@ def test_killed_runner_leaves_no_child(tmp_path, fake_env, tiny_spec, sig):
     assert not [pid for pid in children if alive(pid)]
 
 
-def test_missing_binaries_fail_in_one_line(tmp_path, fake_env, tiny_spec):
-    env = fake_env | {"NVMFLAB_BIN_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=env)
-    assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "nvmf-target not found" in done.stderr
-    assert not os.path.exists(tmp_path / "r")
+def test_missing_binaries_stop_before_anything_runs(tmp_path, fake_env, tiny_spec, monkeypatch):
+    from nvmflab import tools
+    from nvmflab.session import SessionError, run_spec
+    from nvmflab.spec import load_spec
+
+    monkeypatch.setenv("NVMFLAB_BIN_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(tools, "REPO_ROOT", tmp_path)
+    with pytest.raises(SessionError, match="nvmf-target not found"):
+        run_spec(load_spec(tiny_spec), tiny_spec, "tiny", tmp_path / "r", quick=False)
+    assert not (tmp_path / "r").exists()

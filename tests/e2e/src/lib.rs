@@ -153,7 +153,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     rest.to_string()
 }
 
-/// Runs `nvmf-perf` with `args` and returns its output (30 s limit).
+/// Runs `nvmf-perf` with `args` and returns its output (60 s limit).
 pub fn perf(args: &[String]) -> Output {
     let mut child = Command::new(bin("nvmf-perf"))
         .args(args)
@@ -161,15 +161,31 @@ pub fn perf(args: &[String]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn nvmf-perf");
+    // Drain both pipes while it runs: a JSON report with the full histogram is larger than a
+    // pipe buffer, and a child blocked on a full pipe would never exit.
+    let stdout = drain(child.stdout.take().expect("stdout"));
+    let stderr = drain(child.stderr.take().expect("stderr"));
     let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("nvmf-perf {args:?} ran past 60 s");
         }
         std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().expect("output")
+    };
+    Output { status, stdout: stdout.join().expect("stdout reader"), stderr: stderr.join().expect("stderr reader") }
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = r.read_to_end(&mut all);
+        all
+    })
 }
 
 /// Runs `nvmf-perf` expecting success and returns its JSON document.

@@ -34,7 +34,7 @@ test-rust: build
 test-python: build venv
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests
 
-interop: build
+interop: build venv
 	bash tests/interop/run.sh
 
 run: build venv

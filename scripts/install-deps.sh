@@ -18,8 +18,17 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
-  missing+=(cargo rustc)
+# Rust: a rustup toolchain in ~/.cargo if there is one; otherwise Debian's. Debian 12's `cargo`
+# (1.63) is older than the workspace's rust-version, so take `cargo-web`/`rustc-web` (newer
+# toolchains Debian ships for its browsers; they install /usr/bin/cargo and /usr/bin/rustc).
+MIN_RUST=1.75
+rust_ok() {
+  local v
+  v=$(PATH="$HOME/.cargo/bin:$PATH" rustc --version 2>/dev/null | awk '{print $2}') || return 1
+  [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$MIN_RUST" "$v" | sort -V | head -1)" = "$MIN_RUST" ]
+}
+if ! rust_ok; then
+  missing+=(rustc-web cargo-web)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

@@ -429,7 +429,8 @@ impl Connection {
                     ConnectResult::Rejected { status, result } => (status, result),
                     ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
                         let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
-                        tracing::info!(cntlid = ctrl.cntlid, qid, sqsize, %subnqn, %hostnqn, "queue connected");
+                        let (hdgst, ddgst) = (self.digests.header, self.digests.data);
+                        tracing::info!(cntlid = ctrl.cntlid, qid, sqsize, hdgst, ddgst, %subnqn, %hostnqn, "queue connected");
                         let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
                         stats.commands.add(1);
                         stats.fabrics.add(1);

@@ -1,0 +1,194 @@
+"""Builds the guest's boot files from the Debian packages installed on this machine.
+
+The guest is the stock Debian kernel plus an initramfs holding busybox, the NVMe modules with
+their dependencies (resolved by `modprobe --show-depends`), nvme-cli and fio with the shared
+libraries `ldd` names, and the scenario script. Nothing is downloaded and nothing is committed:
+the result is cached under `.cache/interop/`, keyed on a hash of every input, and rebuilt when a
+package or the script changes.
+
+The kernel is also unpacked from its bzImage into an ELF `vmlinux`: under software emulation
+decompressing xz at every boot costs seconds, and qemu boots the ELF directly (PVH entry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Modules the scenarios load, in the order given; dependencies come first automatically.
+MODULES = [
+    "configfs",
+    "virtio_pci",
+    "virtio_net",
+    "crc32c_generic",
+    "crc32c-intel",  # optional: absent CPU features make insmod fail, which the guest ignores
+    "nvme-tcp",
+    "nvmet-tcp",
+    "brd",
+]
+# Module arguments: one brd RAM disk of 64 MiB for the kernel target; no native multipath, so
+# /dev/nvmeXn1 belongs to controller nvmeX.
+MODULE_ARGS = {"brd.ko": "rd_nr=1 rd_size=65536", "nvme-core.ko": "multipath=N"}
+PROGRAMS = ["nvme", "fio"]
+GUEST_DIR = Path(__file__).parent / "guest"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+ELF_MAGIC = b"\x7fELF"
+
+
+class BuildError(RuntimeError):
+    """The boot files cannot be made from what is installed; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class BootFiles:
+    kernel: Path
+    initrd: Path
+    kernel_version: str
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    except FileNotFoundError as e:
+        raise BuildError(f"{cmd[0]} is not installed (scripts/install-deps.sh installs it)") from e
+    except subprocess.CalledProcessError as e:
+        raise BuildError(f"{' '.join(cmd)} failed: {e.stderr.strip()}") from e
+
+
+def find_kernel() -> tuple[str, Path]:
+    """The newest installed Debian kernel: (version, path of its vmlinuz)."""
+    boot = Path("/boot")
+    kernels = sorted(boot.glob("vmlinuz-*"), key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)])
+    for vmlinuz in reversed(kernels):
+        version = vmlinuz.name.removeprefix("vmlinuz-")
+        if (Path("/lib/modules") / version / "modules.dep").exists():
+            return version, vmlinuz
+    raise BuildError("no kernel with modules in /boot and /lib/modules: install linux-image-amd64")
+
+
+def module_files(version: str) -> list[Path]:
+    """Every module file the scenarios need, dependencies first, each once."""
+    seen: dict[Path, None] = {}
+    for name in MODULES:
+        out = _run(["modprobe", "-S", version, "--show-depends", name])
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "insmod":
+                seen.setdefault(Path(parts[1]), None)
+    return list(seen)
+
+
+def shared_libraries(program: Path) -> list[Path]:
+    """The shared objects `program` loads, the dynamic loader included."""
+    libs = []
+    for line in _run(["ldd", str(program)]).splitlines():
+        match = re.search(r"(/\S+)", line.split("=>")[-1])
+        if match:
+            libs.append(Path(match.group(1)))
+    return libs
+
+
+def unpack_kernel(vmlinuz: Path) -> bytes:
+    """The ELF kernel inside a bzImage compressed with xz (Debian's choice)."""
+    image = vmlinuz.read_bytes()
+    start = image.find(XZ_MAGIC)
+    while start >= 0:
+        try:
+            elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(image[start:])
+        except lzma.LZMAError:
+            start = image.find(XZ_MAGIC, start + 1)
+            continue
+        if elf.startswith(ELF_MAGIC):
+            return elf
+        start = image.find(XZ_MAGIC, start + 1)
+    raise BuildError(f"{vmlinuz}: no xz-compressed ELF kernel inside")
+
+
+def _inputs(version: str, vmlinuz: Path, files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in [vmlinuz, *files, *sorted(GUEST_DIR.rglob("*"))]:
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    h.update(version.encode())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cpio_from_tree(tree: Path, out: Path) -> None:
+    """newc cpio of `tree` compressed with lz4 -l (the legacy frame the kernel unpacks)."""
+    names = subprocess.run(["find", ".", "-mindepth", "1"], cwd=tree, check=True, capture_output=True).stdout
+    cpio = subprocess.run(["cpio", "--quiet", "-o", "-H", "newc", "-R", "0:0"], cwd=tree, input=names, check=True, capture_output=True).stdout
+    try:
+        packed = subprocess.run(["lz4", "-l", "-9", "-q", "-c"], input=cpio, check=True, capture_output=True).stdout
+    except FileNotFoundError as e:
+        raise BuildError("lz4 is not installed (scripts/install-deps.sh installs it)") from e
+    out.write_bytes(packed)
+
+
+def _populate(tree: Path, version: str, modules: list[Path], programs: dict[str, Path]) -> None:
+    for d in ["bin", "sbin", "dev", "proc", "sys", "tmp", "etc/nvme", "lib/modules", "run", "mnt"]:
+        (tree / d).mkdir(parents=True, exist_ok=True)
+    busybox = Path("/bin/busybox")
+    if not busybox.exists():
+        raise BuildError("/bin/busybox missing: install busybox-static")
+    if subprocess.run(["ldd", str(busybox)], capture_output=True).returncode == 0:
+        raise BuildError("/bin/busybox is dynamically linked: install busybox-static")
+    shutil.copy2(busybox, tree / "bin/busybox")
+    os.symlink("busybox", tree / "bin/sh")  # the rest of the applets are linked by /init
+    # Modules flat in one directory, loaded in dependency order by the guest.
+    order = []
+    for path in modules:
+        shutil.copy2(path, tree / "lib/modules" / path.name)
+        order.append(f"{path.name} {MODULE_ARGS.get(path.name, '')}".strip())
+    (tree / "lib/modules/order").write_text("\n".join(order) + "\n")
+    for name, path in programs.items():
+        shutil.copy2(path, tree / "bin" / name)
+        for lib in shared_libraries(path):
+            dest = tree / lib.relative_to("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                shutil.copy2(lib.resolve(), dest)
+    for script in GUEST_DIR.iterdir():
+        shutil.copy2(script, tree / script.name)
+        (tree / script.name).chmod(0o755)
+    (tree / "init").chmod(0o755)
+
+
+def build(cache: Path) -> BootFiles:
+    """Makes (or reuses) the ELF kernel and the initramfs under `cache`."""
+    version, vmlinuz = find_kernel()
+    modules = module_files(version)
+    programs = {}
+    for name in PROGRAMS:
+        found = shutil.which(name)
+        if not found:
+            raise BuildError(f"{name} is not installed (scripts/install-deps.sh installs it)")
+        programs[name] = Path(found)
+    libs = [lib for p in programs.values() for lib in shared_libraries(p)]
+    key = _inputs(version, vmlinuz, modules + list(programs.values()) + libs)
+    kernel = cache / f"vmlinux-{version}"
+    initrd = cache / f"initramfs-{key}.cpio.lz4"
+    cache.mkdir(parents=True, exist_ok=True)
+    if not kernel.exists():
+        tmp = kernel.with_suffix(".tmp")
+        tmp.write_bytes(unpack_kernel(vmlinuz))
+        tmp.rename(kernel)
+    if not initrd.exists():
+        for old in cache.glob("initramfs-*.cpio.lz4"):
+            old.unlink()
+        tree = cache / "tree"
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.mkdir()
+        _populate(tree, version, modules, programs)
+        tmp = initrd.with_suffix(".tmp")
+        _cpio_from_tree(tree, tmp)
+        tmp.rename(initrd)
+        shutil.rmtree(tree, ignore_errors=True)
+    return BootFiles(kernel=kernel, initrd=initrd, kernel_version=version)

@@ -1,0 +1,255 @@
+"""Interoperability with the Linux kernel's NVMe/TCP host and target, booted under qemu.
+
+One guest boot serves every scenario (boot costs seconds under emulation):
+1. control: the kernel host against the kernel target, inside the guest;
+2. our host (`nvmf-perf`) against the kernel target (nvmet, brd namespace);
+3. the kernel host (nvme-cli, fio) against our `nvmf-target`.
+The bed runs them in that order and records every output; the tests below judge them.
+Timings from the emulated guest mean nothing and are never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import initramfs
+from vm import GUEST_IP, HOST_IP, BedError, Section, TestBed
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("NVMFLAB_BIN_DIR", REPO / "target/release"))
+PORT = 4420
+OUR_NQN = "nqn.2024-01.io.nvmflab:interop"
+KERNEL_NQN = "nqn.2024-01.io.nvmflab:kernel-target"
+HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:6e766d66-6c61-4200-8000-000000000001"
+BAD_HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:6e766d66-6c61-4200-8000-0000000000bd"
+SERIAL = "NVMFLABINTEROP01"
+MODEL = "nvmflab interop target"
+NS_BYTES = 64 << 20
+KERNEL_NS_BYTES = 64 << 20  # brd rd_size=65536 KiB
+
+TARGET_CONFIG = f"""
+[target]
+stats = "127.0.0.1:0"
+
+[[port]]
+addr = "{HOST_IP}:{PORT}"
+
+[[subsystem]]
+nqn = "{OUR_NQN}"
+serial = "{SERIAL}"
+model = "{MODEL}"
+allow_any_host = false
+hosts = ["{HOSTNQN}"]
+  [[subsystem.namespace]]
+  nsid = 1
+  backend = "ram"
+  size = {NS_BYTES}
+  block_size = 512
+"""
+
+# Our host against the kernel target: (name, nvmf-perf arguments after the address).
+OUR_HOST_RUNS = {
+    f"verify-{bs}{'-digests' if dg else ''}": [
+        "run", "-n", KERNEL_NQN, "--rw", "write", "--bs", bs, "--size", "4MiB", "--iodepth", "4",
+        "--verify", "--runtime", "30", "--output-format", "json", *(["--hdr_digest", "--data_digest"] if dg else []),
+    ]
+    for bs in ["4k", "128k"]
+    for dg in [False, True]
+}  # fmt: skip
+
+
+@dataclass
+class Results:
+    sections: dict[str, Section]
+    our_host: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
+    target_log: str = ""
+    target_stats: dict = field(default_factory=dict)
+    console: str = ""
+
+    def section(self, name: str) -> Section:
+        if name not in self.sections:
+            pytest.fail(f"the guest never ran section {name!r}; console tail:\n{self.console}")
+        return self.sections[name]
+
+    def ok(self, name: str) -> str:
+        s = self.section(name)
+        assert s.rc == 0, f"guest section {name} exited {s.rc}:\n{s.output}"
+        return s.output
+
+
+def _json(text: str) -> dict:
+    """The JSON document in a section's output (tools may print a line before it)."""
+    start = text.find("{")
+    assert start >= 0, f"no JSON in:\n{text}"
+    return json.loads(text[start:])
+
+
+def _perf(bed: TestBed, args: list[str]) -> subprocess.CompletedProcess:
+    argv = [str(BIN_DIR / "nvmf-perf"), args[0], "-t", "tcp", "-a", GUEST_IP, "-s", str(PORT), "-q", HOSTNQN, *args[1:]]
+    return bed.run_in_ns(argv, timeout=180)
+
+
+def _start_target(bed: TestBed) -> tuple[subprocess.Popen, str]:
+    cfg = bed.log_dir / "target.toml"
+    cfg.write_text(TARGET_CONFIG)
+    target = bed.spawn_in_ns([str(BIN_DIR / "nvmf-target"), "--config", str(cfg)], "target.log", stdout=subprocess.PIPE, env={**os.environ, "RUST_LOG": "info"})
+    ready = target.stdout.readline().decode().strip()
+    if not ready.startswith("ready "):
+        raise BedError(f"nvmf-target did not start: {(bed.log_dir / 'target.log').read_text()}")
+    stats = re.search(r"stats=(\S+)", ready).group(1)
+    return target, stats
+
+
+def _stats(bed: TestBed, addr: str) -> dict:
+    code = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+    r = bed.run_in_ns([sys.executable, "-c", code, f"http://{addr}/stats"])
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Results:
+    for name in ["nvmf-target", "nvmf-perf"]:
+        if not (BIN_DIR / name).exists():
+            pytest.fail(f"{BIN_DIR / name} missing: run `make build` first")
+    try:
+        boot = initramfs.build(REPO / ".cache/interop")
+    except initramfs.BuildError as e:
+        pytest.fail(f"cannot build the guest: {e}")
+    log_dir = Path(os.environ.get("NVMFLAB_INTEROP_LOGS") or tmp_path_factory.mktemp("interop"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    bed = TestBed(boot, log_dir)
+    try:
+        bed.create_netns()
+        _, stats_addr = _start_target(bed)
+        bed.boot_guest({"port": str(PORT), "our_nqn": OUR_NQN, "kernel_nqn": KERNEL_NQN, "hostnqn": HOSTNQN, "bad_hostnqn": BAD_HOSTNQN})
+        bed.expect("@@READY", timeout=240)
+        res = Results(bed.sections)
+        res.our_host["discover"] = _perf(bed, ["discover", "--output-format", "json"])
+        res.our_host["identify"] = _perf(bed, ["identify", "-n", KERNEL_NQN, "--output-format", "json"])
+        for name, args in OUR_HOST_RUNS.items():
+            res.our_host[name] = _perf(bed, args)
+        bed.tell_guest("go")
+        bed.expect("@@DONE", timeout=900)
+        bed.wait_guest_exit(60)
+        res.target_stats = _stats(bed, stats_addr)
+    except BedError as e:
+        pytest.fail(f"interop bed failed (logs in {log_dir}): {e}")
+    finally:
+        bed.close()
+    res.target_log = (log_dir / "target.log").read_text()
+    res.console = bed.console.tail(60)
+    return res
+
+
+# ---- 4. control: kernel host against kernel target ----
+
+def test_control_kernel_host_against_kernel_target(results: Results):
+    disc = _json(results.ok("control-discover"))
+    assert any(r["subnqn"] == KERNEL_NQN for r in disc["records"]), disc
+    results.ok("control-connect")
+    fio = _json(results.ok("control-fio-4k"))
+    assert fio["jobs"][0]["error"] == 0
+    results.ok("control-disconnect")
+
+
+# ---- 3. our host against the kernel target ----
+
+def test_our_discover_lists_the_kernel_subsystem(results: Results):
+    r = results.our_host["discover"]
+    assert r.returncode == 0, r.stderr
+    entries = json.loads(r.stdout)["records"]
+    match = [e for e in entries if e["subnqn"] == KERNEL_NQN]
+    assert match, r.stdout
+    assert match[0]["traddr"] == GUEST_IP and str(match[0]["trsvcid"]) == str(PORT), match[0]
+
+
+def test_our_identify_reads_the_kernel_controller_and_namespace(results: Results):
+    r = results.our_host["identify"]
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["controller"]["subnqn"] == KERNEL_NQN, doc["controller"]
+    ns = doc["namespaces"][0]
+    assert ns["capacity_bytes"] == KERNEL_NS_BYTES, ns
+
+
+@pytest.mark.parametrize("name", list(OUR_HOST_RUNS))
+def test_our_verify_run_against_the_kernel_target(results: Results, name: str):
+    r = results.our_host[name]
+    assert r.returncode == 0, f"nvmf-perf {name} exited {r.returncode}:\n{r.stderr}"
+    doc = json.loads(r.stdout)
+    assert doc["jobs"][0]["write"]["io_bytes"] >= 4 << 20, doc["jobs"][0]["write"]
+    bs = 4096 if name.startswith("verify-4k") else 128 << 10
+    verified = doc["nvmflab"]["jobs"][0]["verified_ios"]
+    assert verified * bs >= 4 << 20, f"the verify phase read back {verified} blocks of {bs} B"
+
+
+# ---- 2. kernel host against our target ----
+
+def test_kernel_discover_lists_our_subsystem(results: Results):
+    disc = _json(results.ok("discover"))
+    ours = [r for r in disc["records"] if r["subnqn"] == OUR_NQN]
+    assert len(ours) == 1, disc
+    rec = ours[0]
+    assert rec["trtype"] == "tcp" and rec["adrfam"] == "ipv4", rec
+    assert rec["traddr"] == HOST_IP and str(rec["trsvcid"]) == str(PORT), rec
+    assert rec["subtype"] == "nvme subsystem", rec
+
+
+def test_kernel_connect_and_identify_show_what_we_configured(results: Results):
+    results.ok("connect-default")
+    ctrl = _json(results.ok("id-ctrl"))
+    assert ctrl["sn"].strip() == SERIAL
+    assert ctrl["mn"].strip() == MODEL
+    assert ctrl["subnqn"] == OUR_NQN
+    ns = _json(results.ok("id-ns"))
+    lbaf = ns["lbafs"][ns["flbas"] & 0xF]
+    assert ns["nsze"] << lbaf["ds"] == NS_BYTES, ns
+
+
+@pytest.mark.parametrize("section", ["fio-4k", "fio-128k", "fio-1m", "digests-fio-4k", "digests-fio-128k", "queues-1-fio-4k", "queues-2-fio-4k"])
+def test_kernel_fio_verify_on_our_namespace(results: Results, section: str):
+    fio = _json(results.ok(section))
+    job = fio["jobs"][0]
+    assert job["error"] == 0, job
+    assert job["write"]["io_bytes"] > 0 and job["read"]["io_bytes"] > 0, "written and read back for verify"
+
+
+def test_kernel_connect_with_digests(results: Results):
+    results.ok("connect-digests")
+    assert re.search(r"queue connected.*hdgst=true ddgst=true", results.target_log), "target saw digests negotiated"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_kernel_connect_with_io_queue_count(results: Results, n: int):
+    results.ok(f"connect-queues-{n}")
+    assert int(results.ok(f"queue-count-{n}").split()[-1]) == n + 1, "admin queue plus the I/O queues asked for"
+
+
+def test_kernel_disconnects_cleanly(results: Results):
+    for name in ["disconnect-default", "disconnect-digests", "disconnect-queues-1", "disconnect-queues-2"]:
+        out = results.ok(name)
+        assert "disconnected 1 controller" in out, out
+    assert "WARN" not in results.target_log and "ERROR" not in results.target_log, results.target_log
+
+
+def test_kernel_host_not_on_the_allow_list_is_refused(results: Results):
+    assert results.section("refused").rc != 0, results.section("refused").output
+    assert re.search(rf"not allowed.*{re.escape(BAD_HOSTNQN)}|{re.escape(BAD_HOSTNQN)}.*not allowed", results.target_log, re.I), results.target_log
+
+
+def test_our_target_counted_the_kernel_hosts_commands(results: Results):
+    stats = results.target_stats
+    namespaces = [n for r in stats["reactors"] for n in r["namespaces"] if n["subnqn"] == OUR_NQN]
+    reads = sum(n["reads"] for n in namespaces)
+    writes = sum(n["writes"] for n in namespaces)
+    # fio-4k alone wrote and read back 4 MiB in 4 KiB commands.
+    assert writes >= 1024 and reads >= 1024, (reads, writes, stats)

@@ -97,6 +97,9 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         sn,
         mn,
         fr: env!("CARGO_PKG_VERSION").into(),
+        // Bit 1: the subsystem may have several controllers. Linux refuses a second controller
+        // to a subsystem without it ("duplicate subnqn").
+        cmic: if io { 1 << 1 } else { 0 },
         mdts: MDTS,
         cntlid: ctrl.cntlid,
         ver: VERSION,
@@ -133,6 +136,9 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         flbas: 0,
         // Deallocated blocks read as zeroes.
         dlfeat: 1,
+        // Bit 0: may be attached to several controllers (every controller of the subsystem sees
+        // it); Linux refuses a second path to an unshared namespace.
+        nmic: 1,
         nguid: ns.nguid,
         eui64: ns.eui64,
         lbads: ns.lbads,

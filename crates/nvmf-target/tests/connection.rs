@@ -496,3 +496,22 @@ impl WithCdw11 for Sqe {
         self
     }
 }
+
+#[test]
+fn identify_says_subsystem_and_namespaces_are_shared() {
+    // Linux refuses a second controller to one subsystem ("duplicate ... unshared namespace")
+    // unless CMIC bit 1 and NMIC bit 0 are set.
+    let t = target();
+    for _ in 0..2 {
+        let mut h = Host::new(t.clone());
+        h.admin_ready(SUB_A);
+        let (data, _) = h.command(admin_sqe(admin_opcode::IDENTIFY, 0, 1, 4096), &[]);
+        assert_eq!(IdentifyController::decode(&data).unwrap().cmic & 0b10, 0b10, "CMIC: multiple controllers");
+        let (data, _) = h.command(admin_sqe(admin_opcode::IDENTIFY, 1, 0, 4096), &[]);
+        assert_eq!(IdentifyNamespace::decode(&data).unwrap().nmic & 1, 1, "NMIC: shared namespace");
+    }
+    let mut d = Host::new(t);
+    d.admin_ready(DISCOVERY_NQN);
+    let (data, _) = d.command(admin_sqe(admin_opcode::IDENTIFY, 0, 1, 4096), &[]);
+    assert_eq!(IdentifyController::decode(&data).unwrap().cmic, 0, "discovery controller");
+}

@@ -67,8 +67,8 @@ class Runner:
         raw: dict[str, Any] = {"knobs": point.knobs}
         try:
             measurements, status, detail = self._measure(point, raw)
-        except (PointFailed, StackError, ToolMissing, OSError) as err:
-            message = " ".join(str(err).split()) or type(err).__name__
+        except Exception as err:  # whatever breaks one point fails that point; Ctrl-C still ends the sweep
+            message = _one_line(err)
             if self._target is not None and not self._target.alive():
                 self._drop_target()
             self._save(point, "failed", message, [], started, raw)
@@ -161,6 +161,14 @@ class Runner:
         self.store.save_point(self.run_id, point.key, point.study, point.leg, point.knobs, point.repeat, status,
                               error, measurements, fg_bg_shared_core=point.fg_bg_shared_core,
                               started_at=started, raw=raw)
+
+
+def _one_line(err: Exception) -> str:
+    """The error as one line; unexpected kinds (KeyError from a malformed report…) carry their type."""
+    text = " ".join(str(err).split())
+    if isinstance(err, (PointFailed, StackError, ToolMissing)):
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def _last_line(path: str) -> str:

@@ -51,6 +51,19 @@ def test_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, fake_env, tin
     assert set(ResultsStore(tmp_path / "r").points()["status"]) == {"ok"}
 
 
+@pytest.mark.parametrize("fault, error", [
+    ({"FAKE_PERF_MALFORMED_IODEPTH": "4"}, "KeyError: 'clat_ns'"),
+    ({"FAKE_STATS_BODY": "<html>not the stats</html>"}, "JSONDecodeError"),
+])
+def test_malformed_reports_fail_their_points_only(tmp_path, fake_env, tiny_spec, fault, error):
+    done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=fake_env | fault)
+    assert done.returncode == 0, done.stderr
+    points = ResultsStore(tmp_path / "r").points()
+    failed = points[points["status"] == "failed"]
+    assert len(points) == 8 and len(failed) == (4 if "FAKE_PERF_MALFORMED_IODEPTH" in fault else 8)
+    assert failed["error"].str.startswith(error).all(), failed["error"].tolist()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_killed_runner_leaves_no_child(tmp_path, fake_env, tiny_spec, sig):
     env = fake_env | {"FAKE_PERF_SLEEP": "60"}

@@ -26,7 +26,9 @@ from vm import GUEST_IP, HOST_IP, BedError, Section, TestBed
 REPO = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("NVMFLAB_BIN_DIR", REPO / "target/release"))
 PORT = 4420
+PORT2 = 4421  # our second target, which takes no in-capsule data
 OUR_NQN = "nqn.2024-01.io.nvmflab:interop"
+OUR_NQN2 = "nqn.2024-01.io.nvmflab:interop-no-incapsule"
 KERNEL_NQN = "nqn.2024-01.io.nvmflab:kernel-target"
 HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:6e766d66-6c61-4200-8000-000000000001"
 BAD_HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:6e766d66-6c61-4200-8000-0000000000bd"
@@ -55,15 +57,33 @@ hosts = ["{HOSTNQN}"]
   block_size = 512
 """
 
-# Our host against the kernel target: (name, nvmf-perf arguments after the address).
+TARGET_CONFIG_NO_INCAPSULE = f"""
+[target]
+in_capsule_data_size = 0
+
+[[port]]
+addr = "{HOST_IP}:{PORT2}"
+
+[[subsystem]]
+nqn = "{OUR_NQN2}"
+  [[subsystem.namespace]]
+  nsid = 1
+  backend = "ram"
+  size = "16MiB"
+"""
+
+# Our host against the kernel target: name -> (port, nvmf-perf run arguments after the address).
+# (nvmet's inline_data_size=0 is not among them: the 6.1 kernel host cannot connect to it either,
+# since hosts send Fabrics commands' data in the capsule whatever IOCCSZ says.)
+def _verify_run(bs: str, digests: bool) -> list[str]:
+    args = ["run", "-n", KERNEL_NQN, "--rw", "write", "--bs", bs, "--size", "4MiB", "--iodepth", "4", "--verify"]
+    args += ["--runtime", "30", "--output-format", "json"]
+    return args + (["--hdr_digest", "--data_digest"] if digests else [])
+
+
 OUR_HOST_RUNS = {
-    f"verify-{bs}{'-digests' if dg else ''}": [
-        "run", "-n", KERNEL_NQN, "--rw", "write", "--bs", bs, "--size", "4MiB", "--iodepth", "4",
-        "--verify", "--runtime", "30", "--output-format", "json", *(["--hdr_digest", "--data_digest"] if dg else []),
-    ]
-    for bs in ["4k", "128k"]
-    for dg in [False, True]
-}  # fmt: skip
+    f"verify-{bs}{'-digests' if dg else ''}": (PORT, _verify_run(bs, dg)) for bs in ["4k", "128k"] for dg in [False, True]
+}
 
 
 @dataclass
@@ -73,6 +93,7 @@ class Results:
     target_log: str = ""
     target_stats: dict = field(default_factory=dict)
     console: str = ""
+    log_dir: Path = Path(".")
 
     def section(self, name: str) -> Section:
         if name not in self.sections:
@@ -92,20 +113,21 @@ def _json(text: str) -> dict:
     return json.loads(text[start:])
 
 
-def _perf(bed: TestBed, args: list[str]) -> subprocess.CompletedProcess:
-    argv = [str(BIN_DIR / "nvmf-perf"), args[0], "-t", "tcp", "-a", GUEST_IP, "-s", str(PORT), "-q", HOSTNQN, *args[1:]]
+def _perf(bed: TestBed, args: list[str], port: int) -> subprocess.CompletedProcess:
+    argv = [str(BIN_DIR / "nvmf-perf"), args[0], "-t", "tcp", "-a", GUEST_IP, "-s", str(port), "-q", HOSTNQN, *args[1:]]
     return bed.run_in_ns(argv, timeout=180)
 
 
-def _start_target(bed: TestBed) -> tuple[subprocess.Popen, str]:
-    cfg = bed.log_dir / "target.toml"
-    cfg.write_text(TARGET_CONFIG)
-    target = bed.spawn_in_ns([str(BIN_DIR / "nvmf-target"), "--config", str(cfg)], "target.log", stdout=subprocess.PIPE, env={**os.environ, "RUST_LOG": "info"})
+def _start_target(bed: TestBed, name: str, config: str) -> str:
+    """Starts nvmf-target with `config`, logging to NAME.log; returns its ready line."""
+    cfg = bed.log_dir / f"{name}.toml"
+    cfg.write_text(config)
+    argv = [str(BIN_DIR / "nvmf-target"), "--config", str(cfg)]
+    target = bed.spawn_in_ns(argv, f"{name}.log", stdout=subprocess.PIPE, env={**os.environ, "RUST_LOG": "info"})
     ready = target.stdout.readline().decode().strip()
     if not ready.startswith("ready "):
-        raise BedError(f"nvmf-target did not start: {(bed.log_dir / 'target.log').read_text()}")
-    stats = re.search(r"stats=(\S+)", ready).group(1)
-    return target, stats
+        raise BedError(f"nvmf-target did not start: {(bed.log_dir / f'{name}.log').read_text()}")
+    return ready
 
 
 def _stats(bed: TestBed, addr: str) -> dict:
@@ -129,14 +151,18 @@ def results(tmp_path_factory) -> Results:
     bed = TestBed(boot, log_dir)
     try:
         bed.create_netns()
-        _, stats_addr = _start_target(bed)
-        bed.boot_guest({"port": str(PORT), "our_nqn": OUR_NQN, "kernel_nqn": KERNEL_NQN, "hostnqn": HOSTNQN, "bad_hostnqn": BAD_HOSTNQN})
+        stats_addr = re.search(r"stats=(\S+)", _start_target(bed, "target", TARGET_CONFIG)).group(1)
+        _start_target(bed, "target-no-incapsule", TARGET_CONFIG_NO_INCAPSULE)
+        bed.boot_guest({
+            "port": str(PORT), "port2": str(PORT2), "our_nqn": OUR_NQN, "our_nqn2": OUR_NQN2,
+            "kernel_nqn": KERNEL_NQN, "hostnqn": HOSTNQN, "bad_hostnqn": BAD_HOSTNQN,
+        })  # fmt: skip
         bed.expect("@@READY", timeout=240)
-        res = Results(bed.sections)
-        res.our_host["discover"] = _perf(bed, ["discover", "--output-format", "json"])
-        res.our_host["identify"] = _perf(bed, ["identify", "-n", KERNEL_NQN, "--output-format", "json"])
-        for name, args in OUR_HOST_RUNS.items():
-            res.our_host[name] = _perf(bed, args)
+        res = Results(bed.sections, log_dir=log_dir)
+        res.our_host["discover"] = _perf(bed, ["discover", "--output-format", "json"], PORT)
+        res.our_host["identify"] = _perf(bed, ["identify", "-n", KERNEL_NQN, "--output-format", "json"], PORT)
+        for name, (port, args) in OUR_HOST_RUNS.items():
+            res.our_host[name] = _perf(bed, args, port)
         bed.tell_guest("go")
         bed.expect("@@DONE", timeout=900)
         bed.wait_guest_exit(60)
@@ -215,7 +241,10 @@ def test_kernel_connect_and_identify_show_what_we_configured(results: Results):
     assert ns["nsze"] << lbaf["ds"] == NS_BYTES, ns
 
 
-@pytest.mark.parametrize("section", ["fio-4k", "fio-128k", "fio-1m", "digests-fio-4k", "digests-fio-128k", "queues-1-fio-4k", "queues-2-fio-4k"])
+@pytest.mark.parametrize("section", [
+    "fio-4k", "fio-128k", "fio-1m", "digests-fio-4k", "digests-fio-128k", "queues-1-fio-4k", "queues-2-fio-4k",
+    "no-incapsule-fio-4k",
+])  # fmt: skip
 def test_kernel_fio_verify_on_our_namespace(results: Results, section: str):
     fio = _json(results.ok(section))
     job = fio["jobs"][0]
@@ -234,11 +263,27 @@ def test_kernel_connect_with_io_queue_count(results: Results, n: int):
     assert int(results.ok(f"queue-count-{n}").split()[-1]) == n + 1, "admin queue plus the I/O queues asked for"
 
 
+def test_kernel_host_keeps_two_controllers_on_one_subsystem(results: Results):
+    results.ok("connect-twice-1")
+    results.ok("connect-twice-2")
+    assert results.ok("controllers-twice").split()[-1] == "2"
+    assert "disconnected 2 controller" in results.ok("disconnect-twice")
+
+
+def test_kernel_host_connects_without_in_capsule_data(results: Results):
+    """IOCCSZ 4: Connect's data still comes in the capsule (Fabrics commands may always carry
+    8 KiB there), every write by R2T."""
+    results.ok("connect-no-incapsule")
+    assert "disconnected 1 controller" in results.ok("disconnect-no-incapsule")
+
+
 def test_kernel_disconnects_cleanly(results: Results):
     for name in ["disconnect-default", "disconnect-digests", "disconnect-queues-1", "disconnect-queues-2"]:
         out = results.ok(name)
         assert "disconnected 1 controller" in out, out
-    assert "WARN" not in results.target_log and "ERROR" not in results.target_log, results.target_log
+    for log in ["target.log", "target-no-incapsule.log"]:
+        text = (results.log_dir / log).read_text()
+        assert "WARN" not in text and "ERROR" not in text, f"{log}:\n{text}"
 
 
 def test_kernel_host_not_on_the_allow_list_is_refused(results: Results):

@@ -1,9 +1,15 @@
 //! Page-aligned, reusable data buffers: O_DIRECT needs aligned memory, and a command slot keeps
-//! its buffer for the life of the connection so the data path does not allocate.
+//! its buffer between commands so the data path rarely allocates. Allocation is fallible: the
+//! sizes come from the network, and a failed allocation must fail one command, not abort the
+//! process.
 
-use std::alloc::{alloc_zeroed, dealloc, realloc, Layout};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 const ALIGN: usize = 4096;
+
+/// The allocator had no memory for a buffer (or the size was absurd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocError;
 
 pub struct AlignedBuf {
     ptr: *mut u8,
@@ -14,40 +20,55 @@ pub struct AlignedBuf {
 // SAFETY: the buffer is plain owned memory, like Vec<u8>.
 unsafe impl Send for AlignedBuf {}
 
+impl Default for AlignedBuf {
+    fn default() -> Self {
+        AlignedBuf::new()
+    }
+}
+
 impl AlignedBuf {
-    pub fn new(capacity: usize) -> AlignedBuf {
-        let mut b = AlignedBuf { ptr: std::ptr::null_mut(), len: 0, cap: 0 };
-        b.reserve(capacity);
-        b
+    /// An empty buffer; allocates nothing.
+    pub const fn new() -> AlignedBuf {
+        AlignedBuf { ptr: std::ptr::null_mut(), len: 0, cap: 0 }
     }
 
-    /// Grows capacity to at least `cap` (rounded up to the alignment).
-    fn reserve(&mut self, cap: usize) {
-        let cap = cap.max(1).next_multiple_of(ALIGN);
-        if cap <= self.cap {
-            return;
-        }
-        let layout = Layout::from_size_align(cap, ALIGN).expect("aligned layout");
-        // SAFETY: layout has non-zero size; realloc keeps the old layout's alignment.
-        let ptr = unsafe {
-            if self.ptr.is_null() {
-                alloc_zeroed(layout)
-            } else {
-                realloc(self.ptr, Layout::from_size_align(self.cap, ALIGN).expect("layout"), cap)
+    /// The capacity a buffer of `len` bytes occupies (saturating: absurd sizes fail to allocate).
+    pub fn capacity_for(len: usize) -> usize {
+        len.checked_next_multiple_of(ALIGN).unwrap_or(usize::MAX)
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Sets the length. Within capacity the contents stay; beyond it the buffer is replaced by a
+    /// zeroed one (callers overwrite the contents, and zeroing means no stale bytes are exposed).
+    pub fn try_resize(&mut self, len: usize) -> Result<(), AllocError> {
+        if len > self.cap {
+            let cap = Self::capacity_for(len);
+            let layout = Layout::from_size_align(cap, ALIGN).map_err(|_| AllocError)?;
+            // SAFETY: layout has non-zero size (len > cap >= 0).
+            let ptr = unsafe { alloc_zeroed(layout) };
+            if ptr.is_null() {
+                return Err(AllocError);
             }
-        };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            self.release();
+            self.ptr = ptr;
+            self.cap = cap;
         }
-        self.ptr = ptr;
-        self.cap = cap;
+        self.len = len;
+        Ok(())
     }
 
-    /// Sets the length, growing if needed; contents up to the old length are kept, new bytes are
-    /// whatever the buffer held before (callers overwrite them).
-    pub fn resize(&mut self, len: usize) {
-        self.reserve(len);
-        self.len = len;
+    /// Frees the memory; the buffer is empty afterwards.
+    pub fn release(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: allocated by try_resize with this layout.
+            unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.cap, ALIGN)) };
+        }
+        self.ptr = std::ptr::null_mut();
+        self.len = 0;
+        self.cap = 0;
     }
 
     pub fn len(&self) -> usize {
@@ -59,15 +80,22 @@ impl AlignedBuf {
     }
 
     pub fn as_slice(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            return &[];
+        }
         // SAFETY: ptr is valid for cap >= len bytes, initialised (allocated zeroed or written).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.ptr.is_null() {
+            return &mut [];
+        }
         // SAFETY: as above, and we hold &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
+    /// Null while nothing is allocated (only for zero-length requests).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr
     }
@@ -75,10 +103,7 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: allocated by reserve with this layout.
-            unsafe { dealloc(self.ptr, Layout::from_size_align(self.cap, ALIGN).expect("layout")) };
-        }
+        self.release();
     }
 }
 
@@ -87,12 +112,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grows_keeps_data_and_alignment() {
-        let mut b = AlignedBuf::new(10);
-        b.resize(3);
+    fn grows_zeroed_and_aligned_keeps_data_within_capacity() {
+        let mut b = AlignedBuf::new();
+        assert!(b.as_slice().is_empty());
+        b.try_resize(3).unwrap();
         b.as_mut_slice().copy_from_slice(&[1, 2, 3]);
-        b.resize(100_000);
-        assert_eq!(&b.as_slice()[..3], &[1, 2, 3]);
+        b.try_resize(4096).unwrap();
+        assert_eq!(&b.as_slice()[..3], &[1, 2, 3], "same allocation");
+        b.try_resize(100_000).unwrap();
+        assert!(b.as_slice().iter().all(|x| *x == 0), "a new allocation is zeroed");
+        assert_eq!(b.capacity(), AlignedBuf::capacity_for(100_000));
         assert_eq!(b.as_mut_ptr() as usize % ALIGN, 0);
+        b.release();
+        assert_eq!((b.len(), b.capacity()), (0, 0));
+    }
+
+    #[test]
+    fn impossible_sizes_fail_instead_of_aborting() {
+        let mut b = AlignedBuf::new();
+        assert_eq!(b.try_resize(usize::MAX - 100), Err(AllocError), "layout overflow");
+        // black_box: LLVM may otherwise elide an allocation nobody reads and call it a success.
+        let r = b.try_resize(std::hint::black_box(1 << 60));
+        std::hint::black_box(b.as_mut_ptr());
+        assert_eq!(r, Err(AllocError), "allocator says no");
+        assert_eq!(b.capacity(), 0);
+        b.try_resize(10).unwrap();
     }
 }

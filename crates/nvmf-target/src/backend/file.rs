@@ -6,9 +6,10 @@
 use super::{AlignedBuf, BackendError, IoOp, IoRequest};
 use io_uring::{opcode, squeue, types};
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// BLKGETSIZE64: the size of a block device in bytes.
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -18,6 +19,19 @@ pub struct FileStore {
     size: u64,
     direct: bool,
     path: PathBuf,
+    syncs: AtomicU64,
+}
+
+/// The io_uring entry (without user data) for reads, writes and flushes of `fd`; `None` for
+/// operations done synchronously.
+pub(super) fn uring_entry(fd: RawFd, req: &IoRequest) -> Option<squeue::Entry> {
+    let fd = types::Fd(fd);
+    Some(match req.op {
+        IoOp::Read => opcode::Read::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
+        IoOp::Write => opcode::Write::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
+        IoOp::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+        IoOp::WriteZeroes | IoOp::Deallocate => return None,
+    })
 }
 
 impl FileStore {
@@ -50,7 +64,7 @@ impl FileStore {
             let why = format!("smaller than one {block_size}-byte block; create it first, e.g. truncate -s 1G");
             return Err(BackendError::Unusable { path: path.into(), why });
         }
-        Ok(FileStore { file, size, direct, path: path.into() })
+        Ok(FileStore { file, size, direct, path: path.into(), syncs: AtomicU64::new(0) })
     }
 
     pub fn size(&self) -> u64 {
@@ -61,16 +75,23 @@ impl FileStore {
         self.direct
     }
 
-    /// The io_uring entry for reads, writes and flushes; `None` for operations done synchronously.
-    pub(super) fn sqe(&self, req: &IoRequest) -> Option<squeue::Entry> {
-        let fd = types::Fd(self.file.as_raw_fd());
-        let entry = match req.op {
-            IoOp::Read => opcode::Read::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
-            IoOp::Write => opcode::Write::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
-            IoOp::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
-            IoOp::WriteZeroes | IoOp::Deallocate => return None,
-        };
-        Some(entry.user_data(req.tag))
+    pub(super) fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Makes written data durable (CC.SHN shutdown). Blocking, outside the data path.
+    pub fn sync(&self) -> Result<(), i32> {
+        self.syncs.fetch_add(1, Relaxed);
+        // SAFETY: the fd is open for the life of self.
+        if unsafe { libc::fdatasync(self.file.as_raw_fd()) } == 0 {
+            return Ok(());
+        }
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    }
+
+    /// How many times [`sync`](Self::sync) ran (tests and diagnostics).
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Relaxed)
     }
 
     /// Synchronous execution: Write Zeroes and Deallocate always, everything without io_uring.
@@ -118,9 +139,9 @@ impl FileStore {
     /// Write Zeroes for filesystems without FALLOC_FL_ZERO_RANGE: write zeroed blocks.
     fn write_zeroes_slow(&self, req: &IoRequest) -> Result<(), i32> {
         const CHUNK: u64 = 1 << 20;
-        let mut zeroes = AlignedBuf::new(CHUNK as usize);
-        zeroes.resize(CHUNK.min(req.len) as usize);
-        zeroes.as_mut_slice().fill(0);
+        // New allocations are zeroed.
+        let mut zeroes = AlignedBuf::new();
+        zeroes.try_resize(CHUNK.min(req.len) as usize).map_err(|_| libc::ENOMEM)?;
         let mut done = 0;
         while done < req.len {
             let n = CHUNK.min(req.len - done);

@@ -13,6 +13,7 @@ pub use ram::RamStore;
 
 use crate::config::BackendConfig;
 use io_uring::IoUring;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,15 @@ impl Backend {
             Backend::Null { size } => *size,
             Backend::Ram(r) => r.size(),
             Backend::File(f) => f.size(),
+        }
+    }
+
+    /// Makes written data durable before a shutdown completes (CC.SHN). Blocking: file
+    /// namespaces call fdatasync; null and ram have nothing to make durable.
+    pub fn sync(&self) -> Result<(), i32> {
+        match self {
+            Backend::File(f) => f.sync(),
+            Backend::Null { .. } | Backend::Ram(_) => Ok(()),
         }
     }
 
@@ -80,10 +90,23 @@ pub struct IoCompletion {
     pub result: Result<(), i32>,
 }
 
+/// A file request in the ring, kept until it has moved all its bytes (a short read or write
+/// is resubmitted for the remainder).
+struct Pending {
+    req: IoRequest,
+    fd: RawFd,
+    done: u64,
+}
+
 /// Per-reactor submission engine. Without io_uring (kernel refuses it) file I/O runs
 /// synchronously with pread/pwrite, which is logged once.
 pub struct IoEngine {
     ring: Option<IoUring>,
+    /// Requests in the ring, indexed by their user data.
+    pending: Vec<Option<Pending>>,
+    free: Vec<usize>,
+    /// (user data, result) taken off the ring while making room in the SQ; handled by `reap`.
+    cqes: Vec<(u64, i32)>,
     done: Vec<IoCompletion>,
     in_flight: usize,
     unsubmitted: usize,
@@ -98,12 +121,19 @@ impl IoEngine {
                 None
             }
         };
-        IoEngine { ring, done: Vec::with_capacity(entries as usize), in_flight: 0, unsubmitted: 0 }
+        IoEngine {
+            ring,
+            pending: Vec::new(),
+            free: Vec::new(),
+            cqes: Vec::new(),
+            done: Vec::with_capacity(entries as usize),
+            in_flight: 0,
+            unsubmitted: 0,
+        }
     }
 
     /// The ring's fd, readable when completions are waiting (for the reactor's poller).
-    pub fn ring_fd(&self) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
+    pub fn ring_fd(&self) -> Option<RawFd> {
         self.ring.as_ref().map(|r| r.as_raw_fd())
     }
 
@@ -121,26 +151,58 @@ impl IoEngine {
         let result = match backend {
             Backend::Null { .. } => null::execute(&req),
             Backend::Ram(r) => r.execute(&req),
-            Backend::File(f) => match &mut self.ring {
-                Some(ring) => {
-                    if let Some(entry) = f.sqe(&req) {
-                        while ring.submission().push(&entry).is_err() {
-                            // SQ full: hand what is queued to the kernel to make room.
-                            if let Err(e) = ring.submit() {
-                                tracing::error!("io_uring submit failed: {e}");
-                            }
-                            self.unsubmitted = 0;
-                        }
-                        self.unsubmitted += 1;
-                        self.in_flight += 1;
-                        return;
+            Backend::File(f) if self.ring.is_some() && file::uring_entry(f.raw_fd(), &req).is_some() => {
+                let id = self.free.pop().unwrap_or_else(|| {
+                    self.pending.push(None);
+                    self.pending.len() - 1
+                });
+                self.pending[id] = Some(Pending { req, fd: f.raw_fd(), done: 0 });
+                self.in_flight += 1;
+                match self.push(id) {
+                    Ok(()) => return,
+                    Err(errno) => {
+                        self.pending[id] = None;
+                        self.free.push(id);
+                        self.in_flight -= 1;
+                        Err(errno)
                     }
-                    f.execute_sync(&req)
                 }
-                None => f.execute_sync(&req),
-            },
+            }
+            Backend::File(f) => f.execute_sync(&req),
         };
         self.done.push(IoCompletion { tag: req.tag, result });
+    }
+
+    /// Queues the SQE for what is left of pending request `id`.
+    fn push(&mut self, id: usize) -> Result<(), i32> {
+        let p = self.pending[id].as_ref().expect("pending request");
+        let rest = IoRequest {
+            offset: p.req.offset + p.done,
+            len: p.req.len - p.done,
+            // SAFETY (of the pointer arithmetic): done < len, inside the caller's buffer.
+            buf: if p.req.buf.is_null() { p.req.buf } else { unsafe { p.req.buf.add(p.done as usize) } },
+            ..p.req
+        };
+        let entry = file::uring_entry(p.fd, &rest).expect("a ring operation").user_data(id as u64);
+        let ring = self.ring.as_mut().expect("ring");
+        loop {
+            // SAFETY: the entry's buffer stays valid until its completion (submit's contract).
+            if unsafe { ring.submission().push(&entry) }.is_ok() {
+                self.unsubmitted += 1;
+                return Ok(());
+            }
+            // SQ full: hand it to the kernel. Reap first: with the CQ full, older kernels refuse
+            // to submit (EBUSY) until completions are taken, and we would spin forever.
+            self.cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+            match ring.submit() {
+                Ok(_) => self.unsubmitted = 0,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)) => {}
+                Err(e) => {
+                    tracing::error!("io_uring submit failed: {e}");
+                    return Err(e.raw_os_error().unwrap_or(libc::EIO));
+                }
+            }
+        }
     }
 
     /// Hands queued submissions to the kernel (one syscall for the batch).
@@ -157,20 +219,50 @@ impl IoEngine {
 
     /// Moves every finished request into `out`.
     pub fn reap(&mut self, out: &mut Vec<IoCompletion>) {
-        out.append(&mut self.done);
         if let Some(ring) = &mut self.ring {
-            for cqe in ring.completion() {
-                self.in_flight -= 1;
-                let res = cqe.result();
-                out.push(IoCompletion { tag: cqe.user_data(), result: if res < 0 { Err(-res) } else { Ok(()) } });
+            self.cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        }
+        while !self.cqes.is_empty() {
+            // Resubmitting a remainder may take more CQEs off the ring: loop until none is left.
+            for (id, res) in std::mem::take(&mut self.cqes) {
+                self.complete(id as usize, res);
             }
         }
+        self.flush();
+        out.append(&mut self.done);
+    }
+
+    /// One CQE of pending request `id`: done, failed, or short and resubmitted.
+    fn complete(&mut self, id: usize, res: i32) {
+        let Some(p) = self.pending.get_mut(id).and_then(Option::as_mut) else { return };
+        let result = match p.req.op {
+            _ if res < 0 => Err(-res),
+            IoOp::Read | IoOp::Write => {
+                p.done += res as u64;
+                if p.done >= p.req.len {
+                    Ok(())
+                } else if res == 0 {
+                    // No progress (end of file, device gone): a short transfer is an error.
+                    Err(libc::EIO)
+                } else {
+                    match self.push(id) {
+                        Ok(()) => return,
+                        Err(errno) => Err(errno),
+                    }
+                }
+            }
+            _ => Ok(()),
+        };
+        let tag = self.pending[id].take().expect("pending request").req.tag;
+        self.free.push(id);
+        self.in_flight -= 1;
+        self.done.push(IoCompletion { tag, result });
     }
 
     /// Blocks until at least one submitted request completes (tests and shutdown draining).
     pub fn wait_one(&mut self) {
         if let Some(ring) = &mut self.ring {
-            if self.in_flight > 0 {
+            if self.in_flight > 0 && self.cqes.is_empty() {
                 let _ = ring.submit_and_wait(1);
                 self.unsubmitted = 0;
             }
@@ -199,14 +291,14 @@ mod tests {
 
     fn roundtrip(b: &Backend) {
         let mut e = IoEngine::new(8);
-        let mut w = AlignedBuf::new(8192);
-        w.resize(8192);
+        let mut w = AlignedBuf::new();
+        w.try_resize(8192).unwrap();
         for (i, x) in w.as_mut_slice().iter_mut().enumerate() {
             *x = (i % 251) as u8;
         }
         run(&mut e, b, IoOp::Write, 4096, w.as_mut_slice()).unwrap();
-        let mut r = AlignedBuf::new(8192);
-        r.resize(8192);
+        let mut r = AlignedBuf::new();
+        r.try_resize(8192).unwrap();
         run(&mut e, b, IoOp::Read, 4096, r.as_mut_slice()).unwrap();
         assert_eq!(r.as_slice(), w.as_slice());
         run(&mut e, b, IoOp::WriteZeroes, 4096, &mut r.as_mut_slice()[..4096]).unwrap();
@@ -221,15 +313,62 @@ mod tests {
         roundtrip(&Backend::Ram(RamStore::new(1 << 20)));
     }
 
-    #[test]
-    fn file_roundtrip() {
-        let dir = std::env::temp_dir().join(format!("nvmf-target-test-{}", std::process::id()));
+    /// A 1 MiB file backend in a fresh directory (removed by the caller).
+    fn file_backend(name: &str) -> (Backend, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("nvmf-target-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("disk.img");
         std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
-        let b = Backend::open(&BackendConfig::File { path: path.clone() }, 512).unwrap();
+        (Backend::open(&BackendConfig::File { path: path.clone() }, 512).unwrap(), dir)
+    }
+
+    #[test]
+    fn file_roundtrip() {
+        let (b, dir) = file_backend("roundtrip");
         assert_eq!(b.size(), 1 << 20);
         roundtrip(&b);
+        assert_eq!(b.sync(), Ok(()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn short_file_read_is_an_error() {
+        // The file shrinks under the namespace: a read across the new end comes back short.
+        let (b, dir) = file_backend("short");
+        std::fs::OpenOptions::new().write(true).open(dir.join("disk.img")).unwrap().set_len((1 << 20) - 2048).unwrap();
+        let mut e = IoEngine::new(8);
+        let mut r = AlignedBuf::new();
+        r.try_resize(8192).unwrap();
+        assert_eq!(run(&mut e, &b, IoOp::Read, (1 << 20) - 8192, r.as_mut_slice()), Err(libc::EIO));
+        assert_eq!(run(&mut e, &b, IoOp::Read, 0, r.as_mut_slice()), Ok(()), "whole reads still work");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn more_requests_than_ring_entries_all_complete() {
+        // SQ of 2 and CQ of 4 entries for 256 requests submitted before any reap.
+        let (b, dir) = file_backend("tiny-ring");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut e = IoEngine::new(2);
+            let mut bufs: Vec<AlignedBuf> = (0..256).map(|_| AlignedBuf::new()).collect();
+            for (i, buf) in bufs.iter_mut().enumerate() {
+                buf.try_resize(4096).unwrap();
+                let req = IoRequest { op: IoOp::Write, offset: (i as u64 % 256) * 4096, len: 4096, buf: buf.as_mut_ptr(), tag: i as u64 };
+                unsafe { e.submit(&b, req) };
+            }
+            let mut out = Vec::new();
+            while out.len() < 256 {
+                e.flush();
+                e.reap(&mut out);
+                if out.len() < 256 {
+                    e.wait_one();
+                }
+            }
+            let _ = tx.send(out.iter().filter(|c| c.result.is_ok()).count());
+        });
+        let ok = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("engine hung with a full ring");
+        assert_eq!(ok, 256);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -565,7 +565,10 @@ impl Connection {
         slot.failed = None;
         slot.pending = 0;
         slot.status = Status::SUCCESS;
-        slot.buf.resize(buf_len as usize);
+        if slot.buf.try_resize(buf_len as usize).is_err() {
+            tracing::warn!(cid, buf_len, "no memory for a command buffer");
+            return self.finish(idx, Status::INTERNAL_ERROR);
+        }
         match in_capsule {
             Some(d) => {
                 slot.buf.as_mut_slice().copy_from_slice(d);
@@ -592,7 +595,7 @@ impl Connection {
             state: SlotState::Free,
             cid: 0,
             plan: IoPlan::Flush { ns: None },
-            buf: AlignedBuf::new(4096),
+            buf: AlignedBuf::new(),
             len: 0,
             received: 0,
             r2t_upto: 0,

@@ -66,6 +66,7 @@ class Point:
     invariant: Invariant | None = None
     fg_bg_shared_core: bool = False
     skip_reason: str | None = None  # the leg cannot run here; stored as status "skipped"
+    fail_reason: str | None = None  # an earlier step it needs failed; stored "failed", so a re-run retries it
     prepare: Callable[[], None] | None = field(default=None, repr=False)
 
     @property

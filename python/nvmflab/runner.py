@@ -61,9 +61,10 @@ class Runner:
 
     def run_point(self, point: Point) -> Outcome:
         started = now()
-        if point.skip_reason:
-            self._save(point, "skipped", point.skip_reason, [], started, None)
-            return Outcome(point, "skipped", point.skip_reason)
+        if point.skip_reason or point.fail_reason:
+            status, reason = ("skipped", point.skip_reason) if point.skip_reason else ("failed", point.fail_reason)
+            self._save(point, status, reason, [], started, None)
+            return Outcome(point, status, reason)
         raw: dict[str, Any] = {"knobs": point.knobs}
         try:
             measurements, status, detail = self._measure(point, raw)

@@ -45,7 +45,9 @@ def missing_leg(rows: pd.DataFrame, leg: str, consequence: str) -> str:
         reason = skipped["error"].dropna()
         why = f" ({reason.iloc[0]})" if len(reason) else ""
         return f"The {leg} leg was skipped{why}, so {consequence}."
-    return (f"The {leg} leg has no usable measurements ({len(mine)} failed or invalid), "
+    errors = mine["error"].dropna()
+    example = f", e.g. {errors.iloc[0]}" if len(errors) else ""
+    return (f"The {leg} leg has no usable measurements ({len(mine)} failed or invalid{example}), "
             f"so {consequence}.")
 
 

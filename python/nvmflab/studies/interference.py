@@ -2,7 +2,8 @@
 
 For each resource:
 1. `calibrate_<resource>`: the background alone, iodepth swept; `find_plateau` gives the
-   resource's saturation IOPS (or `params.saturation_iops` gives it directly).
+   resource's saturation IOPS (or `params.saturation_iops` gives it directly). When no calibration
+   point succeeds, the capped points are stored failed with that reason and the study goes on.
 2. `<resource>`: the foreground (L-app QD1 or T-app QD`tapp_iodepth`) alone (isolated, no
    bg_load_pct), then with the background capped at each bg_load_pct of the saturation point and
    uncapped ("max").
@@ -103,15 +104,20 @@ def unintended_sharing(ctx: Context, lay: Layout) -> bool:
 
 
 def execute(ctx: Context, params: Params) -> None:
-    saturation = {}
     for resource in params.resources:
-        saturation[resource] = _saturation(ctx, params, resource)
+        saturation, uncalibrated = _saturation(ctx, params, resource)
         fg_sets = [_fg_knobs(ctx, params, app, resource) for app in params.fg_apps]
         points = repeated(ctx, fg_sets, lambda k, r, res=resource: build(ctx, params, res, k, r, None, 0))
         for pct in params.bg_load_pct:
-            rate = 0 if pct == "max" else _rate(saturation[resource], pct, len(layout(ctx, resource).bg_host))
             sets = [k | {"bg_load_pct": pct} for k in fg_sets]
-            points += repeated(ctx, sets, lambda k, r, res=resource, q=rate: build(ctx, params, res, k, r, True, q))
+            if pct == "max":
+                rate, why = 0, None
+            elif uncalibrated:  # a capped load needs the saturation point: fail now, retry next run
+                rate, why = 0, uncalibrated
+            else:
+                rate, why = _rate(saturation, pct, len(layout(ctx, resource).bg_host)), None
+            points += repeated(ctx, sets, lambda k, r, res=resource, q=rate, why=why:
+                               build(ctx, params, res, k, r, True, q, fail_reason=why))
         ctx.run(points, f"interference: {resource}")
     if params.control:
         sets = [_fg_knobs(ctx, params, app, "control") | {"bg_load_pct": "max"} for app in params.fg_apps]
@@ -128,14 +134,13 @@ def _fg_knobs(ctx: Context, params: Params, app: str, resource: str) -> dict[str
 
 def _rate(saturation: float, pct: int, bg_jobs: int) -> int:
     """Per-job rate cap (nvmf-perf's rate_iops is per job, like fio's)."""
-    if math.isnan(saturation):
-        raise ValueError("no saturation point: the calibration produced no usable measurement")
     return max(1, round(saturation * pct / 100 / bg_jobs))
 
 
-def _saturation(ctx: Context, params: Params, resource: str) -> float:
+def _saturation(ctx: Context, params: Params, resource: str) -> tuple[float, str | None]:
+    """The resource's saturation IOPS, or NaN and why the calibration gave none."""
     if resource in params.saturation_iops:
-        return params.saturation_iops[resource]
+        return params.saturation_iops[resource], None
     leg = f"calibrate_{resource}"
     sets = [point_knobs(ctx, {"rw": "randread", "bs": 4096, "numjobs": 1, "iodepth": qd, "rate_iops": 0,
                               "resource": resource}) for qd in params.calibrate_iodepth]
@@ -143,11 +148,15 @@ def _saturation(ctx: Context, params: Params, resource: str) -> float:
             f"interference: {leg}")
     frame = ctx.measurements(leg)
     iops, _ = saturation_iops(frame[frame["role"] == "bg"], load_column="iodepth")
-    return iops
+    if not math.isnan(iops):
+        return iops, None
+    errors = frame["error"].dropna()
+    return iops, (f"no saturation point to cap the background at: no {leg} point succeeded"
+                  + (f" (e.g. {errors.iloc[0]})" if len(errors) else ""))
 
 
 def build(ctx: Context, params: Params, resource: str, fg_knobs: dict[str, Any], repeat: int,
-          with_bg: bool | None, bg_rate: int, leg: str | None = None) -> Point:
+          with_bg: bool | None, bg_rate: int, leg: str | None = None, fail_reason: str | None = None) -> Point:
     """A point of `resource`'s layout: fg only (with_bg None), fg + bg (True), or bg only (False)."""
     lay = layout(ctx, resource)
     fg_sub = backend_subsystem(ctx, "fg", reactor=lay.fg_reactor)
@@ -165,7 +174,7 @@ def build(ctx: Context, params: Params, resource: str, fg_knobs: dict[str, Any],
                  target=target_setup(ctx, fg_knobs, [fg_sub, bg_sub], list(lay.target)),
                  invariant=_invariant(lay, fg_sub.nqn, bg_sub.nqn, ctx.spec.runtime, ctx.spec.ramp_time,
                                      fg_knobs["iodepth"]),
-                 fg_bg_shared_core=unintended_sharing(ctx, lay))
+                 fg_bg_shared_core=unintended_sharing(ctx, lay), fail_reason=fail_reason)
 
 
 def _perf_knobs(knobs: dict[str, Any]) -> dict[str, Any]:

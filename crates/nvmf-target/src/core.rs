@@ -117,11 +117,25 @@ impl Controller {
             status &= !(csts::RDY | csts::CFS);
         }
         if new & cc::SHN_MASK != 0 {
+            if old & cc::SHN_MASK == 0 {
+                self.sync_namespaces();
+            }
             status = (status & !csts::SHST_MASK) | csts::SHST_COMPLETE;
         } else {
             status &= !csts::SHST_MASK;
         }
         self.csts.store(status, Relaxed);
+    }
+
+    /// Makes the subsystem's data durable before reporting shutdown complete. Synchronous: a
+    /// shutdown is rare and the host waits for SHST anyway, so blocking this queue's reactor
+    /// for one fdatasync per file namespace is acceptable.
+    fn sync_namespaces(&self) {
+        for ns in self.subsys.iter().flat_map(|s| s.namespaces.iter()) {
+            if let Err(errno) = ns.backend.sync() {
+                tracing::error!(nsid = ns.nsid, errno, cntlid = self.cntlid, "flush at shutdown failed");
+            }
+        }
     }
 
     pub fn touch(&self, now_ns: u64) {

@@ -515,3 +515,28 @@ fn identify_says_subsystem_and_namespaces_are_shared() {
     let (data, _) = d.command(admin_sqe(admin_opcode::IDENTIFY, 0, 1, 4096), &[]);
     assert_eq!(IdentifyController::decode(&data).unwrap().cmic, 0, "discovery controller");
 }
+
+#[test]
+fn shutdown_flushes_file_namespaces_before_reporting_complete() {
+    let dir = std::env::temp_dir().join(format!("nvmf-target-shn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ns.img");
+    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+    let mut c = TargetConfig::empty();
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), subsystems: None });
+    let mut a = SubsystemConfig::new(SUB_A);
+    a.namespaces.push(NamespaceConfig { nsid: 1, backend: BackendConfig::File { path }, block_size: 512, nguid: None, uuid: None });
+    c.subsystems = vec![a];
+    let t = Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap());
+    let syncs = || match &t.subsystems[0].namespaces[0].backend {
+        nvmf_target::backend::Backend::File(f) => f.sync_count(),
+        _ => unreachable!(),
+    };
+    let mut h = Host::new(t.clone());
+    h.admin_ready(SUB_A);
+    assert_eq!(syncs(), 0);
+    h.prop_set(reg::CC, 0x46_0001 | (1 << 14));
+    assert_eq!(h.prop_get(reg::CSTS, false) & 0xC, 0x8, "SHST complete");
+    assert_eq!(syncs(), 1, "fdatasync before SHST complete");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -59,10 +59,7 @@ def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturat
     specs = []
     for study_name in names:
         path = spec or STUDIES_DIR / f"{study_name}.toml"
-        loaded = _load(path, quick)
-        if loaded.study not in (None, study_name):
-            fail(f"{path}: study = {loaded.study!r}, but `nvmflab study {study_name}` was asked")
-        specs.append((study_name, path, loaded.model_copy(update={"study": study_name})))
+        specs.append((study_name, path, _load(path, quick, study_name)))
     for study_name, path, loaded in specs:
         _execute(loaded, path, study_name, results, quick)
     _report(results)
@@ -155,9 +152,9 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> Non
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def _load(path: Path, quick: bool) -> Spec:
+def _load(path: Path, quick: bool, study_name: Optional[str] = None) -> Spec:
     try:
-        return load_spec(path, quick=quick)
+        return load_spec(path, quick=quick, study=study_name)
     except SpecError as error:
         fail(str(error))
 

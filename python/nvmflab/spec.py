@@ -22,6 +22,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from .units import parse_size
 
 Size = Annotated[int, BeforeValidator(parse_size)]
+IoDepth = Annotated[int, Field(ge=1, le=4096)]
+NumJobs = Annotated[int, Field(ge=1, le=256)]
 RW = Literal["read", "write", "randread", "randwrite", "rw", "randrw"]
 
 
@@ -52,8 +54,8 @@ class Backend(_Strict):
 class Workload(_Strict):
     rw: RW = "randread"
     bs: Size = 4096
-    iodepth: int = Field(default=1, ge=1, le=4096)
-    numjobs: int = Field(default=1, ge=1, le=256)
+    iodepth: IoDepth = 1
+    numjobs: NumJobs = 1
     rwmixread: int = Field(default=50, ge=0, le=100)
     rate_iops: int = Field(default=0, ge=0)  # per job, 0 = unlimited
     size: Size | None = None  # region each job touches; default: whole namespace
@@ -94,6 +96,9 @@ class Spec(_Strict):
 
     @model_validator(mode="after")
     def _check_sweep(self) -> "Spec":
+        if self.study is not None and self.sweep:
+            raise ValueError(f"sweep: the {self.study} study takes its swept values from [params], so it would "
+                             "ignore [sweep]; [sweep] is for specs without `study`, run by `nvmflab run`")
         for key, values in self.sweep.items():
             if key not in SWEEPABLE:
                 raise ValueError(f"sweep.{key}: not a workload or knob field; allowed: {', '.join(SWEEPABLE)}")
@@ -128,8 +133,7 @@ def validate_knobs(flat: dict[str, Any], where: str = "knobs") -> dict[str, Any]
         merged = Workload.model_validate(workload).model_dump() | Knobs.model_validate(knobs).model_dump()
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{where}: {field}: {first['msg']} (got {first.get('input')!r})") from None
+        raise ValueError(f"{where}: {field_name(first['loc'])}: {problem(first)}") from None
     if merged["io_queues"] is None:
         merged["io_queues"] = merged["numjobs"]
     elif merged["io_queues"] != merged["numjobs"]:
@@ -147,8 +151,12 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_spec(path: Path, quick: bool = False) -> Spec:
-    """Read and validate a spec file; raises SpecError with file:line, field and allowed values."""
+def load_spec(path: Path, quick: bool = False, study: str | None = None) -> Spec:
+    """Read and validate a spec file; raises SpecError with file:line, field and allowed values.
+
+    `study` is the study the caller will run: a spec without `study` gets it (and its params are
+    checked for it), a spec naming another study is refused.
+    """
     path = Path(path)
     try:
         text = path.read_text()
@@ -158,8 +166,14 @@ def load_spec(path: Path, quick: bool = False) -> Spec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{path}: not valid TOML: {err}") from None
+    if study is not None and raw.setdefault("study", study) != study:
+        raise SpecError(f"{path}{_line_suffix(text, ('study',))}: study: this spec is for {raw['study']!r}, "
+                        f"but `nvmflab study {study}` was asked")
     if quick:
-        overrides = raw.get("quick", {})
+        if "quick" not in raw:
+            raise SpecError(f"{path}: --quick applies the spec's [quick] overrides, but it has no [quick] table; "
+                            "add one or leave out --quick")
+        overrides = raw["quick"]
         if not isinstance(overrides, dict):
             raise SpecError(f"{path}: [quick] must be a table")
         raw = deep_merge(raw, overrides)
@@ -172,32 +186,44 @@ def parse_spec(raw: dict[str, Any], text: str, path: Path) -> Spec:
     except ValidationError as err:
         raise SpecError(_describe(err, text, path)) from None
     if spec.study is not None:
-        from .studies import study_params  # studies depend on spec, not the other way round
+        from .studies import study_module  # studies depend on spec, not the other way round
 
+        params_model = study_module(spec.study).Params
         try:
-            study_params(spec.study, spec.params)
-        except ValueError as err:
-            raise SpecError(f"{path}{_line_suffix(text, ('params',))}: params: {err}") from None
+            params_model.model_validate(spec.params)
+        except ValidationError as err:
+            raise SpecError(_describe(err, text, path, model=params_model, within=("params",))) from None
     return spec
 
 
-def _describe(err: ValidationError, text: str, path: Path) -> str:
+def field_name(loc: tuple[str | int, ...]) -> str:
+    """A pydantic location as a person writes it: `params.iodepth[1]`."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+def problem(error: dict[str, Any]) -> str:
+    """What is wrong with one value: a validator's own sentence, or pydantic's with the value given."""
+    if error["type"] == "value_error" and "ctx" in error:
+        return str(error["ctx"]["error"])
+    return f"{error['msg']} (got {error.get('input')!r})"
+
+
+def _describe(err: ValidationError, text: str, path: Path, model: type[BaseModel] | None = None,
+              within: tuple[str, ...] = ()) -> str:
+    """One line for the first error: file:line, the field, what is allowed."""
     first = err.errors()[0]
-    loc = tuple(str(p) for p in first["loc"])
-    field = ".".join(loc) or "spec"
+    loc = within + tuple(first["loc"])
     if first["type"] == "extra_forbidden":
-        allowed = _allowed_fields(loc[:-1])
+        allowed = list(model.model_fields) if model else _allowed_fields(loc[:-1])
         message = f"unknown field; allowed: {', '.join(allowed)}"
-    elif first["type"] == "value_error":
-        message = str(first["ctx"]["error"]) if "ctx" in first else first["msg"]
-        match = re.match(r"(sweep\.\w+)", message)
+    else:
+        message = problem(first)
+        # Spec-level checks start their message with the field they are about (`sweep.iodepth: ...`).
+        match = re.match(r"(sweep(?:\.\w+)?): ", message) if not loc else None
         if match:
             loc = tuple(match.group(1).split("."))
-            field = match.group(1)
-            message = message[len(field) + 2:]
-    else:
-        message = f"{first['msg']} (got {first.get('input')!r})"
-    return f"{path}{_line_suffix(text, loc)}: {field}: {message}"
+            message = message[match.end():]
+    return f"{path}{_line_suffix(text, loc)}: {field_name(loc) or 'spec'}: {message}"
 
 
 def _allowed_fields(loc: tuple[str, ...]) -> list[str]:
@@ -211,9 +237,9 @@ def _allowed_fields(loc: tuple[str, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def _line_suffix(text: str, loc: tuple[str, ...]) -> str:
+def _line_suffix(text: str, loc: tuple[str | int, ...]) -> str:
     """':N' for the line that sets loc (table header or key), '' when it cannot be found."""
-    line = find_line(text, loc)
+    line = find_line(text, tuple(p for p in loc if isinstance(p, str)))
     return f":{line}" if line else ""
 
 

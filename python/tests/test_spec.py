@@ -49,8 +49,53 @@ def test_bad_size_is_explained(tmp_path):
 
 def test_study_params_are_validated_before_running(tmp_path):
     path = write(tmp_path, 'study = "interference"\n[params]\nbg_load_pct = [10, "most"]\n')
-    with pytest.raises(SpecError, match=r":2: params: bg_load_pct: .*allowed: integers 1..100 and \"max\""):
+    with pytest.raises(SpecError, match=r":3: params.bg_load_pct: 'most' is not allowed; allowed: integers 1..100 and \"max\"$"):
         load_spec(path)
+
+
+@pytest.mark.parametrize("study, field, value, allowed", [
+    ("polling", "iodepth", "[1, 0]", "greater than or equal to 1"),
+    ("polling", "high_iodepth", "-1", "greater than or equal to 1"),
+    ("overhead", "bapp_iodepth", "[0]", "greater than or equal to 1"),
+    ("saturation", "numjobs", "[2, -3]", "greater than or equal to 1"),
+    ("saturation", "resources", '["disk"]', "'initiator' or 'target'"),
+    ("interference", "calibrate_iodepth", "[8, 0]", "greater than or equal to 1"),
+    ("interference", "tapp_iodepth", "0", "greater than or equal to 1"),
+])
+def test_study_params_out_of_range_name_file_field_and_what_is_allowed(tmp_path, study, field, value, allowed):
+    path = write(tmp_path, f'study = "{study}"\n[params]\n{field} = {value}\n')
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value).startswith(f"{path}:3: params.{field}")
+    assert allowed in str(err.value)
+
+
+def test_a_bad_size_in_params_reads_cleanly(tmp_path):
+    path = write(tmp_path, 'study = "overhead"\n[params]\nbs = ["4k", "4q"]\n')
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value) == f"{path}:3: params.bs[1]: invalid size '4q': use bytes or 512, 4k, 128k, 1m, 64MiB, 1GiB"
+
+
+def test_a_study_spec_refuses_a_sweep_table(tmp_path):
+    path = write(tmp_path, 'study = "polling"\n[sweep]\niodepth = [1, 2]\n')
+    with pytest.raises(SpecError, match=rf"^{path}:2: sweep: the polling study takes its swept values from \[params\]"):
+        load_spec(path)
+    path = write(tmp_path, '[sweep]\niodepth = [1, 2]\n')  # no `study`, but run as one
+    with pytest.raises(SpecError, match=r":1: sweep: the saturation study"):
+        load_spec(path, study="saturation")
+
+
+def test_a_spec_for_another_study_is_refused(tmp_path):
+    path = write(tmp_path, 'study = "polling"\n')
+    with pytest.raises(SpecError, match=r":1: study: this spec is for 'polling', but `nvmflab study overhead` was asked"):
+        load_spec(path, study="overhead")
+
+
+def test_quick_without_a_quick_table_is_an_error(tmp_path):
+    path = write(tmp_path, "runtime = 30\n")
+    with pytest.raises(SpecError, match=r"--quick .* has no \[quick\] table"):
+        load_spec(path, quick=True)
 
 
 def test_sweep_is_the_cross_product_in_spec_order(tmp_path):

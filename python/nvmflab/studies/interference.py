@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
 
 from ..counters import namespace_commands
 from ..plan import PerfJob, Point
+from ..spec import IoDepth
 from .common import Context, backend_subsystem, logical, point_knobs, repeated, target_setup
 from .saturation import saturation_iops
 
@@ -33,24 +34,14 @@ APPS = {"L-app": 1}  # T-app's iodepth comes from params
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    resources: list[str] = Field(default=["initiator", "target"], min_length=1)
-    fg_apps: list[str] = Field(default=["L-app", "T-app"], min_length=1)
+    resources: list[Literal["initiator", "target"]] = Field(default=["initiator", "target"], min_length=1)
+    fg_apps: list[Literal["L-app", "T-app"]] = Field(default=["L-app", "T-app"], min_length=1)
     bg_load_pct: list[int | str] = Field(default=[10, 20, 30, 40, 50, 60, 70, 80, 90, "max"], min_length=1)
-    tapp_iodepth: int = Field(default=128, ge=1)
-    bg_iodepth: int = Field(default=128, ge=1)
-    calibrate_iodepth: list[int] = Field(default=[16, 32, 64, 128, 256], min_length=1)
-    saturation_iops: dict[str, float] = {}
+    tapp_iodepth: IoDepth = 128
+    bg_iodepth: IoDepth = 128
+    calibrate_iodepth: list[IoDepth] = Field(default=[16, 32, 64, 128, 256], min_length=1)
+    saturation_iops: dict[Literal["initiator", "target"], PositiveFloat] = {}
     control: bool = True
-
-    @field_validator("resources")
-    @classmethod
-    def _resources(cls, value: list[str]) -> list[str]:
-        return _only(value, ("initiator", "target"), "resources")
-
-    @field_validator("fg_apps")
-    @classmethod
-    def _apps(cls, value: list[str]) -> list[str]:
-        return _only(value, ("L-app", "T-app"), "fg_apps")
 
     @field_validator("bg_load_pct")
     @classmethod
@@ -59,13 +50,6 @@ class Params(BaseModel):
             if v != "max" and not (isinstance(v, int) and 0 < v <= 100):
                 raise ValueError(f"{v!r} is not allowed; allowed: integers 1..100 and \"max\"")
         return value
-
-
-def _only(values: list[str], allowed: tuple[str, ...], name: str) -> list[str]:
-    for v in values:
-        if v not in allowed:
-            raise ValueError(f"{v!r} is not allowed; allowed: {', '.join(allowed)}")
-    return values
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ Legs:
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..spec import IoDepth
 
 from .common import Context, point_knobs, repeated, tcp_point
 
@@ -18,9 +22,9 @@ TAPP = {"rw": "randread", "bs": 4096, "numjobs": 1}
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    iodepth: list[int] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128, 256], min_length=1)
-    idle_poll_us: list[int] = Field(default=[0, 10, 20, 40, 80, 160], min_length=1)
-    high_iodepth: int = Field(default=128, ge=1)
+    iodepth: list[IoDepth] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128, 256], min_length=1)
+    idle_poll_us: list[Annotated[int, Field(ge=0)]] = Field(default=[0, 10, 20, 40, 80, 160], min_length=1)
+    high_iodepth: IoDepth = 128
 
 
 def execute(ctx: Context, params: Params) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.saturation import find_plateau
 from ..plan import PerfJob
+from ..spec import IoDepth, NumJobs
 from .common import Context, backend_subsystem, point_knobs, repeated, tcp_point
 
 RESOURCES = ("initiator", "target")
@@ -23,14 +25,9 @@ RESOURCES = ("initiator", "target")
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    resources: list[str] = Field(default=list(RESOURCES), min_length=1)
-    numjobs: list[int] = Field(default=[1, 2, 3], min_length=1)
-    iodepth: list[int] = Field(default=[1, 8, 32, 64, 128, 256], min_length=1)
-
-    def model_post_init(self, _: object) -> None:
-        for resource in self.resources:
-            if resource not in RESOURCES:
-                raise ValueError(f"resources: {resource!r} is not allowed; allowed: {', '.join(RESOURCES)}")
+    resources: list[Literal["initiator", "target"]] = Field(default=list(RESOURCES), min_length=1)
+    numjobs: list[NumJobs] = Field(default=[1, 2, 3], min_length=1)
+    iodepth: list[IoDepth] = Field(default=[1, 8, 32, 64, 128, 256], min_length=1)
 
 
 def execute(ctx: Context, params: Params) -> None:

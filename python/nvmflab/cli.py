@@ -91,7 +91,8 @@ def results_list(results: Path = typer.Argument(..., help="results directory")) 
     table = Table("run", "study", "started", "finished", "ok", "failed", "invalid", "skipped")
     for row in runs.itertuples():
         mine = points[points["run_id"] == row.run_id]["status"].value_counts()
-        table.add_row(str(row.run_id), row.study, row.started_at, row.finished_at or "(interrupted)",
+        finished = row.finished_at if isinstance(row.finished_at, str) else "(interrupted)"  # NULL reads as NaN
+        table.add_row(str(row.run_id), row.study, row.started_at, finished,
                       *(str(mine.get(s, 0)) for s in ("ok", "failed", "invalid", "skipped")))
     out.print(table)
 

@@ -68,20 +68,26 @@ def _save(result: StudyResult, figures_dir: Path) -> list[RenderedFigure]:
     return rendered
 
 
+def _text(value: object) -> str | None:
+    """A text column's value, None where the database has NULL (pandas hands that over as NaN)."""
+    return None if value is None or pd.isna(value) else str(value)
+
+
 def _runs(runs: pd.DataFrame) -> list[dict]:
     out = []
     for _, run in runs.iterrows():
+        env_json = _text(run.get("env_json")) or "{}"
         try:
-            env = json.loads(run.get("env_json") or "{}")
+            env = json.loads(env_json)
         except json.JSONDecodeError:
-            env = {"env_json": run.get("env_json")}
+            env = {"env_json": env_json}
         out.append({
-            "run_id": run["run_id"], "study": run["study"], "git_rev": run.get("git_rev"),
-            "started_at": run.get("started_at"),
-            "finished_at": run.get("finished_at") or "not finished (interrupted or running)",
+            "run_id": run["run_id"], "study": run["study"], "git_rev": _text(run.get("git_rev")),
+            "started_at": _text(run.get("started_at")),
+            "finished_at": _text(run.get("finished_at")) or "not finished (interrupted or running)",
             "env": {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
                     for k, v in sorted(env.items())},
-            "spec_toml": run.get("spec_toml") or "",
+            "spec_toml": _text(run.get("spec_toml")) or "",
         })
     return out
 

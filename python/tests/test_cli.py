@@ -38,6 +38,19 @@ def test_results_list_show_and_export(tmp_path, fake_env, tiny_spec):
     assert list(parquet["iops"]) == list(ResultsStore(results).measurements()["iops"])
 
 
+def test_an_interrupted_run_lists_and_reports_as_not_finished(tmp_path, fake_env):
+    with ResultsStore(tmp_path / "r") as store:
+        store.finish_run(store.start_run("tiny", "", {}))
+        store.start_run("tiny", "", {})  # interrupted: finished_at stays NULL
+    listed = nvmflab("results", "list", str(tmp_path / "r"), env=fake_env)
+    assert listed.returncode == 0, listed.stderr
+    assert "(interrupted)" in listed.stdout
+    reported = nvmflab("report", str(tmp_path / "r"), env=fake_env)
+    assert reported.returncode == 0, reported.stderr
+    html = (tmp_path / "r" / "report" / "report.html").read_text()
+    assert "finished not finished (interrupted or running)" in html and "finished nan" not in html
+
+
 def test_env_lists_cores_and_tools(fake_env):
     done = nvmflab("env", env=fake_env)
     assert done.returncode == 0

@@ -118,16 +118,22 @@ def results_show(results: Path = typer.Argument(..., help="results directory"),
 
 @results_app.command("export")
 def results_export(results: Path = typer.Argument(..., help="results directory"),
-                   out_file: Path = typer.Option(..., "--out", help="file to write"),
+                   out_file: Path = typer.Option(..., "--out", help="file to write, or a directory to write "
+                                                                   "measurements.csv|parquet into"),
                    fmt: Optional[Format] = typer.Option(None, "--format", help="csv or parquet (default: from --out)")) -> None:
     """Export measurements() as CSV or Parquet."""
     frame = _require_store(results).measurements()
     chosen = fmt.value if fmt else ("parquet" if out_file.suffix == ".parquet" else "csv")
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    if chosen == "parquet":
-        frame.astype({"invariant_ok": "boolean", "hdr_digest": "boolean", "data_digest": "boolean"}).to_parquet(out_file)
-    else:
-        frame.to_csv(out_file, index=False)
+    if out_file.is_dir():
+        out_file = out_file / f"measurements.{chosen}"
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        if chosen == "parquet":
+            frame.astype({"invariant_ok": "boolean", "hdr_digest": "boolean", "data_digest": "boolean"}).to_parquet(out_file)
+        else:
+            frame.to_csv(out_file, index=False)
+    except OSError as error:
+        fail(f"{out_file}: cannot write ({error})")
     out.print(f"{len(frame)} rows written to {out_file}")
 
 
@@ -185,7 +191,11 @@ def _report(results: Path, out_dir: Optional[Path] = None) -> None:
         from .report import write_report
     except ImportError as error:
         fail(f"the report module is not available ({error})")
-    path = write_report(results, out_dir or results / "report")
+    out_dir = out_dir or results / "report"
+    try:
+        path = write_report(results, out_dir)
+    except OSError as error:
+        fail(f"{out_dir}: cannot write the report ({error})")
     print(path, flush=True)
 
 

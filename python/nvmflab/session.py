@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -32,7 +33,10 @@ def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
     params = study_params(spec.study, spec.params) if spec.study else None
     env = collect() | {"spec_effective": spec.model_dump(mode="json"), "quick": quick, "spec_path": str(path)}
     spec_text = Path(path).read_text()
-    store = ResultsStore(results)
+    try:
+        store = ResultsStore(results)
+    except (OSError, sqlite3.Error) as error:
+        raise SessionError(f"{results}: cannot keep results there ({error})") from None
     run_id = store.start_run(study_name, spec_text, env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -38,6 +38,23 @@ def test_results_list_show_and_export(tmp_path, fake_env, tiny_spec):
     assert list(parquet["iops"]) == list(ResultsStore(results).measurements()["iops"])
 
 
+def test_export_into_a_directory_and_unwritable_places_are_clear_errors(tmp_path, fake_env, tiny_spec):
+    results = tmp_path / "r"
+    assert nvmflab("run", str(tiny_spec), "--results", str(results), env=fake_env).returncode == 0
+    (tmp_path / "out").mkdir()
+    done = nvmflab("results", "export", str(results), "--out", str(tmp_path / "out"), env=fake_env)
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(tmp_path / "out" / "measurements.csv")) == 8
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for args in (["results", "export", str(results), "--out", str(blocker / "m.csv")],
+                 ["report", str(results), "--out", str(blocker / "report")],
+                 ["run", str(tiny_spec), "--results", str(blocker / "r")]):
+        done = nvmflab(*args, env=fake_env)
+        assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"nvmflab: error: {blocker}/") and f"'{blocker}" in done.stderr
+
+
 def test_an_interrupted_run_lists_and_reports_as_not_finished(tmp_path, fake_env):
     with ResultsStore(tmp_path / "r") as store:
         store.finish_run(store.start_run("tiny", "", {}))

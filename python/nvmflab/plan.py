@@ -71,10 +71,11 @@ class Point:
 
     @property
     def key(self) -> str:
-        return point_key(self.study, self.leg, self.knobs, self.repeat)
+        return point_key(self.study, self.leg, self.knobs, self.repeat, self.runtime, self.ramp_time)
 
 
-def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int) -> str:
-    canonical = json.dumps({"study": study, "leg": leg, "knobs": knobs, "repeat": repeat},
-                           sort_keys=True, default=str)
+def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int, runtime: float, ramp_time: float) -> str:
+    """Same key = same measurement: a re-run with another runtime or ramp_time measures anew."""
+    canonical = json.dumps({"study": study, "leg": leg, "knobs": knobs, "repeat": repeat,
+                            "runtime": float(runtime), "ramp_time": float(ramp_time)}, sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

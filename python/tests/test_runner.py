@@ -36,6 +36,14 @@ def test_rerun_skips_stored_points(tmp_path, fake_env, tiny_spec):
     assert len(ResultsStore(results).runs()) == 2 and len(ResultsStore(results).points()) == 8
 
 
+def test_changing_runtime_or_ramp_time_measures_again(tmp_path, fake_env):
+    spec = tmp_path / "one.toml"
+    for runtime, ramp_time, runs in ((0.2, 0, 1), (0.2, 0, 1), (0.3, 0, 2), (0.3, 0.1, 3)):
+        spec.write_text(f"repeats = 1\nruntime = {runtime}\nramp_time = {ramp_time}\n")
+        assert nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=fake_env).returncode == 0
+        assert perf_runs(tmp_path) == runs
+
+
 def test_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, fake_env, tiny_spec):
     env = fake_env | {"FAKE_PERF_FAIL_IODEPTH": "4"}
     done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=env)

@@ -31,11 +31,11 @@ def test_round_trip_keeps_points_measurements_and_runs(tmp_path):
                                                    "invariant_ok": False, "invariant_detail": "fg on reactor 1"}
         bg = summarize(perf_json(5000.0, 5000)) | {"role": "bg", "knobs": KNOBS | {"iodepth": 32, "rate_iops": 900},
                                                    "invariant_ok": False, "invariant_detail": "fg on reactor 1"}
-        key = point_key("interference", "target", KNOBS | {"bg_load_pct": 60}, 0)
+        key = point_key("interference", "target", KNOBS | {"bg_load_pct": 60}, 0, 10, 2)
         store.save_point(run, key, "interference", "target", KNOBS | {"bg_load_pct": 60}, 0, "invalid",
                          "fg on reactor 1", [fg, bg], fg_bg_shared_core=True, raw={"x": 1})
         failed_knobs = KNOBS | {"iodepth": 8}
-        store.save_point(run, point_key("polling", "completion", failed_knobs, 0), "polling", "completion",
+        store.save_point(run, point_key("polling", "completion", failed_knobs, 0, 10, 2), "polling", "completion",
                          failed_knobs, 0, "failed", "nvmf-perf exited 1: refused", [])
         store.finish_run(run)
 

@@ -205,6 +205,7 @@ impl Reactor {
         while !self.stop.load(Relaxed) {
             let loop_start = Instant::now();
             let timeout = match self.mode {
+                _ if engine.has_completions() => Some(Duration::ZERO),
                 ReactorMode::Poll => Some(Duration::ZERO),
                 ReactorMode::Event if loop_start.duration_since(last_work) < self.idle_poll => Some(Duration::ZERO),
                 ReactorMode::Event => Some(MAX_SLEEP),
@@ -267,7 +268,7 @@ impl Reactor {
             for c in done.drain(..) {
                 let idx = (c.tag >> 32) as usize;
                 if let Some(Some(e)) = conns.get_mut(idx) {
-                    e.conn.complete_io(c);
+                    e.conn.complete_io(c, &mut engine);
                     touched.push(idx);
                 }
                 worked = true;
@@ -324,7 +325,7 @@ impl Reactor {
             engine.reap(&mut done);
             for c in done.drain(..) {
                 if let Some(Some(e)) = conns.get_mut((c.tag >> 32) as usize) {
-                    e.conn.complete_io(c);
+                    e.conn.complete_io(c, &mut engine);
                 }
             }
         }

@@ -540,3 +540,169 @@ fn shutdown_flushes_file_namespaces_before_reporting_complete() {
     assert_eq!(syncs(), 1, "fdatasync before SHST complete");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `target()` with other settings (in-capsule size, MAXH2CDATA), validated like a config file.
+fn target_with(settings: impl FnOnce(&mut nvmf_target::config::TargetSettings)) -> Arc<Target> {
+    let mut c = TargetConfig::empty();
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), subsystems: None });
+    let mut a = SubsystemConfig::new(SUB_A);
+    a.namespaces.push(NamespaceConfig {
+        nsid: 1,
+        backend: BackendConfig::Ram { size: 8 << 20 },
+        block_size: 512,
+        nguid: None,
+        uuid: None,
+    });
+    c.subsystems = vec![a];
+    settings(&mut c.target);
+    c.validate("test").unwrap();
+    Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap())
+}
+
+/// An I/O queue of `sqsize + 1` entries for controller `cntlid`, connected with in-capsule data.
+fn io_queue(t: &Arc<Target>, cntlid: u16, sqsize: u16, maxr2t: u32) -> Host {
+    let mut h = Host::new(t.clone());
+    h.send_pdu(PduHeader::IcReq(IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t }), &[]);
+    assert!(matches!(h.recv(), Some((PduHeader::IcResp(_), _))));
+    let mut sqe = ConnectCmd { recfmt: 0, qid: 1, sqsize, cattr: 0, kato: 0 }.to_sqe(0);
+    sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
+    let data = ConnectData { hostid: [7; 16], cntlid, subnqn: SUB_A.into(), hostnqn: HOST.into() }.encode();
+    assert_eq!(h.command(sqe, &data).1.status, Status::SUCCESS);
+    h.attach();
+    h
+}
+
+#[test]
+fn connect_data_through_r2t_when_in_capsule_size_is_zero() {
+    // Linux inline_data_size = 0: IOCCSZ 4 (the SQE alone), and the I/O queue Connect's 1024
+    // bytes come through SGL 0x5A + R2T + H2CData.
+    let t = target_with(|s| s.in_capsule_data_size = 0);
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let (data, _) = a.command(admin_sqe(admin_opcode::IDENTIFY, 0, 1, 4096), &[]);
+    assert_eq!(IdentifyController::decode(&data).unwrap().ioccsz, 4);
+
+    let mut h = Host::new(t.clone());
+    h.icreq(false, true);
+    let mut sqe = ConnectCmd { recfmt: 0, qid: 1, sqsize: 31, cattr: 0, kato: 0 }.to_sqe(9);
+    sqe.set_sgl(SglDescriptor::transport(1024));
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[]);
+    let Some((PduHeader::R2T(r), _)) = h.recv() else { panic!("R2T for the Connect data") };
+    assert_eq!((r.cccid, r.r2to, r.r2tl), (9, 0, 1024));
+    let data = ConnectData { hostid: [7; 16], cntlid, subnqn: SUB_A.into(), hostnqn: HOST.into() }.encode();
+    let h2c = H2CData { cccid: 9, ttag: r.ttag, datao: 0, datal: 1024, last: true };
+    h.send_pdu(PduHeader::H2CData(h2c), &data);
+    match h.recv() {
+        Some((PduHeader::CapsuleResp(r), _)) => assert_eq!((r.cqe.cid, r.cqe.status), (9, Status::SUCCESS)),
+        other => panic!("expected the Connect response, got {other:?}"),
+    }
+    h.attach();
+
+    // Writes on that queue go through R2T too, and read back.
+    h.cid = 20;
+    let sqe = rw_sqe(io_opcode::WRITE, 0, 1, SglDescriptor::transport(512));
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe: { let mut s = sqe; s.set_cid(21); s } }), &[]);
+    let Some((PduHeader::R2T(r), _)) = h.recv() else { panic!("R2T for the write") };
+    h.send_pdu(PduHeader::H2CData(H2CData { cccid: 21, ttag: r.ttag, datao: 0, datal: 512, last: true }), &[5; 512]);
+    assert!(matches!(h.recv(), Some((PduHeader::CapsuleResp(r), _)) if r.cqe.status == Status::SUCCESS));
+    h.cid = 21;
+    let (read, _) = h.command(rw_sqe(io_opcode::READ, 0, 1, SglDescriptor::transport(512)), &[]);
+    assert_eq!(read, vec![5; 512]);
+}
+
+#[test]
+fn in_capsule_data_beyond_ioccsz_is_fatal() {
+    let t = target_with(|s| s.in_capsule_data_size = 4096);
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 31, 0);
+    let (_, cqe) = h.command(rw_sqe(io_opcode::WRITE, 0, 8, SglDescriptor::in_capsule(0, 4096)), &[1; 4096]);
+    assert_eq!(cqe.status, Status::SUCCESS, "up to IOCCSZ is fine");
+    let mut sqe = rw_sqe(io_opcode::WRITE, 0, 16, SglDescriptor::in_capsule(0, 8192));
+    sqe.set_cid(77);
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[2; 8192]);
+    assert_term_req(&mut h, fes::DATA_LIMIT_EXCEEDED, None);
+    // Only that connection ends.
+    assert_eq!(a.command(admin_sqe(admin_opcode::KEEP_ALIVE, 0, 0, 0), &[]).1.status, Status::SUCCESS);
+}
+
+#[test]
+fn h2c_data_beyond_maxh2cdata_is_fatal() {
+    // MAXH2CDATA 4 KiB; the host allows two R2Ts, so 8 KiB are asked for, but one H2CData PDU
+    // may still carry at most 4 KiB.
+    let t = target_with(|s| s.maxh2cdata = 4096);
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 31, 1);
+    let mut sqe = rw_sqe(io_opcode::WRITE, 0, 16, SglDescriptor::transport(8192));
+    sqe.set_cid(5);
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[]);
+    let Some((PduHeader::R2T(r1), _)) = h.recv() else { panic!("R2T") };
+    let Some((PduHeader::R2T(r2), _)) = h.recv() else { panic!("second R2T") };
+    assert_eq!((r1.r2tl, r2.r2to), (4096, 4096));
+    h.send_pdu(PduHeader::H2CData(H2CData { cccid: 5, ttag: r1.ttag, datao: 0, datal: 8192, last: true }), &[0; 8192]);
+    assert_term_req(&mut h, fes::DATA_LIMIT_EXCEEDED, None);
+    assert_eq!(a.command(admin_sqe(admin_opcode::KEEP_ALIVE, 0, 0, 0), &[]).1.status, Status::SUCCESS);
+}
+
+#[test]
+fn buffer_budget_holds_commands_until_memory_frees() {
+    const MIB2: u32 = 2 << 20;
+    let per_budget = nvmf_target::transport::BUFFER_BUDGET / MIB2 as usize;
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 63, 0);
+    let n = per_budget + 8;
+
+    // Reads of MDTS: those beyond the budget wait for the first ones to complete.
+    let mut batch = Vec::new();
+    for cid in 0..n as u16 {
+        let mut sqe = rw_sqe(io_opcode::READ, 0, (MIB2 / 512) as u16, SglDescriptor::transport(MIB2));
+        sqe.set_cid(cid);
+        encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], h.dg);
+    }
+    h.send(&batch);
+    let mut responses = 0;
+    while let Some((pdu, _)) = h.recv() {
+        if let PduHeader::CapsuleResp(r) = pdu {
+            assert_eq!(r.cqe.status, Status::SUCCESS);
+            responses += 1;
+        }
+    }
+    assert_eq!(responses, n);
+    assert!(h.conn.buffer_bytes() <= nvmf_target::transport::BUFFER_BUDGET);
+
+    // R2T writes hold their buffer until the host sends the data: only a budget's worth get R2T.
+    let mut batch = Vec::new();
+    for cid in 100..100 + n as u16 {
+        let mut sqe = rw_sqe(io_opcode::WRITE, 0, (MIB2 / 512) as u16, SglDescriptor::transport(MIB2));
+        sqe.set_cid(cid);
+        encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], h.dg);
+    }
+    h.send(&batch);
+    let mut r2ts = Vec::new();
+    while let Some((PduHeader::R2T(r), _)) = h.recv() {
+        r2ts.push(r);
+    }
+    assert_eq!(r2ts.len(), per_budget, "one R2T per command that got memory");
+    assert!(h.conn.buffer_bytes() <= nvmf_target::transport::BUFFER_BUDGET);
+    // Feed every R2T (new ones included) until all writes completed.
+    let mut done = 0;
+    while let Some(r) = r2ts.pop() {
+        let h2c = H2CData { cccid: r.cccid, ttag: r.ttag, datao: r.r2to, datal: r.r2tl, last: r.r2to + r.r2tl == MIB2 };
+        h.send_pdu(PduHeader::H2CData(h2c), &vec![3; r.r2tl as usize]);
+        while let Some((pdu, _)) = h.recv() {
+            match pdu {
+                PduHeader::R2T(r) => r2ts.push(r),
+                PduHeader::CapsuleResp(r) => {
+                    assert_eq!(r.cqe.status, Status::SUCCESS);
+                    done += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(h.conn.buffer_bytes() <= nvmf_target::transport::BUFFER_BUDGET);
+    }
+    assert_eq!(done, n, "held writes got their R2T once memory freed");
+}

@@ -7,7 +7,7 @@ mod file;
 mod null;
 mod ram;
 
-pub use buf::AlignedBuf;
+pub use buf::{AlignedBuf, AllocError};
 pub use file::FileStore;
 pub use ram::RamStore;
 
@@ -140,6 +140,12 @@ impl IoEngine {
     /// Requests submitted to the kernel and not yet reaped.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Completions [`reap`](Self::reap) can return without waiting (null and ram requests, or
+    /// CQEs taken while submitting): a poller must not sleep on the ring fd while this holds.
+    pub fn has_completions(&self) -> bool {
+        !self.done.is_empty() || !self.cqes.is_empty()
     }
 
     /// Starts `req`. Null and ram complete immediately (seen at the next [`reap`](Self::reap)).

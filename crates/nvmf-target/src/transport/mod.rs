@@ -1,3 +1,6 @@
 //! Transports. Only NVMe/TCP: a sans-I/O per-connection state machine the reactor drives.
 
+mod slots;
 pub mod tcp;
+
+pub use slots::BUFFER_BUDGET;

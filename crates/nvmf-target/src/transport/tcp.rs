@@ -2,17 +2,19 @@
 //! backend requests out, completions in, time in. No sockets or threads here, so tests and
 //! fuzzers drive the real protocol logic directly.
 //!
-//! Flow: ICReq → ICResp; CapsuleCmd → command handling; writes get their data in the capsule
-//! or through R2T/H2CData; reads answer with C2HData then CapsuleResp. Fatal protocol errors
-//! queue a C2HTermReq and the connection closes once it is written.
+//! Flow: ICReq → ICResp; CapsuleCmd → command handling; writes (and Connect) get their data in
+//! the capsule or through R2T/H2CData; reads answer with C2HData then CapsuleResp. Commands
+//! whose buffer does not fit the connection's budget wait in a FIFO (see `slots`). Fatal
+//! protocol errors queue a C2HTermReq and the connection closes once it is written.
 
 use crate::admin::{self, AdminContext};
-use crate::backend::{AlignedBuf, IoCompletion, IoEngine, IoOp, IoRequest};
+use super::slots::{SlotState, Slots, Work, BUFFER_BUDGET};
+use crate::backend::{IoCompletion, IoEngine, IoOp, IoRequest};
 use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
 use crate::fabrics::{self, ConnectResult};
 use crate::io::{self, IoPlan};
 use crate::stats::{NsStats, QueueStats, ReactorStats};
-use nvmf_proto::fabrics::fctype;
+use nvmf_proto::fabrics::{fctype, CONNECT_DATA_LEN};
 use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK};
 use nvmf_proto::pdu::{
     encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
@@ -40,6 +42,9 @@ const FEI_H2C_CCCID: u32 = 8;
 const FEI_H2C_TTAG: u32 = 10;
 const FEI_H2C_DATAO: u32 = 12;
 const FEI_H2C_DATAL: u32 = 16;
+/// A command that cannot get buffer memory is failed with Internal Error, DNR clear: the
+/// failure is the controller's, not the command's or the transport's, and a retry may succeed.
+const NO_MEMORY: Status = Status::INTERNAL_ERROR;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -48,30 +53,6 @@ enum Phase {
     /// A TermReq or Disconnect response is queued; close once output drains.
     Closing,
     Closed,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SlotState {
-    Free,
-    /// Waiting for H2CData after R2T.
-    AwaitData,
-    /// Backend requests in flight.
-    Executing,
-}
-
-/// A command that outlives its capsule (R2T data, backend I/O). Its buffer is kept for reuse.
-struct Slot {
-    state: SlotState,
-    cid: u16,
-    plan: IoPlan,
-    buf: AlignedBuf,
-    len: u32,
-    received: u32,
-    r2t_upto: u32,
-    /// Set by a data digest error: the command completes with this once its data is in.
-    failed: Option<Status>,
-    pending: u32,
-    status: Status,
 }
 
 struct Queue {
@@ -96,8 +77,7 @@ pub struct Connection {
     queue: Option<Queue>,
     attached: bool,
     token: u32,
-    slots: Vec<Slot>,
-    free: Vec<u16>,
+    slots: Slots,
     aers: Vec<u16>,
     maxr2t: u32,
     ns_stats: Vec<Arc<NsStats>>,
@@ -130,8 +110,7 @@ impl Connection {
             queue: None,
             attached: false,
             token: 0,
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Slots::new(BUFFER_BUDGET),
             aers: Vec::new(),
             maxr2t: 1,
             ns_stats: Vec::new(),
@@ -206,6 +185,11 @@ impl Connection {
     /// live until this is 0, even after its socket closed.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Bytes of command data buffers this connection holds (bounded by [`BUFFER_BUDGET`]).
+    pub fn buffer_bytes(&self) -> usize {
+        self.slots.bytes()
     }
 
     /// The peer went away or the reactor closes us: release the queue and controller.
@@ -306,6 +290,7 @@ impl Connection {
             }
         }
         self.inbuf = inbuf;
+        self.admit_held(engine);
     }
 
     fn fatal_error(&mut self, e: FatalError, buf: &[u8]) {
@@ -337,9 +322,24 @@ impl Connection {
                 tracing::info!(fes = t.fes, fei = t.fei, "host sent H2CTermReq; closing");
                 self.close();
             }
+            (Phase::Ready, PduHeader::CapsuleCmd(c)) if data.len() > self.in_capsule_limit(&c.sqe) as usize => {
+                // A PDU larger than negotiated (IOCCSZ): fatal, FES Data Transfer Limit Exceeded.
+                // (Linux nvmet answers SGL Invalid Offset; it never accepts the bytes either.)
+                tracing::warn!(len = data.len(), "in-capsule data beyond IOCCSZ; sending C2HTermReq");
+                self.term_req(fes::DATA_LIMIT_EXCEEDED, 0, raw[..hlen].to_vec());
+            }
             (Phase::Ready, PduHeader::CapsuleCmd(c)) => self.capsule(c.sqe, data, data_ok, now, engine),
-            (Phase::Ready, PduHeader::H2CData(h)) => self.h2c_data(h, data, data_ok, &raw[..hlen], engine),
+            (Phase::Ready, PduHeader::H2CData(h)) => self.h2c_data(h, data, data_ok, &raw[..hlen], now, engine),
             _ => self.term_req(fes::PDU_SEQ_ERR, 0, raw[..hlen].to_vec()),
+        }
+    }
+
+    /// In-capsule data a command may carry: IOCCSZ's share on I/O queues; 8 KiB on the admin
+    /// queue and for Fabrics commands (Connect's data), as SPDK allows.
+    fn in_capsule_limit(&self, sqe: &Sqe) -> u32 {
+        match &self.queue {
+            Some(q) if q.qid > 0 && sqe.opcode() != admin_opcode::FABRICS => self.target.settings.in_capsule_data_size,
+            _ => ADMIN_IN_CAPSULE,
         }
     }
 
@@ -423,22 +423,12 @@ impl Connection {
             q.stats.fabrics.add(1);
         }
         let (status, result) = match (sqe.fctype(), &self.queue) {
+            (fctype::CONNECT, None) if sqe.sgl().sgl_type == SGL_TRANSPORT_DATA_BLOCK => {
+                return self.connect_via_r2t(sqe);
+            }
             (fctype::CONNECT, None) => match self.in_capsule(&sqe, data, ADMIN_IN_CAPSULE) {
                 Err(status) => (status, 0),
-                Ok(d) => match fabrics::connect(&self.target, self.port.as_ref(), &sqe, d, now) {
-                    ConnectResult::Rejected { status, result } => (status, result),
-                    ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
-                        let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
-                        let (hdgst, ddgst) = (self.digests.header, self.digests.data);
-                        tracing::info!(cntlid = ctrl.cntlid, qid, sqsize, hdgst, ddgst, %subnqn, %hostnqn, "queue connected");
-                        let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
-                        stats.commands.add(1);
-                        stats.fabrics.add(1);
-                        let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 };
-                        self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, stats });
-                        (Status::SUCCESS, result)
-                    }
-                },
+                Ok(d) => self.connect(&sqe, d, now),
             },
             (fctype::CONNECT, Some(_)) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
             (_, None) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
@@ -459,6 +449,43 @@ impl Connection {
             _ => (Status::INVALID_OPCODE.with_dnr(), 0),
         };
         self.respond(cid, status, result);
+    }
+
+    /// Runs a Connect whose data is in; on success this connection becomes that queue.
+    fn connect(&mut self, sqe: &Sqe, data: &[u8], now: Instant) -> (Status, u64) {
+        match fabrics::connect(&self.target, self.port.as_ref(), sqe, data, now) {
+            ConnectResult::Rejected { status, result } => (status, result),
+            ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
+                let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
+                let (hdgst, ddgst) = (self.digests.header, self.digests.data);
+                tracing::info!(cntlid = ctrl.cntlid, qid, sqsize, hdgst, ddgst, %subnqn, %hostnqn, "queue connected");
+                let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
+                stats.commands.add(1);
+                stats.fabrics.add(1);
+                let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 };
+                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, stats });
+                (Status::SUCCESS, result)
+            }
+        }
+    }
+
+    /// Connect with SGL transport data block: fetch its data with R2T (Linux does this when
+    /// IOCCSZ leaves less than 1024 bytes in the capsule), then [`connect`](Self::connect).
+    fn connect_via_r2t(&mut self, sqe: Sqe) {
+        let (cid, len) = (sqe.cid(), sqe.sgl().length);
+        if !(CONNECT_DATA_LEN as u32..=ADMIN_IN_CAPSULE).contains(&len) {
+            return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
+        }
+        // Before Connect there is one slot: a second Connect while the first awaits its data.
+        let Some(idx) = self.slots.alloc(1, cid, Work::Connect(sqe), len) else {
+            return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0);
+        };
+        if self.slots.reserve(idx, true).is_err() {
+            self.slots.free(idx);
+            return self.respond(cid, NO_MEMORY, 0);
+        }
+        self.slots[idx].state = SlotState::AwaitData;
+        self.send_r2ts(idx);
     }
 
     /// The in-capsule data an SGL data block descriptor points at.
@@ -552,69 +579,72 @@ impl Connection {
             },
             _ => (0, None),
         };
-        let Some(idx) = self.alloc_slot() else {
+        let limit = self.queue.as_ref().map_or(1, |q| q.sqsize as usize + 1);
+        let Some(idx) = self.slots.alloc(limit, cid, Work::Io(plan), buf_len) else {
             // More commands outstanding than the queue has entries: the host broke SQSIZE.
             return self.term_req(fes::PDU_SEQ_ERR, 0, Vec::new());
         };
-        let slot = &mut self.slots[idx as usize];
-        slot.cid = cid;
-        slot.plan = plan;
-        slot.len = buf_len;
-        slot.received = 0;
-        slot.r2t_upto = 0;
-        slot.failed = None;
-        slot.pending = 0;
-        slot.status = Status::SUCCESS;
-        if slot.buf.try_resize(buf_len as usize).is_err() {
-            tracing::warn!(cid, buf_len, "no memory for a command buffer");
-            return self.finish(idx, Status::INTERNAL_ERROR);
-        }
         match in_capsule {
             Some(d) => {
+                // The data already arrived, so waiting for the budget would save nothing.
+                if self.slots.reserve(idx, true).is_err() {
+                    tracing::warn!(cid, buf_len, "no memory for a command buffer");
+                    return self.finish(idx, NO_MEMORY);
+                }
+                let slot = &mut self.slots[idx];
                 slot.buf.as_mut_slice().copy_from_slice(d);
                 slot.received = buf_len;
                 self.execute(idx, engine);
             }
-            None if host_len > 0 => {
+            None if buf_len == 0 => self.execute(idx, engine),
+            // Behind commands already waiting for memory, so that none starves.
+            None if self.slots.is_holding() => self.slots.hold(idx),
+            None => match self.slots.reserve(idx, false) {
+                Ok(true) => self.start_transfer(idx, engine),
+                Ok(false) => self.slots.hold(idx),
+                Err(_) => {
+                    tracing::warn!(cid, buf_len, "no memory for a command buffer");
+                    self.finish(idx, NO_MEMORY);
+                }
+            },
+        }
+    }
+
+    /// A command with its buffer: ask for the host's data, or run it (reads).
+    fn start_transfer(&mut self, idx: u16, engine: &mut IoEngine) {
+        let slot = &mut self.slots[idx];
+        match slot.work {
+            Work::Io(plan) if plan.host_data_len() > 0 => {
                 slot.state = SlotState::AwaitData;
                 self.send_r2ts(idx);
             }
-            None => self.execute(idx, engine),
+            _ => self.execute(idx, engine),
         }
     }
 
-    fn alloc_slot(&mut self) -> Option<u16> {
-        if let Some(i) = self.free.pop() {
-            return Some(i);
+    /// Starts the commands waiting for buffer memory, in arrival order, while the budget has room.
+    fn admit_held(&mut self, engine: &mut IoEngine) {
+        while self.phase == Phase::Ready {
+            let Some(idx) = self.slots.first_held() else { return };
+            match self.slots.reserve(idx, false) {
+                Ok(false) => return,
+                Ok(true) => {
+                    self.slots.pop_held();
+                    self.start_transfer(idx, engine);
+                }
+                Err(_) => {
+                    self.slots.pop_held();
+                    tracing::warn!(cid = self.slots[idx].cid, "no memory for a command buffer");
+                    self.finish(idx, NO_MEMORY);
+                }
+            }
         }
-        let limit = self.queue.as_ref().map_or(1, |q| q.sqsize as usize + 1);
-        if self.slots.len() >= limit {
-            return None;
-        }
-        self.slots.push(Slot {
-            state: SlotState::Free,
-            cid: 0,
-            plan: IoPlan::Flush { ns: None },
-            buf: AlignedBuf::new(),
-            len: 0,
-            received: 0,
-            r2t_upto: 0,
-            failed: None,
-            pending: 0,
-            status: Status::SUCCESS,
-        });
-        Some(self.slots.len() as u16 - 1)
-    }
-
-    fn free_slot(&mut self, idx: u16) {
-        self.slots[idx as usize].state = SlotState::Free;
-        self.free.push(idx);
     }
 
     /// Issues R2Ts, one per MAXH2CDATA-sized chunk, keeping at most MAXR2T outstanding.
     fn send_r2ts(&mut self, idx: u16) {
         let chunk = self.target.settings.maxh2cdata;
-        let slot = &mut self.slots[idx as usize];
+        let slot = &mut self.slots[idx];
         let done_chunks = slot.received - slot.received % chunk;
         while slot.r2t_upto < slot.len && (slot.r2t_upto - done_chunks) / chunk < self.maxr2t {
             let r2tl = chunk.min(slot.len - slot.r2t_upto);
@@ -624,46 +654,55 @@ impl Connection {
         }
     }
 
-    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], engine: &mut IoEngine) {
-        let bad = |fes, fei| (fes, fei);
-        let check = match self.slots.get(h.ttag as usize) {
-            None => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
-            Some(s) if s.state != SlotState::AwaitData => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
-            Some(s) if s.cid != h.cccid => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_CCCID)),
-            Some(_) if h.datal as usize != data.len() => Err(bad(fes::INVALID_PDU_HDR, FEI_H2C_DATAL)),
-            Some(s) if h.datao != s.received => Err(bad(fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAO)),
+    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], now: Instant, engine: &mut IoEngine) {
+        let check = match self.slots.get(h.ttag) {
+            // A PDU larger than the MAXH2CDATA we advertised.
+            _ if h.datal > self.target.settings.maxh2cdata => Err((fes::DATA_LIMIT_EXCEEDED, 0)),
+            None => Err((fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
+            Some(s) if s.state != SlotState::AwaitData => Err((fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
+            Some(s) if s.cid != h.cccid => Err((fes::INVALID_PDU_HDR, FEI_H2C_CCCID)),
+            Some(_) if h.datal as usize != data.len() => Err((fes::INVALID_PDU_HDR, FEI_H2C_DATAL)),
+            Some(s) if h.datao != s.received => Err((fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAO)),
             Some(s) if h.datao as u64 + h.datal as u64 > s.r2t_upto as u64 => {
-                Err(bad(fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAL))
+                Err((fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAL))
             }
             Some(_) => Ok(()),
         };
         if let Err((fes, fei)) = check {
             return self.term_req(fes, fei, raw.to_vec());
         }
-        let slot = &mut self.slots[h.ttag as usize];
+        let slot = &mut self.slots[h.ttag];
         let at = h.datao as usize;
         slot.buf.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
         slot.received += h.datal;
         if !data_ok {
             slot.failed = Some(Status::TRANSIENT_TRANSPORT_ERROR);
         }
-        if slot.received == slot.len {
-            slot.state = SlotState::Executing;
-            match slot.failed {
-                Some(status) => self.finish(h.ttag, status),
-                None => self.execute(h.ttag, engine),
+        if slot.received < slot.len {
+            return self.send_r2ts(h.ttag);
+        }
+        slot.state = SlotState::Executing;
+        match (slot.work, slot.failed) {
+            (Work::Connect(sqe), failed) => {
+                let data = slot.buf.as_slice().to_vec();
+                self.slots.free(h.ttag);
+                let (status, result) = match failed {
+                    Some(status) => (status, 0),
+                    None => self.connect(&sqe, &data, now),
+                };
+                self.respond(sqe.cid(), status, result);
             }
-        } else {
-            self.send_r2ts(h.ttag);
+            (Work::Io(_), Some(status)) => self.finish(h.ttag, status),
+            (Work::Io(_), None) => self.execute(h.ttag, engine),
         }
     }
 
     /// Submits the backend work of a command whose data (if any) is in its buffer.
     fn execute(&mut self, idx: u16, engine: &mut IoEngine) {
         let Some(subsys) = self.queue.as_ref().and_then(|q| q.ctrl.subsys.clone()) else { return };
-        let slot = &mut self.slots[idx as usize];
+        let slot = &mut self.slots[idx];
         slot.state = SlotState::Executing;
-        let plan = slot.plan;
+        let Work::Io(plan) = slot.work else { return self.finish(idx, Status::INTERNAL_ERROR) };
         let tag = ((self.token as u64) << 32) | idx as u64;
         let buf = slot.buf.as_mut_ptr();
         let mut reqs: [(usize, IoOp, u64, u64); 1] = [(0, IoOp::Flush, 0, 0)];
@@ -716,10 +755,11 @@ impl Connection {
         }
     }
 
-    /// A backend request finished. `tag` is the one given at submission.
-    pub fn complete_io(&mut self, c: IoCompletion) {
+    /// A backend request finished. `tag` is the one given at submission. The engine is for
+    /// commands that were waiting for the memory this one frees.
+    pub fn complete_io(&mut self, c: IoCompletion, engine: &mut IoEngine) {
         let idx = (c.tag & 0xFFFF) as u16;
-        let Some(slot) = self.slots.get_mut(idx as usize) else { return };
+        let Some(slot) = self.slots.get_mut(idx) else { return };
         if slot.state != SlotState::Executing || slot.pending == 0 {
             return;
         }
@@ -732,17 +772,18 @@ impl Connection {
         if slot.pending == 0 {
             let status = slot.status;
             self.finish(idx, status);
+            self.admit_held(engine);
         }
     }
 
     /// Completes a slot's command: read data (on success), then the response.
     fn finish(&mut self, idx: u16, status: Status) {
-        let slot = &self.slots[idx as usize];
+        let slot = &self.slots[idx];
         let cid = slot.cid;
         if !matches!(self.phase, Phase::Closed | Phase::Closing) {
-            let (ns, read, written) = match slot.plan {
-                IoPlan::Read { ns, len, .. } if status.is_success() => (Some(ns), len as u64, 0),
-                IoPlan::Write { ns, len, .. } if status.is_success() => (Some(ns), 0, len as u64),
+            let (ns, read, written) = match slot.work {
+                Work::Io(IoPlan::Read { ns, len, .. }) if status.is_success() => (Some(ns), len as u64, 0),
+                Work::Io(IoPlan::Write { ns, len, .. }) if status.is_success() => (Some(ns), 0, len as u64),
                 _ => (None, 0, 0),
             };
             if let (Some(ns), Some(q)) = (ns, &self.queue) {
@@ -758,7 +799,7 @@ impl Connection {
             }
             self.respond(cid, status, 0);
         }
-        self.free_slot(idx);
+        self.slots.free(idx);
     }
 
     /// Convenience for tests and single-threaded use: process input, then run backend
@@ -777,7 +818,7 @@ impl Connection {
                 continue;
             }
             for c in done.drain(..) {
-                self.complete_io(c);
+                self.complete_io(c, engine);
             }
         }
     }

@@ -1,0 +1,190 @@
+//! Command slots of one connection and the memory budget of their data buffers.
+//!
+//! A command that outlives its capsule (R2T data, backend I/O, a wait for buffer memory) lives
+//! in a slot; the slot index is its R2T transfer tag. Buffers are sized from what the host asks
+//! (up to MDTS) for up to SQSIZE + 1 commands, so without a cap one connection could make the
+//! process allocate gigabytes: every connection gets [`BUFFER_BUDGET`] bytes of slot buffers.
+
+use crate::backend::{AlignedBuf, AllocError};
+use crate::io::IoPlan;
+use nvmf_proto::{Sqe, Status};
+use std::collections::VecDeque;
+
+/// Slot buffer bytes one connection may hold: 32 commands of MDTS (2 MiB) in flight, more
+/// than a 25 Gb/s link keeps busy on one queue. Commands beyond it wait for memory (reads and
+/// R2T writes) instead of failing; in-capsule data may exceed it by at most queue depth ×
+/// in-capsule size, because that data has already arrived.
+pub const BUFFER_BUDGET: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    Free,
+    /// Waiting for the budget to have room for its buffer (FIFO, see [`Slots::hold`]).
+    AwaitBuffer,
+    /// Waiting for H2CData after R2T.
+    AwaitData,
+    /// Backend requests in flight.
+    Executing,
+}
+
+/// What a slot's command does once its data is in.
+#[derive(Debug, Clone, Copy)]
+pub enum Work {
+    Io(IoPlan),
+    /// Fabrics Connect whose data comes through R2T (hosts do so when IOCCSZ leaves less than
+    /// the 1024 bytes of Connect data in the capsule).
+    Connect(Sqe),
+}
+
+pub struct Slot {
+    pub state: SlotState,
+    pub cid: u16,
+    pub work: Work,
+    /// Its capacity changes only through [`Slots::reserve`], which keeps the budget's count.
+    pub buf: AlignedBuf,
+    /// Bytes of data the command moves (the buffer's length once reserved).
+    pub len: u32,
+    pub received: u32,
+    pub r2t_upto: u32,
+    /// Set by a data digest error: the command completes with this once its data is in.
+    pub failed: Option<Status>,
+    pub pending: u32,
+    pub status: Status,
+}
+
+pub struct Slots {
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    held: VecDeque<u16>,
+    /// Capacity of every slot buffer.
+    bytes: usize,
+    budget: usize,
+}
+
+impl Slots {
+    pub fn new(budget: usize) -> Slots {
+        Slots { slots: Vec::new(), free: Vec::new(), held: VecDeque::new(), bytes: 0, budget }
+    }
+
+    /// A fresh slot for command `cid`, or `None` when `limit` slots are taken.
+    pub fn alloc(&mut self, limit: usize, cid: u16, work: Work, len: u32) -> Option<u16> {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() < limit => {
+                self.slots.push(Slot {
+                    state: SlotState::Free,
+                    cid: 0,
+                    work,
+                    buf: AlignedBuf::new(),
+                    len: 0,
+                    received: 0,
+                    r2t_upto: 0,
+                    failed: None,
+                    pending: 0,
+                    status: Status::SUCCESS,
+                });
+                self.slots.len() as u16 - 1
+            }
+            None => return None,
+        };
+        let s = &mut self.slots[idx as usize];
+        (s.state, s.cid, s.work, s.len) = (SlotState::Executing, cid, work, len);
+        (s.received, s.r2t_upto, s.failed, s.pending, s.status) = (0, 0, None, 0, Status::SUCCESS);
+        Some(idx)
+    }
+
+    /// Returns a slot to the free list; its buffer stays for reuse until the budget needs it.
+    pub fn free(&mut self, idx: u16) {
+        self.slots[idx as usize].state = SlotState::Free;
+        self.free.push(idx);
+    }
+
+    pub fn get(&self, idx: u16) -> Option<&Slot> {
+        self.slots.get(idx as usize)
+    }
+
+    pub fn get_mut(&mut self, idx: u16) -> Option<&mut Slot> {
+        self.slots.get_mut(idx as usize)
+    }
+
+    /// Bytes held by slot buffers.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Sizes slot `idx`'s buffer to its `len`. `Ok(false)`: the budget has no room now (never
+    /// with `over_budget`); `Err`: the allocator failed even after freeing idle buffers.
+    pub fn reserve(&mut self, idx: u16, over_budget: bool) -> Result<bool, AllocError> {
+        let len = self.slots[idx as usize].len as usize;
+        if len > self.slots[idx as usize].buf.capacity() {
+            // An idle buffer big enough is taken over: no allocation, no change to the count.
+            if let Some(&j) = self.free.iter().find(|&&j| self.slots[j as usize].buf.capacity() >= len) {
+                let big = std::mem::take(&mut self.slots[j as usize].buf);
+                self.slots[j as usize].buf = std::mem::replace(&mut self.slots[idx as usize].buf, big);
+            }
+        }
+        let cap = self.slots[idx as usize].buf.capacity();
+        if len > cap {
+            let after = self.bytes - cap + AlignedBuf::capacity_for(len);
+            if after > self.budget {
+                self.reclaim(after - self.budget);
+            }
+            if self.bytes - cap + AlignedBuf::capacity_for(len) > self.budget && !over_budget {
+                return Ok(false);
+            }
+        }
+        let mut r = self.slots[idx as usize].buf.try_resize(len);
+        if r.is_err() {
+            self.reclaim(usize::MAX);
+            r = self.slots[idx as usize].buf.try_resize(len);
+        }
+        self.bytes = self.bytes - cap + self.slots[idx as usize].buf.capacity();
+        r.map(|()| true)
+    }
+
+    /// Frees idle buffers (of free slots) until `want` bytes are released or none is left.
+    fn reclaim(&mut self, want: usize) {
+        let mut released = 0;
+        for &i in &self.free {
+            if released >= want {
+                break;
+            }
+            let buf = &mut self.slots[i as usize].buf;
+            released += buf.capacity();
+            self.bytes -= buf.capacity();
+            buf.release();
+        }
+    }
+
+    /// Queues slot `idx` until [`reserve`](Self::reserve) finds room; FIFO, so large commands
+    /// are not starved by small ones.
+    pub fn hold(&mut self, idx: u16) {
+        self.slots[idx as usize].state = SlotState::AwaitBuffer;
+        self.held.push_back(idx);
+    }
+
+    pub fn is_holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    pub fn first_held(&self) -> Option<u16> {
+        self.held.front().copied()
+    }
+
+    pub fn pop_held(&mut self) {
+        self.held.pop_front();
+    }
+}
+
+impl std::ops::Index<u16> for Slots {
+    type Output = Slot;
+    fn index(&self, idx: u16) -> &Slot {
+        &self.slots[idx as usize]
+    }
+}
+
+impl std::ops::IndexMut<u16> for Slots {
+    fn index_mut(&mut self, idx: u16) -> &mut Slot {
+        &mut self.slots[idx as usize]
+    }
+}

@@ -1,6 +1,7 @@
 """Each study's analyze() on synthetic measurements with known answers (thesis-shaped numbers)."""
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -94,6 +95,36 @@ def test_saturation_reports_an_unsaturated_sweep():
     result = saturation.analyze(data, runs_frame(["saturation"]))
     assert any("still scaling" in f for f in result.findings)
     assert any("initiator leg was not measured" in f for f in result.findings)
+
+
+def test_saturation_order_is_claimed_only_for_detected_plateaus():
+    data = saturation_measurements()
+    rising = saturation.analyze(data[data["iodepth"] <= 8], runs_frame(["saturation"])).findings
+    assert not any(re.search("saturates (at|first:)", f) for f in rising)
+    assert rising[-1].startswith("Neither core reached a plateau within the sweep")
+    # the initiator plateaus at 126 K; the target, cut short, is still rising but already past that
+    cut = data[(data["leg"] == "initiator") | (data["iodepth"] <= 8)]
+    assert saturation.analyze(cut, runs_frame(["saturation"])).findings[-1] == (
+        "The initiator core saturates first: 126.0 KIOPS, while the target core was still rising past 150.0 KIOPS.")
+    # the target plateaus at 180 K; the initiator, cut short, is still below it: no order
+    cut = data[(data["leg"] == "target") | (data["iodepth"] <= 8)]
+    assert "which saturates first is unknown" in saturation.analyze(cut, runs_frame(["saturation"])).findings[-1]
+
+
+def test_saturation_on_too_few_cores_reports_one_combined_measurement():
+    combined = saturation_measurements(("initiator",)).assign(
+        leg="combined", knobs_json='{"host_cores": "1", "target_cores": "0"}')
+    reason = "too few cores to isolate the initiator core: the leg needs at least two target cores apart from it"
+    skipped = combined.iloc[[0]].assign(leg="initiator", point_id="s1", status="skipped", error=reason)
+    skipped_target = skipped.assign(leg="target", point_id="s2", error=reason.replace("initiator", "target"))
+    result = saturation.analyze(pd.concat([combined, skipped, skipped_target]), runs_frame(["saturation"]))
+    text = " ".join(result.findings)
+    assert f"The initiator leg was skipped ({reason})" in text
+    assert "one host core was measured against one target core (host 1 / target 0)" in text
+    assert "together they saturate at 126.0 KIOPS with P2.QD32" in text and "saturates first" not in text
+    t = table(result, "Saturation points").set_index("Resource")
+    assert list(t.index) == ["One host core against one target core"]
+    assert t.at["One host core against one target core", "Cores"] == "host 1 / target 0"
 
 
 def test_interference_curves_guidelines_and_invalid_points():

@@ -1,8 +1,13 @@
 """Study-level behaviour on the fake binaries: what each study runs, and how it copes with failures."""
 
-from conftest import nvmflab
+from types import SimpleNamespace
 
+from conftest import REPO, nvmflab
+
+from nvmflab.spec import load_spec
 from nvmflab.store import ResultsStore
+from nvmflab.studies import common, saturation, study_params
+from nvmflab.studies.common import Context
 
 INTERFERENCE = """
 study = "interference"
@@ -35,3 +40,31 @@ def test_failed_calibration_fails_the_capped_points_and_the_study_goes_on(tmp_pa
         assert set(leg[leg["bg_load_pct"] != 50]["status"]) == {"ok"}  # isolated and "max" need no cap
     html = (tmp_path / "r" / "report" / "report.html").read_text()
     assert "no saturation point to cap the background at" in html
+
+
+def saturation_legs(monkeypatch, tmp_path, cores: list[int]) -> dict[str, list]:
+    """The points studies/saturation.toml (quick) builds per leg on a machine with these cores."""
+    monkeypatch.setattr(common, "available_cores", lambda: cores)
+    spec = load_spec(REPO / "studies" / "saturation.toml", quick=True)
+    legs = {}
+    runner = SimpleNamespace(run=lambda points, _description: legs.setdefault(points[0].leg, points), progress=None)
+    saturation.execute(Context(spec, "saturation", runner, SimpleNamespace(dir=tmp_path)),
+                       study_params("saturation", spec.params))
+    return legs
+
+
+def test_saturation_legs_isolate_each_resource_on_four_cores(monkeypatch, tmp_path):
+    legs = saturation_legs(monkeypatch, tmp_path, [0, 1, 2, 3])
+    assert set(legs) == {"initiator", "target"}
+    assert {(p.jobs[0].cpus, p.target.cores) for p in legs["initiator"]} == {((1,), (0, 2))}
+    assert {(p.jobs[0].cpus, p.target.cores) for p in legs["target"]} == {((1, 3), (0,))}
+    assert not any(p.skip_reason for leg in legs.values() for p in leg)
+    assert legs["initiator"][0].knobs["host_cores"] == "1" and legs["initiator"][0].knobs["target_cores"] == "0,2"
+
+
+def test_saturation_on_two_cores_says_why_and_measures_one_core_each(monkeypatch, tmp_path):
+    legs = saturation_legs(monkeypatch, tmp_path, [0, 1])
+    assert set(legs) == {"initiator", "target", "combined"}
+    for resource in ("initiator", "target"):
+        assert all(p.skip_reason.startswith(f"too few cores to isolate the {resource} core") for p in legs[resource])
+    assert {(p.jobs[0].cpus, p.target.cores, p.skip_reason) for p in legs["combined"]} == {((1,), (0,), None)}

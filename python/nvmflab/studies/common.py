@@ -80,7 +80,7 @@ def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 # Point coordinates that are not spec fields but tell points apart in the results.
-EXTRA_KNOBS = ("backend", "app", "resource", "bg_load_pct", "file_dir")
+EXTRA_KNOBS = ("backend", "app", "resource", "bg_load_pct", "file_dir", "host_cores", "target_cores")
 
 
 def tcp_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, netns: str | None = None,

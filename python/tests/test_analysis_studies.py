@@ -75,6 +75,24 @@ def test_overhead_without_netns_says_so():
     assert any("(loopback) job" in f for f in result.findings)
 
 
+def test_overhead_over_a_plain_veth_says_so_next_to_the_netns_numbers():
+    data = overhead_measurements()
+    netns = data["leg"] == "netns"
+    data.loc[netns, "knobs_json"] = '{"netns_delay_us": 20, "netns_link": "none", "netns_rate": "10gbit"}'
+    result = overhead.analyze(data, runs_frame(["overhead"]))
+    text = " ".join(result.findings)
+    assert result.findings[0].startswith("The netns leg ran over a plain veth pair: tc netem was not available, "
+                                         "so the 20 µs delay and 10gbit rate asked for were not applied.")
+    assert "network overhead" not in text and "The network adds" not in text
+    assert "netns [plain veth, no netem]" in text and "the veth-hop overhead (no emulated link) is" in text
+    parts = table(result, "decomposition")
+    assert list(parts["component"]) == ["software", "network [plain veth, no netem]", "total [plain veth, no netem]"]
+    assert "veth hop, not of an emulated link" in next(t.caption for t in result.tables if "decomposition" in t.title)
+    assert "netns [plain veth, no netem] KIOPS" in table(result, "concurrency").columns
+    legend = result.figures[0].figure.axes[0].get_xticklabels()
+    assert any("plain veth" in label.get_text() for label in legend)
+
+
 def test_saturation_table_61_shape():
     result = saturation.analyze(saturation_measurements(), runs_frame(["saturation"]))
     t = table(result, "Saturation points").set_index("Resource")

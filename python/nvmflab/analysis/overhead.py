@@ -3,11 +3,14 @@
 Legs: `local` (same backend, no network stack), `loopback` (NVMe/TCP on one host: software
 overhead), `netns` (NVMe/TCP across an emulated link: network overhead). The L-app is 4 KiB
 random read at QD1, the T-app the 4 KiB random-read queue-depth sweep, the B-app every block size
-(the best bandwidth over queue depths and patterns per block size, as fig. 5.3).
+(the best bandwidth over queue depths and patterns per block size, as fig. 5.3). When the netns
+leg ran over a plain veth pair (no `tc netem` on this kernel), every place showing its numbers
+says so, and its share is called the veth hop's, not an emulated network's.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -28,6 +31,29 @@ LEG_LABEL = {
     "netns": "NVMe/TCP across netns link",
 }
 L_APP_BS = 4096
+PLAIN_VETH = "plain veth, no netem"
+
+
+def netns_caveat(data: pd.DataFrame) -> str | None:
+    """Why the netns numbers are not those of an emulated link; None when netem shaped it."""
+    netns = [json.loads(k) for k in data.loc[data["leg"] == "netns", "knobs_json"]]
+    if not any(knobs.get("netns_link") == "none" for knobs in netns):
+        return None
+    asked = f"{netns[0].get('netns_delay_us')} µs delay" + (
+        f" and {netns[0]['netns_rate']} rate" if netns[0].get("netns_rate") else "")
+    return (f"The netns leg ran over a plain veth pair: tc netem was not available, so the {asked} asked "
+            f"for were not applied. Its numbers (marked [{PLAIN_VETH}]) measure a hop between network "
+            "namespaces, not an emulated network link, and the \"network\" overhead is that hop's cost.")
+
+
+def _name(leg: str, plain_veth: bool) -> str:
+    """The leg as findings and table columns call it, with the plain-veth mark on netns."""
+    return f"{leg} [{PLAIN_VETH}]" if plain_veth and leg == "netns" else leg
+
+
+def _label(leg: str, plain_veth: bool) -> str:
+    """The leg as figure legends call it."""
+    return LEG_LABEL.get(leg, leg) + (f" [{PLAIN_VETH}]" if plain_veth and leg == "netns" else "")
 
 
 def _rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +70,7 @@ def _t_app(data: pd.DataFrame) -> pd.DataFrame:
     return selected
 
 
-def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: list[str]) -> None:
+def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: list[str], veth: bool) -> None:
     qd1 = agg[agg["iodepth"] == 1].set_index("leg")
     legs = [leg for leg in LEGS if leg in qd1.index]
     if not legs:
@@ -55,7 +81,7 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
     ci = {leg: qd1.at[leg, "lat_p99_ns_ci95"] for leg in legs}
     out.figures.append(Figure(
         "overhead_l_app_p99",
-        plots.bars([LEG_LABEL[leg] for leg in legs], [p99[leg] / 1e3 for leg in legs],
+        plots.bars([_label(leg, veth) for leg in legs], [p99[leg] / 1e3 for leg in legs],
                    [ci[leg] / 1e3 for leg in legs],
                    title="L-app p99 latency: local vs NVMe/TCP (4 KiB random read, QD1, 1 job)",
                    ylabel="p99 latency (µs)"),
@@ -65,25 +91,29 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
     parts = overhead_decomposition(to_us["local"], to_us["loopback"], to_us["netns"])
     out.tables.append(Table(
         "L-app overhead decomposition",
-        pd.DataFrame([{"component": p.name, "relative to": p.baseline,
+        pd.DataFrame([{"component": p.name + (f" [{PLAIN_VETH}]" if veth and p.name != "software" else ""),
+                       "relative to": p.baseline,
                        "added p99 (µs)": round(p.delta_us, 2), "added p99 (%)": round(p.pct, 1)}
                       for p in parts]),
         "software = loopback − local, network = netns − loopback, total = netns − local; "
-        "p99 at QD1 (thesis ch. 5.1)."))
+        "p99 at QD1 (thesis ch. 5.1)." + (f" The netns leg ran over a {PLAIN_VETH}: network is the cost of a "
+                                          "veth hop, not of an emulated link." if veth else "")))
     sentences = []
-    for part, what in zip(parts, ("software overhead", "network overhead", "total overhead")):
+    network_name = "veth-hop overhead (no emulated link)" if veth else "network overhead"
+    for part, what in zip(parts, ("software overhead", network_name, "total overhead")):
         if not math.isnan(part.delta_us):
             sentences.append(f"the {what} is {part.delta_us:+.2f} µs ({pct(part.pct)} over "
                              f"{part.baseline})")
     if sentences:
-        out.findings.append(f"L-app p99 at QD1: {', '.join(us(p99[leg]) + ' ' + leg for leg in legs)}; "
+        out.findings.append(f"L-app p99 at QD1: {', '.join(us(p99[leg]) + ' ' + _name(leg, veth) for leg in legs)}; "
                             + "; ".join(sentences) + ".")
     software, network = parts[0].delta_us, parts[1].delta_us
     if not math.isnan(software) and not math.isnan(network):
+        hop = "veth hop between the namespaces" if veth else "network"
         if network > software:
-            verdict = f"The network adds more to the tail latency than the NVMe/TCP software stack"
+            verdict = f"The {hop} adds more to the tail latency than the NVMe/TCP software stack"
         else:
-            verdict = f"The NVMe/TCP software stack adds more to the tail latency than the network"
+            verdict = f"The NVMe/TCP software stack adds more to the tail latency than the {hop}"
         out.findings.append(f"{verdict} ({network:.2f} vs {software:.2f} µs).")
     for leg in LEGS:
         if leg not in present:
@@ -93,7 +123,7 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
             out.findings.append(missing_leg(rows, leg, what))
 
 
-def _peaks(agg: pd.DataFrame, out: StudyResult) -> None:
+def _peaks(agg: pd.DataFrame, out: StudyResult, veth: bool) -> None:
     peaks = {}
     for leg, group in agg.groupby("leg"):
         group = group.sort_values("iodepth").reset_index(drop=True)
@@ -108,25 +138,25 @@ def _peaks(agg: pd.DataFrame, out: StudyResult) -> None:
         state = (f"saturates at QD{qd:g} with {kiops(iops)} (peak {kiops(top)} at QD{top_qd:g})"
                  if confirmed else
                  f"was still rising at the deepest queue tried (QD{qd:g}, {kiops(iops)})")
-        out.findings.append(f"T-app, {leg}: a single job {state}.")
+        out.findings.append(f"T-app, {_name(leg, veth)}: a single job {state}.")
     remote = "netns" if "netns" in peaks else "loopback" if "loopback" in peaks else None
     if "local" in peaks and remote:
         out.findings.append(
             f"One local job delivers {times(peak_ratio(peaks['local'][4], peaks[remote][4]))} the "
-            f"peak IOPS of one NVMe/TCP ({remote}) job.")
+            f"peak IOPS of one NVMe/TCP ({_name(remote, veth)}) job.")
 
 
-def _concurrency_table(agg: pd.DataFrame) -> pd.DataFrame:
+def _concurrency_table(agg: pd.DataFrame, veth: bool) -> pd.DataFrame:
     wide = agg.pivot_table(index="iodepth", columns="leg", values="iops_mean")
     table = pd.DataFrame({"iodepth": wide.index.astype(int)})
     local_qd1 = wide.at[1, "local"] if "local" in wide and 1 in wide.index else math.nan
     for leg in (leg for leg in LEGS if leg in wide):
-        table[f"{leg} KIOPS"] = (wide[leg] / 1e3).round(2).values
-        table[f"{leg} concurrency"] = [round(concurrency(v, local_qd1), 2) for v in wide[leg]]
+        table[f"{_name(leg, veth)} KIOPS"] = (wide[leg] / 1e3).round(2).values
+        table[f"{_name(leg, veth)} concurrency"] = [round(concurrency(v, local_qd1), 2) for v in wide[leg]]
     return table
 
 
-def _b_app(data: pd.DataFrame, out: StudyResult) -> None:
+def _b_app(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
     agg = aggregate(data, by=["leg", "bs", "rw", "iodepth"])
     if agg["bs"].nunique() < 2:
         out.findings.append("Only one block size was measured, so the B-app (bandwidth per "
@@ -136,19 +166,19 @@ def _b_app(data: pd.DataFrame, out: StudyResult) -> None:
     out.figures.append(Figure(
         "overhead_bandwidth_vs_bs",
         plots.bandwidth_vs_bs(best, "leg", "B-app: best bandwidth per block size, local vs NVMe/TCP (1 job)",
-                              label=lambda leg: LEG_LABEL.get(leg, leg)),
+                              label=lambda leg: _label(leg, veth)),
         "Highest bandwidth over the queue depths tried for each block size (thesis fig. 5.3)."))
     wide = best.pivot_table(index="bs", columns="leg", values="bw_bytes_mean")
     table = pd.DataFrame({"bs": [size(b) for b in wide.index]})
     for leg in (leg for leg in LEGS if leg in wide):
-        table[f"{leg} MB/s"] = (wide[leg] / 1e6).round(1).values
+        table[f"{_name(leg, veth)} MB/s"] = (wide[leg] / 1e6).round(1).values
     remote = "netns" if "netns" in wide else "loopback" if "loopback" in wide else None
     if "local" in wide and remote:
         share = wide[remote] / wide["local"] * 100
-        table[f"{remote} / local (%)"] = share.round(1).values
+        table[f"{_name(remote, veth)} / local (%)"] = share.round(1).values
         low, high = share.idxmin(), share.idxmax()
         out.findings.append(
-            f"B-app: NVMe/TCP ({remote}) reaches {share[low]:.1f} % of local bandwidth at "
+            f"B-app: NVMe/TCP ({_name(remote, veth)}) reaches {share[low]:.1f} % of local bandwidth at "
             f"{size(low)} (largest gap) and {share[high]:.1f} % at {size(high)} (smallest gap).")
     out.tables.append(Table("B-app bandwidth per block size", table,
                             "Best bandwidth over queue depths per block size and path."))
@@ -164,20 +194,24 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                             f"({', '.join(LEGS)}).")
         return out
     present = [leg for leg in LEGS if leg in set(data["leg"])]
+    caveat = netns_caveat(data)
+    if caveat:
+        out.findings.append(caveat)
+    veth = caveat is not None
     agg = aggregate(_t_app(data), by=["leg", "iodepth"])
-    _l_app(agg, out, rows, present)
+    _l_app(agg, out, rows, present, veth)
     if agg["iodepth"].nunique() > 1:
         out.figures.append(Figure(
             "overhead_iops_vs_qd",
             plots.iops_vs_qd(agg, "leg", "T-app: IOPS vs queue depth, local vs NVMe/TCP (4 KiB random read, 1 job)",
-                             label=lambda leg: LEG_LABEL.get(leg, leg)),
+                             label=lambda leg: _label(leg, veth)),
             "Single-job throughput per queue depth on each path (thesis fig. 5.2)."))
         out.tables.append(Table("T-app throughput and concurrency per queue depth",
-                                _concurrency_table(agg),
+                                _concurrency_table(agg, veth),
                                 "concurrency = IOPS(path, QD) / IOPS(local, QD1)."))
-        _peaks(agg, out)
+        _peaks(agg, out, veth)
     else:
         out.findings.append("Only one queue depth was measured, so the T-app (IOPS vs queue "
                             "depth) comparison is missing.")
-    _b_app(data, out)
+    _b_app(data, out, veth)
     return out

@@ -5,7 +5,8 @@ on a file of the same kind (the directory `file_dir`, e.g. /dev/shm for tmpfs):
 - `local`: nvmf-perf --local on the file (no network stack);
 - `loopback`: NVMe/TCP over 127.0.0.1 to a target serving that file (software overhead);
 - `netns`: NVMe/TCP across a veth pair into a network namespace with netem delay/rate (network
-  overhead). Skipped, with the reason stored, where a namespace cannot be created.
+  overhead). Skipped, with the reason stored, where a namespace cannot be created; where netem is
+  missing the points record `netns_link = "none"` and the report marks their numbers as a plain veth.
 """
 
 from __future__ import annotations

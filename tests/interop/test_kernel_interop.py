@@ -228,6 +228,7 @@ def test_kernel_discover_lists_our_subsystem(results: Results):
     assert rec["trtype"] == "tcp" and rec["adrfam"] == "ipv4", rec
     assert rec["traddr"] == HOST_IP and str(rec["trsvcid"]) == str(PORT), rec
     assert rec["subtype"] == "nvme subsystem", rec
+    assert rec["treq"] == "not specified, sq flow control disable supported", rec
 
 
 def test_kernel_connect_and_identify_show_what_we_configured(results: Results):
@@ -243,7 +244,7 @@ def test_kernel_connect_and_identify_show_what_we_configured(results: Results):
 
 @pytest.mark.parametrize("section", [
     "fio-4k", "fio-128k", "fio-1m", "digests-fio-4k", "digests-fio-128k", "queues-1-fio-4k", "queues-2-fio-4k",
-    "no-incapsule-fio-4k",
+    "no-incapsule-fio-4k", "no-sqflow-fio-4k", "no-sqflow-fio-128k",
 ])  # fmt: skip
 def test_kernel_fio_verify_on_our_namespace(results: Results, section: str):
     fio = _json(results.ok(section))
@@ -275,6 +276,11 @@ def test_kernel_host_connects_without_in_capsule_data(results: Results):
     8 KiB there), every write by R2T."""
     results.ok("connect-no-incapsule")
     assert "disconnected 1 controller" in results.ok("disconnect-no-incapsule")
+
+
+def test_kernel_connects_with_sq_flow_control_disabled(results: Results):
+    results.ok("connect-no-sqflow")
+    assert "disconnected 1 controller" in results.ok("disconnect-no-sqflow")
 
 
 def test_kernel_disconnects_cleanly(results: Results):

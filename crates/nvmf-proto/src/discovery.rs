@@ -13,8 +13,11 @@ pub const ADRFAM_IPV6: u8 = 2;
 pub const SUBTYPE_REFERRAL: u8 = 1;
 pub const SUBTYPE_NVME: u8 = 2;
 pub const SUBTYPE_CURRENT_DISCOVERY: u8 = 3;
-/// TREQ: secure channel not required.
+/// TREQ bits 1:0, secure channel: not specified (what Linux nvmet says without TLS) or not required.
+pub const TREQ_NOT_SPECIFIED: u8 = 0x0;
 pub const TREQ_NOT_REQUIRED: u8 = 0x2;
+/// TREQ bit 2: the host may disable SQ flow control (Connect CATTR bit 2).
+pub const TREQ_DISABLE_SQFLOW: u8 = 0x4;
 /// TSAS for TCP: no security.
 pub const SECTYPE_NONE: u8 = 0;
 

@@ -35,6 +35,9 @@ fn fabrics_sqe(fctype: u8, cid: u16) -> Sqe {
     sqe
 }
 
+/// Connect CATTR bit 2: the host disables SQ flow control (it ignores SQHD).
+pub const CATTR_DISABLE_SQFLOW: u8 = 1 << 2;
+
 /// Connect command fields (SQE bytes 40..52).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectCmd {

@@ -3,7 +3,7 @@
 
 use crate::core::Target;
 use nvmf_proto::discovery::{
-    DiscoveryLogEntry, DiscoveryLogPage, ADRFAM_IPV4, ADRFAM_IPV6, SECTYPE_NONE, SUBTYPE_NVME, TREQ_NOT_REQUIRED,
+    DiscoveryLogEntry, DiscoveryLogPage, ADRFAM_IPV4, ADRFAM_IPV6, SECTYPE_NONE, SUBTYPE_NVME, TREQ_DISABLE_SQFLOW, TREQ_NOT_SPECIFIED,
     TRTYPE_TCP,
 };
 
@@ -18,7 +18,8 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
                 trtype: TRTYPE_TCP,
                 adrfam: if port.addr.is_ipv4() { ADRFAM_IPV4 } else { ADRFAM_IPV6 },
                 subtype: SUBTYPE_NVME,
-                treq: TREQ_NOT_REQUIRED,
+                // As nvmet: nvme-cli names only this combination with the SQ flow control bit.
+                treq: TREQ_NOT_SPECIFIED | TREQ_DISABLE_SQFLOW,
                 portid: port.portid,
                 cntlid: nvmf_proto::fabrics::CNTLID_DYNAMIC,
                 asqsz: 32,

@@ -1,7 +1,9 @@
 //! Drives the sans-I/O connection with hand-built PDUs (nvmf-proto encoders) and checks the
 //! PDUs it answers with.
 
-use nvmf_proto::fabrics::{fctype, reg, ConnectCmd, ConnectData, PropertyGet, PropertySet, CNTLID_DYNAMIC, DISCOVERY_NQN};
+use nvmf_proto::fabrics::{
+    fctype, reg, ConnectCmd, ConnectData, PropertyGet, PropertySet, CATTR_DISABLE_SQFLOW, CNTLID_DYNAMIC, DISCOVERY_NQN,
+};
 use nvmf_proto::identify::{IdentifyController, IdentifyNamespace};
 use nvmf_proto::nvme::{admin_opcode, io_opcode, SglDescriptor};
 use nvmf_proto::pdu::{encode_pdu, fes, CapsuleCmd, H2CData, IcReq};
@@ -561,10 +563,14 @@ fn target_with(settings: impl FnOnce(&mut nvmf_target::config::TargetSettings)) 
 
 /// An I/O queue of `sqsize + 1` entries for controller `cntlid`, connected with in-capsule data.
 fn io_queue(t: &Arc<Target>, cntlid: u16, sqsize: u16, maxr2t: u32) -> Host {
+    io_queue_with(t, cntlid, sqsize, maxr2t, 0)
+}
+
+fn io_queue_with(t: &Arc<Target>, cntlid: u16, sqsize: u16, maxr2t: u32, cattr: u8) -> Host {
     let mut h = Host::new(t.clone());
     h.send_pdu(PduHeader::IcReq(IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t }), &[]);
     assert!(matches!(h.recv(), Some((PduHeader::IcResp(_), _))));
-    let mut sqe = ConnectCmd { recfmt: 0, qid: 1, sqsize, cattr: 0, kato: 0 }.to_sqe(0);
+    let mut sqe = ConnectCmd { recfmt: 0, qid: 1, sqsize, cattr, kato: 0 }.to_sqe(0);
     sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
     let data = ConnectData { hostid: [7; 16], cntlid, subnqn: SUB_A.into(), hostnqn: HOST.into() }.encode();
     assert_eq!(h.command(sqe, &data).1.status, Status::SUCCESS);
@@ -705,4 +711,55 @@ fn buffer_budget_holds_commands_until_memory_frees() {
         assert!(h.conn.buffer_bytes() <= nvmf_target::transport::BUFFER_BUDGET);
     }
     assert_eq!(done, n, "held writes got their R2T once memory freed");
+}
+
+#[test]
+fn reads_end_with_c2hdata_success_once_the_host_disables_sq_flow_control() {
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    for cattr in [0, CATTR_DISABLE_SQFLOW] {
+        let mut h = io_queue_with(&t, cntlid, 31, 0, cattr);
+        let data = vec![0x5Au8; 256 << 10];
+        let mut w = rw_sqe(io_opcode::WRITE, 0, 512, SglDescriptor::transport(256 << 10));
+        w.set_cid(1);
+        h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe: w }), &[]);
+        loop {
+            match h.recv() {
+                Some((PduHeader::R2T(r2t), _)) => {
+                    let (at, len) = (r2t.r2to as usize, r2t.r2tl as usize);
+                    let hdr = H2CData { cccid: 1, ttag: r2t.ttag, datao: r2t.r2to, datal: r2t.r2tl, last: true };
+                    h.send_pdu(PduHeader::H2CData(hdr), &data[at..at + len]);
+                }
+                Some((PduHeader::CapsuleResp(c), _)) => break assert_eq!(c.cqe.status, Status::SUCCESS),
+                other => panic!("writes always end with a CapsuleResp, got {other:?}"),
+            }
+        }
+
+        // 256 KiB come back in two C2HData PDUs; only the last may carry SUCCESS.
+        let mut r = rw_sqe(io_opcode::READ, 0, 512, SglDescriptor::transport(256 << 10));
+        r.set_cid(2);
+        h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe: r }), &[]);
+        let mut flags = Vec::new();
+        let mut read = Vec::new();
+        while let Some((pdu, bytes)) = h.recv() {
+            match pdu {
+                PduHeader::C2HData(d) => {
+                    flags.push((d.last, d.success));
+                    read.extend_from_slice(&bytes);
+                }
+                PduHeader::CapsuleResp(c) => {
+                    assert_eq!((c.cqe.cid, c.cqe.status), (2, Status::SUCCESS));
+                    flags.push((true, false));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(read, data);
+        if cattr == 0 {
+            assert_eq!(flags, vec![(false, false), (true, false), (true, false)], "C2HData then CapsuleResp");
+        } else {
+            assert_eq!(flags, vec![(false, false), (true, true)], "SUCCESS on the last C2HData, no CapsuleResp");
+        }
+    }
 }

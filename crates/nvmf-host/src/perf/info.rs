@@ -105,11 +105,16 @@ fn subtype(v: u8) -> String {
 }
 
 fn treq(v: u8) -> String {
-    match v & 0x3 {
-        0 => "not specified".into(),
-        1 => "required".into(),
-        2 => "not required".into(),
-        _ => "reserved".into(),
+    let secure = match v & 0x3 {
+        0 => "not specified",
+        1 => "required",
+        2 => "not required",
+        _ => "reserved",
+    };
+    if v & disc::TREQ_DISABLE_SQFLOW != 0 {
+        format!("{secure}, sq flow control disable supported")
+    } else {
+        secure.into()
     }
 }
 

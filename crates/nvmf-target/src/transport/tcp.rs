@@ -14,7 +14,7 @@ use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
 use crate::fabrics::{self, ConnectResult};
 use crate::io::{self, IoPlan};
 use crate::stats::{NsStats, QueueStats, ReactorStats};
-use nvmf_proto::fabrics::{fctype, CONNECT_DATA_LEN};
+use nvmf_proto::fabrics::{fctype, ConnectCmd, CATTR_DISABLE_SQFLOW, CONNECT_DATA_LEN};
 use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK};
 use nvmf_proto::pdu::{
     encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
@@ -60,6 +60,9 @@ struct Queue {
     qid: u16,
     sqsize: u16,
     sqhd: u16,
+    /// The host disabled SQ flow control (Connect CATTR bit 2): it ignores SQHD, so a successful
+    /// read can end with C2HData SUCCESS instead of a CapsuleResp, as Linux nvmet does.
+    sqflow_disabled: bool,
     stats: Arc<QueueStats>,
 }
 
@@ -371,8 +374,9 @@ impl Connection {
         encode_pdu(&mut self.out, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
     }
 
-    /// C2HData PDUs carrying `data`, then nothing else (the caller sends the response).
-    fn send_data(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8]) {
+    /// C2HData PDUs carrying `data`. With `success` the last one also completes the command;
+    /// otherwise the caller sends the response.
+    fn send_data(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8], success: bool) {
         let mut datao = 0;
         for chunk in data.chunks(C2H_CHUNK) {
             let last = datao + chunk.len() == data.len();
@@ -381,7 +385,7 @@ impl Connection {
                 datao: datao as u32,
                 datal: chunk.len() as u32,
                 last,
-                success: false,
+                success: success && last,
             });
             encode_pdu_header(out, &hdr, chunk.len(), digests);
             out.extend_from_slice(chunk);
@@ -463,7 +467,8 @@ impl Connection {
                 stats.commands.add(1);
                 stats.fabrics.add(1);
                 let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 };
-                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, stats });
+                let sqflow_disabled = ConnectCmd::from_sqe(sqe).cattr & CATTR_DISABLE_SQFLOW != 0;
+                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, sqflow_disabled, stats });
                 (Status::SUCCESS, result)
             }
         }
@@ -519,7 +524,7 @@ impl Connection {
                 }
                 let n = data.len().min(sgl.length as usize);
                 if n > 0 {
-                    Self::send_data(&mut self.out, self.digests, cid, &data[..n]);
+                    Self::send_data(&mut self.out, self.digests, cid, &data[..n], false);
                 }
                 self.respond(cid, Status::SUCCESS, 0);
             }
@@ -794,10 +799,13 @@ impl Connection {
                     n.bytes_written.add(written);
                 }
             }
+            let success_flag = read > 0 && self.queue.as_ref().is_some_and(|q| q.sqflow_disabled);
             if read > 0 {
-                Self::send_data(&mut self.out, self.digests, cid, slot.buf.as_slice());
+                Self::send_data(&mut self.out, self.digests, cid, slot.buf.as_slice(), success_flag);
             }
-            self.respond(cid, status, 0);
+            if !success_flag {
+                self.respond(cid, status, 0);
+            }
         }
         self.slots.free(idx);
     }

@@ -127,10 +127,21 @@ struct Entry {
 }
 
 /// Reads all available bytes. Returns false when the peer closed or the socket failed.
-fn read_all(stream: &mut TcpStream, conn: &mut Connection) -> bool {
+///
+/// Readiness is edge-triggered, so the socket must be read until it would block: when the
+/// receive buffer fills first (a burst of H2CData larger than it), the PDUs already in are
+/// processed to make room. Only if that frees nothing (output backpressure, or a connection
+/// that is not attached yet) does reading stop; the reactor reads again once output drains.
+fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> bool {
     loop {
         if conn.output().len() >= 8 << 20 {
             return true; // backpressure: resume once output drains
+        }
+        if conn.recv_space().is_empty() {
+            conn.process(now, engine);
+            if conn.recv_space().is_empty() {
+                return true;
+            }
         }
         let space = conn.recv_space();
         let want = space.len();
@@ -250,7 +261,7 @@ impl Reactor {
                 if e.gone {
                     continue;
                 }
-                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !read_all(&mut e.stream, &mut e.conn) {
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
                     e.conn.close();
                 }
                 touched.push(idx);
@@ -289,7 +300,7 @@ impl Reactor {
                         e.conn.close();
                     } else if was_blocked && e.conn.output().len() < 8 << 20 {
                         // Output drained below the mark: read and process what we held back.
-                        if !read_all(&mut e.stream, &mut e.conn) {
+                        if !read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
                             e.conn.close();
                         }
                         e.conn.process(now, &mut engine);
@@ -374,9 +385,9 @@ impl Acceptor {
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t < n {
-                    self.accept_all(t, &poll, &mut pending, now);
+                    self.accept_all(t, &poll, &mut pending, now, &mut engine);
                 } else if let Some(Some(p)) = pending.get_mut(t - n) {
-                    if !read_all(&mut p.stream, &mut p.conn) {
+                    if !read_all(&mut p.stream, &mut p.conn, now, &mut engine) {
                         p.conn.close();
                     }
                 }
@@ -409,7 +420,7 @@ impl Acceptor {
         }
     }
 
-    fn accept_all(&mut self, i: usize, poll: &Poll, pending: &mut Vec<Option<Pending>>, now: Instant) {
+    fn accept_all(&mut self, i: usize, poll: &Poll, pending: &mut Vec<Option<Pending>>, now: Instant, engine: &mut IoEngine) {
         let n = self.listeners.len();
         loop {
             let (mut stream, peer) = match self.listeners[i].0.accept() {
@@ -433,7 +444,7 @@ impl Acceptor {
             }
             let mut conn = Connection::new(self.target.clone(), Some(self.listeners[i].1.clone()), now);
             // Bytes may already be waiting (edge-triggered: no event would announce them).
-            if !read_all(&mut stream, &mut conn) {
+            if !read_all(&mut stream, &mut conn, now, engine) {
                 conn.close();
             }
             pending[slot] = Some(Pending { stream, conn });

@@ -37,6 +37,18 @@ fn write_then_verify_every_size_with_and_without_digests() {
 }
 
 #[test]
+fn bursts_of_write_data_larger_than_the_receive_buffer_are_taken_whole() {
+    // Default MAXH2CDATA lets 8 queued 1 MiB writes put megabytes of H2CData on the socket at
+    // once: more than the target's receive buffer, which must not end the connection.
+    let t = Target::start(&["--nqn", NQN, "--ns", "ram:64MiB"]);
+    for bs in ["128k", "1m"] {
+        let extra = ["--rw", "write", "--bs", bs, "--iodepth", "8", "--size", "32MiB", "--verify", "--runtime", "5"];
+        let doc = perf_json(&run_args(&t, &extra));
+        assert!(total_ios(&doc, "write") > 0, "bs {bs}: nothing written");
+    }
+}
+
+#[test]
 fn verify_catches_blocks_that_were_never_written() {
     // A null namespace reads back zeroes: a read workload with --verify must fail and name the LBA.
     let t = Target::start(&["--nqn", NQN, "--ns", "null:16MiB"]);

@@ -1,8 +1,9 @@
 """One self-contained HTML page from a results directory: figures, tables, findings, provenance.
 
-`write_report(results_dir, out_dir)` loads the store, runs the analysis of every study present,
-and writes out_dir/report.html (figures embedded as base64 PNG, so the page travels alone) plus
-each figure as out_dir/figures/<name>.png. Absent studies or legs are stated on the page; an empty
+`write_report(results_dir, out_dir)` loads the store, runs the analysis of every study present
+(the generic sweep analysis for any name that is not a built-in study), and writes
+out_dir/report.html (figures embedded as base64 PNG, so the page travels alone) plus each figure
+as out_dir/figures/<name>.png. Absent studies or legs are stated on the page; an empty
 or missing database gives a page that says there are no results.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from .analysis import interference, overhead, polling, saturation
+from .analysis import interference, overhead, polling, saturation, sweep
 from .analysis.result import StudyResult
 
 ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
@@ -101,10 +102,9 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     measured = set(measurements["study"].unique()) if not measurements.empty else set()
     recorded = set(runs["study"].unique()) if not runs.empty else set()
     studies = []
-    for name, analyze in ANALYZERS.items():
-        if name not in measured:
-            continue
-        result = analyze(measurements, runs)
+    for name in [n for n in ANALYZERS if n in measured] + sorted(measured - set(ANALYZERS)):
+        result = (ANALYZERS[name](measurements, runs) if name in ANALYZERS
+                  else sweep.analyze(measurements, runs, name))
         studies.append({
             "result": result,
             "figures": _save(result, figures_dir),
@@ -115,12 +115,12 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
                          else _html_table(result.excluded)),
             "excluded_count": 0 if result.excluded is None else len(result.excluded),
         })
-    absent = [name for name in ANALYZERS if name not in measured]
-    unanalysed = sorted((measured | recorded) - set(ANALYZERS))
+    absent = [name for name in ANALYZERS if name not in measured] if measured & set(ANALYZERS) else []
+    unmeasured = sorted(recorded - measured - set(ANALYZERS))
     template = Environment(loader=FileSystemLoader(TEMPLATES),
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     page = template.render(
-        studies=studies, absent=absent, unanalysed=unanalysed, runs=_runs(runs),
+        studies=studies, absent=absent, unmeasured=unmeasured, runs=_runs(runs),
         measurement_count=len(measurements), source=source,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

@@ -5,10 +5,10 @@ import re
 
 import pandas as pd
 import pytest
-from test_analysis_fixtures import (interference_measurements, overhead_measurements,
-                                    polling_measurements, runs_frame, saturation_measurements)
+from test_analysis_fixtures import (frame, interference_measurements, overhead_measurements,
+                                    polling_measurements, rows, runs_frame, saturation_measurements)
 
-from nvmflab.analysis import interference, overhead, polling, saturation
+from nvmflab.analysis import interference, overhead, polling, saturation, sweep
 
 
 def table(result, title_part):
@@ -176,3 +176,26 @@ def test_every_analysis_survives_an_empty_frame():
     for module in (polling, overhead, saturation, interference):
         result = module.analyze(empty, pd.DataFrame())
         assert result.findings and not result.figures
+
+
+def test_sweep_tables_every_point_and_plots_against_the_numeric_knob():
+    points = [{"bs": bs, "completion": c, "iops": iops, "p99_ns": 50_000.0 * bs / 4096}
+              for bs, c, iops in ((4096, "poll", 100e3), (4096, "event", 80e3), (65536, "poll", 20e3),
+                                  (65536, "event", 18e3))]
+    result = sweep.analyze(frame(rows("mine", "sweep", points)), runs_frame(["mine"]), "mine")
+    t = table(result, "Every point")
+    assert list(t.columns[:4]) == ["bs", "completion", "repeats", "KIOPS"]
+    assert list(t["bs"]) == ["4k", "4k", "64k", "64k"] and list(t["KIOPS"]) == [80.0, 100.0, 18.0, 20.0]
+    assert result.findings == ["4 points over bs, completion: the highest throughput, 100.0 KIOPS, at bs = 4k, "
+                               "completion = poll; the lowest p99, 50.0 µs, at bs = 4k, completion = event."]
+    assert [f.name for f in result.figures] == ["mine_iops_vs_bs", "mine_p99_vs_bs"]
+    legend = [t.get_text() for t in result.figures[0].figure.axes[0].get_legend().get_texts()]
+    assert legend == ["completion = event", "completion = poll"]
+
+
+def test_sweep_with_one_point_or_none_usable():
+    one = frame(rows("mine", "sweep", [{"iops": 50e3}]))
+    result = sweep.analyze(one, runs_frame(["mine"]), "mine")
+    assert result.findings == ["One point, nothing swept: 50.0 KIOPS, p99 100.0 µs."] and not result.figures
+    failed = one.assign(status="failed", error="boom")
+    assert "no usable measurement" in sweep.analyze(failed, runs_frame(["mine"]), "mine").findings[0]

@@ -25,6 +25,13 @@ def test_sweep_stores_every_point_and_prints_report_last(tmp_path, fake_env, tin
     assert (frame["target_usr_s"] >= 0).all() and frame["lat_p99_ns"].notna().all()
     # pinned: nvmf-perf got the host core from the spec's topology, mapped onto this machine
     assert "--cpus_allowed" in (tmp_path / "perf.log").read_text()
+    # the report analyses the sweep: every point's metrics, IOPS and p99 against the swept knob
+    html = (tmp_path / "r" / "report" / "report.html").read_text()
+    assert "<h3>Every point</h3>" in html and "p99 (µs)" in html and "host CPU (%)" in html
+    assert "4 points over iodepth, completion: the highest throughput, 40.0 KIOPS, at iodepth = 4, completion = poll" in html
+    assert html.count('src="data:image/png;base64,') == 2
+    assert {p.name for p in (tmp_path / "r" / "report" / "figures").iterdir()} == {
+        "tiny_iops_vs_iodepth.png", "tiny_p99_vs_iodepth.png"}
 
 
 def test_rerun_skips_stored_points(tmp_path, fake_env, tiny_spec):

@@ -171,6 +171,21 @@ def test_interference_curves_guidelines_and_invalid_points():
                                                "interference_target_latency_cdf"}
 
 
+def test_control_without_an_isolated_foreground_claims_nothing():
+    data = interference_measurements()
+    data = data[~data["point_id"].isin(["control-1-iso", "control-128-iso"])]
+    text = " ".join(interference.analyze(data, runs_frame(["interference"])).findings)
+    assert "Control (shared network only), L-app: interference could not be computed" in text
+    assert "nan×" not in text and "NOT negligible" not in text
+
+
+def test_interference_without_a_t_app_still_draws_throughput_sustained():
+    data = interference_measurements()
+    result = interference.analyze(data[data["iodepth"] == 1], runs_frame(["interference"]))
+    figure = next(f for f in result.figures if f.name == "interference_throughput_vs_load")
+    assert figure.figure.axes[0].get_title().startswith("L-app throughput sustained vs background load")
+
+
 def test_every_analysis_survives_an_empty_frame():
     empty = pd.DataFrame(columns=["study", "leg", "status", "role"])
     for module in (polling, overhead, saturation, interference):

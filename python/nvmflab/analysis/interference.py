@@ -145,6 +145,10 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
             if leg == "control":
                 worst_lat = curve["latency_interference"].max()
                 worst_tput = curve["throughput_sustained"].min()
+                if math.isnan(worst_lat) or math.isnan(worst_tput):
+                    out.findings.append(f"Control ({what}), {app}: interference could not be computed (no "
+                                        "isolated foreground measurement), so the control proves nothing.")
+                    continue
                 negligible = (worst_lat <= 1 + CONTROL_MARGIN and worst_tput >= 1 - CONTROL_MARGIN)
                 out.findings.append(
                     f"Control ({what}), {app}: latency interference at most {worst_lat:.2f}×, "
@@ -185,6 +189,9 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
 def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult) -> None:
     lat = curves[(curves["app"] == "L-app")]
     tput = curves[(curves["app"] != "L-app")]
+    if tput.empty:  # no T-app measured (the quick variant): the L-app's throughput is still the foreground's
+        tput = curves
+    tput_app = "L-app" if (tput["app"] == "L-app").all() else "T-app"
     if not lat.empty:
         out.figures.append(Figure("interference_latency_vs_load", plots.vs_load(
             lat.assign(series=lat["leg"].map(LEGS)), "latency_interference", series="series",
@@ -193,15 +200,14 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult) -> None
             threshold=LATENCY_LIMIT, threshold_label=f"guideline limit {LATENCY_LIMIT:g}×"),
             "p99 of the 4 KiB QD1 foreground divided by its isolated p99, per background load "
             "and shared resource (thesis figs. 6.1 and 6.3)."))
-    if not tput.empty:
-        out.figures.append(Figure("interference_throughput_vs_load", plots.vs_load(
-            tput.assign(series=tput["leg"].map(LEGS) + ", " + tput["app"]),
-            "throughput_sustained", series="series", scale=100,
-            title="T-app throughput sustained vs background load (IOPS loaded / IOPS isolated)",
-            ylabel="Throughput sustained (%, lower is worse)", reference=1.0,
-            threshold=SUSTAINED_LIMIT, threshold_label=f"guideline limit {SUSTAINED_LIMIT * 100:.0f} %"),
-            "Foreground T-app IOPS as a share of its isolated IOPS, per background load and "
-            "shared resource (thesis figs. 6.2 and 6.4)."))
+    out.figures.append(Figure("interference_throughput_vs_load", plots.vs_load(
+        tput.assign(series=tput["leg"].map(LEGS) + ", " + tput["app"]),
+        "throughput_sustained", series="series", scale=100,
+        title=f"{tput_app} throughput sustained vs background load (IOPS loaded / IOPS isolated)",
+        ylabel="Throughput sustained (%, lower is worse)", reference=1.0,
+        threshold=SUSTAINED_LIMIT, threshold_label=f"guideline limit {SUSTAINED_LIMIT * 100:.0f} %"),
+        f"Foreground {tput_app} IOPS as a share of its isolated IOPS, per background load and "
+        "shared resource (thesis figs. 6.2 and 6.4 show it for the T-app)."))
     good = usable(rows)
     target_l = good[(good["leg"] == "target") & (good["role"] == "fg") & (good["iodepth"] == 1)]
     if not target_l.empty:

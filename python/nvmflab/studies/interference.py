@@ -103,11 +103,12 @@ def execute(ctx: Context, params: Params) -> None:
             points += repeated(ctx, sets, lambda k, r, res=resource, q=rate, why=why:
                                build(ctx, params, res, k, r, True, q, fail_reason=why))
         ctx.run(points, f"interference: {resource}")
-    if params.control:
-        sets = [_fg_knobs(ctx, params, app, "control") | {"bg_load_pct": "max"} for app in params.fg_apps]
-        sets += [_fg_knobs(ctx, params, app, "control") for app in params.fg_apps]
-        ctx.run(repeated(ctx, sets, lambda k, r: build(ctx, params, "control", k, r, "bg_load_pct" in k, 0)),
-                "interference: control")
+    if params.control:  # fg isolated, then fg with the uncapped bg (saturation load) on cores of its own
+        fg_sets = [_fg_knobs(ctx, params, app, "control") for app in params.fg_apps]
+        points = repeated(ctx, fg_sets, lambda k, r: build(ctx, params, "control", k, r, None, 0))
+        points += repeated(ctx, [k | {"bg_load_pct": "max"} for k in fg_sets],
+                           lambda k, r: build(ctx, params, "control", k, r, True, 0))
+        ctx.run(points, "interference: control")
 
 
 def _fg_knobs(ctx: Context, params: Params, app: str, resource: str) -> dict[str, Any]:

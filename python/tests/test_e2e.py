@@ -1,12 +1,16 @@
-"""End to end against the real nvmf-target and nvmf-perf: a tiny study, then the database checked."""
+"""End to end against the real nvmf-target and nvmf-perf: a tiny study, then the database and the
+report checked."""
 
 import json
 import os
+import platform
+import re
 from pathlib import Path
 
 import pytest
 from conftest import nvmflab
 
+from nvmflab.env import cpu_model
 from nvmflab.store import ResultsStore
 from nvmflab.tools import find_tool
 
@@ -33,7 +37,7 @@ fg_apps = ["L-app"]
 bg_load_pct = [50, "max"]
 bg_iodepth = 8
 calibrate_iodepth = [4, 8]
-control = false
+control = true
 """
 
 
@@ -43,10 +47,21 @@ def test_tiny_interference_study_on_real_binaries(tmp_path):
     env = dict(os.environ, NVMFLAB_BIN_DIR=str(Path(BINARIES[0]).parent))
     done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip().splitlines()[-1]).is_file()
-    frame = ResultsStore(tmp_path / "r").measurements()
+    report = Path(done.stdout.strip().splitlines()[-1])
+    store = ResultsStore(tmp_path / "r")
+    runs, points, frame = store.runs(), store.points(), store.measurements()
+    # the run: its spec as written, the environment, finished
+    assert len(runs) == 1 and runs.at[0, "spec_toml"] == SPEC and isinstance(runs.at[0, "finished_at"], str)
+    env = json.loads(runs.at[0, "env_json"])
+    assert env["cpu_model"] == cpu_model() and env["kernel"] == platform.release()
+    assert env["tools"]["nvmf-target"]["version"] and env["tools"]["nvmf-perf"]["version"]
+    # the points: 2 calibration, initiator isolated + 2 loads, control isolated + max
+    assert sorted(points["leg"]) == ["calibrate_initiator"] * 2 + ["control"] * 2 + ["initiator"] * 3
     assert set(frame["status"]) <= {"ok", "invalid"}, frame[["leg", "status", "error"]].to_string()
-    assert set(frame["leg"]) == {"calibrate_initiator", "initiator"}
+    assert set(frame["leg"]) == {"calibrate_initiator", "initiator", "control"}
+    control = frame[frame["leg"] == "control"]
+    assert sorted((role, str(load)) for role, load in zip(control["role"], control["bg_load_pct"])) == [
+        ("bg", "inf"), ("fg", "inf"), ("fg", "nan")]
     assert (frame["iops"] > 0).all() and (frame["lat_p99_ns"] > 0).all() and (frame["engine"] == "tcp").all()
     # every fg/bg point checked its placement on the target's counters
     with_bg = frame[frame["bg_load_pct"].notna()]
@@ -60,3 +75,14 @@ def test_tiny_interference_study_on_real_binaries(tmp_path):
     assert (frame["target_usr_s"] + frame["target_sys_s"] >= 0).all()
     capped = with_bg[(with_bg["role"] == "bg") & (with_bg["bg_load_pct"] == 50)]
     assert (capped["rate_iops"] > 0).all()
+    # the report: figures embedded and written, findings with numbers, environment, spec
+    html = report.read_text()
+    figures = sorted(p.stem for p in (report.parent / "figures").glob("*.png"))
+    assert {"interference_latency_vs_load", "interference_throughput_vs_load"} <= set(figures)
+    assert html.count('src="data:image/png;base64,') == len(figures)
+    assert re.search(r"Shared initiator core, L-app \(isolated p99 [\d.]+ µs\): latency interference "
+                     r"(stayed near|went from) [\d.]+×", html)
+    assert re.search(r"Control \(shared network only\), L-app: latency interference at most [\d.]+×, "
+                     r"throughput sustained at least \d+ %", html)
+    assert cpu_model() in html and platform.release() in html and env["tools"]["nvmf-perf"]["version"] in html
+    assert "calibrate_iodepth = [4, 8]" in html and "control = true" in html

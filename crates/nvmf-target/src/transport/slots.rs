@@ -31,8 +31,8 @@ pub enum SlotState {
 #[derive(Debug, Clone, Copy)]
 pub enum Work {
     Io(IoPlan),
-    /// Fabrics Connect whose data comes through R2T (hosts do so when IOCCSZ leaves less than
-    /// the 1024 bytes of Connect data in the capsule).
+    /// Fabrics Connect whose data comes through R2T (the specification allows it; Linux and SPDK
+    /// hosts always send it in the capsule).
     Connect(Sqe),
 }
 

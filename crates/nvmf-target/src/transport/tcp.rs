@@ -474,8 +474,9 @@ impl Connection {
         }
     }
 
-    /// Connect with SGL transport data block: fetch its data with R2T (Linux does this when
-    /// IOCCSZ leaves less than 1024 bytes in the capsule), then [`connect`](Self::connect).
+    /// Connect with SGL transport data block: fetch its data with R2T (allowed by the
+    /// specification, though Linux and SPDK hosts send it in the capsule), then
+    /// [`connect`](Self::connect).
     fn connect_via_r2t(&mut self, sqe: Sqe) {
         let (cid, len) = (sqe.cid(), sqe.sgl().length);
         if !(CONNECT_DATA_LEN as u32..=ADMIN_IN_CAPSULE).contains(&len) {

@@ -19,7 +19,13 @@ const SUB_A: &str = "nqn.2024-01.io.nvmflab:a";
 const SUB_B: &str = "nqn.2024-01.io.nvmflab:b";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host1";
 
+/// Subsystem A (ram nsid 1, null nsid 2) open to any host, subsystem B for another host only.
 fn target() -> Arc<Target> {
+    target_with(|_| {})
+}
+
+/// `target()` with other settings (in-capsule size, MAXH2CDATA), validated like a config file.
+fn target_with(settings: impl FnOnce(&mut nvmf_target::config::TargetSettings)) -> Arc<Target> {
     let mut c = TargetConfig::empty();
     c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), subsystems: None });
     let mut a = SubsystemConfig::new(SUB_A);
@@ -41,6 +47,7 @@ fn target() -> Arc<Target> {
     b.allow_any_host = false;
     b.hosts = vec!["nqn.other-host".into()];
     c.subsystems = vec![a, b];
+    settings(&mut c.target);
     c.validate("test").unwrap();
     let ports: Vec<_> = c.ports.clone();
     Arc::new(Target::new(c.target.clone(), &c.subsystems, &ports).unwrap())
@@ -541,24 +548,6 @@ fn shutdown_flushes_file_namespaces_before_reporting_complete() {
     assert_eq!(h.prop_get(reg::CSTS, false) & 0xC, 0x8, "SHST complete");
     assert_eq!(syncs(), 1, "fdatasync before SHST complete");
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// `target()` with other settings (in-capsule size, MAXH2CDATA), validated like a config file.
-fn target_with(settings: impl FnOnce(&mut nvmf_target::config::TargetSettings)) -> Arc<Target> {
-    let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), subsystems: None });
-    let mut a = SubsystemConfig::new(SUB_A);
-    a.namespaces.push(NamespaceConfig {
-        nsid: 1,
-        backend: BackendConfig::Ram { size: 8 << 20 },
-        block_size: 512,
-        nguid: None,
-        uuid: None,
-    });
-    c.subsystems = vec![a];
-    settings(&mut c.target);
-    c.validate("test").unwrap();
-    Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap())
 }
 
 /// An I/O queue of `sqsize + 1` entries for controller `cntlid`, connected with in-capsule data.

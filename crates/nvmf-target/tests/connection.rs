@@ -752,3 +752,123 @@ fn reads_end_with_c2hdata_success_once_the_host_disables_sq_flow_control() {
         }
     }
 }
+
+/// The command dispatcher under hostile input: random capsules (any opcode, namespace, LBA range,
+/// SGL and in-capsule data), stray H2CData and garbage on an admin and an I/O queue. Nothing may
+/// panic, everything the target sends must be a well-formed PDU a host expects, and a new
+/// controller must still be served afterwards.
+mod dispatcher_fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Action {
+        Capsule { admin: bool, sqe: [u8; 64], data_len: usize },
+        H2CData { ttag: u16, cccid: u16, datao: u32, len: usize },
+        Garbage(Vec<u8>),
+    }
+
+    fn any_sqe(admin: bool) -> impl Strategy<Value = [u8; 64]> {
+        let opcodes: Vec<u8> = if admin {
+            vec![admin_opcode::IDENTIFY, admin_opcode::GET_LOG_PAGE, admin_opcode::SET_FEATURES,
+                 admin_opcode::GET_FEATURES, admin_opcode::KEEP_ALIVE, admin_opcode::ASYNC_EVENT_REQUEST,
+                 admin_opcode::FABRICS, 0x55]
+        } else {
+            vec![io_opcode::READ, io_opcode::WRITE, io_opcode::FLUSH, io_opcode::WRITE_ZEROES,
+                 io_opcode::DATASET_MANAGEMENT, admin_opcode::FABRICS, 0x7E]
+        };
+        (
+            proptest::sample::select(opcodes),
+            proptest::sample::select(vec![0u32, 1, 2, 3, 0xFFFF_FFFF]),
+            prop_oneof![0u64..64, any::<u64>()],
+            any::<[u32; 6]>(),
+            proptest::sample::select(vec![0x01u8, 0x5A, 0x00, 0xFF]),
+            prop_oneof![0u32..9000, 0u32..(3 << 20), any::<u32>()],
+            prop_oneof![Just(0u64), any::<u64>()],
+        )
+            .prop_map(move |(opcode, nsid, slba, cdws, sgl_type, sgl_len, sgl_addr)| {
+                let mut s = Sqe::new(opcode, 0);
+                s.set_nsid(nsid);
+                for (i, v) in cdws.iter().enumerate() {
+                    s.set_cdw(10 + i, *v);
+                }
+                if !admin && opcode != admin_opcode::FABRICS {
+                    s.set_slba(slba);
+                }
+                s.set_sgl(SglDescriptor { addr: sgl_addr, length: sgl_len, sgl_type });
+                s.0
+            })
+    }
+
+    fn any_action() -> impl Strategy<Value = Action> {
+        prop_oneof![
+            4 => (any::<bool>()).prop_flat_map(|admin| (Just(admin), any_sqe(admin), prop_oneof![Just(0usize), 0usize..9000]))
+                .prop_map(|(admin, sqe, data_len)| Action::Capsule { admin, sqe, data_len }),
+            2 => (0u16..4, any::<u16>(), prop_oneof![Just(0u32), 0u32..70000], 0usize..40000)
+                .prop_map(|(ttag, cccid, datao, len)| Action::H2CData { ttag, cccid, datao, len }),
+            1 => proptest::collection::vec(any::<u8>(), 0..200).prop_map(Action::Garbage),
+        ]
+    }
+
+    /// Feeds bytes and checks every PDU the target sent back.
+    fn feed_and_check(h: &mut Host, bytes: &[u8]) -> Result<(), TestCaseError> {
+        h.send(bytes);
+        while !h.rx.is_empty() {
+            let frame = match h.framer.next(&h.rx) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Err(TestCaseError::fail("target sent a truncated PDU")),
+                Err(e) => return Err(TestCaseError::fail(format!("target sent a malformed PDU: {e:?}"))),
+            };
+            prop_assert!(
+                matches!(frame.header, PduHeader::CapsuleResp(_) | PduHeader::C2HData(_) | PduHeader::R2T(_) | PduHeader::C2HTermReq(_)),
+                "a target never sends {:?}", frame.header.pdu_type()
+            );
+            h.rx.drain(..frame.len);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn hostile_command_streams_never_panic_and_never_stop_the_target(actions in proptest::collection::vec(any_action(), 1..16)) {
+            let t = target();
+            let mut a = Host::new(t.clone());
+            let cntlid = a.admin_ready(SUB_A);
+            let mut h = io_queue(&t, cntlid, 31, 0);
+            for (i, action) in actions.iter().enumerate() {
+                let mut bytes = Vec::new();
+                let target_host = match action {
+                    Action::Capsule { admin, sqe, data_len } => {
+                        let mut sqe = Sqe(*sqe);
+                        sqe.set_cid(i as u16);
+                        let data: Vec<u8> = (0..*data_len).map(|b| b as u8).collect();
+                        encode_pdu(&mut bytes, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &data, Digests::default());
+                        if *admin { &mut a } else { &mut h }
+                    }
+                    Action::H2CData { ttag, cccid, datao, len } => {
+                        let hdr = H2CData { cccid: *cccid, ttag: *ttag, datao: *datao, datal: *len as u32, last: true };
+                        encode_pdu(&mut bytes, &PduHeader::H2CData(hdr), &vec![0xA5; *len], Digests::default());
+                        &mut h
+                    }
+                    Action::Garbage(g) => {
+                        bytes.extend_from_slice(g);
+                        &mut h
+                    }
+                };
+                feed_and_check(target_host, &bytes)?;
+            }
+            // Whatever happened to those two queues, a new controller is served.
+            let mut a2 = Host::new(t.clone());
+            let cntlid2 = a2.admin_ready(SUB_A);
+            let mut h2 = io_queue(&t, cntlid2, 31, 0);
+            let data = vec![0x3Cu8; 4096];
+            let (_, cqe) = h2.command(rw_sqe(io_opcode::WRITE, 16, 8, SglDescriptor::in_capsule(0, 4096)), &data);
+            prop_assert_eq!(cqe.status, Status::SUCCESS);
+            let (read, cqe) = h2.command(rw_sqe(io_opcode::READ, 16, 8, SglDescriptor::transport(4096)), &[]);
+            prop_assert_eq!(cqe.status, Status::SUCCESS);
+            prop_assert_eq!(read, data);
+        }
+    }
+}

@@ -240,7 +240,7 @@ impl Target {
         let ports = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| Port { portid: i as u16 + 1, addr: p.addr, subsystems: p.subsystems.clone() })
+            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone() })
             .collect();
         Ok(Target {
             settings,

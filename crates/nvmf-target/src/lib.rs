@@ -109,7 +109,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         let l = std::net::TcpListener::bind(p.addr).map_err(|source| StartError::Listen { addr: p.addr, source })?;
         l.set_nonblocking(true).map_err(|source| StartError::Listen { addr: p.addr, source })?;
         let addr = l.local_addr().map_err(|source| StartError::Listen { addr: p.addr, source })?;
-        bound.push(PortConfig { addr, subsystems: p.subsystems.clone() });
+        bound.push(PortConfig { addr, ..p.clone() });
         listeners.push(mio::net::TcpListener::from_std(l));
     }
     let target = Arc::new(core::Target::new(config.target.clone(), &config.subsystems, &bound)?);

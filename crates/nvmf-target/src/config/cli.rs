@@ -96,10 +96,10 @@ impl Cli {
             c.ports = self
                 .listen
                 .iter()
-                .map(|l| Ok(PortConfig { addr: addr(l, "--listen")?, subsystems: None }))
+                .map(|l| Ok(PortConfig { addr: addr(l, "--listen")?, portid: None, subsystems: None }))
                 .collect::<Result<_, ConfigError>>()?;
         } else if c.ports.is_empty() {
-            c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("literal"), subsystems: None });
+            c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("literal"), portid: None, subsystems: None });
         }
         let block_size = self.block_size.unwrap_or(512);
         if !self.ns.is_empty() || (!from_file && c.subsystems.is_empty()) || self.nqn.is_some() {

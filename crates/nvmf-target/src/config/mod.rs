@@ -95,6 +95,8 @@ impl Default for TargetSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PortConfig {
     pub addr: SocketAddr,
+    /// PORTID in the discovery log; `None` = its position in the list, from 1.
+    pub portid: Option<u16>,
     /// Subsystems exported on this port; `None` = all (nvmetcli configs name them per port).
     pub subsystems: Option<Vec<String>>,
 }
@@ -248,6 +250,12 @@ impl TargetConfig {
         if self.ports.is_empty() {
             return bad("no listen address: add a [[port]] or --listen".into());
         }
+        let mut portids = HashSet::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            if !portids.insert(p.portid.unwrap_or(i as u16 + 1)) {
+                return bad(format!("port[{i}] ({}): portid {} is used twice", p.addr, p.portid.unwrap_or(i as u16 + 1)));
+            }
+        }
         let mut nqns = HashSet::new();
         for (i, s) in self.subsystems.iter().enumerate() {
             let at = format!("subsystem[{i}] ({})", s.nqn);
@@ -344,7 +352,7 @@ mod tests {
     #[test]
     fn validate_rejects_bad_maxh2cdata_and_reactor() {
         let mut c = TargetConfig::empty();
-        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), subsystems: None });
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
         c.target.maxh2cdata = 1000;
         let e = c.validate("x").unwrap_err().to_string();
         assert!(e.contains("maxh2cdata"), "{e}");

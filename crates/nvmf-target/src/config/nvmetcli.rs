@@ -21,6 +21,8 @@ struct Port {
     #[serde(default)]
     portid: serde_json::Value,
     #[serde(default)]
+    param: HashMap<String, serde_json::Value>,
+    #[serde(default)]
     subsystems: Vec<String>,
 }
 
@@ -68,6 +70,15 @@ struct Device {
     uuid: Option<String>,
 }
 
+/// A number nvmetcli wrote as a string ("4420") or as a number.
+fn number(v: &serde_json::Value) -> Option<i64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_i64(),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
 /// nvmetcli writes attributes as strings ("1") but older saves have numbers.
 fn truthy(v: &serde_json::Value) -> bool {
     match v {
@@ -93,6 +104,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     })?;
     let origin = path.display().to_string();
     let mut config = TargetConfig::empty();
+    let mut inline_data_size = None;
     for p in saved.ports {
         if !p.addr.trtype.eq_ignore_ascii_case("tcp") {
             tracing::warn!(portid = %p.portid, trtype = %p.addr.trtype, "{origin}: skipping non-TCP port");
@@ -106,7 +118,28 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         let addr: SocketAddr = text.parse().map_err(|_| {
             ConfigError::invalid(&origin, format!("port {}: bad traddr/trsvcid {text:?}", p.portid))
         })?;
-        config.ports.push(PortConfig { addr, subsystems: Some(p.subsystems) });
+        let portid = match number(&p.portid) {
+            Some(id) => Some(u16::try_from(id).map_err(|_| ConfigError::invalid(&origin, format!("port {}: portid out of range", p.portid)))?),
+            None => None,
+        };
+        // nvmet's inline_data_size is per port; ours is one for the target (-1 = nvmet's default).
+        if let Some(size) = p.param.get("inline_data_size").and_then(number).filter(|s| *s >= 0) {
+            let size = u32::try_from(size)
+                .map_err(|_| ConfigError::invalid(&origin, format!("port {}: inline_data_size {size} out of range", p.portid)))?;
+            match inline_data_size {
+                Some(other) if other != size => {
+                    return Err(ConfigError::invalid(
+                        &origin,
+                        format!("ports ask for inline_data_size {other} and {size}: this target has one in-capsule data size for all ports"),
+                    ))
+                }
+                _ => inline_data_size = Some(size),
+            }
+        }
+        config.ports.push(PortConfig { addr, portid, subsystems: Some(p.subsystems) });
+    }
+    if let Some(size) = inline_data_size {
+        config.target.in_capsule_data_size = size;
     }
     for s in saved.subsystems {
         let attr_str = |k: &str| s.attr.get(k).and_then(|v| v.as_str()).map(str::to_string);
@@ -143,7 +176,7 @@ mod tests {
   "hosts": [{"nqn": "nqn.host1"}],
   "ports": [
     {"addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "treq": "not specified", "trsvcid": "4420", "trtype": "tcp"},
-     "portid": 1, "referrals": [], "subsystems": ["nqn.2024-01.test:a"]},
+     "param": {"inline_data_size": "16384"}, "portid": 3, "referrals": [], "subsystems": ["nqn.2024-01.test:a"]},
     {"addr": {"adrfam": "", "traddr": "", "trsvcid": "", "trtype": "loop"}, "portid": 2, "subsystems": []}
   ],
   "subsystems": [
@@ -164,6 +197,8 @@ mod tests {
         assert_eq!(c.ports.len(), 1, "loop port skipped");
         assert_eq!(c.ports[0].addr, "127.0.0.1:4420".parse().unwrap());
         assert_eq!(c.ports[0].subsystems.as_deref(), Some(&["nqn.2024-01.test:a".to_string()][..]));
+        assert_eq!(c.ports[0].portid, Some(3), "nvmet's portid kept for the discovery log");
+        assert_eq!(c.target.in_capsule_data_size, 16384, "the port's inline_data_size");
         let s = &c.subsystems[0];
         assert!(!s.allow_any_host);
         assert_eq!(s.hosts, vec!["nqn.host1"]);
@@ -172,6 +207,16 @@ mod tests {
         assert_eq!(s.namespaces[0].backend, BackendConfig::File { path: "/dev/loop0".into() });
         assert_eq!(s.namespaces[0].nguid, None);
         assert_eq!(s.namespaces[0].uuid.unwrap()[0], 0xef);
+    }
+
+    #[test]
+    fn ports_with_different_inline_data_sizes_are_refused_by_name() {
+        let two = SAVED.replace(
+            r#"{"adrfam": "", "traddr": "", "trsvcid": "", "trtype": "loop"}, "portid": 2,"#,
+            r#"{"adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4421", "trtype": "tcp"}, "param": {"inline_data_size": "0"}, "portid": 2,"#,
+        );
+        let e = parse(&two, Path::new("s.json")).unwrap_err().to_string();
+        assert!(e.contains("inline_data_size 16384 and 0"), "{e}");
     }
 
     #[test]

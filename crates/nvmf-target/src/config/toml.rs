@@ -40,6 +40,7 @@ struct RawTarget {
 #[serde(deny_unknown_fields)]
 struct RawPort {
     addr: Spanned<String>,
+    portid: Option<u16>,
     subsystems: Option<Vec<String>>,
 }
 
@@ -144,7 +145,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
                 format!("port[{i}].addr = {:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420", p.addr.get_ref()),
             )
         })?;
-        ports.push(PortConfig { addr, subsystems: p.subsystems });
+        ports.push(PortConfig { addr, portid: p.portid, subsystems: p.subsystems });
     }
 
     let mut subsystems = Vec::new();
@@ -307,6 +308,9 @@ reactor = 0
         let text = "[target]\ncores = [0]\nmode = \"sometimes\"\n";
         let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
         assert!(e.starts_with("a.toml:3:") && e.contains("target.mode"), "{e}");
+        let text = "[[port]]\naddr = \"127.0.0.1:1\"\nportid = 2\n[[port]]\naddr = \"127.0.0.1:2\"\n";
+        let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("port[1]") && e.contains("portid 2 is used twice"), "{e}");
     }
 
     #[test]

@@ -50,6 +50,14 @@ def test_polling_says_when_polling_hurts_and_when_legs_are_missing():
     assert any("matrix leg was not measured" in f for f in result.findings)
 
 
+def test_polling_names_a_single_idle_poll_period_without_a_range():
+    data = polling_measurements()
+    data = data[(data["leg"] != "idle_poll") | data["idle_poll_us"].isin([0, 40])]
+    findings = polling.analyze(data, runs_frame(["polling"])).findings
+    assert "changed p99 at QD1 by -10.6 % at 40 µs (baseline" in findings[2], findings[2]
+    assert "(+0.0 % vs 0 µs)" in findings[3], findings[3]
+
+
 def test_overhead_decomposition_peaks_and_bandwidth():
     result = overhead.analyze(overhead_measurements(), runs_frame(["overhead"]))
     parts = table(result, "decomposition").set_index("component")

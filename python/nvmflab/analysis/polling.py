@@ -150,9 +150,10 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
         if changes:
             lo, hi = min(changes.values()), max(changes.values())
             periods = sorted(changes)
+            effect = (f"by {lo:+.1f} % at {periods[0]:g} µs" if len(periods) == 1
+                      else f"by {lo:+.1f} to {hi:+.1f} % across {periods[0]:g}–{periods[-1]:g} µs")
             out.findings.append(
-                f"Target idle polling changed p99 at QD{low_qd} by {lo:+.1f} to {hi:+.1f} % across "
-                f"{periods[0]:g}–{periods[-1]:g} µs (baseline {us(base_p99)} at 0 µs)."
+                f"Target idle polling changed p99 at QD{low_qd} {effect} (baseline {us(base_p99)} at 0 µs)."
             )
         # The shortest period within IDLE_POLL_GAIN of the best p99: longer ones cost target CPU.
         best_p99 = low["lat_p99_ns_mean"].min()
@@ -165,9 +166,9 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
             spread = max(abs(c) for c in iops_changes)
             verdict = ("no meaningful throughput change" if spread < 2
                        else f"throughput changes of up to {spread:.1f} %")
-            out.findings.append(
-                f"At QD{high_qd} idle polling showed {verdict} "
-                f"({min(iops_changes):+.1f} to {max(iops_changes):+.1f} % vs 0 µs).")
+            span = (f"{iops_changes[0]:+.1f} %" if len(iops_changes) == 1
+                    else f"{min(iops_changes):+.1f} to {max(iops_changes):+.1f} %")
+            out.findings.append(f"At QD{high_qd} idle polling showed {verdict} ({span} vs 0 µs).")
     recommend.append({"knob": "idle_poll_us (target idle polling)",
                       "suggested value": f"{best:g} µs",
                       "evidence": f"p99 at QD{low_qd}: {us(low['lat_p99_ns_mean'][best])}",

@@ -132,7 +132,7 @@ def _cpio_from_tree(tree: Path, out: Path) -> None:
     out.write_bytes(packed)
 
 
-def _populate(tree: Path, version: str, modules: list[Path], programs: dict[str, Path]) -> None:
+def _populate(tree: Path, modules: list[Path], programs: dict[str, Path]) -> None:
     for d in ["bin", "sbin", "dev", "proc", "sys", "tmp", "etc/nvme", "lib/modules", "run", "mnt"]:
         (tree / d).mkdir(parents=True, exist_ok=True)
     busybox = Path("/bin/busybox")
@@ -173,11 +173,14 @@ def build(cache: Path) -> BootFiles:
         programs[name] = Path(found)
     libs = [lib for p in programs.values() for lib in shared_libraries(p)]
     key = _inputs(version, vmlinuz, modules + list(programs.values()) + libs)
-    kernel = cache / f"vmlinux-{version}"
+    st = vmlinuz.stat()
+    kernel = cache / f"vmlinux-{version}-{st.st_size}-{st.st_mtime_ns}"
     initrd = cache / f"initramfs-{key}.cpio.lz4"
     cache.mkdir(parents=True, exist_ok=True)
     if not kernel.exists():
-        tmp = kernel.with_suffix(".tmp")
+        for old in cache.glob("vmlinux-*"):
+            old.unlink()
+        tmp = cache / f"{kernel.name}.tmp"
         tmp.write_bytes(unpack_kernel(vmlinuz))
         tmp.rename(kernel)
     if not initrd.exists():
@@ -186,7 +189,7 @@ def build(cache: Path) -> BootFiles:
         tree = cache / "tree"
         shutil.rmtree(tree, ignore_errors=True)
         tree.mkdir()
-        _populate(tree, version, modules, programs)
+        _populate(tree, modules, programs)
         tmp = initrd.with_suffix(".tmp")
         _cpio_from_tree(tree, tmp)
         tmp.rename(initrd)

@@ -72,19 +72,22 @@ nqn = "{OUR_NQN2}"
   size = "16MiB"
 """
 
-# Our host against the kernel target: name -> (port, nvmf-perf run arguments after the address).
+# Our host against the kernel target: name -> nvmf-perf run arguments after the address.
 # (nvmet's inline_data_size=0 is not among them: the 6.1 kernel host cannot connect to it either,
 # since hosts send Fabrics commands' data in the capsule whatever IOCCSZ says.)
-def _verify_run(bs: str, digests: bool) -> list[str]:
+def _verify_run(bs: str, *extra: str) -> list[str]:
     args = ["run", "-n", KERNEL_NQN, "--rw", "write", "--bs", bs, "--size", "4MiB", "--iodepth", "4", "--verify"]
-    args += ["--runtime", "30", "--output-format", "json"]
-    return args + (["--hdr_digest", "--data_digest"] if digests else [])
+    return args + ["--runtime", "30", "--output-format", "json", *extra]
 
 
-OUR_HOST_RUNS = {
-    f"verify-{bs}{'-digests' if dg else ''}": (PORT, _verify_run(bs, dg)) for bs in ["4k", "128k"] for dg in [False, True]
+VERIFY_RUNS = {
+    "verify-4k": _verify_run("4k"),
+    "verify-4k-digests": _verify_run("4k", "--hdr_digest", "--data_digest"),
+    "verify-128k": _verify_run("128k"),
+    "verify-128k-digests": _verify_run("128k", "--hdr_digest", "--data_digest"),
+    # Two I/O queues, completions polled.
+    "verify-4k-2jobs-poll": _verify_run("4k", "--numjobs", "2", "--completion", "poll"),
 }
-
 
 @dataclass
 class Results:
@@ -161,8 +164,8 @@ def results(tmp_path_factory) -> Results:
         res = Results(bed.sections, log_dir=log_dir)
         res.our_host["discover"] = _perf(bed, ["discover", "--output-format", "json"], PORT)
         res.our_host["identify"] = _perf(bed, ["identify", "-n", KERNEL_NQN, "--output-format", "json"], PORT)
-        for name, (port, args) in OUR_HOST_RUNS.items():
-            res.our_host[name] = _perf(bed, args, port)
+        for name, args in VERIFY_RUNS.items():
+            res.our_host[name] = _perf(bed, args, PORT)
         bed.tell_guest("go")
         bed.expect("@@DONE", timeout=900)
         bed.wait_guest_exit(60)
@@ -207,14 +210,15 @@ def test_our_identify_reads_the_kernel_controller_and_namespace(results: Results
     assert ns["capacity_bytes"] == KERNEL_NS_BYTES, ns
 
 
-@pytest.mark.parametrize("name", list(OUR_HOST_RUNS))
+@pytest.mark.parametrize("name", list(VERIFY_RUNS))
 def test_our_verify_run_against_the_kernel_target(results: Results, name: str):
     r = results.our_host[name]
     assert r.returncode == 0, f"nvmf-perf {name} exited {r.returncode}:\n{r.stderr}"
     doc = json.loads(r.stdout)
-    assert doc["jobs"][0]["write"]["io_bytes"] >= 4 << 20, doc["jobs"][0]["write"]
+    written = sum(job["write"]["io_bytes"] for job in doc["jobs"])
+    assert written >= 4 << 20, doc["jobs"]
     bs = 4096 if name.startswith("verify-4k") else 128 << 10
-    verified = doc["nvmflab"]["jobs"][0]["verified_ios"]
+    verified = sum(job["verified_ios"] for job in doc["nvmflab"]["jobs"])
     assert verified * bs >= 4 << 20, f"the verify phase read back {verified} blocks of {bs} B"
 
 
@@ -276,6 +280,13 @@ def test_kernel_host_connects_without_in_capsule_data(results: Results):
     8 KiB there), every write by R2T."""
     results.ok("connect-no-incapsule")
     assert "disconnected 1 controller" in results.ok("disconnect-no-incapsule")
+
+
+def test_kernel_keep_alive_keeps_an_idle_controller(results: Results):
+    """KATO 2 s and 5 s without I/O: only Keep Alive commands keep the controller."""
+    results.ok("connect-keep-alive")
+    assert results.ok("keep-alive-state").split()[-1] == "live"
+    assert "keep-alive timeout" not in results.target_log, results.target_log
 
 
 def test_kernel_connects_with_sq_flow_control_disabled(results: Results):

@@ -116,3 +116,16 @@ fn unknown_subsystem_is_refused_by_name() {
     let err = Controller::connect(&opts, "nqn.2024-01.io.nvmflab:nope").err().expect("refused");
     assert!(err.to_string().starts_with("Connect failed: the target answered"), "{err}");
 }
+
+#[test]
+fn keep_alive_holds_an_idle_controller_past_its_timeout() {
+    let target = start_target();
+    let mut opts = ConnectOptions::new(target.listen_addrs()[0].to_string(), default_hostnqn());
+    opts.kato_ms = 1000;
+    let ctrl = Controller::connect(&opts, NQN).expect("connect");
+    // No command of ours for 2.5 timeouts: only the Keep Alive thread talks to the target.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(ctrl.active_namespaces().expect("controller still alive"), vec![1]);
+    ctrl.shutdown().expect("shutdown");
+    target.shutdown();
+}

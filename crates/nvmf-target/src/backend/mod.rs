@@ -107,6 +107,8 @@ pub struct IoEngine {
     free: Vec<usize>,
     /// (user data, result) taken off the ring while making room in the SQ; handled by `reap`.
     cqes: Vec<(u64, i32)>,
+    /// The batch of `cqes` being handled by `reap` (its capacity is reused).
+    reaping: Vec<(u64, i32)>,
     done: Vec<IoCompletion>,
     in_flight: usize,
     unsubmitted: usize,
@@ -126,6 +128,7 @@ impl IoEngine {
             pending: Vec::new(),
             free: Vec::new(),
             cqes: Vec::new(),
+            reaping: Vec::new(),
             done: Vec::with_capacity(entries as usize),
             in_flight: 0,
             unsubmitted: 0,
@@ -228,12 +231,17 @@ impl IoEngine {
         if let Some(ring) = &mut self.ring {
             self.cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
         }
+        // Resubmitting a remainder may take more CQEs off the ring: loop until none is left. The
+        // batch vector is kept between calls so reaping allocates nothing.
+        let mut batch = std::mem::take(&mut self.reaping);
         while !self.cqes.is_empty() {
-            // Resubmitting a remainder may take more CQEs off the ring: loop until none is left.
-            for (id, res) in std::mem::take(&mut self.cqes) {
+            std::mem::swap(&mut self.cqes, &mut batch);
+            for &(id, res) in &batch {
                 self.complete(id as usize, res);
             }
+            batch.clear();
         }
+        self.reaping = batch;
         self.flush();
         out.append(&mut self.done);
     }

@@ -8,11 +8,16 @@ APT_PACKAGES=(
   python3 python3-venv
   chromium                                   # headless check of the HTML report
 )
-# Kernel interop under qemu (tests/interop) needs these too.
-INTEROP_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static nvme-cli fio kmod cpio lz4)
+# Kernel interop under qemu (tests/interop) and the SSH topology tests (sshd in namespaces) need these too.
+INTEROP_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static nvme-cli fio kmod cpio lz4
+                  openssh-server openssh-client)
+# Building SPDK from ../shared/peers (scripts/build-spdk.sh); see ../shared/peers/README.md.
+SPDK_PACKAGES=(dpdk-dev libdpdk-dev pkg-config libnuma-dev libaio-dev uuid-dev libssl-dev libjson-c-dev
+               libcunit1-dev python3-pyelftools meson ninja-build libncurses-dev)
 
 want=("${APT_PACKAGES[@]}")
 if [ "${NVMFLAB_SKIP_INTEROP:-0}" != "1" ]; then want+=("${INTEROP_PACKAGES[@]}"); fi
+if [ "${NVMFLAB_SKIP_SPDK:-0}" != "1" ]; then want+=("${SPDK_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${want[@]}"; do

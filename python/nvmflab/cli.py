@@ -47,11 +47,26 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+class StackOption(str, Enum):
+    ours = "ours"
+    kernel = "kernel"
+    spdk = "spdk"
+
+
+STACK_HELP = "stack for both target and host: ours, kernel or spdk (overrides the spec's [stack])"
+STACK_OPT = typer.Option(None, "--stack", help=STACK_HELP)
+TARGET_STACK_OPT = typer.Option(None, "--target-stack", help="stack serving the target (after --stack)")
+HOST_STACK_OPT = typer.Option(None, "--host-stack", help="stack driving the load (after --stack)")
+PLAN_OPT = typer.Option(False, "--plan", help="print every command each host would run; run nothing")
+
+
 @app.command()
 def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturation, interference or all"),
           spec: Optional[Path] = typer.Option(None, "--spec", help="spec file (default: studies/NAME.toml)"),
           quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides (about a minute)"),
-          results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)")) -> None:
+          results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
+          stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
+          host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT) -> None:
     """Run a built-in study (STUDIES.md) and write its report."""
     names = [s.value for s in StudyName if s is not StudyName.all] if name is StudyName.all else [name.value]
     if spec is not None and len(names) > 1:
@@ -59,20 +74,25 @@ def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturat
     specs = []
     for study_name in names:
         path = spec or STUDIES_DIR / f"{study_name}.toml"
-        specs.append((study_name, path, _load(path, quick, study_name)))
+        loaded = _with_stacks(_load(path, quick, study_name), stack, target_stack, host_stack)
+        specs.append((study_name, path, loaded))
     for study_name, path, loaded in specs:
-        _execute(loaded, path, study_name, results, quick)
-    _report(results)
+        _execute(loaded, path, study_name, results, quick, plan)
+    if not plan:
+        _report(results)
 
 
 @app.command()
 def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
         quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides"),
-        results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)")) -> None:
+        results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
+        stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
+        host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT) -> None:
     """Run any spec: its study when it names one, else the cross product of its sweep table."""
-    loaded = _load(spec, quick)
-    _execute(loaded, spec, loaded.study or loaded.name, results, quick)
-    _report(results)
+    loaded = _with_stacks(_load(spec, quick), stack, target_stack, host_stack)
+    _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan)
+    if not plan:
+        _report(results)
 
 
 @app.command()
@@ -174,11 +194,24 @@ def _require_store(results: Path):
     return ResultsStore(results)
 
 
-def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool) -> None:
+def _with_stacks(spec: Spec, both: Optional[StackOption], target: Optional[StackOption],
+                 host: Optional[StackOption]) -> Spec:
+    """--stack sets both sides, then --target-stack / --host-stack set one each."""
+    choice = spec.stack.model_dump()
+    if both is not None:
+        choice = {"target": both.value, "host": both.value}
+    if target is not None:
+        choice["target"] = target.value
+    if host is not None:
+        choice["host"] = host.value
+    return spec.model_copy(update={"stack": type(spec.stack).model_validate(choice)})
+
+
+def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False) -> None:
     from .session import SessionError, run_spec
 
     try:
-        summary = run_spec(spec, path, study_name, results, quick)
+        summary = run_spec(spec, path, study_name, results, quick, plan)
     except SessionError as error:
         fail(str(error))
     except KeyboardInterrupt:

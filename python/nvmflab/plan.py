@@ -40,13 +40,14 @@ class TargetSetup:
 
 @dataclass(frozen=True)
 class PerfJob:
-    """One nvmf-perf process."""
+    """One load-generator process (nvmf-perf, fio or spdk_nvme_perf, by the host stack)."""
 
     role: str  # main | fg | bg
     knobs: dict[str, Any]  # flat workload + host knobs, spec names
     cpus: tuple[int, ...]  # physical cores for --cpus_allowed
     nqn: str | None = None  # tcp engine
     local_path: str | None = None  # local engine (--local)
+    host: str | None = None  # initiator host by inventory name; None = the topology's first
 
 
 # (perf JSON per role, target /stats diff) -> (ok, detail)

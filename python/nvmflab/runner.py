@@ -16,10 +16,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import counters, procs
 from .metrics import summarize
-from .plan import Point, TargetSetup
+from .plan import PerfJob, Point, TargetSetup
 from .stacks import RunningTarget, Stack, StackError
 from .store import ResultsStore, now
 from .tools import ToolMissing
+from .topology.base import Host, HostError, Hosts, HostProcess
+from .topology.local import LocalHost
 
 # Seconds a load generator may take beyond ramp_time + runtime (connect, teardown) before it is killed.
 PERF_GRACE_S = 30.0
@@ -32,19 +34,25 @@ class PointFailed(Exception):
 @dataclass
 class Outcome:
     point: Point
-    status: str  # ok | failed | invalid | skipped | stored (done in an earlier run)
+    status: str  # ok | failed | invalid | skipped | stored (done in an earlier run) | planned
     error: str | None = None
 
 
 class Runner:
-    def __init__(self, store: ResultsStore, run_id: int, stack: Stack, progress: Progress | None = None):
+    planning = False
+    def __init__(self, store: ResultsStore, run_id: int, target_stack: Stack, host_stack: Stack | None = None,
+                 hosts: Hosts | None = None, progress: Progress | None = None):
         self.store = store
         self.run_id = run_id
-        self.stack = stack
+        self.target_stack = target_stack
+        self.host_stack = host_stack or target_stack
         self.progress = progress
         self.workdir = store.dir / "work"
         self.workdir.mkdir(exist_ok=True)
+        local = LocalHost(workdir=self.workdir)
+        self.hosts = hosts or Hosts(local, [local])
         self._target: RunningTarget | None = None
+        self._versions: dict[str, str | None] = {}
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
         done = self.store.done_keys()
@@ -78,6 +86,7 @@ class Runner:
         return Outcome(point, status, detail)
 
     def close(self) -> None:
+        """Stop the target and every load generator; the hosts stay open (the session closes them)."""
         self._drop_target()
         procs.stop_all()
 
@@ -92,8 +101,9 @@ class Runner:
         outputs = self._run_perf(point, target, raw)
         after = target.stats() if target else None
         cpu_after = target.cpu_seconds() if target else None
-        delta = counters.diff(before, after) if target else None
+        delta = counters.diff(before, after) if before is not None and after is not None else None
         raw["target_stats_before"], raw["target_stats_after"] = before, after
+        versions = {"target_stack_version": self._version(self.target_stack, self.hosts.target) if target else None}
 
         invariant_ok, invariant_detail = None, None
         if point.invariant and delta is not None:
@@ -105,52 +115,78 @@ class Runner:
                 "role": job.role, "knobs": point.knobs | job.knobs,
                 "perf_usr_s": output["usr_s"], "perf_sys_s": output["sys_s"],
                 "invariant_ok": invariant_ok, "invariant_detail": invariant_detail,
-            }
-            if target:
-                row |= {"target_usr_s": cpu_after[0] - cpu_before[0], "target_sys_s": cpu_after[1] - cpu_before[1],
-                        "target_counters_json": json.dumps(delta, sort_keys=True)}
+                "host_stack_version": self._version(self.host_stack, self.hosts.initiator(job.host)),
+            } | versions
+            if cpu_before is not None and cpu_after is not None:
+                row |= {"target_usr_s": cpu_after[0] - cpu_before[0], "target_sys_s": cpu_after[1] - cpu_before[1]}
+            if delta is not None:
+                row["target_counters_json"] = json.dumps(delta, sort_keys=True)
             rows.append(row)
         if invariant_ok is False:
             return rows, "invalid", invariant_detail
         return rows, "ok", None
 
     def _run_perf(self, point: Point, target: RunningTarget | None, raw: dict[str, Any]) -> dict[str, Any]:
-        running = []
+        running: list[tuple[PerfJob, Host, Any, str, Path, HostProcess]] = []
+        sessions = []
         try:
             for job in point.jobs:
-                output = self.workdir / f"{point.key}-{job.role}.json"
-                output.unlink(missing_ok=True)
-                argv = self.stack.perf_argv(job, target, point.runtime, point.ramp_time, output)
+                host = self.hosts.initiator(job.host)
+                session = self.host_stack.open_host(job, target, host, self.workdir)
+                sessions.append(session)
+                output = self._output_path(host, f"{point.key}-{job.role}.json")
+                argv = session.perf_argv(point.runtime, point.ramp_time, output)
                 raw.setdefault("argv", {})[job.role] = argv
-                log = open(self.workdir / f"{point.key}-{job.role}.log", "wb")
-                running.append((job, output, log, procs.spawn(argv, job.cpus, stdout=log, stderr=log)))
+                log = self.workdir / f"{point.key}-{job.role}.log"
+                log.unlink(missing_ok=True)
+                running.append((job, host, session, output, log, host.spawn(argv, job.cpus, log)))
             results = {}
-            for job, output, log, proc in running:
+            for job, host, session, output, log, proc in running:
                 timeout = point.ramp_time + point.runtime + PERF_GRACE_S
-                code, usr_s, sys_s = procs.wait_rusage(proc, timeout)
-                log.close()
+                code, usr_s, sys_s = proc.wait(timeout)
+                name = argv_name(raw["argv"][job.role])
                 if code is None:
-                    raise PointFailed(f"nvmf-perf ({job.role}) still running {timeout:.0f} s after start; killed")
+                    raise PointFailed(f"{name} ({job.role}) still running {timeout:.0f} s after start; killed")
                 if code != 0:
-                    raise PointFailed(f"nvmf-perf ({job.role}) exited {code}: {_last_line(log.name)}")
+                    raise PointFailed(f"{name} ({job.role}) exited {code}: {_last_line(log)}")
                 try:
-                    parsed = json.loads(output.read_text())
-                except (OSError, json.JSONDecodeError) as err:
-                    raise PointFailed(f"nvmf-perf ({job.role}) wrote no readable JSON: {err}") from None
+                    parsed = session.parse_output(host.read_text(output))
+                except (HostError, StackError) as err:
+                    raise PointFailed(f"{name} ({job.role}) wrote no readable report: {err}") from None
                 raw.setdefault("perf", {})[job.role] = parsed
                 results[job.role] = {"json": parsed, "usr_s": usr_s, "sys_s": sys_s}
             return results
         finally:
-            for _, _, log, proc in running:
-                procs.stop(proc)
-                log.close()
+            for *_, proc in running:
+                proc.stop()
+            for session in sessions:
+                session.close()
+
+    def _output_path(self, host: Host, name: str) -> str:
+        if host.remote:
+            return f"{host.workdir()}/{name}"
+        path = self.workdir / name
+        path.unlink(missing_ok=True)
+        return str(path)
+
+    def _version(self, stack: Stack, host: Host) -> str | None:
+        key = f"{stack.name}@{host.name}"
+        if key not in self._versions:
+            self._versions[key] = stack.version(host)
+        return self._versions[key]
 
     def _target_for(self, setup: TargetSetup) -> RunningTarget:
         if self._target is not None and (self._target.setup != setup or not self._target.alive()):
             self._drop_target()
         if self._target is None:
-            self._target = self.stack.start_target(setup, self.workdir)
+            self._target = self.target_stack.start_target(setup, self._target_host(setup), self.workdir)
         return self._target
+
+    def _target_host(self, setup: TargetSetup) -> Host:
+        if setup.netns:  # a leg that built its own namespace on this machine
+            return LocalHost(name=f"netns {setup.netns}", data_ip=setup.listen_ip, netns=setup.netns,
+                             workdir=self.workdir)
+        return self.hosts.target
 
     def _drop_target(self) -> None:
         if self._target is not None:
@@ -164,16 +200,37 @@ class Runner:
                               started_at=started, raw=raw)
 
 
+class PlanningRunner(Runner):
+    """Collects the points a study would run instead of running them (`--plan`, the knob check)."""
+
+    planning = True
+
+    def __init__(self, store: ResultsStore, target_stack: Stack, host_stack: Stack, hosts: Hosts):
+        super().__init__(store, 0, target_stack, host_stack, hosts)
+        self.planned: list[tuple[str, Point]] = []
+
+    def run(self, points: list[Point], description: str) -> list[Outcome]:
+        self.planned += [(description, p) for p in points]
+        return [Outcome(p, "planned") for p in points]
+
+    def close(self) -> None:
+        pass
+
+
 def _one_line(err: Exception) -> str:
     """The error as one line; unexpected kinds (KeyError from a malformed report…) carry their type."""
     text = " ".join(str(err).split())
-    if isinstance(err, (PointFailed, StackError, ToolMissing)):
+    if isinstance(err, (PointFailed, StackError, ToolMissing, HostError)):
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def _last_line(path: str) -> str:
-    lines = Path(path).read_text(errors="replace").strip().splitlines()
+def argv_name(argv: list[str]) -> str:
+    return Path(argv[0]).name if argv else "load generator"
+
+
+def _last_line(path: Path) -> str:
+    lines = Path(path).read_text(errors="replace").strip().splitlines() if Path(path).exists() else []
     return lines[-1] if lines else "(no output)"
 
 

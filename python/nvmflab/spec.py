@@ -36,11 +36,44 @@ class _Strict(BaseModel):
 
 
 class Topology(_Strict):
-    """Where target and host run. `local`: both on this machine, pinned to the given cores."""
+    """Where target and host run. `local`: both on this machine, pinned to the given cores.
+    `ssh`: real hosts from an inventory file; the cores are indices into each host's usable cores."""
 
-    kind: Literal["local"] = "local"
+    kind: Literal["local", "ssh"] = "local"
     target_cores: list[Annotated[int, Field(ge=0)]] = Field(default=[0], min_length=1)
     host_cores: list[Annotated[int, Field(ge=0)]] = Field(default=[1], min_length=1)
+    inventory: str | None = None  # ssh: inventory file (nvmflab TOML or Ansible YAML), relative to the spec
+    target: str | None = None  # ssh: inventory name of the target host
+    initiators: list[str] = []  # ssh: inventory names of the initiator hosts; the first is the default
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "Topology":
+        ssh_fields = {"inventory": self.inventory, "target": self.target, "initiators": self.initiators}
+        if self.kind == "ssh":
+            for name, value in ssh_fields.items():
+                if not value:
+                    raise ValueError(f"{name}: a `kind = \"ssh\"` topology needs it")
+        else:
+            for name, value in ssh_fields.items():
+                if value:
+                    raise ValueError(f"{name}: only a `kind = \"ssh\"` topology takes it")
+        return self
+
+
+StackName = Literal["ours", "kernel", "spdk"]
+STACK_NAMES = ("ours", "kernel", "spdk")
+
+
+def _stack_table(value: Any) -> Any:
+    """`stack = "spdk"` is shorthand for `[stack] target = "spdk"` and `host = "spdk"`."""
+    return {"target": value, "host": value} if isinstance(value, str) else value
+
+
+class StackChoice(_Strict):
+    """Which stack serves the target and which one drives the load, chosen separately."""
+
+    target: StackName = "ours"
+    host: StackName = "ours"
 
 
 class Backend(_Strict):
@@ -83,7 +116,7 @@ class Spec(_Strict):
     study: Literal["polling", "overhead", "saturation", "interference"] | None = None
     description: str = ""
     topology: Topology = Topology()
-    stack: Literal["ours"] = "ours"
+    stack: Annotated[StackChoice, BeforeValidator(_stack_table)] = StackChoice()
     backend: Backend = Backend()
     workload: Workload = Workload()
     knobs: Knobs = Knobs()

@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     usr_cpu REAL, sys_cpu REAL, ctx INTEGER, voluntary_ctx INTEGER, involuntary_ctx INTEGER,
     perf_usr_s REAL, perf_sys_s REAL, target_usr_s REAL, target_sys_s REAL,
     histogram_json TEXT, target_counters_json TEXT,
-    invariant_ok INTEGER, invariant_detail TEXT
+    invariant_ok INTEGER, invariant_detail TEXT,
+    target_stack_version TEXT, host_stack_version TEXT
 );
 CREATE INDEX IF NOT EXISTS measurements_point ON measurements(point_id);
 """
@@ -63,13 +64,15 @@ METRIC_COLUMNS = [
     "lat_mean_ns", "lat_p50_ns", "lat_p90_ns", "lat_p99_ns", "lat_p99_9_ns", "lat_p99_99_ns",
     "lat_max_ns", "usr_cpu", "sys_cpu", "ctx", "voluntary_ctx", "involuntary_ctx", "perf_usr_s",
     "perf_sys_s", "target_usr_s", "target_sys_s", "histogram_json", "target_counters_json",
-    "invariant_ok", "invariant_detail",
+    "invariant_ok", "invariant_detail", "target_stack_version", "host_stack_version",
 ]
+# Columns added after the first release: stores made before them gain them on open.
+LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_version TEXT"]}
 # Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
 KNOB_COLUMNS = [
     "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
     "idle_poll_us", "hdr_digest", "data_digest", "so_priority", "tos", "busy_poll_us",
-    "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct",
+    "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct", "target_stack", "host_stack",
 ]
 FRAME_COLUMNS = (
     ["run_id", "study", "leg", "point_id", "point_key", "repeat", "role", "status", "error"]
@@ -97,6 +100,15 @@ class ResultsStore:
         self._db = sqlite3.connect(self.path)
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.executescript(SCHEMA)
+        self._add_later_columns()
+
+    def _add_later_columns(self) -> None:
+        for table, columns in LATER_COLUMNS.items():
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            with self._db:
+                for column in columns:
+                    if column.split()[0] not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
     def close(self) -> None:
         self._db.close()
@@ -188,6 +200,8 @@ def _knob_row(point_json: str, own_json: str | None) -> list[Any]:
         knobs |= json.loads(own_json)
     if "io_queues" not in knobs and "numjobs" in knobs:
         knobs["io_queues"] = knobs["numjobs"]
+    for side in ("target_stack", "host_stack"):
+        knobs.setdefault(side, "ours")  # points stored before stacks were chosen ran on ours
     row = [knobs.get(c) for c in KNOB_COLUMNS]
     bg = knobs.get("bg_load_pct")
     row[KNOB_COLUMNS.index("bg_load_pct")] = math.inf if bg == "max" else (math.nan if bg is None else float(bg))

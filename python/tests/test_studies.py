@@ -7,6 +7,8 @@ from conftest import REPO, nvmflab
 from nvmflab.spec import load_spec
 from nvmflab.store import ResultsStore
 from nvmflab.studies import common, saturation, study_params
+from nvmflab.topology.base import Hosts
+from nvmflab.topology.local import LocalHost
 from nvmflab.studies.common import Context
 
 INTERFERENCE = """
@@ -47,7 +49,9 @@ def saturation_legs(monkeypatch, tmp_path, cores: list[int]) -> dict[str, list]:
     monkeypatch.setattr(common, "available_cores", lambda: cores)
     spec = load_spec(REPO / "studies" / "saturation.toml", quick=True)
     legs = {}
-    runner = SimpleNamespace(run=lambda points, _description: legs.setdefault(points[0].leg, points), progress=None)
+    local = LocalHost()
+    runner = SimpleNamespace(run=lambda points, _description: legs.setdefault(points[0].leg, points), progress=None,
+                             hosts=Hosts(local, [local]))
     saturation.execute(Context(spec, "saturation", runner, SimpleNamespace(dir=tmp_path)),
                        study_params("saturation", spec.params))
     return legs

@@ -1,17 +1,21 @@
-"""NVMe/TCP stacks the harness can drive. `ours` (nvmf-target + nvmf-perf) is the default;
-`kernel` (nvmet + nvme-cli + fio) and `spdk` fit the same `Stack` interface."""
+"""NVMe/TCP stacks the harness can drive, one module each behind `Stack` (base.py):
+`ours` (nvmf-target + nvmf-perf, the default), `kernel` (nvmet via configfs; nvme-cli + fio) and
+`spdk` (nvmf_tgt via JSON-RPC; spdk_nvme_perf)."""
 
 from __future__ import annotations
 
-from .base import RunningTarget, Stack, StackError
+import importlib
+
+from .base import Fixed, HostSession, RunningTarget, Stack, StackError
+
+STACKS = {"ours": "OurStack", "kernel": "KernelStack", "spdk": "SpdkStack"}
 
 
 def get_stack(name: str) -> Stack:
-    if name == "ours":
-        from .ours import OurStack
+    if name not in STACKS:
+        raise StackError(f"stack {name!r} is not known; allowed: {', '.join(STACKS)}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    return getattr(module, STACKS[name])()
 
-        return OurStack()
-    raise StackError(f"stack {name!r} is not available; allowed: ours")
 
-
-__all__ = ["RunningTarget", "Stack", "StackError", "get_stack"]
+__all__ = ["Fixed", "HostSession", "RunningTarget", "Stack", "StackError", "STACKS", "get_stack"]

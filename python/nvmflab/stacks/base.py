@@ -1,48 +1,151 @@
-"""The interface every stack implements: start a target, build a load-generator command line."""
+"""The interface every stack implements, on the target side and on the host side.
+
+A point has a target stack and a host stack, chosen separately. The target side starts a target
+on a `Host` (this machine, a namespace, or a server over SSH); the host side opens a `HostSession`
+on an initiator `Host`: whatever must happen before the load generator runs (nothing for nvmf-perf
+and spdk_nvme_perf, `nvme connect` for the kernel), the load generator's command line, the reader
+that turns its output into fio-layout JSON, and the teardown.
+
+Knobs (DESIGN.md's table) map to each stack's own settings through `target_knobs`/`host_knobs`; a
+knob a stack lacks is refused by `check_knobs` before anything runs, naming the knob and the stack.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..plan import PerfJob, TargetSetup
+from ..topology.base import Host
+
+Side = Literal["target", "host"]
+
+# Which side of the connection each knob is set on (both: each side sets its own socket).
+KNOB_SIDES: dict[str, tuple[Side, ...]] = {
+    "target_mode": ("target",),
+    "idle_poll_us": ("target",),
+    "in_capsule_data_size": ("target",),
+    "completion": ("host",),
+    "io_queues": ("host",),
+    "so_priority": ("target", "host"),
+    "tos": ("target", "host"),
+    "busy_poll_us": ("target", "host"),
+    "hdr_digest": ("target", "host"),
+    "data_digest": ("target", "host"),
+}
 
 
 class StackError(Exception):
     """The stack could not do what a point asked; the message is one line."""
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """The stack always behaves as `value` (SPDK's host always polls); another value is refused."""
+
+    value: Any
+    why: str
+
+
+# knob -> the stack's own setting name, or Fixed; a knob missing from the map is one the stack
+# lacks: only the knob's default value (spec.Knobs) is accepted for it.
+KnobMap = dict[str, "str | Fixed"]
+
+
 class RunningTarget(ABC):
     setup: TargetSetup
-    address: str
+    address: str  # where initiators connect (the target host's data address)
     port: int
 
-    @abstractmethod
-    def stats(self) -> dict[str, Any]:
-        """Cumulative counters in the layout of nvmf-target's /stats (CONTRACTS.md §2)."""
+    def stats(self) -> dict[str, Any] | None:
+        """Cumulative counters in the layout of nvmf-target's /stats (CONTRACTS.md §2); None if the
+        stack exposes none."""
+        return None
 
-    @abstractmethod
-    def cpu_seconds(self) -> tuple[float, float]:
-        """(user, system) CPU seconds the target has used so far."""
+    def cpu_seconds(self) -> tuple[float, float] | None:
+        """(user, system) CPU seconds the target has used so far; None where not attributable."""
+        return None
 
     @abstractmethod
     def alive(self) -> bool: ...
 
     @abstractmethod
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop the target and remove exactly what starting it created."""
+
+
+class HostSession(ABC):
+    """One load generator's life on an initiator host: attach, the command, its output, detach."""
+
+    @abstractmethod
+    def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
+        """The load generator's command line; it writes its report to `output` on the host."""
+
+    def parse_output(self, text: str) -> dict[str, Any]:
+        """The report as fio-layout JSON (jobs[].read.iops, clat_ns.percentile, ...)."""
+        import json
+
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise StackError(f"load generator report is not JSON: {err}") from None
+
+    def close(self) -> None:
+        """Undo whatever opening did (disconnect); runs even after a failure."""
 
 
 class Stack(ABC):
     name: str
+    target_knobs: KnobMap = {}
+    host_knobs: KnobMap = {}
+
+    # -- target side ----------------------------------------------------------------------------
+    @abstractmethod
+    def start_target(self, setup: TargetSetup, host: Host, workdir: Path) -> RunningTarget: ...
+
+    def plan_target(self, setup: TargetSetup, host: Host) -> list[str]:
+        """What starting this target runs on `host`, one line per step (for `--plan`)."""
+        return [f"start {self.name} target"]
+
+    # -- host side ------------------------------------------------------------------------------
+    @abstractmethod
+    def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> HostSession: ...
+
+    def plan_host(self, job: PerfJob, address: str, port: int, host: Host) -> list[str]:
+        """What one load generator runs on `host`, one line per step (for `--plan`)."""
+        return [f"run {self.name} load generator"]
+
+    # -- both -----------------------------------------------------------------------------------
+    def unavailable(self, host: Host, side: Side) -> str | None:
+        """None when this side of the stack can run on `host`, else what is missing there."""
+        return None
 
     @abstractmethod
-    def start_target(self, setup: TargetSetup, workdir: Path) -> RunningTarget: ...
+    def versions(self, host: Host) -> dict[str, str | None]: ...
 
-    @abstractmethod
-    def perf_argv(self, job: PerfJob, target: RunningTarget | None, runtime: float, ramp_time: float,
-                  output: Path) -> list[str]:
-        """Command line of one load-generator process writing fio-layout JSON to `output`."""
+    def version(self, host: Host) -> str | None:
+        """One line naming the stack's version on `host` (stored with every measurement)."""
+        found = [f"{k} {v}" for k, v in self.versions(host).items() if v]
+        return "; ".join(found) or None
 
-    @abstractmethod
-    def versions(self) -> dict[str, str | None]: ...
+    def knob_map(self, side: Side) -> KnobMap:
+        return self.target_knobs if side == "target" else self.host_knobs
+
+    def check_knobs(self, knobs: dict[str, Any], side: Side, defaults: dict[str, Any]) -> None:
+        """Refuse knob values this side of the stack cannot honour (StackError naming both)."""
+        mapping = self.knob_map(side)
+        for knob, sides in KNOB_SIDES.items():
+            if side not in sides or knob not in knobs:
+                continue
+            value, setting = knobs[knob], mapping.get(knob)
+            if isinstance(setting, Fixed) and value != setting.value:
+                raise StackError(f"knob {knob} = {value!r}: the {self.name} {side} cannot do it ({setting.why})")
+            if setting is None and value != defaults.get(knob):
+                raise StackError(f"knob {knob} = {value!r}: the {self.name} {side} has no such setting "
+                                 f"(only the default {defaults.get(knob)!r} is accepted)")
+
+    def fixed_defaults(self, side: Side) -> dict[str, Any]:
+        """Knob values this side always has; they replace the spec's defaults where a user set none."""
+        return {k: v.value for k, v in self.knob_map(side).items() if isinstance(v, Fixed)}

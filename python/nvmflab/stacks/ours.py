@@ -1,21 +1,20 @@
-"""Our stack: nvmf-target (config TOML, ready line, /stats) and nvmf-perf (fio-layout JSON)."""
+"""Our stack: nvmf-target (config TOML, ready line, /stats) and nvmf-perf (fio-layout JSON).
+
+Every knob of DESIGN.md's table is a setting of ours with the same name, on both sides."""
 
 from __future__ import annotations
 
 import json
-import select
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .. import procs
 from ..cores import cpulist
 from ..plan import PerfJob, TargetSetup
-from ..tools import require_tool, tool_version
+from ..topology.base import Host, HostError, HostProcess
 from ..units import format_size
-from .base import RunningTarget, Stack, StackError
+from .base import HostSession, RunningTarget, Stack, StackError
 
 READY_TIMEOUT_S = 15.0
 
@@ -51,18 +50,21 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
 
 
 class OurTarget(RunningTarget):
-    def __init__(self, setup: TargetSetup, workdir: Path):
-        self.setup = setup
+    def __init__(self, setup: TargetSetup, host: Host, workdir: Path):
+        self.setup, self.host = setup, host
         self.address = setup.listen_ip
-        self.port = procs.free_port()
-        self.stats_port = procs.free_port()
+        self.port = host.free_port()
+        self.stats_port = host.free_port()
+        while self.stats_port == self.port:
+            self.stats_port = host.free_port()
         config = workdir / f"target-{self.port}.toml"
         config.write_text(render_config(setup, self.port, self.stats_port))
+        remote_config = f"{host.workdir()}/{config.name}"
+        host.put(config, remote_config)
         self.log_path = workdir / f"target-{self.port}.log"
-        self._log = open(self.log_path, "wb")
-        prefix = ["ip", "netns", "exec", setup.netns] if setup.netns else None
-        self.proc = procs.spawn([str(require_tool("nvmf-target")), "--config", str(config)], setup.cores,
-                                stdout=subprocess.PIPE, stderr=self._log, prefix=prefix)
+        self.ready_path = workdir / f"target-{self.port}.out"
+        self.proc: HostProcess = host.spawn([host.binary("nvmf-target"), "--config", remote_config], setup.cores,
+                                            log=self.log_path, stdout=self.ready_path)
         try:
             self._wait_ready()
         except BaseException:
@@ -71,82 +73,122 @@ class OurTarget(RunningTarget):
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        buffer = b""
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
-            if ready:
-                chunk = self.proc.stdout.read1(4096)
-                buffer += chunk
-                if b"\n" in buffer:
-                    line = buffer.split(b"\n", 1)[0].decode(errors="replace")
-                    if line.startswith("ready "):
-                        return
-                    raise StackError(f"nvmf-target printed {line!r} instead of its ready line")
-                if not chunk and self.proc.poll() is not None:
-                    break
-            elif self.proc.poll() is not None:
-                break
-        if self.proc.poll() is not None:
-            raise StackError(f"nvmf-target exited with {self.proc.returncode}: {self._log_tail()}")
+            text = self.ready_path.read_text(errors="replace") if self.ready_path.exists() else ""
+            if "\n" in text:
+                line = text.split("\n", 1)[0]
+                if line.startswith("ready "):
+                    return
+                raise StackError(f"nvmf-target printed {line!r} instead of its ready line")
+            if not self.proc.alive():
+                raise StackError(f"nvmf-target exited: {self._log_tail()}")
+            time.sleep(0.05)
         raise StackError(f"nvmf-target not ready after {READY_TIMEOUT_S:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
-        self._log.flush()
-        text = self.log_path.read_text(errors="replace").strip().splitlines()
+        text = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path.exists() else []
         return text[-1] if text else "(no output)"
 
     def stats(self) -> dict[str, Any]:
+        # The stats endpoint listens on the data address, which the controlling machine reaches
+        # (loopback, a namespace's veth, a server's data network).
         url = f"http://{self.address}:{self.stats_port}/stats"
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.load(response)
 
     def cpu_seconds(self) -> tuple[float, float]:
-        return procs.cpu_seconds(self.proc.pid)
+        return self.proc.cpu_seconds()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc.alive()
 
     def stop(self) -> None:
-        procs.stop(self.proc)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self._log.close()
+        self.proc.stop()
 
 
-class OurStack(Stack):
-    name = "ours"
+class OurSession(HostSession):
+    def __init__(self, argv_head: list[str], job: PerfJob):
+        self.argv_head, self.job = argv_head, job
 
-    def start_target(self, setup: TargetSetup, workdir: Path) -> OurTarget:
-        return OurTarget(setup, workdir)
-
-    def perf_argv(self, job: PerfJob, target: RunningTarget | None, runtime: float, ramp_time: float,
-                  output: Path) -> list[str]:
-        k = job.knobs
-        argv = [str(require_tool("nvmf-perf")), "run"]
-        if job.local_path:
-            argv += ["--local", job.local_path]
-        else:
-            if target is None or job.nqn is None:
-                raise StackError("a tcp job needs a running target and a subsystem NQN")
-            argv += ["-t", "tcp", "-a", target.address, "-s", str(target.port), "-n", job.nqn,
-                     "--completion", k["completion"], "--so_priority", str(k["so_priority"]),
-                     "--tos", str(k["tos"]), "--busy_poll_us", str(k["busy_poll_us"])]
-            argv += ["--hdr_digest"] if k["hdr_digest"] else []
-            argv += ["--data_digest"] if k["data_digest"] else []
-        argv += ["--rw", k["rw"], "--bs", format_size(k["bs"]), "--iodepth", str(k["iodepth"]),
-                 "--numjobs", str(k["numjobs"]), "--runtime", _seconds(runtime),
-                 "--ramp_time", _seconds(ramp_time), "--cpus_allowed", cpulist(list(job.cpus)),
-                 "--output-format", "json", "--output", str(output)]
+    def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
+        k = self.job.knobs
+        argv = self.argv_head + [
+            "--rw", k["rw"], "--bs", format_size(k["bs"]), "--iodepth", str(k["iodepth"]),
+            "--numjobs", str(k["numjobs"]), "--runtime", _seconds(runtime), "--ramp_time", _seconds(ramp_time),
+            "--cpus_allowed", cpulist(list(self.job.cpus)), "--output-format", "json", "--output", output]
         if k["rw"] in ("rw", "randrw"):
             argv += ["--rwmixread", str(k["rwmixread"])]
         if k["rate_iops"]:
             argv += ["--rate_iops", str(k["rate_iops"])]
         if k.get("size"):
             argv += ["--size", str(k["size"])]
+        if k.get("verify"):
+            argv += ["--verify"]
         return argv
 
-    def versions(self) -> dict[str, str | None]:
-        return {name: tool_version(require_tool(name), name) for name in ("nvmf-target", "nvmf-perf")}
+
+# Our settings carry the knob names of DESIGN.md's table unchanged.
+OUR_KNOBS = {name: name for name in ("target_mode", "idle_poll_us", "in_capsule_data_size", "completion",
+                                     "io_queues", "so_priority", "tos", "busy_poll_us", "hdr_digest",
+                                     "data_digest")}
+OUR_KNOBS["target_mode"] = "mode"
+
+
+class OurStack(Stack):
+    name = "ours"
+    target_knobs = OUR_KNOBS
+    host_knobs = OUR_KNOBS
+
+    def start_target(self, setup: TargetSetup, host: Host, workdir: Path) -> OurTarget:
+        try:
+            return OurTarget(setup, host, workdir)
+        except HostError as err:
+            raise StackError(str(err)) from None
+
+    def plan_target(self, setup: TargetSetup, host: Host) -> list[str]:
+        config = render_config(setup, 4420, 9100).replace("\n", " | ")
+        return [f"write target.toml: {config}", host.describe(["nvmf-target", "--config", "target.toml"])]
+
+    def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> OurSession:
+        return OurSession(self._argv_head(job, target.address if target else None,
+                                          target.port if target else None, host.binary("nvmf-perf")), job)
+
+    def plan_host(self, job: PerfJob, address: str, port: int, host: Host) -> list[str]:
+        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf"), job).perf_argv(10, 2, "perf.json")
+        return [host.describe(argv)]
+
+    def _argv_head(self, job: PerfJob, address: str | None, port: int | None, binary: str) -> list[str]:
+        k = job.knobs
+        argv = [binary, "run"]
+        if job.local_path:
+            return argv + ["--local", job.local_path]
+        if address is None or job.nqn is None:
+            raise StackError("a tcp job needs a running target and a subsystem NQN")
+        argv += ["-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn,
+                 "--completion", k["completion"], "--so_priority", str(k["so_priority"]),
+                 "--tos", str(k["tos"]), "--busy_poll_us", str(k["busy_poll_us"])]
+        argv += ["--hdr_digest"] if k["hdr_digest"] else []
+        argv += ["--data_digest"] if k["data_digest"] else []
+        return argv
+
+    def versions(self, host: Host) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for name in ("nvmf-target", "nvmf-perf"):
+            try:
+                done = host.run([host.binary(name), "--version"], check=False, timeout=10)
+                lines = (done.stdout or done.stderr).strip().splitlines()
+                out[name] = lines[0] if lines else None
+            except HostError:
+                out[name] = None
+        return out
+
+    def unavailable(self, host: Host, side) -> str | None:
+        name = "nvmf-target" if side == "target" else "nvmf-perf"
+        try:
+            host.binary(name)
+        except HostError as err:
+            return str(err)
+        return None
 
 
 def _seconds(value: float) -> str:

@@ -27,10 +27,28 @@ class Context:
 
     @property
     def cores(self) -> list[int]:
-        return available_cores()
+        """Usable cores of the (default) initiator host; this machine's on a local topology."""
+        return self.runner.hosts.initiator(None).cores or available_cores()
+
+    @property
+    def target_cores(self) -> list[int]:
+        return self.runner.hosts.target.cores or available_cores()
+
+    @property
+    def listen_ip(self) -> str:
+        """The target host's data address (127.0.0.1 on a local topology)."""
+        return self.runner.hosts.target.data_ip
+
+    @property
+    def planning(self) -> bool:
+        """True while points are only collected (`--plan`, the knob check before a run)."""
+        return getattr(self.runner, "planning", False)
 
     def phys(self, logical: Iterable[int]) -> tuple[int, ...]:
         return tuple(physical(list(logical), self.cores))
+
+    def target_phys(self, logical: Iterable[int]) -> tuple[int, ...]:
+        return tuple(physical(list(logical), self.target_cores))
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
         return self.runner.run(points, description)
@@ -64,27 +82,29 @@ def backend_subsystem(ctx: Context, name: str, reactor: int | None = None, path:
 
 
 def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem], target_logical: list[int],
-                 netns: str | None = None, listen_ip: str = "127.0.0.1") -> TargetSetup:
-    return TargetSetup(cores=ctx.phys(target_logical), mode=knobs["target_mode"],
+                 netns: str | None = None, listen_ip: str | None = None) -> TargetSetup:
+    return TargetSetup(cores=ctx.target_phys(target_logical), mode=knobs["target_mode"],
                        idle_poll_us=knobs["idle_poll_us"], in_capsule_data_size=knobs["in_capsule_data_size"],
                        so_priority=knobs["so_priority"], tos=knobs["tos"], busy_poll_us=knobs["busy_poll_us"],
-                       subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip)
+                       subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip or ctx.listen_ip)
 
 
 def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     """Spec base knobs with overrides, validated, plus the backend the point ran against."""
     spec_fields = {k: v for k, v in overrides.items() if k not in EXTRA_KNOBS}
     knobs = validate_knobs(ctx.spec.base_knobs() | spec_fields)
-    knobs |= {"backend": ctx.spec.backend.kind, "backend_size": ctx.spec.backend.size}
+    knobs |= {"backend": ctx.spec.backend.kind, "backend_size": ctx.spec.backend.size,
+              "target_stack": ctx.spec.stack.target, "host_stack": ctx.spec.stack.host}
     return knobs | {k: v for k, v in overrides.items() if k in EXTRA_KNOBS}
 
 
 # Point coordinates that are not spec fields but tell points apart in the results.
-EXTRA_KNOBS = ("backend", "app", "resource", "bg_load_pct", "file_dir", "host_cores", "target_cores")
+EXTRA_KNOBS = ("backend", "app", "resource", "bg_load_pct", "file_dir", "host_cores", "target_cores",
+               "target_stack", "host_stack")
 
 
 def tcp_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, netns: str | None = None,
-              listen_ip: str = "127.0.0.1", subsystem: Subsystem | None = None,
+              listen_ip: str | None = None, subsystem: Subsystem | None = None,
               prepare: Callable[[], None] | None = None, skip_reason: str | None = None) -> Point:
     """One load generator on the host cores against one subsystem served by the target cores."""
     topo = ctx.spec.topology

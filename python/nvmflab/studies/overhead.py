@@ -58,6 +58,10 @@ def execute(ctx: Context, params: Params) -> None:
 def _netns_leg(ctx: Context, params: Params, knob_sets: list[dict], sub) -> None:
     link_knobs = {"netns_delay_us": params.netns_delay_us, "netns_rate": params.netns_rate}
     knob_sets = [k | link_knobs for k in knob_sets]
+    if ctx.planning:  # only the points: no namespace is built for a plan
+        ctx.run(repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "netns", k, r, subsystem=sub, netns="nvmflab-PID",
+                                                                listen_ip=netns.TARGET_IP)), "overhead: netns")
+        return
     reason = netns.unavailable()
     if reason:
         points = repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "netns", k, r, subsystem=sub,

@@ -1,2 +1,3 @@
-"""Where target and host run. `local` needs nothing; `netns` builds a namespace with a veth pair
-and an emulated link (tc netem) so traffic crosses a real (virtual) network device."""
+"""Where target and host run, behind one `Host` interface (base.py). One module per kind:
+`local` (this machine, pinned cores), `netns` (a namespace with a veth pair and an emulated link,
+used by legs that need a real network device), `ssh` (real hosts from an inventory)."""

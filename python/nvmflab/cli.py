@@ -216,7 +216,7 @@ def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
         fail(str(error))
     except KeyboardInterrupt:
         fail(f"interrupted; finished points are stored in {results}: re-run the same command to resume", 130)
-    out.print(summary, highlight=False)
+    out.print(summary, highlight=False, markup=False)
 
 
 def _report(results: Path, out_dir: Optional[Path] = None) -> None:

@@ -151,7 +151,8 @@ def check_available(target_stack: Stack, host_stack: Stack, hosts: Hosts) -> Non
 
 
 def render_plan(planned: list[tuple[str, Point]], target_stack: Stack, host_stack: Stack, hosts: Hosts) -> str:
-    """Every command each host would run, point by point, with nothing run."""
+    """Every command each host would run, point by point, with nothing run. Ports are shown as
+    4420; a run picks free ones."""
     lines, last_setup = [], None
     for description, point in planned:
         lines.append(f"# {description} · {point.leg} · repeat {point.repeat} · "
@@ -165,8 +166,9 @@ def render_plan(planned: list[tuple[str, Point]], target_stack: Stack, host_stac
             last_setup = point.target
         for job in point.jobs:
             host = hosts.initiator(job.host)
-            lines += [f"  {line}" for line in host_stack.plan_host(job, point.target.listen_ip if point.target else "",
-                                                                   4420, host)]
+            address = point.target.listen_ip if point.target else ""
+            steps = host_stack.plan_host(job, address, 4420, host, runtime=point.runtime, ramp_time=point.ramp_time)
+            lines += [f"  {line}" for line in steps]
     return "\n".join(lines) if lines else "(no points)"
 
 

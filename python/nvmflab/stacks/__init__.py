@@ -14,7 +14,10 @@ STACKS = {"ours": "OurStack", "kernel": "KernelStack", "spdk": "SpdkStack"}
 def get_stack(name: str) -> Stack:
     if name not in STACKS:
         raise StackError(f"stack {name!r} is not known; allowed: {', '.join(STACKS)}")
-    module = importlib.import_module(f"{__name__}.{name}")
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except ImportError as err:
+        raise StackError(f"stack {name!r} cannot be loaded: {err}") from None
     return getattr(module, STACKS[name])()
 
 

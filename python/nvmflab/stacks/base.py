@@ -113,7 +113,8 @@ class Stack(ABC):
     @abstractmethod
     def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> HostSession: ...
 
-    def plan_host(self, job: PerfJob, address: str, port: int, host: Host) -> list[str]:
+    def plan_host(self, job: PerfJob, address: str, port: int, host: Host, runtime: float = 10.0,
+                  ramp_time: float = 2.0) -> list[str]:
         """What one load generator runs on `host`, one line per step (for `--plan`)."""
         return [f"run {self.name} load generator"]
 

@@ -153,8 +153,10 @@ class OurStack(Stack):
         return OurSession(self._argv_head(job, target.address if target else None,
                                           target.port if target else None, host.binary("nvmf-perf")), job)
 
-    def plan_host(self, job: PerfJob, address: str, port: int, host: Host) -> list[str]:
-        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf"), job).perf_argv(10, 2, "perf.json")
+    def plan_host(self, job: PerfJob, address: str, port: int, host: Host, runtime: float = 10.0,
+                  ramp_time: float = 2.0) -> list[str]:
+        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf"), job).perf_argv(runtime, ramp_time,
+                                                                                           "perf.json")
         return [host.describe(argv)]
 
     def _argv_head(self, job: PerfJob, address: str | None, port: int | None, binary: str) -> list[str]:

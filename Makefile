@@ -26,12 +26,12 @@ $(VENV)/.installed: pyproject.toml | deps
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	@touch $@
 
-test: build venv test-rust test-python interop
+test: build venv spdk test-rust test-python test-spdk interop
 
 test-rust: build
 	cargo test --release --workspace
 
-test-python: build venv
+test-python: build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests
 
 interop: build venv
@@ -46,3 +46,11 @@ bench: build venv
 clean:
 	cargo clean
 	rm -rf $(VENV) .cache/stamps
+
+# SPDK v24.01 from ../shared/peers (or NVMFLAB_SPDK_SRC) into ~/.cache/nvmflab; reused when built.
+.PHONY: spdk test-spdk
+spdk:
+	bash scripts/build-spdk.sh
+
+test-spdk: build venv spdk
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q tests/spdk

@@ -1,0 +1,574 @@
+"""The Linux kernel stack: nvmet configured through configfs, and the kernel host (nvme-cli + fio).
+
+Every command runs through the `Host` (this machine, a namespace, a server over SSH), as root or
+through `sudo -n`. Kernel paths hang off `root` ("/" for real; tests point it at a temporary
+directory that stands in for configfs and sysfs).
+
+Teardown guarantee: the target records one undo command for each thing it created or changed (a
+configfs directory, a symlink, `enable`, a module parameter, a module it loaded, a file in
+/dev/shm) and runs them in reverse order. A subsystem, port, nullb device or file that already
+exists is refused, never reused, so nothing it did not create is ever touched.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..cores import cpulist
+from ..plan import PerfJob, Subsystem, TargetSetup
+from ..topology.base import Host, HostError
+from .base import Fixed, HostSession, RunningTarget, Stack, StackError
+
+# fio's percentiles: the ones the harness records (metrics.PERCENTILES).
+PERCENTILE_LIST = "50:90:99:99.9:99.99"
+DEVICE_WAIT_S = 15.0  # namespace scanning after `nvme connect` is asynchronous
+CTRL_LOSS_TMO_S = 10  # a dead target fails fio in seconds instead of the default 600 s of reconnects
+MAX_REPORT_CHARS = 64 << 20
+
+_WRITE = 'printf "%s" "$1" > "$2"'
+# noclobber refuses an existing file; a file it made but could not size is removed again.
+_NEW_FILE = 'set -C; : > "$1" || exit 1; truncate -s "$2" "$1" || { rm -f "$1"; exit 1; }'
+# One line per controller: name, subsysnqn, hostnqn, state, its namespace block devices.
+_SCAN = r"""for c in "$1"/nvme*; do
+  [ -r "$c/subsysnqn" ] || continue
+  printf '%s\t%s\t%s\t%s\t' "${c##*/}" "$(cat "$c/subsysnqn")" "$(cat "$c/hostnqn" 2>/dev/null)" \
+    "$(cat "$c/state" 2>/dev/null)"
+  ls "$c/" | grep -E '^nvme[0-9]+(c[0-9]+)?n[0-9]+$' | tr '\n' ' '
+  echo
+done"""
+_CTRL = re.compile(r"nvme\d{1,6}")
+_NS = re.compile(r"nvme(\d{1,6})(?:c\d{1,6})?n(\d{1,6})")
+
+
+class KernelTarget(RunningTarget):
+    """nvmet serving `setup` on `host`: configfs subsystems, namespaces and one tcp port."""
+
+    def __init__(self, stack: KernelStack, setup: TargetSetup, host: Host):
+        self.stack, self.setup, self.host = stack, setup, host
+        self.address = setup.listen_ip
+        self.port = host.free_port()
+        self.undo: list[list[str]] = []  # run in reverse at stop()
+        self.teardown_errors: list[str] = []
+        self.port_dir: str | None = None
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        s, setup = self.stack, self.setup
+        s._load_module(self.host, "nvmet", self.undo)
+        s._load_module(self.host, "nvmet_tcp", self.undo)
+        # Module parameters apply to sockets accepted afterwards, so they are set before the port.
+        for param, value in (("idle_poll_period_usecs", setup.idle_poll_us), ("so_priority", setup.so_priority)):
+            s._set(self.host, s.path(f"sys/module/nvmet_tcp/parameters/{param}"), str(value), self.undo)
+        nvmet = s.path("sys/kernel/config/nvmet")
+        if not s._exists(self.host, nvmet):
+            raise StackError(f"{self.host.name}: {nvmet} missing (configfs not mounted or nvmet not loaded)")
+        port_id = s._free_port_id(self.host, f"{nvmet}/ports")
+        sub_dirs = []
+        for index, sub in enumerate(setup.subsystems):
+            device = self._backend(sub, index)
+            sub_dir = f"{nvmet}/subsystems/{_name(sub.nqn, 'subsystem NQN')}"
+            s._mkdir(self.host, sub_dir, self.undo, what=f"subsystem {sub.nqn}")
+            s._write(self.host, f"{sub_dir}/attr_allow_any_host", "1")
+            s._mkdir(self.host, f"{sub_dir}/namespaces/1", self.undo)
+            s._write(self.host, f"{sub_dir}/namespaces/1/device_path", device)
+            if sub.backend == "ram":  # nvmet opens files O_DIRECT, which tmpfs refuses
+                s._write(self.host, f"{sub_dir}/namespaces/1/buffered_io", "1")
+            s._set(self.host, f"{sub_dir}/namespaces/1/enable", "1", self.undo, old="0")
+            sub_dirs.append((sub.nqn, sub_dir))
+        port_dir = f"{nvmet}/ports/{port_id}"
+        s._mkdir(self.host, port_dir, self.undo, what=f"port {port_id}")
+        for attr, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"), ("addr_traddr", setup.listen_ip),
+                            ("addr_trsvcid", str(self.port)),
+                            ("param_inline_data_size", str(setup.in_capsule_data_size))):
+            s._write(self.host, f"{port_dir}/{attr}", value)
+        for nqn, sub_dir in sub_dirs:  # linking a subsystem to a port starts listening
+            link = f"{port_dir}/subsystems/{nqn}"
+            s._run(self.host, ["ln", "-s", sub_dir, link])
+            self.undo.append(["rm", link])
+        self.port_dir = port_dir
+
+    def _backend(self, sub: Subsystem, index: int) -> str:
+        """The namespace's device_path: a fresh null_blk device, a file in /dev/shm, or the given path."""
+        s, name = self.stack, f"nvmflab-{self.port}-{index}"
+        if sub.backend == "file":
+            if not sub.path:
+                raise StackError(f"subsystem {sub.nqn}: backend file needs a path")
+            return sub.path
+        if sub.backend == "ram":
+            path = s.path(f"dev/shm/{name}.img")
+            try:
+                s._run(self.host, ["sh", "-c", _NEW_FILE, "sh", path, str(sub.size)])
+            except StackError as err:
+                raise StackError(f"{self.host.name}: cannot create {path} (exists already?): {err}") from None
+            self.undo.append(["rm", "-f", path])
+            return path
+        if sub.backend == "null":
+            # nr_devices=0: loading null_blk creates no default device that we did not ask for.
+            s._load_module(self.host, "null_blk", self.undo, ("nr_devices=0",))
+            nullb = s.path(f"sys/kernel/config/nullb/{name}")
+            s._mkdir(self.host, nullb, self.undo, what=f"null_blk device {name}")
+            s._write(self.host, f"{nullb}/size", str(max(1, -(-sub.size // (1 << 20)))))  # MiB, rounded up
+            s._write(self.host, f"{nullb}/blocksize", str(sub.block_size))
+            s._set(self.host, f"{nullb}/power", "1", self.undo, old="0")
+            # Kernels since 5.x name a configfs-made disk after its folder; older ones nullbINDEX.
+            if s._exists(self.host, s.path(f"sys/block/{name}")):
+                return s.path(f"dev/{name}")
+            index_text = s._read(self.host, f"{nullb}/index")
+            if not re.fullmatch(r"\d{1,6}", index_text):
+                raise StackError(f"{self.host.name}: {nullb}/index reads {index_text[:40]!r}, not a number")
+            return s.path(f"dev/nullb{index_text}")
+        raise StackError(f"subsystem {sub.nqn}: backend {sub.backend!r} unknown to the kernel stack")
+
+    def alive(self) -> bool:
+        return self.port_dir is not None and self.stack._exists(self.host, self.port_dir)
+
+    def stop(self) -> None:
+        """Undo every recorded step, newest first; a failing step does not stop the others."""
+        while self.undo:
+            argv = self.undo.pop()
+            try:
+                if self.stack._run(self.host, argv, check=False).returncode != 0:
+                    self.teardown_errors.append(f"`{' '.join(argv)}` failed")
+            except (HostError, StackError) as err:
+                self.teardown_errors.append(str(err))
+        self.port_dir = None
+        if self.teardown_errors:  # stop() runs in cleanup paths: report, do not raise
+            print(f"nvmflab: kernel target teardown on {self.host.name}: {self.teardown_errors[0]}", file=sys.stderr)
+
+
+@dataclass
+class KernelSession(HostSession):
+    """One fio run against a connected controller (or a local file: no connect)."""
+
+    stack: KernelStack
+    job: PerfJob
+    host: Host
+    filename: str
+    fio: str = "fio"
+    engine: str = "io_uring"
+    sudo: list[str] = field(default_factory=list)
+    hostnqn: str | None = None  # set once `nvme connect` was attempted
+    held: list[str] = field(default_factory=list)  # host settings this session holds
+    close_errors: list[str] = field(default_factory=list)
+
+    def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
+        return self.sudo + fio_argv(self.fio, self.job, self.filename, self.engine, runtime, ramp_time, output)
+
+    def parse_output(self, text: str) -> dict[str, Any]:
+        return parse_fio(text)
+
+    def close(self) -> None:
+        """Disconnect our own controllers (found by our unique host NQN), then give back settings.
+        It never raises: the runner closes every session in a row, whatever failed before."""
+        errors = self.close_errors
+        if self.hostnqn is not None:
+            try:
+                for ctrl, _ in self.stack._controllers(self.host, self.job.nqn or "", self.hostnqn):
+                    done = self.stack._run(self.host, ["nvme", "disconnect", "-d", ctrl], check=False)
+                    if done.returncode != 0:
+                        errors.append(f"nvme disconnect -d {ctrl} exited {done.returncode}")
+            except (HostError, StackError) as err:
+                errors.append(str(err))
+            self.hostnqn = None
+        while self.held:
+            try:
+                self.stack._release(self.host, self.held.pop())
+            except (HostError, StackError) as err:
+                errors.append(str(err))
+        if errors:
+            print(f"nvmflab: kernel host teardown on {self.host.name}: {errors[0]}", file=sys.stderr)
+
+
+def connect_argv(job: PerfJob, address: str, port: int, hostnqn: str, hostid: str) -> list[str]:
+    k = job.knobs
+    queues = k.get("io_queues") or k["numjobs"]
+    argv = ["nvme", "connect", "-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn or "",
+            f"--hostnqn={hostnqn}", f"--hostid={hostid}", f"--nr-io-queues={queues}",
+            f"--ctrl-loss-tmo={CTRL_LOSS_TMO_S}"]
+    if k["completion"] == "poll":
+        argv.append(f"--nr-poll-queues={queues}")  # fio's hipri I/O goes to the poll queues
+    if k["tos"]:
+        argv.append(f"--tos={k['tos']}")
+    argv += ["--hdr-digest"] if k["hdr_digest"] else []
+    argv += ["--data-digest"] if k["data_digest"] else []
+    return argv
+
+
+def fio_argv(fio: str, job: PerfJob, filename: str, engine: str, runtime: float, ramp_time: float,
+             output: str) -> list[str]:
+    k = job.knobs
+    argv = [fio, f"--name={job.role}", f"--filename={filename}", "--direct=1", f"--ioengine={engine}",
+            f"--rw={k['rw']}", f"--bs={k['bs']}", f"--iodepth={k['iodepth']}", f"--numjobs={k['numjobs']}",
+            f"--cpus_allowed={cpulist(list(job.cpus))}", "--cpus_allowed_policy=split",
+            "--time_based", f"--runtime={_ms(runtime, 1)}", f"--ramp_time={_ms(ramp_time)}",
+            # No --group_reporting: the harness sums jobs itself, and a group's usr_cpu/sys_cpu would
+            # be the jobs' mean and its job_runtime their sum. Percentiles then come from the busiest
+            # job (exact for one job; a sample of identical jobs otherwise).
+            f"--percentile_list={PERCENTILE_LIST}",
+            # json+ adds each job's latency bins, merged into one histogram like nvmf-perf's
+            "--output-format=json+", f"--output={output}"]
+    if k["completion"] == "poll":
+        argv.append("--hipri")
+    if k["rw"] in ("rw", "randrw", "readwrite"):
+        argv.append(f"--rwmixread={k['rwmixread']}")
+    if k.get("rate_iops"):
+        argv.append(f"--rate_iops={k['rate_iops']}")  # per job, as nvmf-perf's
+    if k.get("size"):
+        argv.append(f"--size={k['size']}")
+    return argv
+
+
+def parse_fio(text: str) -> dict[str, Any]:
+    """fio's JSON report, unchanged (metrics.summarize reads it as it reads nvmf-perf's)."""
+    import json
+
+    if len(text) > MAX_REPORT_CHARS:
+        raise StackError(f"fio report is {len(text)} characters, more than {MAX_REPORT_CHARS}")
+    # fio may print notes ("fio: ...") before the JSON when --output is not a fresh file.
+    start = text.find("{")
+    try:
+        report = json.loads(text[start:]) if start >= 0 else None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise StackError(f"fio report is not JSON: {' '.join(str(err).split())}") from None
+    if not isinstance(report, dict) or not isinstance(report.get("jobs"), list):
+        raise StackError("fio report is not JSON with a jobs list")
+    for job in report["jobs"]:
+        if not isinstance(job, dict) or any(not isinstance(job.get(d, {}), dict) for d in ("read", "write")):
+            raise StackError("fio report has a job that is not an object with read/write sections")
+        if job.get("error"):
+            raise StackError(f"fio job {str(job.get('jobname'))[:60]!r} reports error {job.get('error')!r}")
+    histogram = {d: fio_bins(report["jobs"], d) for d in ("read", "write")}
+    if any(histogram.values()):
+        report["nvmflab"] = {"engine": "fio", "histogram": histogram}
+    return report
+
+
+def fio_bins(jobs: list[dict[str, Any]], direction: str) -> list[list[int]]:
+    """json+'s completion-latency bins of every job, added: [[value_ns, count], ...] sorted.
+    Adding bins (not averaging percentiles) gives the true percentiles over all jobs."""
+    counts: dict[int, int] = {}
+    for job in jobs:
+        bins = job.get(direction, {}).get("clat_ns", {}).get("bins", {})
+        if not isinstance(bins, dict):
+            raise StackError(f"fio report: {direction} clat_ns bins is not an object")
+        for value, count in bins.items():
+            try:
+                value_ns, n = int(value), int(count)
+            except (TypeError, ValueError):
+                raise StackError(f"fio report: {direction} latency bin {str(value)[:20]!r} is not a number") from None
+            if value_ns < 0 or n < 0:
+                raise StackError(f"fio report: {direction} latency bin {value_ns} has a negative value or count")
+            counts[value_ns] = counts.get(value_ns, 0) + n
+    return [[v, counts[v]] for v in sorted(counts) if counts[v] > 0]
+
+
+class KernelStack(Stack):
+    name = "kernel"
+    target_knobs = {
+        "target_mode": Fixed("event", "nvmet_tcp's io_work runs on a kernel workqueue, woken by the socket; "
+                                      "there is no polling reactor (see idle_poll_us)"),
+        "idle_poll_us": "nvmet_tcp idle_poll_period_usecs",
+        "in_capsule_data_size": "port param_inline_data_size",
+        "so_priority": "nvmet_tcp so_priority",
+        "tos": "tos (nvmet_tcp answers with the TOS of the host's connection)",
+        "hdr_digest": "hdr_digest (nvmet_tcp follows the host's ICReq)",
+        "data_digest": "data_digest (nvmet_tcp follows the host's ICReq)",
+        # busy_poll_us is absent: nvmet_tcp never busy-polls its sockets, so it is refused.
+    }
+    host_knobs = {
+        "completion": "nr_poll_queues + fio hipri",
+        "io_queues": "nr_io_queues",
+        "so_priority": "nvme_tcp so_priority",
+        "tos": "nvme connect --tos",
+        "busy_poll_us": "net.core.busy_read",
+        "hdr_digest": "nvme connect --hdr-digest",
+        "data_digest": "nvme connect --data-digest",
+    }
+
+    def __init__(self, root: str = "/", sudo: list[str] | None = None):
+        self.root = root
+        self._sudo: dict[str, list[str]] = {} if sudo is None else {"*": list(sudo)}
+        self._held: dict[tuple[str, str], list[str]] = {}  # (host, path) -> [users, old, value]
+        self._engines: dict[str, str] = {}
+
+    def path(self, relative: str) -> str:
+        """A kernel path under `root` ("sys/kernel/config/nvmet" -> "/sys/kernel/config/nvmet")."""
+        return str(PurePosixPath(self.root) / relative)
+
+    # -- target side ----------------------------------------------------------------------------
+    def start_target(self, setup: TargetSetup, host: Host, workdir: Path) -> KernelTarget:
+        try:
+            return KernelTarget(self, setup, host)
+        except HostError as err:
+            raise StackError(str(err)) from None
+
+    def plan_target(self, setup: TargetSetup, host: Host) -> list[str]:
+        nvmet, port, lines = self.path("sys/kernel/config/nvmet"), 4420, []
+        say = lambda argv: lines.append(host.describe(argv))  # noqa: E731
+        write = lambda path, value: say(["sh", "-c", _WRITE, "sh", value, path])  # noqa: E731
+        say(["modprobe", "nvmet"])  # each module only when it is not loaded yet
+        say(["modprobe", "nvmet_tcp"])
+        write(self.path("sys/module/nvmet_tcp/parameters/idle_poll_period_usecs"), str(setup.idle_poll_us))
+        write(self.path("sys/module/nvmet_tcp/parameters/so_priority"), str(setup.so_priority))
+        for index, sub in enumerate(setup.subsystems):
+            device = sub.path or "?"
+            if sub.backend == "ram":
+                device = self.path(f"dev/shm/nvmflab-{port}-{index}.img")
+                say(["sh", "-c", _NEW_FILE, "sh", device, str(sub.size)])
+            elif sub.backend == "null":
+                nullb = self.path(f"sys/kernel/config/nullb/nvmflab-{port}-{index}")
+                say(["modprobe", "null_blk", "nr_devices=0"])
+                say(["mkdir", nullb])
+                write(f"{nullb}/size", str(max(1, -(-sub.size // (1 << 20)))))
+                write(f"{nullb}/blocksize", str(sub.block_size))
+                write(f"{nullb}/power", "1")
+                device = self.path(f"dev/nvmflab-{port}-{index}") + " (or dev/nullb$(cat INDEX) on older kernels)"
+            sub_dir = f"{nvmet}/subsystems/{sub.nqn}"
+            say(["mkdir", sub_dir])
+            write(f"{sub_dir}/attr_allow_any_host", "1")
+            say(["mkdir", f"{sub_dir}/namespaces/1"])
+            write(f"{sub_dir}/namespaces/1/device_path", device)
+            if sub.backend == "ram":
+                write(f"{sub_dir}/namespaces/1/buffered_io", "1")
+            write(f"{sub_dir}/namespaces/1/enable", "1")
+        port_dir = f"{nvmet}/ports/1"
+        say(["mkdir", port_dir])
+        for attr, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"), ("addr_traddr", setup.listen_ip),
+                            ("addr_trsvcid", str(port)), ("param_inline_data_size", str(setup.in_capsule_data_size))):
+            write(f"{port_dir}/{attr}", value)
+        for sub in setup.subsystems:
+            say(["ln", "-s", f"{nvmet}/subsystems/{sub.nqn}", f"{port_dir}/subsystems/{sub.nqn}"])
+        lines.append("(teardown: the steps above undone in reverse order; module parameters restored)")
+        return lines
+
+    # -- host side ------------------------------------------------------------------------------
+    def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> KernelSession:
+        try:
+            return self._open(job, target, host)
+        except HostError as err:
+            raise StackError(str(err)) from None
+
+    def _open(self, job: PerfJob, target: RunningTarget | None, host: Host) -> KernelSession:
+        fio, engine = host.binary("fio"), self._engine(host)
+        if job.knobs["completion"] == "poll" and engine != "io_uring":
+            raise StackError(f"{host.name}: completion = poll needs fio's io_uring engine (hipri); it is unusable here")
+        if job.local_path:  # the overhead study's local leg: fio on the file itself, no connect
+            return KernelSession(self, job, host, job.local_path, fio, engine)
+        if target is None or job.nqn is None:
+            raise StackError("a tcp job needs a running target and a subsystem NQN")
+        session = KernelSession(self, job, host, "", fio, engine, sudo=self._sudo_for(host))
+        try:
+            self._load_module(host, "nvme_tcp", None)  # the initiator driver stays loaded
+            # Both are read when a socket is made, so they are set before connecting.
+            for path, value in ((self.path("sys/module/nvme_tcp/parameters/so_priority"), job.knobs["so_priority"]),
+                                (self.path("proc/sys/net/core/busy_read"), job.knobs["busy_poll_us"])):
+                if not value and not self._exists(host, path):
+                    continue  # an older kernel without the setting runs as if it were 0
+                self._hold(host, path, str(value))
+                session.held.append(path)
+            hostid = str(uuid.uuid4())
+            session.hostnqn = f"nqn.2014-08.org.nvmexpress:uuid:{hostid}"  # ours alone: found and removed by it
+            self._run(host, connect_argv(job, target.address, target.port, session.hostnqn, hostid))
+            session.filename = self._wait_device(host, job.nqn, session.hostnqn)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def plan_host(self, job: PerfJob, address: str, port: int, host: Host, runtime: float = 10.0,
+                  ramp_time: float = 2.0) -> list[str]:
+        if job.local_path:
+            return [host.describe(fio_argv("fio", job, job.local_path, "io_uring", runtime, ramp_time, "fio.json"))]
+        hostid = "<uuid>"
+        hostnqn = f"nqn.2014-08.org.nvmexpress:uuid:{hostid}"
+        device = self.path("dev/nvmeXnY")
+        return [
+            host.describe(["sh", "-c", _WRITE, "sh", str(job.knobs["so_priority"]),
+                           self.path("sys/module/nvme_tcp/parameters/so_priority")]),
+            host.describe(["sh", "-c", _WRITE, "sh", str(job.knobs["busy_poll_us"]),
+                           self.path("proc/sys/net/core/busy_read")]),
+            host.describe(connect_argv(job, address, port, hostnqn, hostid)),
+            f"(wait for {device}: {self.path('sys/class/nvme')}/nvmeX with subsysnqn {job.nqn}, hostnqn "
+            f"{hostnqn}, state live)",
+            host.describe(fio_argv("fio", job, device, "io_uring", runtime, ramp_time, "fio.json")),
+            host.describe(["nvme", "disconnect", "-d", "nvmeX"]),
+            "(then the two settings above restored)",
+        ]
+
+    def _wait_device(self, host: Host, nqn: str, hostnqn: str) -> str:
+        deadline = time.monotonic() + DEVICE_WAIT_S
+        while True:
+            for _, namespaces in self._controllers(host, nqn, hostnqn, live=True):
+                for name in namespaces:
+                    device = self.path(f"dev/{name}")
+                    if self._exists(host, device):
+                        return device
+            if time.monotonic() > deadline:
+                raise StackError(f"{host.name}: no live controller with a namespace for {nqn} "
+                                 f"{DEVICE_WAIT_S:.0f} s after nvme connect")
+            time.sleep(0.2)
+
+    def _controllers(self, host: Host, nqn: str, hostnqn: str, live: bool = False) -> list[tuple[str, list[str]]]:
+        """Our controllers of `nqn` in sysfs: [(nvmeN, [block device names])]."""
+        done = self._run(host, ["sh", "-c", _SCAN, "sh", self.path("sys/class/nvme")], check=False)
+        return find_controllers(done.stdout, nqn, hostnqn, live)
+
+    def _engine(self, host: Host) -> str:
+        """io_uring where fio has it and the kernel allows it, else libaio."""
+        if host.name not in self._engines:
+            has = self._run(host, [host.binary("fio"), "--enghelp=io_uring"], check=False).returncode == 0
+            disabled = self._run(host, ["cat", self.path("proc/sys/kernel/io_uring_disabled")], check=False)
+            off = disabled.returncode == 0 and disabled.stdout.strip() == "2"  # 2: disabled for everyone
+            self._engines[host.name] = "io_uring" if has and not off else "libaio"
+        return self._engines[host.name]
+
+    # -- both -----------------------------------------------------------------------------------
+    def unavailable(self, host: Host, side) -> str | None:
+        try:
+            if not self._is_root(host):
+                return f"{host.name}: the kernel {side} needs root (or passwordless sudo)"
+            modules = ("nvmet", "nvmet_tcp") if side == "target" else ("nvme_tcp",)
+            for module in modules:
+                if not self._exists(host, self.path(f"sys/module/{module}")) and \
+                        self._run(host, ["modinfo", module], check=False).returncode != 0:
+                    return f"{host.name}: kernel module {module} is neither loaded nor installed"
+            if side == "target":
+                nvmet = self.path("sys/kernel/config/nvmet")
+                mounts = self._run(host, ["cat", self.path("proc/mounts")], check=False).stdout
+                if not self._exists(host, nvmet) and " configfs " not in mounts:
+                    return f"{host.name}: configfs is not mounted ({self.path('sys/kernel/config')})"
+                return None
+            for tool in ("nvme", "fio"):
+                if host.which(tool) is None:
+                    return f"{host.name}: {tool} not found ({'nvme-cli' if tool == 'nvme' else 'fio'} is needed)"
+        except (HostError, StackError) as err:
+            return str(err)
+        return None
+
+    def versions(self, host: Host) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for key, argv in (("kernel", ["uname", "-r"]), ("nvme-cli", ["nvme", "version"]), ("fio", ["fio", "--version"])):
+            try:
+                done = self._run(host, argv, check=False, sudo=False)
+                lines = (done.stdout or done.stderr).strip().splitlines() if done.returncode == 0 else []
+                out[key] = lines[0][:100] if lines else None
+            except (HostError, StackError):
+                out[key] = None
+        return out
+
+    # -- helpers: every command goes through the host, as root --------------------------------------
+    def _sudo_for(self, host: Host) -> list[str]:
+        if "*" in self._sudo:
+            return self._sudo["*"]
+        if host.name not in self._sudo:
+            uid = host.run(["id", "-u"], timeout=20).stdout.strip()
+            self._sudo[host.name] = [] if uid == "0" else ["sudo", "-n"]
+        return self._sudo[host.name]
+
+    def _is_root(self, host: Host) -> bool:
+        return self._run(host, ["true"], check=False).returncode == 0
+
+    def _run(self, host: Host, argv: list[str], check: bool = True, sudo: bool = True, timeout: float = 60):
+        prefix = self._sudo_for(host) if sudo else []
+        try:
+            return host.run(prefix + argv, timeout=timeout, check=check)
+        except HostError as err:
+            raise StackError(" ".join(str(err).split())) from None
+
+    def _exists(self, host: Host, path: str) -> bool:
+        return self._run(host, ["test", "-e", path], check=False).returncode == 0
+
+    def _read(self, host: Host, path: str) -> str:
+        return self._run(host, ["cat", path]).stdout.strip()[:4096]
+
+    def _write(self, host: Host, path: str, value: str) -> None:
+        self._run(host, ["sh", "-c", _WRITE, "sh", value, path])
+
+    def _set(self, host: Host, path: str, value: str, undo: list[list[str]], old: str | None = None) -> None:
+        """Write `value`, recording how to put back the old value (read first unless given)."""
+        old = self._read(host, path) if old is None else old
+        if old == value:
+            return
+        self._write(host, path, value)
+        undo.append(["sh", "-c", _WRITE, "sh", old, path])
+
+    def _mkdir(self, host: Host, path: str, undo: list[list[str]], what: str | None = None) -> None:
+        """mkdir that refuses an existing name: it is someone else's, and stays untouched."""
+        if what and self._exists(host, path):
+            raise StackError(f"{host.name}: {what} exists already ({path}); nvmflab does not reuse or touch it")
+        self._run(host, ["mkdir", path])
+        undo.append(["rmdir", path])
+
+    def _load_module(self, host: Host, module: str, undo: list[list[str]] | None, args: tuple[str, ...] = ()) -> None:
+        if self._exists(host, self.path(f"sys/module/{module}")):
+            return
+        self._run(host, ["modprobe", module, *args])
+        if undo is not None:  # `modprobe -r nvmet_tcp` may have taken nvmet along already
+            undo.append(["sh", "-c", '! test -e "$1" || modprobe -r "$2"', "sh",
+                         self.path(f"sys/module/{module}"), module])
+
+    def _free_port_id(self, host: Host, ports: str) -> int:
+        done = self._run(host, ["ls", ports])
+        used = {int(n) for n in done.stdout.split()[:65536] if n.isdigit() and len(n) < 6}
+        return next(i for i in range(1, 65536) if i not in used)
+
+    def _hold(self, host: Host, path: str, value: str) -> None:
+        """A host-wide setting for one session; sessions on one host must agree, the last restores it."""
+        key = (host.name, path)
+        if key in self._held:
+            users, old, held = self._held[key]
+            if held != value:
+                raise StackError(f"{host.name}: {path} is one value per host: another job holds {held}, "
+                                 f"this one wants {value}")
+            self._held[key][0] = str(int(users) + 1)
+            return
+        old = self._read(host, path)
+        if old != value:
+            self._write(host, path, value)
+        self._held[key] = ["1", old, value]
+
+    def _release(self, host: Host, path: str) -> None:
+        key = (host.name, path)
+        users, old, value = self._held[key]
+        if int(users) > 1:
+            self._held[key][0] = str(int(users) - 1)
+            return
+        del self._held[key]
+        if old != value:
+            self._write(host, path, old)
+
+
+def find_controllers(scan: str, nqn: str, hostnqn: str, live: bool) -> list[tuple[str, list[str]]]:
+    """Parse _SCAN's lines; a multipath path device (nvmeAcBnC) stands for its head nvmeAnC."""
+    found = []
+    for line in scan.splitlines()[:1024]:
+        fields = line.split("\t")
+        if len(fields) != 5 or not _CTRL.fullmatch(fields[0]):
+            continue
+        ctrl, subsysnqn, ctrl_hostnqn, state, entries = fields
+        if subsysnqn.strip() != nqn or ctrl_hostnqn.strip() != hostnqn or (live and state.strip() != "live"):
+            continue
+        names = sorted({f"nvme{m[1]}n{m[2]}" for e in entries.split()[:256] if (m := _NS.fullmatch(e))})
+        found.append((ctrl, names))
+    return found
+
+
+def _name(text: str, what: str) -> str:
+    """A configfs directory name from outside input: one path component, nothing else."""
+    if not text or len(text) > 223 or "/" in text or text in (".", "..") or not text.isprintable():
+        raise StackError(f"{what} {text[:60]!r} cannot name a configfs directory")
+    return text
+
+
+def _ms(seconds: float, least: int = 0) -> str:
+    return f"{max(least, round(seconds * 1000))}ms"

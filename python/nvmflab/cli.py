@@ -34,6 +34,7 @@ class StudyName(str, Enum):
     overhead = "overhead"
     saturation = "saturation"
     interference = "interference"
+    stacks = "stacks"
     all = "all"
 
 
@@ -61,7 +62,7 @@ PLAN_OPT = typer.Option(False, "--plan", help="print every command each host wou
 
 
 @app.command()
-def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturation, interference or all"),
+def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturation, interference, stacks or all"),
           spec: Optional[Path] = typer.Option(None, "--spec", help="spec file (default: studies/NAME.toml)"),
           quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides (about a minute)"),
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
@@ -158,10 +159,26 @@ def results_export(results: Path = typer.Argument(..., help="results directory")
 
 
 @app.command()
-def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
+        topology: Optional[Path] = typer.Option(None, "--topology", help="an inventory, or a spec with an ssh "
+                                                "[topology]: describe each of its hosts instead")) -> None:
     """Cores, CPU model, kernel, memory and the tools nvmflab can drive, with versions."""
     from .env import collect
 
+    if topology is not None:
+        from .env import topology_report, topology_tables
+        from .topology.base import HostError
+
+        try:
+            reports = topology_report(topology)
+        except (HostError, SpecError) as error:
+            fail(str(error))
+        if as_json:
+            out.print_json(json.dumps(reports))
+        else:
+            for table in topology_tables(reports):
+                out.print(table)
+        return
     info = collect()
     if as_json:
         out.print_json(json.dumps(info))

@@ -6,10 +6,12 @@ import os
 import platform
 import socket
 import subprocess
+import tomllib
+from pathlib import Path
 from typing import Any
 
 from .cores import available_cores
-from .tools import REPO_ROOT, tools_found
+from .tools import OUR_BINARIES, REPO_ROOT, VERSION_FLAGS, tools_found
 
 
 def cpu_model() -> str:
@@ -55,3 +57,152 @@ def collect() -> dict[str, Any]:
         "tools": tools_found(),
         "git_rev": git_rev(),
     }
+
+
+# -- hosts of a topology (`nvmflab env --topology FILE`) ------------------------------------------
+
+STACK_SIDES = ("target", "host")
+
+
+def topology_hosts(path: Path) -> list:
+    """The hosts FILE names: every host of an inventory (.yml/.yaml, or TOML with [hosts.*]), or
+    the target and initiators of a spec's `[topology]`."""
+    from .spec import load_spec
+    from .topology.inventory import load_inventory
+    from .topology.ssh import SshHost, open_hosts
+
+    path = Path(path)
+    is_inventory = path.suffix in (".yml", ".yaml")
+    if not is_inventory:
+        try:
+            is_inventory = "hosts" in tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            is_inventory = False  # load_spec reports it in its own words
+    if is_inventory:
+        return [SshHost(entry) for entry in load_inventory(path).values()]
+    return open_hosts(load_spec(path).topology, path.parent).all()
+
+
+def host_report(host) -> dict[str, Any]:
+    """What a host is and what nvmflab can run there; every probe that fails says so in place."""
+    from .topology.base import HostError
+
+    def probe(argv: list[str]) -> str | None:
+        try:
+            done = host.run(argv, check=False, timeout=20)
+        except HostError:
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    report: dict[str, Any] = {"host": host.name, "data_ip": host.data_ip}
+    try:
+        host.run(["true"], timeout=30)
+    except HostError as err:
+        return report | {"error": str(err)}
+    cpuinfo = probe(["grep", "-m1", "^model name", "/proc/cpuinfo"]) or ""
+    report["cpu_model"] = cpuinfo.split(":", 1)[1].strip() if ":" in cpuinfo else "unknown"
+    online = probe(["nproc", "--all"])
+    report["cores"] = int(online) if online and online.isdigit() else None
+    try:
+        report["cores_usable"] = host.cores
+    except HostError:
+        report["cores_usable"] = None
+    report["kernel"] = probe(["uname", "-r"]) or "unknown"
+    report["nic"], report["nic_driver"] = nic_for(host, probe)
+    tools: dict[str, Any] = {}
+    for name, flag in VERSION_FLAGS.items():
+        if name in OUR_BINARIES and host.remote:  # the `ours` stack line says whether they run there
+            tools[name] = {"path": None, "version": None, "note": "copied from this machine at run time"}
+            continue
+        path = host.which(name)
+        version = probe([path, flag]) if path else None
+        tools[name] = {"path": path, "version": version.splitlines()[0] if version else None}
+    report["tools"] = tools
+    report["stacks"] = stack_availability(host)
+    return report
+
+
+def nic_for(host, probe) -> tuple[str | None, str | None]:
+    """The interface holding the data address, and its driver (sysfs, else ethtool)."""
+    text = probe(["ip", "-o", "addr", "show"]) or ""
+    device = None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].split("/")[0] == host.data_ip:
+            device = fields[1].split("@")[0]
+            break
+    if device is None or not all(c.isalnum() or c in "._-" for c in device):
+        return None, None
+    link = probe(["readlink", f"/sys/class/net/{device}/device/driver"])
+    if link:
+        return device, link.rsplit("/", 1)[-1]
+    info = probe(["ethtool", "-i", device]) or ""
+    for line in info.splitlines():
+        if line.startswith("driver:"):
+            return device, line.split(":", 1)[1].strip() or None
+    return device, None
+
+
+def stack_availability(host) -> dict[str, dict[str, str | None]]:
+    """stack -> side -> None (usable) or what is missing; a stack that cannot even load says why."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name in ("ours", "kernel", "spdk"):
+        try:
+            from .stacks import get_stack
+
+            stack = get_stack(name)
+        except Exception as err:  # a stack module missing or broken must not hide the others
+            out[name] = {side: f"not available: {' '.join(str(err).split()) or type(err).__name__}"
+                         for side in STACK_SIDES}
+            continue
+        sides: dict[str, str | None] = {}
+        for side in STACK_SIDES:
+            try:
+                sides[side] = stack.unavailable(host, side)
+            except Exception as err:
+                sides[side] = f"not available: {' '.join(str(err).split()) or type(err).__name__}"
+        out[name] = sides
+    return out
+
+
+def topology_report(path: Path) -> list[dict[str, Any]]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    hosts = topology_hosts(path)
+    try:
+        # Each probe is a round trip; hosts are independent, so ask them all at once.
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts) or 1)) as pool:
+            return list(pool.map(host_report, hosts))
+    finally:
+        for host in hosts:
+            host.close()
+
+
+def topology_tables(reports: list[dict[str, Any]]) -> list:
+    """One table per host for the terminal."""
+    from rich.table import Table
+
+    tables = []
+    for r in reports:
+        table = Table("item", "value", show_header=False, title=f"{r['host']} (data address {r['data_ip']})")
+        if "error" in r:
+            table.add_row("unreachable", r["error"])
+            tables.append(table)
+            continue
+        usable = r["cores_usable"]
+        table.add_row("cpu model", r["cpu_model"])
+        table.add_row("cores", f"{r['cores']} (usable: {','.join(map(str, usable)) if usable else 'unknown'})")
+        table.add_row("kernel", r["kernel"])
+        driver = f" (driver {r['nic_driver']})" if r["nic_driver"] else ""
+        table.add_row("nic", (r["nic"] or "no interface holds the data address") + driver)
+        for stack, sides in r["stacks"].items():
+            for side, why in sides.items():
+                table.add_row(f"stack {stack} {side}", "usable" if why is None else f"missing: {why}")
+        for name, tool in r["tools"].items():
+            if tool.get("note"):
+                table.add_row(name, tool["note"])
+            else:
+                table.add_row(name, f"{tool['version'] or '(no version)'}  {tool['path']}" if tool["path"]
+                              else "not found")
+        tables.append(table)
+    return tables

@@ -37,6 +37,15 @@ def spawn(argv: list[str], cpus: tuple[int, ...] | list[int] | None, stdout, std
     return proc
 
 
+def track(proc: subprocess.Popen) -> None:
+    """Register a child started elsewhere (an ssh client) so that `stop_all()` ends it too."""
+    _live[proc.pid] = proc
+
+
+def untrack(proc: subprocess.Popen) -> None:
+    _live.pop(proc.pid, None)
+
+
 def wait_rusage(proc: subprocess.Popen, timeout: float) -> tuple[int | None, float, float]:
     """Wait for proc; returns (exit code or None on timeout, user s, sys s) from wait4's rusage."""
     deadline = time.monotonic() + timeout

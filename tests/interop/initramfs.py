@@ -6,6 +6,13 @@ libraries `ldd` names, and the scenario script. Nothing is downloaded and nothin
 the result is cached under `.cache/interop/`, keyed on a hash of every input, and rebuilt when a
 package or the script changes.
 
+`build(cache, ssh=True)` makes a second image, cached beside the first: the SSH guest, a host the
+harness drives over SSH like a real server. It carries OpenSSH's sshd and sftp-server, kmod with
+a module tree indexed by `depmod` (so `modprobe nvmet-tcp` works as on a server), nvmet and
+null_blk besides the modules above, nvme-cli and fio at their installed paths, and boots
+`guest/init-sshd`. The authorized key comes on the kernel command line, so one image serves
+every run.
+
 The kernel is also unpacked from its bzImage into an ELF `vmlinux`: under software emulation
 decompressing xz at every boot costs seconds, and qemu boots the ELF directly (PVH entry).
 """
@@ -36,6 +43,29 @@ MODULES = [
 # /dev/nvmeXn1 belongs to controller nvmeX.
 MODULE_ARGS = {"brd.ko": "rd_nr=1 rd_size=65536", "nvme-core.ko": "multipath=N"}
 PROGRAMS = ["nvme", "fio"]
+# The SSH guest: modules the kernel stack loads itself (modprobe over SSH); programs keep their
+# installed paths (sshd re-executes itself by its absolute path); kmod's multi-call links. The
+# harness's SSH host asks `ss` for listening ports and `getconf` for clock ticks (not in busybox).
+# /bin/sh is dash, as on Debian: busybox-static's shell would run its own applets (modprobe,
+# rmmod...) in preference to the real programs on PATH.
+SSH_MODULES = MODULES + ["nvmet", "null_blk"]
+SSH_PROGRAMS = ["dash", "nvme", "fio", "kmod", "sshd", "/usr/lib/openssh/sftp-server", "ss", "getconf"]
+KMOD_LINKS = ["modprobe", "insmod", "rmmod", "lsmod", "modinfo"]
+MODULE_INDEXES = ["modules.order", "modules.builtin", "modules.builtin.modinfo"]
+SSHD_CONFIG = """\
+ListenAddress 0.0.0.0
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+AuthorizedKeysFile /root/.ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+PidFile /run/sshd.pid
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
 GUEST_DIR = Path(__file__).parent / "guest"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 ELF_MAGIC = b"\x7fELF"
@@ -72,10 +102,10 @@ def find_kernel() -> tuple[str, Path]:
     raise BuildError("no kernel with modules in /boot and /lib/modules: install linux-image-amd64")
 
 
-def module_files(version: str) -> list[Path]:
-    """Every module file the scenarios need, dependencies first, each once."""
+def module_files(version: str, names: list[str] = MODULES) -> list[Path]:
+    """Every module file `names` need, dependencies first, each once."""
     seen: dict[Path, None] = {}
-    for name in MODULES:
+    for name in names:
         out = _run(["modprobe", "-S", version, "--show-depends", name])
         for line in out.splitlines():
             parts = line.split()
@@ -110,9 +140,9 @@ def unpack_kernel(vmlinuz: Path) -> bytes:
     raise BuildError(f"{vmlinuz}: no xz-compressed ELF kernel inside")
 
 
-def _inputs(version: str, vmlinuz: Path, files: list[Path]) -> str:
+def _inputs(version: str, vmlinuz: Path, files: list[Path], init: Path) -> str:
     h = hashlib.sha256()
-    for p in [vmlinuz, *files, *sorted(GUEST_DIR.rglob("*"))]:
+    for p in [vmlinuz, *files, init]:
         if p.is_file():
             st = p.stat()
             h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}\n".encode())
@@ -155,27 +185,62 @@ def _populate(tree: Path, modules: list[Path], programs: dict[str, Path]) -> Non
             dest.parent.mkdir(parents=True, exist_ok=True)
             if not dest.exists():
                 shutil.copy2(lib.resolve(), dest)
-    for script in GUEST_DIR.iterdir():
-        shutil.copy2(script, tree / script.name)
-        (tree / script.name).chmod(0o755)
+    shutil.copy2(GUEST_DIR / "init", tree / "init")
     (tree / "init").chmod(0o755)
 
 
-def build(cache: Path) -> BootFiles:
-    """Makes (or reuses) the ELF kernel and the initramfs under `cache`."""
+def _populate_ssh(tree: Path, version: str, modules: list[Path], programs: list[Path]) -> None:
+    """The SSH guest's tree: a small server with the layout the kernel stack expects."""
+    for d in ["bin", "sbin", "usr/sbin", "dev", "proc", "sys", "tmp", "run/sshd", "mnt", "root/.ssh", "etc/ssh"]:
+        (tree / d).mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["ldd", "/bin/busybox"], capture_output=True).returncode == 0:
+        raise BuildError("/bin/busybox is dynamically linked: install busybox-static")
+    shutil.copy2("/bin/busybox", tree / "bin/busybox")
+    os.symlink("/usr/bin/dash", tree / "bin/sh")  # the other applets are linked by /init
+    moddir = Path("/lib/modules") / version
+    for path in modules + [moddir / name for name in MODULE_INDEXES]:
+        dest = tree / path.relative_to("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+    _run(["depmod", "-b", str(tree), version])
+    for path in programs:
+        for f in [path, *shared_libraries(path)]:
+            dest = tree / f.relative_to("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                shutil.copy2(f.resolve(), dest)
+    for name in KMOD_LINKS:
+        os.symlink("/usr/bin/kmod", tree / "usr/sbin" / name)
+    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n")
+    (tree / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (tree / "etc/ssh/sshd_config").write_text(SSHD_CONFIG)
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "nvmflab-ssh-guest",
+          "-f", str(tree / "etc/ssh/ssh_host_ed25519_key")])
+    shutil.copy2(GUEST_DIR / "init-sshd", tree / "init")
+    (tree / "init").chmod(0o755)
+
+
+def _program(name: str) -> Path:
+    """An installed program by name (searching the sbin folders too) or absolute path."""
+    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if not found:
+        raise BuildError(f"{name} is not installed (scripts/install-deps.sh installs it)")
+    return Path(found)
+
+
+def build(cache: Path, ssh: bool = False) -> BootFiles:
+    """Makes (or reuses) the ELF kernel and the initramfs under `cache`: the scenario guest, or
+    with `ssh` the SSH guest (`initramfs-*` and `sshguest-*`, each kept when the other is built)."""
     version, vmlinuz = find_kernel()
-    modules = module_files(version)
-    programs = {}
-    for name in PROGRAMS:
-        found = shutil.which(name)
-        if not found:
-            raise BuildError(f"{name} is not installed (scripts/install-deps.sh installs it)")
-        programs[name] = Path(found)
+    modules = module_files(version, SSH_MODULES if ssh else MODULES)
+    programs = {name: _program(name) for name in (SSH_PROGRAMS if ssh else PROGRAMS)}
     libs = [lib for p in programs.values() for lib in shared_libraries(p)]
-    key = _inputs(version, vmlinuz, modules + list(programs.values()) + libs)
+    init = GUEST_DIR / ("init-sshd" if ssh else "init")
+    key = _inputs(version, vmlinuz, modules + list(programs.values()) + libs, init)
     st = vmlinuz.stat()
     kernel = cache / f"vmlinux-{version}-{st.st_size}-{st.st_mtime_ns}"
-    initrd = cache / f"initramfs-{key}.cpio.lz4"
+    prefix = "sshguest" if ssh else "initramfs"
+    initrd = cache / f"{prefix}-{key}.cpio.lz4"
     cache.mkdir(parents=True, exist_ok=True)
     if not kernel.exists():
         for old in cache.glob("vmlinux-*"):
@@ -184,12 +249,15 @@ def build(cache: Path) -> BootFiles:
         tmp.write_bytes(unpack_kernel(vmlinuz))
         tmp.rename(kernel)
     if not initrd.exists():
-        for old in cache.glob("initramfs-*.cpio.lz4"):
+        for old in cache.glob(f"{prefix}-*.cpio.lz4"):
             old.unlink()
-        tree = cache / "tree"
+        tree = cache / f"tree-{prefix}"
         shutil.rmtree(tree, ignore_errors=True)
         tree.mkdir()
-        _populate(tree, modules, programs)
+        if ssh:
+            _populate_ssh(tree, version, modules, list(programs.values()))
+        else:
+            _populate(tree, modules, programs)
         tmp = initrd.with_suffix(".tmp")
         _cpio_from_tree(tree, tmp)
         tmp.rename(initrd)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from .analysis import interference, overhead, polling, saturation, sweep
+from .analysis import interference, overhead, polling, saturation, stacks, sweep
 from .analysis.result import StudyResult
 
 ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
@@ -28,6 +28,7 @@ ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
     "overhead": overhead.analyze,
     "saturation": saturation.analyze,
     "interference": interference.analyze,
+    "stacks": stacks.analyze,
 }
 STORE_FILE = "results.sqlite"
 TEMPLATES = Path(__file__).parent / "templates"

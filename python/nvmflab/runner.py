@@ -52,7 +52,23 @@ class Runner:
         local = LocalHost(workdir=self.workdir)
         self.hosts = hosts or Hosts(local, [local])
         self._target: RunningTarget | None = None
+        self._target_stack_name: str | None = None
+        self._stacks = {s.name: s for s in (self.target_stack, self.host_stack)}
         self._versions: dict[str, str | None] = {}
+
+    def stacks_for(self, point: Point) -> tuple[Stack, Stack]:
+        """The point's (target, host) stacks: its knobs name them (`study stacks` mixes pairs)."""
+        return (self._stack(point.knobs.get("target_stack"), self.target_stack),
+                self._stack(point.knobs.get("host_stack"), self.host_stack))
+
+    def _stack(self, name: str | None, default: Stack) -> Stack:
+        if name is None:
+            return default
+        if name not in self._stacks:
+            from .stacks import get_stack
+
+            self._stacks[name] = get_stack(name)
+        return self._stacks[name]
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
         done = self.store.done_keys()
@@ -95,15 +111,16 @@ class Runner:
     def _measure(self, point: Point, raw: dict[str, Any]) -> tuple[list[dict[str, Any]], str, str | None]:
         if point.prepare:
             point.prepare()
-        target = self._target_for(point.target) if point.target else None
+        target_stack, host_stack = self.stacks_for(point)
+        target = self._target_for(point.target, target_stack) if point.target else None
         before = target.stats() if target else None
         cpu_before = target.cpu_seconds() if target else None
-        outputs = self._run_perf(point, target, raw)
+        outputs = self._run_perf(point, host_stack, target, raw)
         after = target.stats() if target else None
         cpu_after = target.cpu_seconds() if target else None
         delta = counters.diff(before, after) if before is not None and after is not None else None
         raw["target_stats_before"], raw["target_stats_after"] = before, after
-        versions = {"target_stack_version": self._version(self.target_stack, self.hosts.target) if target else None}
+        versions = {"target_stack_version": self._version(target_stack, self.hosts.target) if target else None}
 
         invariant_ok, invariant_detail = None, None
         if point.invariant and delta is not None:
@@ -115,7 +132,7 @@ class Runner:
                 "role": job.role, "knobs": point.knobs | job.knobs,
                 "perf_usr_s": output["usr_s"], "perf_sys_s": output["sys_s"],
                 "invariant_ok": invariant_ok, "invariant_detail": invariant_detail,
-                "host_stack_version": self._version(self.host_stack, self.hosts.initiator(job.host)),
+                "host_stack_version": self._version(host_stack, self.hosts.initiator(job.host)),
             } | versions
             if cpu_before is not None and cpu_after is not None:
                 row |= {"target_usr_s": cpu_after[0] - cpu_before[0], "target_sys_s": cpu_after[1] - cpu_before[1]}
@@ -126,13 +143,14 @@ class Runner:
             return rows, "invalid", invariant_detail
         return rows, "ok", None
 
-    def _run_perf(self, point: Point, target: RunningTarget | None, raw: dict[str, Any]) -> dict[str, Any]:
+    def _run_perf(self, point: Point, host_stack: Stack, target: RunningTarget | None,
+                  raw: dict[str, Any]) -> dict[str, Any]:
         running: list[tuple[PerfJob, Host, Any, str, Path, HostProcess]] = []
         sessions = []
         try:
             for job in point.jobs:
                 host = self.hosts.initiator(job.host)
-                session = self.host_stack.open_host(job, target, host, self.workdir)
+                session = host_stack.open_host(job, target, host, self.workdir)
                 sessions.append(session)
                 output = self._output_path(host, f"{point.key}-{job.role}.json")
                 argv = session.perf_argv(point.runtime, point.ramp_time, output)
@@ -175,11 +193,13 @@ class Runner:
             self._versions[key] = stack.version(host)
         return self._versions[key]
 
-    def _target_for(self, setup: TargetSetup) -> RunningTarget:
-        if self._target is not None and (self._target.setup != setup or not self._target.alive()):
+    def _target_for(self, setup: TargetSetup, stack: Stack) -> RunningTarget:
+        if self._target is not None and (self._target.setup != setup or self._target_stack_name != stack.name
+                                         or not self._target.alive()):
             self._drop_target()
         if self._target is None:
-            self._target = self.target_stack.start_target(setup, self._target_host(setup), self.workdir)
+            self._target = stack.start_target(setup, self._target_host(setup), self.workdir)
+            self._target_stack_name = stack.name
         return self._target
 
     def _target_host(self, setup: TargetSetup) -> Host:

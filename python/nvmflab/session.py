@@ -52,10 +52,11 @@ def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
         except (OSError, sqlite3.Error) as error:
             raise SessionError(f"{results}: cannot keep results there ({error})") from None
         params = study_params(spec.study, spec.params) if spec.study else None
-        planned = plan_points(spec, study_name, params, store, target_stack, host_stack, hosts)
-        check_points(planned, spec, target_stack, host_stack)
+        planner = PlanningRunner(store, target_stack, host_stack, hosts)
+        _study(Context(spec=spec, study=study_name, runner=planner, store=store), params)
+        check_points(planner.planned, planner)
         if plan:
-            return render_plan(planned, target_stack, host_stack, hosts)
+            return render_plan(planner)
         return _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts)
     finally:
         hosts.close()
@@ -117,20 +118,14 @@ def open_hosts(spec: Spec, path: Path, workdir: Path) -> Hosts:
         raise SessionError(str(error)) from None
 
 
-def plan_points(spec: Spec, study_name: str, params, store: ResultsStore, target_stack: Stack, host_stack: Stack,
-                hosts: Hosts) -> list[tuple[str, Point]]:
-    planner = PlanningRunner(store, target_stack, host_stack, hosts)
-    _study(Context(spec=spec, study=study_name, runner=planner, store=store), params)
-    return planner.planned
-
-
-def check_points(planned: list[tuple[str, Point]], spec: Spec, target_stack: Stack, host_stack: Stack) -> None:
-    """Every knob of every point against both stacks; the first refusal ends the run before it starts."""
+def check_points(planned: list[tuple[str, Point]], runner: Runner) -> None:
+    """Every knob of every point against both of its stacks; the first refusal ends the run before it starts."""
     defaults = Knobs().model_dump()
     for _, point in planned:
         if point.skip_reason:
             continue
         try:
+            target_stack, host_stack = runner.stacks_for(point)
             if point.target is not None:
                 target_stack.check_knobs(point.knobs, "target", defaults)
             for job in point.jobs:
@@ -150,20 +145,21 @@ def check_available(target_stack: Stack, host_stack: Stack, hosts: Hosts) -> Non
             raise SessionError(reason)
 
 
-def render_plan(planned: list[tuple[str, Point]], target_stack: Stack, host_stack: Stack, hosts: Hosts) -> str:
+def render_plan(planner: PlanningRunner) -> str:
     """Every command each host would run, point by point, with nothing run. Ports are shown as
     4420; a run picks free ones."""
-    lines, last_setup = [], None
-    for description, point in planned:
+    lines, last_setup, hosts = [], None, planner.hosts
+    for description, point in planner.planned:
+        target_stack, host_stack = planner.stacks_for(point)
         lines.append(f"# {description} · {point.leg} · repeat {point.repeat} · "
                      + ", ".join(f"{k}={v}" for k, v in sorted(point.knobs.items())))
         if point.skip_reason or point.fail_reason:
             lines.append(f"  (not run: {point.skip_reason or point.fail_reason})")
             continue
-        if point.target is not None and point.target != last_setup:
+        if point.target is not None and (point.target, target_stack.name) != last_setup:
             target_host = hosts.target if not point.target.netns else LocalHost(name=f"netns {point.target.netns}")
             lines += [f"  {line}" for line in target_stack.plan_target(point.target, target_host)]
-            last_setup = point.target
+            last_setup = (point.target, target_stack.name)
         for job in point.jobs:
             host = hosts.initiator(job.host)
             address = point.target.listen_ip if point.target else ""

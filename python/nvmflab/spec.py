@@ -113,7 +113,7 @@ SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)
 
 class Spec(_Strict):
     name: str = "sweep"
-    study: Literal["polling", "overhead", "saturation", "interference"] | None = None
+    study: Literal["polling", "overhead", "saturation", "interference", "stacks"] | None = None
     description: str = ""
     topology: Topology = Topology()
     stack: Annotated[StackChoice, BeforeValidator(_stack_table)] = StackChoice()

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-STUDIES = ("polling", "overhead", "saturation", "interference")
+STUDIES = ("polling", "overhead", "saturation", "interference", "stacks")
 
 
 def study_module(name: str) -> ModuleType:

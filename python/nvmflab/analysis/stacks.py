@@ -1,0 +1,197 @@
+"""The `stacks` study: target stack × host stack pairs side by side, as ratios to a baseline pair.
+
+The L-app is 4 KiB random read at QD1 (latency), the T-app the same over queue depths (IOPS), the
+B-app large random reads (bandwidth). Ratios are of medians over the interleaved repeats, which a
+noisy repeat moves less than a mean. Comparing pairs that share a host (or a target) tells which
+side limits: with the host fixed, a faster pair has the faster target.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import pandas as pd
+
+from .. import plots
+from .common import excluded_points, study_rows
+from .result import Figure, StudyResult, Table
+from .stats import collapse_jobs, usable
+from .text import kiops, mbps, size, times, us
+
+STUDY = "stacks"
+REFERENCE_QD = 32  # the queue depth the matrix compares at when measured (the largest otherwise)
+
+
+def pair_label(leg: str) -> str:
+    target, _, host = leg.partition("/")
+    return f"{target} target × {host} host"
+
+
+def baseline_of(runs: pd.DataFrame) -> str:
+    """The baseline pair the latest stacks run asked for (its spec's params), else spdk/spdk."""
+    mine = runs[runs["study"] == STUDY] if not runs.empty else runs
+    for text in reversed(list(mine["spec_toml"])) if len(mine) else []:
+        try:
+            return tomllib.loads(text).get("params", {}).get("baseline", "spdk/spdk")
+        except tomllib.TOMLDecodeError:
+            continue
+    return "spdk/spdk"
+
+
+def medians(data: pd.DataFrame) -> pd.DataFrame:
+    """Median over repeats per pair, app, block size and queue depth."""
+    collapsed = collapse_jobs(data)
+    metrics = ["iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"]
+    grouped = collapsed.groupby(["leg", "app", "bs", "iodepth"], as_index=False)
+    out = grouped[metrics].median()
+    out["repeats"] = grouped.size()["size"].values
+    return out
+
+
+def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
+    rows = study_rows(measurements, STUDY)
+    out = StudyResult(STUDY, "Stacks side by side: target stack × host stack")
+    out.excluded = excluded_points(rows)
+    data = usable(rows)
+    data = data[data["role"] == "main"] if not data.empty else data
+    _skipped_pairs(rows, data, out)
+    if data.empty:
+        out.findings.append("The stacks study has no usable measurements for any pair.")
+        return out
+    data = data.assign(app=[_app(k) for k in data["knobs_json"]])
+    med = medians(data)
+    pairs = list(dict.fromkeys(med["leg"]))
+    asked = baseline_of(runs)
+    baseline = asked if asked in pairs else ("ours/ours" if "ours/ours" in pairs else pairs[0])
+    if baseline != asked:
+        out.findings.append(f"The baseline pair {pair_label(asked)} has no usable measurements here, so the "
+                            f"ratios are taken against {pair_label(baseline)}.")
+    tapp = med[med["app"].isin(["L-app", "T-app"]) & (med["bs"] == 4096)]
+    qds = sorted(set(tapp["iodepth"]))
+    ref_qd = REFERENCE_QD if REFERENCE_QD in qds else (max(qds) if qds else None)
+    _side_by_side(med, pairs, baseline, ref_qd, out)
+    if ref_qd is not None:
+        _matrix(tapp, pairs, baseline, ref_qd, out)
+        _bottleneck(tapp, pairs, ref_qd, out)
+    if len(qds) > 1:
+        out.figures.append(Figure(
+            "stacks_iops_vs_qd",
+            plots.iops_vs_qd(tapp.rename(columns={"leg": "pair"}).groupby(["pair", "iodepth"], as_index=False)
+                             .agg(iops_mean=("iops", "median"), iops_ci95=("iops", lambda _: math.nan)),
+                             "pair", "T-app: IOPS vs queue depth per target × host pair (4 KiB random read)",
+                             label=lambda leg: pair_label(str(leg))),
+            "Median IOPS over the interleaved repeats per pair and queue depth."))
+    _bars(med, pairs, out)
+    return out
+
+
+def _app(knobs_json: str) -> str:
+    import json
+
+    return json.loads(knobs_json).get("app", "T-app")
+
+
+def _value(med: pd.DataFrame, leg: str, app: str, column: str, qd: int | None = None) -> float:
+    sel = med[(med["leg"] == leg) & (med["app"] == app)]
+    if qd is not None:
+        sel = sel[sel["iodepth"] == qd]
+    return float(sel[column].iloc[0]) if len(sel) else math.nan
+
+
+def _tapp_iops(tapp: pd.DataFrame, leg: str, qd: int) -> float:
+    sel = tapp[(tapp["leg"] == leg) & (tapp["iodepth"] == qd)]
+    return float(sel["iops"].max()) if len(sel) else math.nan
+
+
+def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None, out: StudyResult) -> None:
+    records = []
+    b_lat = _value(med, baseline, "L-app", "lat_mean_ns")
+    b_bw = _value(med, baseline, "B-app", "bw_bytes")
+    tapp = med[med["bs"] == 4096]
+    b_iops = _tapp_iops(tapp, baseline, ref_qd) if ref_qd else math.nan
+    for leg in pairs:
+        lat = _value(med, leg, "L-app", "lat_mean_ns")
+        iops = _tapp_iops(tapp, leg, ref_qd) if ref_qd else math.nan
+        bw = _value(med, leg, "B-app", "bw_bytes")
+        records.append({
+            "target × host": pair_label(leg),
+            "L-app mean (µs)": round(lat / 1e3, 1), "L-app p99 (µs)": round(_value(med, leg, "L-app", "lat_p99_ns") / 1e3, 1),
+            f"T-app QD{ref_qd} KIOPS": round(iops / 1e3, 1), "B-app MB/s": round(bw / 1e6, 0),
+            "L-app latency ÷ baseline": round(lat / b_lat, 2), f"QD{ref_qd} IOPS ÷ baseline": round(iops / b_iops, 2),
+            "B-app ÷ baseline": round(bw / b_bw, 2),
+            "repeats": int(med[med["leg"] == leg]["repeats"].min()),
+        })
+        if leg != baseline and not math.isnan(iops / b_iops):
+            out.findings.append(
+                f"{pair_label(leg)}: {times(iops / b_iops)} the IOPS of {pair_label(baseline)} at QD{ref_qd} "
+                f"({kiops(iops)} vs {kiops(b_iops)}); L-app mean latency {us(lat)} vs {us(b_lat)}"
+                + (f"; B-app {mbps(bw)} vs {mbps(b_bw)} ({times(bw / b_bw)})" if not math.isnan(bw / b_bw) else "")
+                + ".")
+    bapp = med[med["app"] == "B-app"]
+    bapp_note = f" B-app: {size(bapp['bs'].iloc[0])} random read at QD{int(bapp['iodepth'].iloc[0])}." if len(bapp) else ""
+    out.tables.append(Table("Pairs side by side", pd.DataFrame(records),
+                            f"Medians over interleaved repeats; ratios against {pair_label(baseline)} "
+                            f"(latency: lower is better, IOPS and bandwidth: higher is better).{bapp_note}"))
+
+
+def _matrix(tapp: pd.DataFrame, pairs: list[str], baseline: str, qd: int, out: StudyResult) -> None:
+    targets = list(dict.fromkeys(p.partition("/")[0] for p in pairs))
+    hosts = list(dict.fromkeys(p.partition("/")[2] for p in pairs))
+    base = _tapp_iops(tapp, baseline, qd)
+    frame = pd.DataFrame({"target \\ host": targets})
+    for host in hosts:
+        frame[f"{host} host"] = [round(_tapp_iops(tapp, f"{t}/{host}", qd) / base, 2) for t in targets]
+    out.tables.append(Table(f"IOPS at QD{qd} as a multiple of {pair_label(baseline)}", frame,
+                            "Rows: target stack; columns: host stack; blank where the pair did not run."))
+
+
+def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, out: StudyResult) -> None:
+    """With one side fixed, the other side's stacks compared: which side limits the pair."""
+    for side, fixed_index in (("host", 2), ("target", 0)):
+        by_fixed: dict[str, list[str]] = {}
+        for leg in pairs:
+            by_fixed.setdefault(leg.partition("/")[fixed_index], []).append(leg)
+        for fixed, legs in by_fixed.items():
+            ranked = sorted(((l, _tapp_iops(tapp, l, qd)) for l in legs), key=lambda x: -x[1])
+            ranked = [(l, v) for l, v in ranked if not math.isnan(v)]
+            if len(ranked) < 2:
+                continue
+            (best, top), (worst, low) = ranked[0], ranked[-1]
+            other = "target" if side == "host" else "host"
+            pick = 0 if other == "target" else 2
+            out.findings.append(
+                f"With the {fixed} {side}, the {best.partition('/')[pick]} {other} gives {times(top / low)} the "
+                f"QD{qd} IOPS of the {worst.partition('/')[pick]} {other}.")
+
+
+def _bars(med: pd.DataFrame, pairs: list[str], out: StudyResult) -> None:
+    bapp = [(leg, _value(med, leg, "B-app", "bw_bytes")) for leg in pairs]
+    bapp = [(leg, v) for leg, v in bapp if not math.isnan(v)]
+    if bapp:
+        out.figures.append(Figure(
+            "stacks_bapp_bandwidth",
+            plots.bars([pair_label(l).replace(" × ", "\n× ") for l, _ in bapp], [v / 1e6 for _, v in bapp],
+                       [math.nan] * len(bapp), title="B-app bandwidth per target × host pair", ylabel="MB/s"),
+            "Median bandwidth of large random reads per pair."))
+    lapp = [(leg, _value(med, leg, "L-app", "lat_mean_ns")) for leg in pairs]
+    lapp = [(leg, v) for leg, v in lapp if not math.isnan(v)]
+    if lapp:
+        out.figures.append(Figure(
+            "stacks_lapp_latency",
+            plots.bars([pair_label(l).replace(" × ", "\n× ") for l, _ in lapp], [v / 1e3 for _, v in lapp],
+                       [math.nan] * len(lapp), title="L-app mean latency per target × host pair (4 KiB, QD1)",
+                       ylabel="mean latency (µs)"),
+            "Median of the mean completion latency at QD1 per pair."))
+
+
+def _skipped_pairs(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
+    if rows.empty:
+        return
+    ran = set(data["leg"]) if not data.empty else set()
+    for leg, group in rows.groupby("leg", sort=False):
+        if leg in ran:
+            continue
+        reasons = group["error"].dropna()
+        status = "skipped" if (group["status"] == "skipped").all() else "failed"
+        out.findings.append(f"{pair_label(leg)}: {status}" + (f" ({reasons.iloc[0]})" if len(reasons) else "") + ".")

@@ -1,0 +1,85 @@
+"""`stacks`: every available target stack × host stack pair side by side, so a user sees which side
+is the bottleneck ("ours target with SPDK host: 1.10× the IOPS of SPDK target with SPDK host at
+QD32").
+
+Each pair measures the L-app (4 KiB random read, QD1), the T-app (4 KiB random read over
+`iodepth`) and the B-app (`bapp_bs` random read at `bapp_iodepth`). Repeats are interleaved: round
+r measures every pair before round r+1 starts, so a machine that gets busier for a while hurts
+every pair alike. A pair whose stacks cannot run here (no nvmet on this kernel, no SPDK build) is
+stored as skipped with the reason. Knobs the spec leaves unset take the value each stack always has
+(SPDK's host always polls); a knob set explicitly must be one every pair can honour.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..plan import Point
+from ..spec import STACK_NAMES, IoDepth, Size, StackName
+from ..stacks import Stack, StackError, get_stack
+from .common import Context, point_knobs, tcp_point
+
+LAPP = {"app": "L-app", "rw": "randread", "bs": 4096, "iodepth": 1, "numjobs": 1}
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    targets: list[StackName] = Field(default=list(STACK_NAMES), min_length=1)
+    hosts: list[StackName] = Field(default=list(STACK_NAMES), min_length=1)
+    baseline: str = "spdk/spdk"  # target/host pair the ratios are taken against (falls back to ours/ours)
+    iodepth: list[IoDepth] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128], min_length=1)
+    bapp_bs: Size = 128 << 10
+    bapp_iodepth: IoDepth = 32
+
+    @field_validator("baseline")
+    @classmethod
+    def _pair(cls, value: str) -> str:
+        parts = value.split("/")
+        if len(parts) != 2 or any(p not in STACK_NAMES for p in parts):
+            raise ValueError(f"baseline must be TARGET/HOST with each one of {', '.join(STACK_NAMES)} "
+                             f"(got {value!r})")
+        return value
+
+
+def apps(params: Params) -> list[dict]:
+    tapp = [{"app": "T-app", "rw": "randread", "bs": 4096, "iodepth": qd, "numjobs": 1} for qd in params.iodepth]
+    bapp = [{"app": "B-app", "rw": "randread", "bs": params.bapp_bs, "iodepth": params.bapp_iodepth, "numjobs": 1}]
+    return [LAPP] + tapp + bapp
+
+
+def pair_knobs(ctx: Context, target: Stack, host: Stack, app: dict) -> dict:
+    """The app's knobs for one pair: fixed stack behaviour fills what the spec left unset."""
+    explicit = ctx.spec.knobs.model_fields_set
+    fixed = {k: v for k, v in (target.fixed_defaults("target") | host.fixed_defaults("host")).items()
+             if k not in explicit}
+    return point_knobs(ctx, app | fixed | {"target_stack": target.name, "host_stack": host.name})
+
+
+def unavailable(ctx: Context, target: Stack, host: Stack) -> str | None:
+    """Why this pair cannot run on the topology's hosts, or None. Planning checks nothing remote."""
+    if ctx.planning:
+        return None
+    hosts = ctx.runner.hosts
+    return target.unavailable(hosts.target, "target") or host.unavailable(hosts.initiator(None), "host")
+
+
+def execute(ctx: Context, params: Params) -> None:
+    stacks: dict[str, Stack] = {}
+    for name in dict.fromkeys(params.targets + params.hosts):
+        try:
+            stacks[name] = get_stack(name)
+        except StackError:
+            continue
+    pairs = [(stacks[t], stacks[h]) for t in params.targets for h in params.hosts if t in stacks and h in stacks]
+    reasons = {(t.name, h.name): unavailable(ctx, t, h) for t, h in pairs}
+    for (t, h), reason in reasons.items():
+        if reason:
+            ctx.console_note(f"stacks: {t} target × {h} host skipped: {reason}")
+    points: list[Point] = []
+    for repeat in range(ctx.spec.repeats):  # interleaved: every pair once per round
+        for target, host in pairs:
+            reason = reasons[(target.name, host.name)]
+            for app in apps(params):
+                knobs = pair_knobs(ctx, target, host, app)
+                points.append(tcp_point(ctx, f"{target.name}/{host.name}", knobs, repeat, skip_reason=reason))
+    ctx.run(points, "stacks: target × host")

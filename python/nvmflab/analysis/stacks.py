@@ -166,23 +166,18 @@ def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, out: StudyResult)
 
 
 def _bars(med: pd.DataFrame, pairs: list[str], out: StudyResult) -> None:
-    bapp = [(leg, _value(med, leg, "B-app", "bw_bytes")) for leg in pairs]
-    bapp = [(leg, v) for leg, v in bapp if not math.isnan(v)]
-    if bapp:
-        out.figures.append(Figure(
-            "stacks_bapp_bandwidth",
-            plots.bars([pair_label(l).replace(" × ", "\n× ") for l, _ in bapp], [v / 1e6 for _, v in bapp],
-                       [math.nan] * len(bapp), title="B-app bandwidth per target × host pair", ylabel="MB/s"),
-            "Median bandwidth of large random reads per pair."))
-    lapp = [(leg, _value(med, leg, "L-app", "lat_mean_ns")) for leg in pairs]
-    lapp = [(leg, v) for leg, v in lapp if not math.isnan(v)]
-    if lapp:
-        out.figures.append(Figure(
-            "stacks_lapp_latency",
-            plots.bars([pair_label(l).replace(" × ", "\n× ") for l, _ in lapp], [v / 1e3 for _, v in lapp],
-                       [math.nan] * len(lapp), title="L-app mean latency per target × host pair (4 KiB, QD1)",
-                       ylabel="mean latency (µs)"),
-            "Median of the mean completion latency at QD1 per pair."))
+    charts = (("B-app", "bw_bytes", 1e6, "stacks_bapp_bandwidth", "B-app bandwidth per target × host pair", "MB/s",
+               "Median bandwidth of large random reads per pair."),
+              ("L-app", "lat_mean_ns", 1e3, "stacks_lapp_latency",
+               "L-app mean latency per target × host pair (4 KiB, QD1)", "mean latency (µs)",
+               "Median of the mean completion latency at QD1 per pair."))
+    for app, column, scale, name, title, ylabel, caption in charts:
+        values = [(leg, _value(med, leg, app, column)) for leg in pairs]
+        values = [(leg, v) for leg, v in values if not math.isnan(v)]
+        if values:
+            labels = [pair_label(leg).replace(" × ", "\n× ") for leg, _ in values]
+            out.figures.append(Figure(name, plots.bars(labels, [v / scale for _, v in values], [math.nan] * len(values),
+                                                       title=title, ylabel=ylabel), caption))
 
 
 def _skipped_pairs(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:

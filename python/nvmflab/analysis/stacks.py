@@ -55,9 +55,9 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     out.excluded = excluded_points(rows)
     data = usable(rows)
     data = data[data["role"] == "main"] if not data.empty else data
-    _skipped_pairs(rows, data, out)
     if data.empty:
         out.findings.append("The stacks study has no usable measurements for any pair.")
+        _skipped_pairs(rows, data, out)
         return out
     data = data.assign(app=[_app(k) for k in data["knobs_json"]])
     med = medians(data)
@@ -83,6 +83,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                              label=lambda leg: pair_label(str(leg))),
             "Median IOPS over the interleaved repeats per pair and queue depth."))
     _bars(med, pairs, out)
+    _skipped_pairs(rows, data, out)
     return out
 
 

@@ -216,7 +216,7 @@ def _with_stacks(spec: Spec, both: Optional[StackOption], target: Optional[Stack
     """--stack sets both sides, then --target-stack / --host-stack set one each."""
     choice = spec.stack.model_dump()
     if both is not None:
-        choice = {"target": both.value, "host": both.value}
+        choice |= {"target": both.value, "host": both.value}
     if target is not None:
         choice["target"] = target.value
     if host is not None:

@@ -36,6 +36,7 @@ class TargetSetup:
     subsystems: tuple[Subsystem, ...]
     netns: str | None = None  # run inside this network namespace
     listen_ip: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()  # host NQNs every subsystem admits; empty = any host
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class PerfJob:
     nqn: str | None = None  # tcp engine
     local_path: str | None = None  # local engine (--local)
     host: str | None = None  # initiator host by inventory name; None = the topology's first
+    hostnqn: str | None = None  # the host NQN to connect with; None = the stack's own default
 
 
 # (perf JSON per role, target /stats diff) -> (ok, detail)

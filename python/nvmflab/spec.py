@@ -70,10 +70,12 @@ def _stack_table(value: Any) -> Any:
 
 
 class StackChoice(_Strict):
-    """Which stack serves the target and which one drives the load, chosen separately."""
+    """Which stack serves the target and which one drives the load, chosen separately. With
+    `hostnqn`, every load generator connects as that host and the targets admit only it."""
 
     target: StackName = "ours"
     host: StackName = "ours"
+    hostnqn: Annotated[str, Field(pattern=r"^nqn\.[A-Za-z0-9.:_-]{1,219}$")] | None = None
 
 
 class Backend(_Strict):

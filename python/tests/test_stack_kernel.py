@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -437,3 +438,36 @@ def test_versions_name_kernel_nvme_cli_and_fio(fake):
     assert set(found) == {"kernel", "nvme-cli", "fio"} and found["kernel"] == os.uname().release
     if found["fio"]:
         assert found["fio"].startswith("fio-")
+
+
+def test_allowed_hosts_are_linked_and_a_shared_host_entry_stays(fake, tmp_path):
+    host, stack = fake
+    root = host.root
+    nvmet = root / "sys/kernel/config/nvmet"
+    _attrs(nvmet / "hosts/nqn.theirs", {}, [])  # another subsystem's host entry, shared by all
+    before = snapshot(root)
+    setup = TargetSetup(**{**setup_for(Subsystem(NQN, "ram", 1 << 20)).__dict__,
+                           "allowed_hosts": ("nqn.theirs", "nqn.mine")})
+    target = stack.start_target(setup, host, tmp_path)
+    sub = nvmet / "subsystems" / NQN
+    assert (sub / "attr_allow_any_host").read_text() == "0"
+    assert {p.name: os.readlink(p) for p in (sub / "allowed_hosts").iterdir()} == {
+        "nqn.theirs": str(nvmet / "hosts/nqn.theirs"), "nqn.mine": str(nvmet / "hosts/nqn.mine")}
+    target.stop()
+    assert target.teardown_errors == [] and snapshot(root) == before  # nqn.mine gone, nqn.theirs kept
+
+
+def test_a_given_host_nqn_connects_and_leaves_earlier_controllers_alone(fake, tmp_path):
+    host, stack = fake
+    root = host.root
+    _attrs(root / "sys/class/nvme/nvme0", {"subsysnqn": NQN, "hostnqn": "nqn.lab", "state": "live"},
+           ["nvme0n1"])  # the user's own connection with the same host NQN
+    (root / "dev/nvme0n1").write_text("")
+    target = SimpleNamespace(address="10.0.0.1", port=4420)
+    session = stack.open_host(PerfJob("main", knobs(), cpus=(1,), nqn=NQN, hostnqn="nqn.lab"), target, host,
+                              tmp_path)
+    connect = next(c for c in host.commands if c[:2] == ["nvme", "connect"])
+    assert "--hostnqn=nqn.lab" in connect and session.filename != f"{root}/dev/nvme0n1"
+    session.close()
+    assert (root / "sys/class/nvme/nvme0").exists() and session.close_errors == []
+    assert ["nvme", "disconnect", "-d", "nvme0"] not in host.commands

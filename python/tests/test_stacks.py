@@ -32,10 +32,10 @@ def spec_with(tmp_path: Path, text: str):
 
 
 def test_bare_stack_sets_both_sides_and_the_table_sets_each(tmp_path):
-    assert spec_with(tmp_path, 'stack = "spdk"\n').stack.model_dump() == {"target": "spdk", "host": "spdk"}
-    assert spec_with(tmp_path, '[stack]\ntarget = "kernel"\n').stack.model_dump() == {"target": "kernel",
+    assert spec_with(tmp_path, 'stack = "spdk"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "spdk", "host": "spdk"}
+    assert spec_with(tmp_path, '[stack]\ntarget = "kernel"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "kernel",
                                                                                       "host": "ours"}
-    assert spec_with(tmp_path, "").stack.model_dump() == {"target": "ours", "host": "ours"}
+    assert spec_with(tmp_path, "").stack.model_dump(exclude={"hostnqn"}) == {"target": "ours", "host": "ours"}
 
 
 def test_unknown_stack_is_refused_with_file_line_and_allowed_names(tmp_path):
@@ -120,3 +120,58 @@ def test_a_store_from_before_stacks_gains_the_columns_and_reads_as_ours(tmp_path
     db.close()
     frame = ResultsStore(tmp_path / "r").measurements()
     assert set(frame["target_stack"]) == {"ours"} and frame["target_stack_version"].isna().all()
+
+
+# -- a host NQN: targets admit only it, load generators connect as it ---------------------------
+
+def test_hostnqn_must_look_like_an_nqn(tmp_path):
+    assert spec_with(tmp_path, '[stack]\nhostnqn = "nqn.2024-01.io.lab:h1"\n').stack.hostnqn == "nqn.2024-01.io.lab:h1"
+    with pytest.raises(SpecError, match=r"stack\.hostnqn"):
+        spec_with(tmp_path, '[stack]\nhostnqn = "--hostnqn"\n')
+
+
+def test_every_stack_admits_only_the_given_host_and_connects_as_it():
+    from nvmflab.plan import PerfJob, Subsystem, TargetSetup
+    from nvmflab.stacks import spdk
+    from nvmflab.stacks.ours import render_config
+
+    setup = TargetSetup(cores=(0,), mode="event", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
+                        busy_poll_us=0, subsystems=(Subsystem("nqn.x:s", "null", 1 << 20),),
+                        allowed_hosts=("nqn.x:h",))
+    config = render_config(setup, 4420, 9100)
+    assert "allow_any_host = false" in config and 'hosts = ["nqn.x:h"]' in config
+    assert "allow_any_host = true" in render_config(TargetSetup(**{**setup.__dict__, "allowed_hosts": ()}), 1, 2)
+    rpcs = spdk.target_rpcs(setup, 4420)
+    create = next(c for c in rpcs if c[0] == "nvmf_create_subsystem")
+    assert "-a" not in create and ["nvmf_subsystem_add_host", "nqn.x:s", "nqn.x:h"] in rpcs
+    job = PerfJob("main", DEFAULTS | {"rw": "randread", "bs": 4096, "iodepth": 1, "numjobs": 1, "rwmixread": 50,
+                                      "rate_iops": 0, "size": None, "io_queues": 1, "completion": "poll"},
+                  cpus=(1,), nqn="nqn.x:s", hostnqn="nqn.x:h")
+    assert "hostnqn:nqn.x:h" in " ".join(spdk.perf_args(job, "127.0.0.1", 4420, 1, 0))
+    argv = OurStack()._argv_head(job, "127.0.0.1", 4420, "nvmf-perf")
+    assert argv[argv.index("--hostnqn") + 1] == "nqn.x:h"
+
+
+def test_our_target_refuses_a_host_it_does_not_admit(tmp_path):
+    import subprocess
+
+    from nvmflab.plan import Subsystem, TargetSetup
+    from nvmflab.tools import find_tool
+    from nvmflab.topology.local import LocalHost
+
+    perf = find_tool("nvmf-perf")
+    if perf is None or "fakebin" in str(perf):
+        pytest.skip("real nvmf-target/nvmf-perf not built")
+    setup = TargetSetup(cores=(0,), mode="event", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
+                        busy_poll_us=0, subsystems=(Subsystem("nqn.x:s", "ram", 1 << 20),),
+                        allowed_hosts=("nqn.x:admitted",))
+    target = OurStack().start_target(setup, LocalHost(workdir=tmp_path), tmp_path)
+    try:
+        def identify(hostnqn):
+            return subprocess.run([str(perf), "identify", "-t", "tcp", "-a", "127.0.0.1", "-s", str(target.port),
+                                   "-n", "nqn.x:s", "--hostnqn", hostnqn], capture_output=True, text=True, timeout=30)
+        assert identify("nqn.x:admitted").returncode == 0
+        refused = identify("nqn.x:stranger")
+        assert refused.returncode != 0
+    finally:
+        target.stop()

@@ -78,7 +78,9 @@ class KernelTarget(RunningTarget):
             device = self._backend(sub, index)
             sub_dir = f"{nvmet}/subsystems/{_name(sub.nqn, 'subsystem NQN')}"
             s._mkdir(self.host, sub_dir, self.undo, what=f"subsystem {sub.nqn}")
-            s._write(self.host, f"{sub_dir}/attr_allow_any_host", "1")
+            s._write(self.host, f"{sub_dir}/attr_allow_any_host", "0" if setup.allowed_hosts else "1")
+            for hostnqn in setup.allowed_hosts:
+                self._allow_host(f"{nvmet}/hosts", sub_dir, hostnqn)
             s._mkdir(self.host, f"{sub_dir}/namespaces/1", self.undo)
             s._write(self.host, f"{sub_dir}/namespaces/1/device_path", device)
             if sub.backend == "ram":  # nvmet opens files O_DIRECT, which tmpfs refuses
@@ -96,6 +98,16 @@ class KernelTarget(RunningTarget):
             s._run(self.host, ["ln", "-s", sub_dir, link])
             self.undo.append(["rm", link])
         self.port_dir = port_dir
+
+    def _allow_host(self, hosts_dir: str, sub_dir: str, hostnqn: str) -> None:
+        """Admit hostnqn to the subsystem. nvmet's host entries are shared by every subsystem: one
+        that exists is linked but left in place; one we make goes again at teardown."""
+        s, entry = self.stack, f"{hosts_dir}/{_name(hostnqn, 'host NQN')}"
+        if not s._exists(self.host, entry):
+            s._mkdir(self.host, entry, self.undo)
+        link = f"{sub_dir}/allowed_hosts/{_name(hostnqn, 'host NQN')}"
+        s._run(self.host, ["ln", "-s", entry, link])
+        self.undo.append(["rm", link])
 
     def _backend(self, sub: Subsystem, index: int) -> str:
         """The namespace's device_path: a fresh null_blk device, a file in /dev/shm, or the given path."""
@@ -158,6 +170,7 @@ class KernelSession(HostSession):
     engine: str = "io_uring"
     sudo: list[str] = field(default_factory=list)
     hostnqn: str | None = None  # set once `nvme connect` was attempted
+    preexisting: set[str] = field(default_factory=set)  # controllers with our host NQN before we connected
     held: list[str] = field(default_factory=list)  # host settings this session holds
     close_errors: list[str] = field(default_factory=list)
 
@@ -174,6 +187,8 @@ class KernelSession(HostSession):
         if self.hostnqn is not None:
             try:
                 for ctrl, _ in self.stack._controllers(self.host, self.job.nqn or "", self.hostnqn):
+                    if ctrl in self.preexisting:
+                        continue  # someone else's connection with the same host NQN
                     done = self.stack._run(self.host, ["nvme", "disconnect", "-d", ctrl], check=False)
                     if done.returncode != 0:
                         errors.append(f"nvme disconnect -d {ctrl} exited {done.returncode}")
@@ -335,7 +350,10 @@ class KernelStack(Stack):
                 device = self.path(f"dev/nvmflab-{port}-{index}") + " (or dev/nullb$(cat INDEX) on older kernels)"
             sub_dir = f"{nvmet}/subsystems/{sub.nqn}"
             say(["mkdir", sub_dir])
-            write(f"{sub_dir}/attr_allow_any_host", "1")
+            write(f"{sub_dir}/attr_allow_any_host", "0" if setup.allowed_hosts else "1")
+            for hostnqn in setup.allowed_hosts:
+                say(["mkdir", f"{nvmet}/hosts/{hostnqn}", "(unless it exists)"])
+                say(["ln", "-s", f"{nvmet}/hosts/{hostnqn}", f"{sub_dir}/allowed_hosts/{hostnqn}"])
             say(["mkdir", f"{sub_dir}/namespaces/1"])
             write(f"{sub_dir}/namespaces/1/device_path", device)
             if sub.backend == "ram":
@@ -377,9 +395,13 @@ class KernelStack(Stack):
                 self._hold(host, path, str(value))
                 session.held.append(path)
             hostid = str(uuid.uuid4())
-            session.hostnqn = f"nqn.2014-08.org.nvmexpress:uuid:{hostid}"  # ours alone: found and removed by it
+            # A host NQN of our own (unless the spec names one the target admits) finds exactly
+            # our controllers again; with a given one, controllers that were there before stay out.
+            hostnqn = job.hostnqn or f"nqn.2014-08.org.nvmexpress:uuid:{hostid}"
+            session.preexisting = {c for c, _ in self._controllers(host, job.nqn, hostnqn)}
+            session.hostnqn = hostnqn
             self._run(host, connect_argv(job, target.address, target.port, session.hostnqn, hostid))
-            session.filename = self._wait_device(host, job.nqn, session.hostnqn)
+            session.filename = self._wait_device(host, job.nqn, session.hostnqn, session.preexisting)
         except BaseException:
             session.close()
             raise
@@ -405,10 +427,12 @@ class KernelStack(Stack):
             "(then the two settings above restored)",
         ]
 
-    def _wait_device(self, host: Host, nqn: str, hostnqn: str) -> str:
+    def _wait_device(self, host: Host, nqn: str, hostnqn: str, skip: set[str] = frozenset()) -> str:
         deadline = time.monotonic() + DEVICE_WAIT_S
         while True:
-            for _, namespaces in self._controllers(host, nqn, hostnqn, live=True):
+            for ctrl, namespaces in self._controllers(host, nqn, hostnqn, live=True):
+                if ctrl in skip:
+                    continue
                 for name in namespaces:
                     device = self.path(f"dev/{name}")
                     if self._exists(host, device):

@@ -36,8 +36,11 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
         f'addr = "{setup.listen_ip}:{port}"',
     ]
     for index, sub in enumerate(setup.subsystems, start=1):
-        lines += ["", "[[subsystem]]", f'nqn = "{sub.nqn}"', f'serial = "NVMFLAB{index:04d}"',
-                  "allow_any_host = true"]
+        lines += ["", "[[subsystem]]", f'nqn = "{sub.nqn}"', f'serial = "NVMFLAB{index:04d}"']
+        if setup.allowed_hosts:
+            lines += ["allow_any_host = false", f"hosts = [{', '.join(json.dumps(h) for h in setup.allowed_hosts)}]"]
+        else:
+            lines.append("allow_any_host = true")
         if sub.reactor is not None:
             lines.append(f"reactor = {sub.reactor}")
         lines += ["", "  [[subsystem.namespace]]", "  nsid = 1", f'  backend = "{sub.backend}"',
@@ -171,6 +174,7 @@ class OurStack(Stack):
                  "--tos", str(k["tos"]), "--busy_poll_us", str(k["busy_poll_us"])]
         argv += ["--hdr_digest"] if k["hdr_digest"] else []
         argv += ["--data_digest"] if k["data_digest"] else []
+        argv += ["--hostnqn", job.hostnqn] if job.hostnqn else []
         return argv
 
     def versions(self, host: Host) -> dict[str, str | None]:

@@ -123,8 +123,10 @@ def target_rpcs(setup: TargetSetup, port: int) -> list[list[str]]:
             calls.append(["bdev_aio_create", sub.path, bdev, str(sub.block_size)])
         else:
             raise StackError(f"backend {sub.backend!r} has no SPDK bdev here")
-        calls += [["nvmf_create_subsystem", sub.nqn, "-a", "-s", f"NVMFLAB{index + 1:04d}"],
-                  ["nvmf_subsystem_add_ns", sub.nqn, bdev],
+        any_host = [] if setup.allowed_hosts else ["-a"]
+        calls += [["nvmf_create_subsystem", sub.nqn, *any_host, "-s", f"NVMFLAB{index + 1:04d}"]]
+        calls += [["nvmf_subsystem_add_host", sub.nqn, h] for h in setup.allowed_hosts]
+        calls += [["nvmf_subsystem_add_ns", sub.nqn, bdev],
                   ["nvmf_subsystem_add_listener", sub.nqn, "-t", "tcp", "-f", "ipv4", "-a", setup.listen_ip,
                    "-s", str(port)]]
     return calls
@@ -309,6 +311,8 @@ def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: 
     if float(runtime) < 1 or not float(runtime).is_integer() or not float(ramp_time).is_integer():
         raise StackError(f"spdk_nvme_perf takes whole seconds (runtime {runtime}, ramp_time {ramp_time})")
     trid = f"trtype:TCP adrfam:IPv4 traddr:{address} trsvcid:{port} subnqn:{job.nqn}"
+    if job.hostnqn:
+        trid += f" hostnqn:{job.hostnqn}"
     argv = ["-r", trid, "-c", core_mask(cpus[:numjobs]), "-q", str(k["iodepth"]), "-o", str(k["bs"]),
             "-w", RW[k["rw"]], "-t", str(int(runtime)), "-P", str(queues // numjobs), "-LL"]
     if ramp_time:

@@ -86,7 +86,8 @@ def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem
     return TargetSetup(cores=ctx.target_phys(target_logical), mode=knobs["target_mode"],
                        idle_poll_us=knobs["idle_poll_us"], in_capsule_data_size=knobs["in_capsule_data_size"],
                        so_priority=knobs["so_priority"], tos=knobs["tos"], busy_poll_us=knobs["busy_poll_us"],
-                       subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip or ctx.listen_ip)
+                       subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip or ctx.listen_ip,
+                       allowed_hosts=(ctx.spec.stack.hostnqn,) if ctx.spec.stack.hostnqn else ())
 
 
 def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +110,8 @@ def tcp_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, netns:
     """One load generator on the host cores against one subsystem served by the target cores."""
     topo = ctx.spec.topology
     sub = subsystem or backend_subsystem(ctx, "main")
-    job = PerfJob(role="main", knobs=_job_knobs(knobs), cpus=ctx.phys(topo.host_cores), nqn=sub.nqn)
+    job = PerfJob(role="main", knobs=_job_knobs(knobs), cpus=ctx.phys(topo.host_cores), nqn=sub.nqn,
+                  hostnqn=ctx.spec.stack.hostnqn)
     return Point(study=ctx.study, leg=leg, knobs=knobs, repeat=repeat, jobs=[job], runtime=ctx.spec.runtime,
                  ramp_time=ctx.spec.ramp_time,
                  target=target_setup(ctx, knobs, [sub], topo.target_cores, netns, listen_ip),

@@ -148,12 +148,13 @@ def build(ctx: Context, params: Params, resource: str, fg_knobs: dict[str, Any],
     bg_sub = backend_subsystem(ctx, "bg", reactor=lay.bg_reactor)
     jobs = []
     if with_bg is not False:
-        jobs.append(PerfJob("fg", _perf_knobs(fg_knobs), ctx.phys(lay.fg_host), nqn=fg_sub.nqn))
+        jobs.append(PerfJob("fg", _perf_knobs(fg_knobs), ctx.phys(lay.fg_host), nqn=fg_sub.nqn,
+                            hostnqn=ctx.spec.stack.hostnqn))
     if with_bg is not None:
         bg_knobs = _perf_knobs(fg_knobs) | {"iodepth": params.bg_iodepth if with_bg else fg_knobs["iodepth"],
                                             "numjobs": len(lay.bg_host), "io_queues": len(lay.bg_host),
                                             "rate_iops": bg_rate}
-        jobs.append(PerfJob("bg", bg_knobs, ctx.phys(lay.bg_host), nqn=bg_sub.nqn))
+        jobs.append(PerfJob("bg", bg_knobs, ctx.phys(lay.bg_host), nqn=bg_sub.nqn, hostnqn=ctx.spec.stack.hostnqn))
     return Point(study=ctx.study, leg=leg or resource, knobs=fg_knobs, repeat=repeat, jobs=jobs,
                  runtime=ctx.spec.runtime, ramp_time=ctx.spec.ramp_time,
                  target=target_setup(ctx, fg_knobs, [fg_sub, bg_sub], list(lay.target)),

@@ -190,6 +190,41 @@ impl Controller {
         Ok(ns)
     }
 
+    /// The raw 4096-byte Identify data of `cns` for `nsid` (for printing every field, as
+    /// nvme-cli does; the typed getters decode only what the host needs).
+    pub fn identify_raw(&self, cns: u8, nsid: u32) -> Result<Vec<u8>> {
+        let mut sqe = Sqe::new(admin_opcode::IDENTIFY, 0);
+        sqe.set_nsid(nsid);
+        sqe.set_cdw(10, cns as u32);
+        self.execute_read(sqe, IDENTIFY_LEN)
+    }
+
+    /// Get Features `fid` with SEL `sel` (0 current, 1 default, 2 saved, 3 supported
+    /// capabilities) and CDW11 `cdw11`; returns DW0 of the completion.
+    pub fn get_features(&self, fid: u8, sel: u8, cdw11: u32, nsid: u32) -> Result<u32> {
+        let mut sqe = Sqe::new(admin_opcode::GET_FEATURES, 0);
+        sqe.set_nsid(nsid);
+        sqe.set_cdw(10, (sel as u32 & 0x7) << 8 | fid as u32);
+        sqe.set_cdw(11, cdw11);
+        Ok(self.execute(sqe, Xfer::None)? as u32)
+    }
+
+    /// Get Features that returns data (Host Identifier: 16 bytes with CDW11 EXHID set).
+    pub fn get_features_data(&self, fid: u8, cdw11: u32, len: usize) -> Result<Vec<u8>> {
+        let mut sqe = Sqe::new(admin_opcode::GET_FEATURES, 0);
+        sqe.set_cdw(10, fid as u32);
+        sqe.set_cdw(11, cdw11);
+        self.execute_read(sqe, len)
+    }
+
+    /// Set Features `fid` to `cdw11` (not saved); returns DW0 of the completion.
+    pub fn set_features(&self, fid: u8, cdw11: u32) -> Result<u32> {
+        let mut sqe = Sqe::new(admin_opcode::SET_FEATURES, 0);
+        sqe.set_cdw(10, fid as u32);
+        sqe.set_cdw(11, cdw11);
+        Ok(self.execute(sqe, Xfer::None)? as u32)
+    }
+
     /// Active namespace IDs (Identify CNS 02h from NSID 0).
     pub fn active_namespaces(&self) -> Result<Vec<u32>> {
         let mut sqe = Sqe::new(admin_opcode::IDENTIFY, 0);

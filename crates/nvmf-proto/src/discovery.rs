@@ -30,6 +30,9 @@ pub struct DiscoveryLogEntry {
     pub portid: u16,
     pub cntlid: u16,
     pub asqsz: u16,
+    /// Entry flags (EFLAGS, bytes 11:10): explicit persistent connection, duplicate returned
+    /// information, no CDC connectivity.
+    pub eflags: u16,
     pub trsvcid: String,
     pub subnqn: String,
     pub traddr: String,
@@ -45,6 +48,7 @@ impl DiscoveryLogEntry {
         put_u16(b, 4, self.portid);
         put_u16(b, 6, self.cntlid);
         put_u16(b, 8, self.asqsz);
+        put_u16(b, 10, self.eflags);
         put_str(b, 32, 32, &self.trsvcid, b' ');
         put_str(b, 256, 256, &self.subnqn, 0);
         put_str(b, 512, 256, &self.traddr, b' ');
@@ -60,6 +64,7 @@ impl DiscoveryLogEntry {
             portid: u16_at(b, 4),
             cntlid: u16_at(b, 6),
             asqsz: u16_at(b, 8),
+            eflags: u16_at(b, 10),
             trsvcid: str_at(b, 32, 32),
             subnqn: str_at(b, 256, 256),
             traddr: str_at(b, 512, 256),
@@ -122,6 +127,7 @@ mod tests {
             portid: 1,
             cntlid: 0xFFFF,
             asqsz: 32,
+            eflags: 0,
             trsvcid: "4420".into(),
             subnqn: nqn.into(),
             traddr: "127.0.0.1".into(),

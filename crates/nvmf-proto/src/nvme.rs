@@ -34,12 +34,31 @@ pub mod feature {
     pub const ARBITRATION: u8 = 0x01;
     pub const POWER_MANAGEMENT: u8 = 0x02;
     pub const TEMPERATURE_THRESHOLD: u8 = 0x04;
+    pub const ERROR_RECOVERY: u8 = 0x05;
     pub const VOLATILE_WRITE_CACHE: u8 = 0x06;
     pub const NUMBER_OF_QUEUES: u8 = 0x07;
     pub const INTERRUPT_COALESCING: u8 = 0x08;
+    pub const INTERRUPT_VECTOR_CONFIG: u8 = 0x09;
+    pub const WRITE_ATOMICITY_NORMAL: u8 = 0x0A;
     pub const ASYNC_EVENT_CONFIG: u8 = 0x0B;
     pub const TIMESTAMP: u8 = 0x0E;
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
+    pub const HOST_IDENTIFIER: u8 = 0x81;
+
+    /// Get Features CDW10 bits 10:8 (SEL).
+    pub mod sel {
+        pub const CURRENT: u8 = 0;
+        pub const DEFAULT: u8 = 1;
+        pub const SAVED: u8 = 2;
+        pub const SUPPORTED_CAPABILITIES: u8 = 3;
+    }
+
+    /// Bits of the SEL = supported capabilities result.
+    pub mod capability {
+        pub const SAVEABLE: u32 = 1 << 0;
+        pub const NAMESPACE_SPECIFIC: u32 = 1 << 1;
+        pub const CHANGEABLE: u32 = 1 << 2;
+    }
 }
 
 /// Log page identifiers (Get Log Page CDW10 bits 7:0).

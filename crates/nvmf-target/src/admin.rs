@@ -183,13 +183,27 @@ fn get_log_page(cx: &AdminContext, sqe: &Sqe) -> Outcome {
     Outcome::Data(out)
 }
 
+/// Temperature Threshold default (Kelvin): over-temperature 343 K (70 °C) for the composite
+/// temperature, no under-temperature threshold. Values the host may read and change.
+pub const DEFAULT_OVER_TEMP_K: u32 = 0x0157;
+/// Arbitration default: AB = 7 (no burst limit), weights 0 (round robin only: CAP.AMS is 0).
+pub const DEFAULT_ARBITRATION: u32 = 0x7;
+/// Asynchronous events a host may enable (as Linux nvmet's NVMET_AEN_CFG_ALL): the SMART
+/// critical warnings, Namespace Attribute Notices and ANA Change Notices.
+pub const AEN_CFG_ALL: u32 = 0x1F | 1 << 8 | 1 << 11;
+/// On a discovery controller: Discovery Log Page Change Notices only.
+pub const DISC_AEN_CFG_ALL: u32 = 1 << 31;
+
+/// Set Features. Like Linux nvmet on a fabrics (TCP) port, only Number of Queues, Keep Alive
+/// Timer and Asynchronous Event Configuration change anything; Host Identifier cannot be set
+/// after Connect (Command Sequence Error); everything else is Invalid Field. Nothing is saveable.
 fn set_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
     if sqe.cdw(10) & (1 << 31) != 0 {
         return Outcome::status(Status::FEATURE_NOT_SAVEABLE.with_dnr());
     }
     let value = sqe.cdw(11);
-    match (sqe.cdw(10) & 0xFF) as u8 {
-        feature::NUMBER_OF_QUEUES if !ctrl.is_discovery() => {
+    match ((sqe.cdw(10) & 0xFF) as u8, ctrl.is_discovery()) {
+        (feature::NUMBER_OF_QUEUES, false) => {
             let (nsqr, ncqr) = (value & 0xFFFF, value >> 16);
             if nsqr == 0xFFFF || ncqr == 0xFFFF {
                 return invalid_field();
@@ -199,24 +213,225 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
             ctrl.num_queues.store(granted, Relaxed);
             Outcome::success(granted as u64)
         }
-        feature::KEEP_ALIVE_TIMER => {
-            ctrl.kato_ms.store(value, Relaxed);
-            Outcome::success(0)
+        (feature::KEEP_ALIVE_TIMER, _) => {
+            // nvmet keeps whole seconds (rounded up) and answers them in DW0.
+            let secs = value.div_ceil(1000);
+            ctrl.kato_ms.store(secs.saturating_mul(1000), Relaxed);
+            Outcome::success(secs as u64)
         }
-        feature::ASYNC_EVENT_CONFIG => {
+        (feature::ASYNC_EVENT_CONFIG, disc) => {
+            if value & !if disc { DISC_AEN_CFG_ALL } else { AEN_CFG_ALL } != 0 {
+                return invalid_field();
+            }
             ctrl.aec.store(value, Relaxed);
-            Outcome::success(0)
+            Outcome::success(value as u64)
         }
+        (feature::HOST_IDENTIFIER, false) => Outcome::status(Status::CMD_SEQ_ERROR.with_dnr()),
         _ => invalid_field(),
     }
 }
 
+/// What a Get Features answers for one feature.
+enum FeatureValue {
+    /// DW0, default DW0 and whether Set Features can change it.
+    Dword { current: u32, default: u32, changeable: bool },
+    /// Data to the host (Host Identifier).
+    Data(Vec<u8>),
+}
+
+/// Get Features with SEL: current, default, saved (= default: nothing is saveable) and
+/// supported capabilities. Answers what Linux nvmet answers (Volatile Write Cache enabled,
+/// Number of Queues, Keep Alive Timer in ms, Async Event Configuration, the 128-bit Host
+/// Identifier, refused without EXHID) and, where nvmet has no value, the specification's
+/// defaults for a controller without those mechanisms: Arbitration (no burst limit), Power
+/// Management (power state 0, the only one), Temperature Threshold (composite sensor only),
+/// Error Recovery (TLER 0) and Write Atomicity Normal (0). Interrupt Coalescing and Interrupt
+/// Vector Configuration do not apply to fabrics: Invalid Field, as nvmet. A discovery
+/// controller has only Keep Alive Timer and Async Event Configuration.
 fn get_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
-    let value = match (sqe.cdw(10) & 0xFF) as u8 {
-        feature::NUMBER_OF_QUEUES if !ctrl.is_discovery() => ctrl.num_queues.load(Relaxed),
-        feature::KEEP_ALIVE_TIMER => ctrl.kato_ms.load(Relaxed),
-        feature::ASYNC_EVENT_CONFIG => ctrl.aec.load(Relaxed),
+    let sel = ((sqe.cdw(10) >> 8) & 0x7) as u8;
+    let cdw11 = sqe.cdw(11);
+    let value = match ((sqe.cdw(10) & 0xFF) as u8, ctrl.is_discovery()) {
+        (feature::KEEP_ALIVE_TIMER, _) => {
+            FeatureValue::Dword { current: ctrl.kato_ms.load(Relaxed), default: 0, changeable: true }
+        }
+        (feature::ASYNC_EVENT_CONFIG, _) => {
+            FeatureValue::Dword { current: ctrl.aec.load(Relaxed), default: 0, changeable: true }
+        }
+        (_, true) => return invalid_field(),
+        (feature::ARBITRATION, _) => {
+            FeatureValue::Dword { current: DEFAULT_ARBITRATION, default: DEFAULT_ARBITRATION, changeable: false }
+        }
+        (feature::POWER_MANAGEMENT, _) => FeatureValue::Dword { current: 0, default: 0, changeable: false },
+        (feature::TEMPERATURE_THRESHOLD, _) => {
+            let (tmpsel, thsel) = ((cdw11 >> 16) & 0xF, (cdw11 >> 20) & 0x3);
+            // Only the composite temperature (TMPSEL 0) exists; THSEL 0 over, 1 under.
+            let v = match (tmpsel, thsel) {
+                (0, 0) => DEFAULT_OVER_TEMP_K,
+                (0, 1) => 0,
+                _ => return invalid_field(),
+            };
+            FeatureValue::Dword { current: v, default: v, changeable: false }
+        }
+        (feature::ERROR_RECOVERY, _) => FeatureValue::Dword { current: 0, default: 0, changeable: false },
+        (feature::VOLATILE_WRITE_CACHE, _) => FeatureValue::Dword { current: 1, default: 1, changeable: false },
+        (feature::NUMBER_OF_QUEUES, _) => {
+            let max = MAX_IO_QUEUES as u32 - 1;
+            FeatureValue::Dword { current: ctrl.num_queues.load(Relaxed), default: max << 16 | max, changeable: true }
+        }
+        (feature::WRITE_ATOMICITY_NORMAL, _) => FeatureValue::Dword { current: 0, default: 0, changeable: false },
+        (feature::HOST_IDENTIFIER, _) => {
+            // 128-bit host identifiers only (EXHID, CDW11 bit 0), as nvmet.
+            if cdw11 & 1 == 0 {
+                return invalid_field();
+            }
+            FeatureValue::Data(ctrl.hostid.to_vec())
+        }
         _ => return invalid_field(),
     };
-    Outcome::success(value as u64)
+    match (sel, value) {
+        (feature::sel::CURRENT, FeatureValue::Dword { current, .. }) => Outcome::success(current as u64),
+        (feature::sel::DEFAULT | feature::sel::SAVED, FeatureValue::Dword { default, .. }) => {
+            Outcome::success(default as u64)
+        }
+        (feature::sel::CURRENT | feature::sel::DEFAULT | feature::sel::SAVED, FeatureValue::Data(d)) => Outcome::Data(d),
+        (feature::sel::SUPPORTED_CAPABILITIES, FeatureValue::Dword { changeable, .. }) => {
+            Outcome::success(if changeable { feature::capability::CHANGEABLE as u64 } else { 0 })
+        }
+        (feature::sel::SUPPORTED_CAPABILITIES, FeatureValue::Data(_)) => Outcome::success(0),
+        _ => invalid_field(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, NamespaceConfig, SubsystemConfig, TargetSettings};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    const HOSTID: [u8; 16] = [7; 16];
+
+    fn controller(discovery: bool) -> Arc<Controller> {
+        let mut sub = SubsystemConfig::new("nqn.2024-01.io.nvmflab:features");
+        sub.namespaces.push(NamespaceConfig {
+            nsid: 1,
+            backend: BackendConfig::Null { size: 1 << 20 },
+            block_size: 512,
+            nguid: None,
+            uuid: None,
+        });
+        let t = Target::new(TargetSettings::default(), &[sub], &[]).unwrap();
+        let subsys = if discovery { None } else { Some(t.subsystems[0].clone()) };
+        t.create_controller(subsys, "nqn.host", HOSTID, 5000, Instant::now()).unwrap()
+    }
+
+    fn sqe(opcode: u8, cdw10: u32, cdw11: u32) -> Sqe {
+        let mut s = Sqe::new(opcode, 1);
+        s.set_cdw(10, cdw10);
+        s.set_cdw(11, cdw11);
+        s
+    }
+
+    fn get(c: &Controller, fid: u8, sel: u8, cdw11: u32) -> Outcome {
+        get_features(c, &sqe(admin_opcode::GET_FEATURES, (sel as u32) << 8 | fid as u32, cdw11))
+    }
+
+    fn set(c: &Controller, fid: u8, cdw11: u32) -> Outcome {
+        set_features(c, &sqe(admin_opcode::SET_FEATURES, fid as u32, cdw11))
+    }
+
+    fn ok(v: u64) -> Outcome {
+        Outcome::success(v)
+    }
+
+    #[test]
+    fn arbitration_power_management_and_error_recovery_have_fixed_values() {
+        let c = controller(false);
+        assert_eq!(get(&c, feature::ARBITRATION, 0, 0), ok(7), "AB 7: no burst limit");
+        assert_eq!(get(&c, feature::POWER_MANAGEMENT, 0, 0), ok(0), "power state 0");
+        assert_eq!(get(&c, feature::ERROR_RECOVERY, 0, 0), ok(0));
+        assert_eq!(get(&c, feature::WRITE_ATOMICITY_NORMAL, 0, 0), ok(0));
+        for fid in [feature::ARBITRATION, feature::POWER_MANAGEMENT, feature::ERROR_RECOVERY, feature::WRITE_ATOMICITY_NORMAL] {
+            assert_eq!(get(&c, fid, feature::sel::SUPPORTED_CAPABILITIES, 0), ok(0), "{fid:#x}: not changeable, not saveable");
+            assert_eq!(get(&c, fid, feature::sel::DEFAULT, 0), get(&c, fid, 0, 0));
+            assert_eq!(get(&c, fid, feature::sel::SAVED, 0), get(&c, fid, 0, 0));
+            assert_eq!(set(&c, fid, 0), invalid_field(), "{fid:#x}: nvmet refuses Set on TCP");
+        }
+    }
+
+    #[test]
+    fn temperature_threshold_selects_sensor_and_threshold() {
+        let c = controller(false);
+        let f = feature::TEMPERATURE_THRESHOLD;
+        assert_eq!(get(&c, f, 0, 0), ok(DEFAULT_OVER_TEMP_K as u64), "composite, over");
+        assert_eq!(get(&c, f, 0, 1 << 20), ok(0), "composite, under");
+        assert_eq!(get(&c, f, 0, 1 << 16), invalid_field(), "sensor 1 does not exist");
+        assert_eq!(get(&c, f, 0, 2 << 20), invalid_field(), "THSEL 2 is reserved");
+        assert_eq!(get(&c, f, feature::sel::DEFAULT, 0), ok(DEFAULT_OVER_TEMP_K as u64));
+    }
+
+    #[test]
+    fn volatile_write_cache_is_present_and_enabled() {
+        let t = {
+            let c = controller(false);
+            assert_eq!(get(&c, feature::VOLATILE_WRITE_CACHE, 0, 0), ok(1));
+            assert_eq!(set(&c, feature::VOLATILE_WRITE_CACHE, 0), invalid_field(), "as nvmet: cannot be turned off");
+            c
+        };
+        let target = Target::new(TargetSettings::default(), &[], &[]).unwrap();
+        assert_eq!(identify_controller(&target, &t).vwc & 1, 1, "Identify says a write cache is present");
+    }
+
+    #[test]
+    fn number_of_queues_keep_alive_and_async_events_round_trip() {
+        let c = controller(false);
+        assert_eq!(get(&c, feature::NUMBER_OF_QUEUES, 0, 0), ok(0x007F_007F));
+        assert_eq!(set(&c, feature::NUMBER_OF_QUEUES, 0x0001_0003), ok(0x0001_0003));
+        assert_eq!(get(&c, feature::NUMBER_OF_QUEUES, 0, 0), ok(0x0001_0003));
+        assert_eq!(get(&c, feature::NUMBER_OF_QUEUES, feature::sel::DEFAULT, 0), ok(0x007F_007F));
+        assert_eq!(get(&c, feature::NUMBER_OF_QUEUES, feature::sel::SUPPORTED_CAPABILITIES, 0), ok(4));
+        assert_eq!(set(&c, feature::NUMBER_OF_QUEUES, 0xFFFF), invalid_field());
+
+        assert_eq!(get(&c, feature::KEEP_ALIVE_TIMER, 0, 0), ok(5000));
+        assert_eq!(set(&c, feature::KEEP_ALIVE_TIMER, 1500), ok(2), "whole seconds, rounded up, in DW0");
+        assert_eq!(get(&c, feature::KEEP_ALIVE_TIMER, 0, 0), ok(2000));
+
+        assert_eq!(set(&c, feature::ASYNC_EVENT_CONFIG, 1 << 8), ok(1 << 8));
+        assert_eq!(get(&c, feature::ASYNC_EVENT_CONFIG, 0, 0), ok(1 << 8));
+        assert_eq!(set(&c, feature::ASYNC_EVENT_CONFIG, 1 << 9), invalid_field(), "an event we never raise");
+
+        let mut save = sqe(admin_opcode::SET_FEATURES, 1 << 31 | feature::KEEP_ALIVE_TIMER as u32, 1000);
+        save.set_cdw(11, 1000);
+        assert_eq!(set_features(&c, &save), Outcome::status(Status::FEATURE_NOT_SAVEABLE.with_dnr()));
+    }
+
+    #[test]
+    fn host_identifier_needs_exhid_and_cannot_be_set() {
+        let c = controller(false);
+        assert_eq!(get(&c, feature::HOST_IDENTIFIER, 0, 1), Outcome::Data(HOSTID.to_vec()));
+        assert_eq!(get(&c, feature::HOST_IDENTIFIER, 0, 0), invalid_field(), "64-bit host identifiers are not supported");
+        assert_eq!(set(&c, feature::HOST_IDENTIFIER, 1), Outcome::status(Status::CMD_SEQ_ERROR.with_dnr()));
+    }
+
+    #[test]
+    fn pcie_only_unknown_and_reserved_selects_are_invalid_field() {
+        let c = controller(false);
+        for fid in [feature::INTERRUPT_COALESCING, feature::INTERRUPT_VECTOR_CONFIG, feature::TIMESTAMP, 0x03, 0x7F, 0xFF] {
+            assert_eq!(get(&c, fid, 0, 0), invalid_field(), "{fid:#x}");
+            assert_eq!(set(&c, fid, 0), invalid_field(), "{fid:#x}");
+        }
+        assert_eq!(get(&c, feature::ARBITRATION, 4, 0), invalid_field(), "SEL 4 is reserved");
+    }
+
+    #[test]
+    fn a_discovery_controller_has_only_keep_alive_and_async_events() {
+        let c = controller(true);
+        assert_eq!(get(&c, feature::KEEP_ALIVE_TIMER, 0, 0), ok(5000));
+        assert_eq!(set(&c, feature::ASYNC_EVENT_CONFIG, 1 << 31), ok(1 << 31));
+        assert_eq!(set(&c, feature::ASYNC_EVENT_CONFIG, 1 << 8), invalid_field());
+        for fid in [feature::ARBITRATION, feature::NUMBER_OF_QUEUES, feature::VOLATILE_WRITE_CACHE] {
+            assert_eq!(get(&c, fid, 0, 0), invalid_field(), "{fid:#x}");
+        }
+    }
 }

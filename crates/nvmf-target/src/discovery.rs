@@ -23,6 +23,7 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
                 portid: port.portid,
                 cntlid: nvmf_proto::fabrics::CNTLID_DYNAMIC,
                 asqsz: 32,
+                eflags: 0,
                 trsvcid: port.addr.port().to_string(),
                 subnqn: s.nqn.clone(),
                 traddr: port.addr.ip().to_string(),

@@ -63,7 +63,14 @@ fn identify_cmd(a: &IdentifyArgs) -> Result<(), PerfError> {
         .into_iter()
         .map(|n| ctrl.identify_namespace(n).map(|ns| (n, ns)))
         .collect::<Result<Vec<_>, _>>()?;
+    let ctrl_raw = ctrl.identify_raw(nvmf_proto::nvme::cns::CONTROLLER, 0)?;
+    let ns_raw = namespaces
+        .iter()
+        .map(|(n, _)| ctrl.identify_raw(nvmf_proto::nvme::cns::NAMESPACE, *n))
+        .collect::<Result<Vec<_>, _>>()?;
     let report = IdentifyReport {
+        ctrl_raw,
+        ns_raw,
         cntlid: ctrl.cntlid(),
         version: ctrl.version(),
         max_transfer: ctrl.max_transfer(),

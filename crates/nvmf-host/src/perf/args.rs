@@ -128,7 +128,11 @@ pub struct RunArgs {
     /// read carries a valid pattern for its LBA (read workloads).
     #[arg(long = "verify")]
     pub verify: bool,
-    #[arg(long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
+    /// Per-interval IOPS and latency percentiles every N ms in the JSON report
+    /// (`nvmflab.intervals`, like fio's log_avg_msec logs); 0 turns them off.
+    #[arg(long = "log_avg_msec", default_value_t = 1000)]
+    pub log_avg_msec: u64,
+    #[arg(short = 'o', long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
     pub output_format: OutputFormat,
     /// Write the report to FILE instead of stdout.
     #[arg(long = "output")]
@@ -139,7 +143,7 @@ pub struct RunArgs {
 pub struct DiscoverArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[arg(long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
+    #[arg(short = 'o', long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
     pub output_format: OutputFormat,
 }
 
@@ -153,7 +157,7 @@ pub struct IdentifyArgs {
     /// Namespace to identify (default: every active namespace).
     #[arg(long = "nsid")]
     pub nsid: Option<u32>,
-    #[arg(long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
+    #[arg(short = 'o', long = "output-format", value_enum, default_value_t = OutputFormat::Normal)]
     pub output_format: OutputFormat,
 }
 

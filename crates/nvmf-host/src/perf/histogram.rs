@@ -45,6 +45,16 @@ impl LatencyHistogram {
         self.h.len()
     }
 
+    /// Records `n` latencies of `ns` (used to rebuild a histogram from [`Self::buckets`]).
+    pub fn record_n(&mut self, ns: u64, n: u64) {
+        self.h.saturating_record_n(ns.clamp(1, MAX_NS), n);
+    }
+
+    /// Empties the histogram without freeing its counts array.
+    pub fn reset(&mut self) {
+        self.h.reset();
+    }
+
     pub fn merge(&mut self, other: &LatencyHistogram) {
         self.h.add(&other.h).expect("same bounds");
     }

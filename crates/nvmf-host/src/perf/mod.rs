@@ -143,6 +143,7 @@ fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<String, Value
     put("block_size", json!(plan.block_size));
     put("completion", json!(format!("{:?}", a.completion).to_lowercase()));
     put("verify", json!(a.verify));
+    put("log_avg_msec", json!(a.log_avg_msec));
     put("hdr_digest", json!(t.hdr_digest));
     put("data_digest", json!(t.data_digest));
     put("so_priority", json!(t.so_priority));
@@ -181,6 +182,7 @@ fn job_specs(a: &RunArgs, plan: &Plan) -> Vec<JobSpec> {
             rate_iops: a.rate_iops,
             completion: a.completion,
             verify: a.verify,
+            log_avg_ns: (a.log_avg_msec > 0).then(|| a.log_avg_msec.saturating_mul(1_000_000)),
             generation,
             seed: generation ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         })
@@ -354,6 +356,62 @@ mod tests {
         let shared = run_args(&["--rw", "randread", "--numjobs", "2"]);
         let specs = job_specs(&shared, &plan(&shared, 64 * MIB, 512, None, 127).unwrap());
         assert!(specs.iter().all(|s| s.region_start == 0 && s.region_len == 64 * MIB), "reads share the region like fio");
+    }
+
+    #[test]
+    fn a_local_timed_run_logs_intervals_that_add_up() {
+        let path = std::env::temp_dir().join(format!("nvmf-perf-intervals-{}.img", std::process::id()));
+        let a = run_args(&[
+            "--rw", "randwrite", "--bs", "4k", "--size", "1m", "--iodepth", "4", "--numjobs", "2",
+            "--runtime", "2", "--ramp_time", "300ms", "--log_avg_msec", "200", "--rate_iops", "2000",
+        ]);
+        let a = RunArgs { local: Some(path.clone()), ..a };
+        let report = match run(&a) {
+            Ok(r) => r,
+            Err(e) if e.to_string().contains("io_uring") || e.to_string().contains("Operation not permitted") => {
+                eprintln!("io_uring unavailable here, skipping: {e}");
+                let _ = std::fs::remove_file(&path);
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        std::fs::remove_file(&path).unwrap();
+        let v = report.to_json();
+        let iv = v["nvmflab"]["intervals"].as_array().unwrap();
+        assert_eq!(iv.len(), 10, "2 s in 200 ms intervals: {iv:?}");
+        assert_eq!(v["nvmflab"]["knobs"]["log_avg_msec"], 200);
+        let total: u64 = (0..2).map(|i| v["jobs"][i]["write"]["total_ios"].as_u64().unwrap()).sum();
+        let mut sum = 0.0;
+        let mut prev_t = 0;
+        for i in iv {
+            let mut keys: Vec<&str> = i.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                ["iops", "lat_mean_ns", "lat_p50_ns", "lat_p99_9_ns", "lat_p99_ns", "read_iops", "t_ms", "write_iops"]
+            );
+            let t = i["t_ms"].as_u64().unwrap();
+            assert!(t > prev_t, "time goes forward: {iv:?}");
+            let dt = (t - prev_t) as f64 / 1e3;
+            prev_t = t;
+            sum += i["iops"].as_f64().unwrap() * dt;
+            assert_eq!(i["read_iops"].as_f64().unwrap(), 0.0);
+            let (p50, p99, p999) =
+                (i["lat_p50_ns"].as_f64().unwrap(), i["lat_p99_ns"].as_f64().unwrap(), i["lat_p99_9_ns"].as_f64().unwrap());
+            assert!(p50 > 0.0 && p50 <= p99 && p99 <= p999, "{i}");
+            assert!(i["lat_mean_ns"].as_f64().unwrap() > 0.0);
+            // Two jobs at 2000 IOPS each.
+            let iops = i["iops"].as_f64().unwrap();
+            assert!((3000.0..=5000.0).contains(&iops), "{i}");
+        }
+        assert_eq!(prev_t, 2000);
+        assert!((sum - total as f64).abs() <= 0.01 * total as f64 + 2.0, "intervals sum to {sum}, total {total}");
+
+        let off = RunArgs { log_avg_msec: 0, runtime: Some(std::time::Duration::from_millis(200)), ..a.clone() };
+        if let Ok(r) = run(&off) {
+            assert_eq!(r.to_json()["nvmflab"]["intervals"].as_array().unwrap().len(), 0);
+        }
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

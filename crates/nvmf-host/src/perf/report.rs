@@ -62,6 +62,40 @@ impl Report {
         h
     }
 
+    /// `nvmflab.intervals`: interval k of every job merged (I/O counts and IOPS summed, latency
+    /// histograms merged), in time order.
+    pub fn intervals_json(&self) -> Vec<Value> {
+        let n = self.jobs.iter().map(|j| j.result.intervals.len()).max().unwrap_or(0);
+        let mut h = LatencyHistogram::new();
+        (0..n)
+            .map(|k| {
+                h.reset();
+                let (mut t_ns, mut read_iops, mut write_iops) = (0u64, 0.0, 0.0);
+                for iv in self.jobs.iter().filter_map(|j| j.result.intervals.get(k)) {
+                    t_ns = t_ns.max(iv.end_ns);
+                    let secs = iv.end_ns.saturating_sub(iv.start_ns).max(1) as f64 / 1e9;
+                    read_iops += iv.read_ios as f64 / secs;
+                    write_iops += iv.write_ios as f64 / secs;
+                    for &(v, c) in &iv.buckets {
+                        h.record_n(v, c);
+                    }
+                }
+                let s = h.summary();
+                let p = |q: f64| s.percentiles.iter().find(|(pp, _)| *pp == q).map_or(0, |x| x.1) as f64;
+                json!({
+                    "t_ms": t_ns / 1_000_000,
+                    "iops": read_iops + write_iops,
+                    "read_iops": read_iops,
+                    "write_iops": write_iops,
+                    "lat_mean_ns": s.mean,
+                    "lat_p50_ns": p(50.0),
+                    "lat_p99_ns": p(99.0),
+                    "lat_p99_9_ns": p(99.9),
+                })
+            })
+            .collect()
+    }
+
     pub fn to_json(&self) -> Value {
         let jobs: Vec<Value> = self
             .jobs
@@ -109,6 +143,7 @@ impl Report {
                 "involuntary_ctx": self.jobs.iter().map(|j| j.result.usage.involuntary_ctx).sum::<u64>(),
                 "histogram": {"read": buckets(true), "write": buckets(false)},
                 "jobs": per_job,
+                "intervals": self.intervals_json(),
             }
         })
     }

@@ -10,6 +10,9 @@ medians:
   transport   NVMe/TCP over loopback (RAM namespace) vs nvmf-perf --local on a tmpfs file:
               what the software stack costs (the thesis's "software overhead").
   polling     host completion poll vs event, target reactor poll vs event (QD1 p99 and IOPS).
+  fio engine  fio + our external ioengine (libnvmf_fio.so) vs nvmf-perf, same target and workload:
+              what driving our host from fio costs per I/O (`overhead_us_per_io`); skipped
+              without fio or the engine (`make fio-engine`).
 
 Usage: bench/run.py [--seconds 3] [--rounds 3] [--out bench/results.json]
 """
@@ -112,6 +115,57 @@ def compare(name: str, baseline, subject, rounds: int) -> dict:
     return row
 
 
+# -- fio engine: fio + libnvmf_fio.so vs nvmf-perf on the same target (docs/fio-engine.md) ---------
+
+FIO_ENGINE = Path(os.environ.get("NVMFLAB_FIO_ENGINE", BIN / "libnvmf_fio.so"))
+
+
+def fio_engine(port: int, rw: str, bs: str, iodepth: int, seconds: float, extra: tuple[str, ...] = ()) -> dict:
+    """fio driving our host through the external ioengine, pinned like `perf` (one job, CPU 1)."""
+    cmd = ["fio", "--name=bench", f"--ioengine=external:{FIO_ENGINE}", "--traddr=127.0.0.1", f"--trsvcid={port}",
+           f"--subnqn={NQN}", "--filename=ns1", "--thread=1", f"--rw={rw}", f"--bs={bs}", f"--iodepth={iodepth}",
+           "--time_based", f"--runtime={seconds}", "--ramp_time=0.5", "--cpus_allowed=1", "--completion=event",
+           "--output-format=json", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio (nvmf engine) failed: {out.stderr.strip()}")
+    text = out.stdout
+    return summarize_fio_json(json.loads(text[text.find("{"):]))
+
+
+def fio_engine_rows(seconds: float, rounds: int) -> list[dict]:
+    """The engine's per-I/O cost: nvmf-perf (baseline) and fio + engine (subject), same target,
+    same workload (4 KiB randread, QD1 and QD32, host completion event), interleaved. Adds
+    `overhead_us_per_io` = 1e6/IOPS(subject) - 1e6/IOPS(baseline): the extra time each I/O costs.
+    fio commits (one send) per I/O by default; nvmf-perf batches, so QD32 is also measured with
+    fio's own batching (iodepth_batch_submit/iodepth_batch_complete_max)."""
+    if not shutil.which("fio"):
+        print("bench: fio not installed, skipping the fio engine comparison", file=sys.stderr)
+        return []
+    help_text = subprocess.run(["fio", f"--enghelp={FIO_ENGINE}"], capture_output=True, text=True, timeout=30)
+    if "traddr" not in help_text.stdout:
+        print(f"bench: {FIO_ENGINE} missing or without fio support (`make fio-engine`), skipping the fio engine "
+              "comparison", file=sys.stderr)
+        return []
+    rows = []
+    target = Target("event")
+    try:
+        batch = ("--iodepth_batch_submit=16", "--iodepth_batch_complete_max=32")
+        for qd, extra in ((1, ()), (32, ()), (32, batch)):
+            remote = lambda qd=qd: perf(["-t", "tcp", "-a", "127.0.0.1", "-s", str(target.port), "-n", NQN,  # noqa: E731
+                                         "--rw", "randread", "--bs", "4k", "--iodepth", str(qd),
+                                         "--completion", "event"], seconds)
+            engine = lambda qd=qd, extra=extra: fio_engine(target.port, "randread", "4k", qd, seconds, extra)  # noqa: E731
+            name = f"fio engine: fio+libnvmf_fio / nvmf-perf, randread 4k QD{qd}" + (", fio batch 16" if extra else "")
+            row = compare(name, remote, engine, rounds)
+            if row["iops_baseline"] and row["iops_subject"]:
+                row["overhead_us_per_io"] = round(1e6 / row["iops_subject"] - 1e6 / row["iops_baseline"], 3)
+            rows.append(row)
+    finally:
+        target.stop()
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3)
@@ -150,6 +204,8 @@ def main() -> int:
                                     lambda: remote(1, "event"), lambda: remote(1, "poll"), a.rounds))
             finally:
                 target.stop()
+
+    rows += fio_engine_rows(a.seconds, a.rounds)
 
     a.out.write_text(json.dumps({"seconds": a.seconds, "rounds": a.rounds, "rows": rows}, indent=2))
     width = max(len(r["comparison"]) for r in rows)

@@ -7,37 +7,52 @@ STAMPS  := .cache/stamps
 BIN_DIR := target/release
 RESULTS ?= results/quick
 
-.PHONY: all deps build venv test test-rust test-python interop run bench clean
+.PHONY: all deps deps-test deps-spdk build venv test test-rust test-python interop run bench clean
 
 all: build venv
 
-deps: $(STAMPS)/deps
-$(STAMPS)/deps: scripts/install-deps.sh
-	bash scripts/install-deps.sh
+# Package sets (scripts/install-deps.sh): `deps` is what building and running need; `deps-test` adds
+# the browser, qemu + a kernel image, sshd and SPDK's build dependencies that only tests use.
+deps: $(STAMPS)/deps-run
+$(STAMPS)/deps-run: scripts/install-deps.sh
+	bash scripts/install-deps.sh --for run
+	@mkdir -p $(STAMPS) && touch $@
+deps-spdk: $(STAMPS)/deps-spdk
+$(STAMPS)/deps-spdk: scripts/install-deps.sh
+	bash scripts/install-deps.sh --for spdk
+	@mkdir -p $(STAMPS) && touch $@
+deps-test: $(STAMPS)/deps-test
+$(STAMPS)/deps-test: scripts/install-deps.sh
+	bash scripts/install-deps.sh --for test
 	@mkdir -p $(STAMPS) && touch $@
 
 build: deps
+	@echo "build: cargo build --release (nvmf-target, nvmf-perf; a few minutes the first time, seconds after)"
 	cargo build --release --workspace --bins
 
+# pip is silent with -q and pages long without it: keep one line per package.
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml | deps
+	@echo "venv: creating $(VENV) with the harness, pandas, matplotlib, pyarrow, pytest (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	set -o pipefail; $(VENV)/bin/pip install --progress-bar off --upgrade pip | sed -u -n 's/^Successfully/  pip: &/p'
+	set -o pipefail; $(VENV)/bin/pip install --progress-bar off -e '.[dev]' \
+	  | sed -u -n -E '/^(Collecting|Successfully installed)/s/^/  pip: /p'
 	@touch $@
 
-test: build venv spdk test-rust test-python test-spdk interop
+test: deps-test build venv spdk test-rust test-python test-spdk test-fio interop
 
 test-rust: build
 	cargo test --release --workspace
 
-test-python: build venv spdk
+test-python: deps-test build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests
 
-interop: build venv
+interop: deps-test build venv
 	bash tests/interop/run.sh
 
 run: build venv
+	@echo "run: nvmflab study all --quick into $(RESULTS) (progress below: one line per point when not on a terminal)"
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/nvmflab study all --quick --results $(RESULTS)
 
 bench: build venv
@@ -49,8 +64,21 @@ clean:
 
 # SPDK v24.01 from ../shared/peers (or NVMFLAB_SPDK_SRC) into ~/.cache/nvmflab; reused when built.
 .PHONY: spdk test-spdk
-spdk:
+spdk: deps-spdk
 	bash scripts/build-spdk.sh
 
 test-spdk: build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q tests/spdk
+
+# fio external ioengine (crates/nvmf-fio) -> target/release/libnvmf_fio.so; docs/fio-engine.md.
+# Needs fio's source for its headers: ../shared/peers/fio-3.33.tar.gz or NVMFLAB_FIO_SRC. Without
+# it the crate builds as a stub (cargo prints why) and tests/fio skips; NVMFLAB_FIO_REQUIRE=1 makes
+# that an error.
+.PHONY: fio-engine test-fio
+fio-engine:
+	@echo "fio-engine: cargo build --release -p nvmf-fio (unpacks and configures fio's source once, ~10 s)"
+	cargo build --release -p nvmf-fio
+
+test-fio: deps-test build venv fio-engine
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q tests/fio
+bench: fio-engine

@@ -1,28 +1,70 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian 12 machine lacks to build and test nvmflab.
-# Idempotent: installs only missing packages. Needs root (or sudo) for apt.
+# Installs what a fresh Debian 12 machine lacks to run or to test nvmflab.
+#
+#   bash scripts/install-deps.sh --for run    # build the Rust stack, run the harness (`make run`)
+#   bash scripts/install-deps.sh --for spdk   # run + what building SPDK needs (`make spdk`)
+#   bash scripts/install-deps.sh --for test   # everything `make test` uses (the default)
+#
+# Idempotent: installs only missing packages, and says which and why before it does. Needs root
+# (or sudo) for apt. NVMFLAB_SKIP_INTEROP=1 and NVMFLAB_SKIP_SPDK=1 leave those groups out of `test`.
 set -euo pipefail
 
-APT_PACKAGES=(
-  build-essential pkg-config iproute2 procps
-  python3 python3-venv
-  chromium                                   # headless check of the HTML report
-)
-# Kernel interop under qemu (tests/interop) and the SSH topology tests (sshd in namespaces) need these too.
+purpose=test
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --for) purpose=${2:-}; shift 2 || true ;;
+    --for=*) purpose=${1#--for=}; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "install-deps: unknown argument $1 (use --for run|spdk|test)" >&2; exit 2 ;;
+  esac
+done
+case "$purpose" in run|spdk|test) ;; *) echo "install-deps: --for takes run, spdk or test, not '$purpose'" >&2; exit 2 ;; esac
+say() { echo "install-deps: $*"; }
+
+# Running: compile the stack (build-essential, pkg-config), the harness's process and network
+# plumbing (iproute2 for namespaces, procps), Python with venv for the harness, and iperf3 for the
+# network applications of the contention study.
+RUN_PACKAGES=(build-essential pkg-config iproute2 procps python3 python3-venv iperf3)
+# Testing only: a headless browser checks that the HTML report's figures render (python/tests/test_report.py).
+TEST_PACKAGES=(chromium)
+# Kernel interop under qemu (tests/interop) and the SSH topology tests (sshd in namespaces); nvme-cli
+# and fio also let `study stacks` drive the kernel host where nvmet is loaded.
 INTEROP_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static nvme-cli fio kmod cpio lz4
                   openssh-server openssh-client)
 # Building SPDK from ../shared/peers (scripts/build-spdk.sh); see ../shared/peers/README.md.
 SPDK_PACKAGES=(dpdk-dev libdpdk-dev pkg-config libnuma-dev libaio-dev uuid-dev libssl-dev libjson-c-dev
                libcunit1-dev python3-pyelftools meson ninja-build libncurses-dev)
 
-want=("${APT_PACKAGES[@]}")
-if [ "${NVMFLAB_SKIP_INTEROP:-0}" != "1" ]; then want+=("${INTEROP_PACKAGES[@]}"); fi
-if [ "${NVMFLAB_SKIP_SPDK:-0}" != "1" ]; then want+=("${SPDK_PACKAGES[@]}"); fi
+# Each group with why it is wanted, for the lines printed before installing.
+groups=("RUN_PACKAGES|to build and run (make run)")
+if [ "$purpose" = spdk ]; then groups+=("SPDK_PACKAGES|to build SPDK (make spdk)"); fi
+if [ "$purpose" = test ]; then
+  groups+=("TEST_PACKAGES|to check the report in a browser (make test)")
+  if [ "${NVMFLAB_SKIP_INTEROP:-0}" != "1" ]; then
+    groups+=("INTEROP_PACKAGES|for kernel interop under qemu and the SSH topology tests (make test; NVMFLAB_SKIP_INTEROP=1 leaves them out)")
+  fi
+  if [ "${NVMFLAB_SKIP_SPDK:-0}" != "1" ]; then
+    groups+=("SPDK_PACKAGES|to build SPDK for its tests (make test; NVMFLAB_SKIP_SPDK=1 leaves them out)")
+  fi
+fi
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
 missing=()
-for p in "${want[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+for group in "${groups[@]}"; do
+  name=${group%%|*}; why=${group#*|}
+  declare -n list=$name
+  lacking=()
+  for p in "${list[@]}"; do
+    installed "$p" || [[ " ${missing[*]} " == *" $p "* ]] || lacking+=("$p")
+  done
+  unset -n list
+  if [ ${#lacking[@]} -gt 0 ]; then
+    say "will install ${lacking[*]} -- $why"
+    missing+=("${lacking[@]}")
+  fi
 done
+
 # Rust: a rustup toolchain in ~/.cargo if there is one; otherwise Debian's. Debian 12's `cargo`
 # (1.63) is older than the workspace's rust-version, so take `cargo-web`/`rustc-web` (newer
 # toolchains Debian ships for its browsers; they install /usr/bin/cargo and /usr/bin/rustc).
@@ -33,13 +75,19 @@ rust_ok() {
   [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$MIN_RUST" "$v" | sort -V | head -1)" = "$MIN_RUST" ]
 }
 if ! rust_ok; then
+  say "will install rustc-web cargo-web -- no Rust >= $MIN_RUST found (Debian's plain cargo is 1.63)"
   missing+=(rustc-web cargo-web)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  echo "install-deps: installing ${missing[*]}"
+  say "apt-get update (refreshing the package lists)"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  say "apt-get install ${#missing[@]} package(s); one line per package downloaded and set up"
+  # apt's own output is long; keep the lines that show it moving (download, unpack, configure).
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    | sed -u -n -E '/^(Get:|Setting up )/s/^/  apt: /p'
+else
+  say "nothing to install for '$purpose'"
 fi
-echo "install-deps: ok"
+say "ok ($purpose)"

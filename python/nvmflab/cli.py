@@ -35,6 +35,7 @@ class StudyName(str, Enum):
     saturation = "saturation"
     interference = "interference"
     stacks = "stacks"
+    contention, dimensions, busy_poll, parallelism = "contention", "dimensions", "busy-poll", "parallelism"
     all = "all"
 
 
@@ -59,6 +60,8 @@ STACK_OPT = typer.Option(None, "--stack", help=STACK_HELP)
 TARGET_STACK_OPT = typer.Option(None, "--target-stack", help="stack serving the target (after --stack)")
 HOST_STACK_OPT = typer.Option(None, "--host-stack", help="stack driving the load (after --stack)")
 PLAN_OPT = typer.Option(False, "--plan", help="print every command each host would run; run nothing")
+KNOBS_FROM_OPT = typer.Option(None, "--knobs-from", help="results directory whose polling study chose the "
+                              "knobs to run overhead, saturation and interference with (thesis table 4.2)")
 
 
 @app.command()
@@ -67,7 +70,8 @@ def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturat
           quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides (about a minute)"),
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
           stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
-          host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT) -> None:
+          host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
+          knobs_from: Optional[Path] = KNOBS_FROM_OPT) -> None:
     """Run a built-in study (STUDIES.md) and write its report."""
     names = [s.value for s in StudyName if s is not StudyName.all] if name is StudyName.all else [name.value]
     if spec is not None and len(names) > 1:
@@ -78,6 +82,9 @@ def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturat
         loaded = _with_stacks(_load(path, quick, study_name), stack, target_stack, host_stack)
         specs.append((study_name, path, loaded))
     for study_name, path, loaded in specs:
+        # `study all` runs the later studies with the configuration its polling study chose.
+        source = knobs_from or (results if "polling" in names and len(names) > 1 and not plan else None)
+        loaded = _carry_over(loaded, study_name, source)
         _execute(loaded, path, study_name, results, quick, plan)
     if not plan:
         _report(results)
@@ -88,9 +95,11 @@ def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
         quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides"),
         results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
         stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
-        host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT) -> None:
+        host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
+        knobs_from: Optional[Path] = KNOBS_FROM_OPT) -> None:
     """Run any spec: its study when it names one, else the cross product of its sweep table."""
     loaded = _with_stacks(_load(spec, quick), stack, target_stack, host_stack)
+    loaded = _carry_over(loaded, loaded.study or "", knobs_from)
     _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan)
     if not plan:
         _report(results)
@@ -222,6 +231,20 @@ def _with_stacks(spec: Spec, both: Optional[StackOption], target: Optional[Stack
     if host is not None:
         choice["host"] = host.value
     return spec.model_copy(update={"stack": type(spec.stack).model_validate(choice)})
+
+
+def _carry_over(spec: Spec, study_name: str, source: Optional[Path]) -> Spec:
+    """The polling study's chosen knobs from `source` applied to `spec` (carried-over studies only)."""
+    from .studies.common import CARRY_OVER, carry_over
+
+    if source is None or study_name not in CARRY_OVER:
+        return spec
+    spec, applied, refused = carry_over(spec, source)
+    chosen = ", ".join(f"{k} = {v}" for k, v in applied.items()) or "none (no decided recommendation)"
+    out.print(f"{study_name}: knobs from the polling study in {source}: {chosen}", highlight=False, markup=False)
+    for knob, why in refused.items():
+        out.print(f"{study_name}: not carried over: {knob}: {why}", highlight=False, markup=False)
+    return spec
 
 
 def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False) -> None:

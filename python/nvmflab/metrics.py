@@ -9,6 +9,9 @@ import numpy as np
 
 PERCENTILES = {"lat_p50_ns": 50.0, "lat_p90_ns": 90.0, "lat_p99_ns": 99.0,
                "lat_p99_9_ns": 99.9, "lat_p99_99_ns": 99.99}
+# The fields of one nvmflab.intervals record (per --log_avg_msec interval, summed over jobs).
+INTERVAL_FIELDS = ("t_ms", "iops", "read_iops", "write_iops", "lat_mean_ns", "lat_p50_ns", "lat_p99_ns",
+                   "lat_p99_9_ns")
 _FIO_KEYS = {"lat_p50_ns": "50.000000", "lat_p90_ns": "90.000000", "lat_p99_ns": "99.000000",
              "lat_p99_9_ns": "99.900000", "lat_p99_99_ns": "99.990000"}
 
@@ -28,6 +31,17 @@ def histogram_percentile(histogram: list[list[int]], pct: float) -> float:
     counts = np.cumsum([c for _, c in histogram])
     rank = pct / 100.0 * counts[-1]
     return float(values[min(int(np.searchsorted(counts, rank, side="left")), len(values) - 1)])
+
+
+def intervals(perf: dict[str, Any]) -> list[dict[str, float]] | None:
+    """nvmflab.intervals as a list sorted by t_ms with only the known fields, or None when absent.
+    A field a record lacks (an adapter that cannot tell) is None."""
+    records = perf.get("nvmflab", {}).get("intervals")
+    if not isinstance(records, list) or not records:
+        return None
+    cleaned = [{f: (None if r.get(f) is None else float(r[f])) for f in INTERVAL_FIELDS}
+               for r in records if isinstance(r, dict) and r.get("t_ms") is not None]
+    return sorted(cleaned, key=lambda r: r["t_ms"]) or None
 
 
 def summarize(perf: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +68,8 @@ def summarize(perf: dict[str, Any]) -> dict[str, Any]:
     }
     histogram = merged_histogram(perf)
     row["histogram_json"] = json.dumps(histogram)
+    series = intervals(perf)
+    row["intervals_json"] = json.dumps(series) if series else None
     for column, pct in PERCENTILES.items():
         if histogram:
             row[column] = histogram_percentile(histogram, pct)

@@ -190,3 +190,36 @@ def bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float]
     axes.grid(True, axis="y", alpha=0.3)
     axes.grid(False, axis="x")
     return figure
+
+
+def latency_timeline(records: Sequence[Mapping[str, float]], *, title: str,
+                     change_at_ms: float | None = None) -> Figure:
+    """Per-interval latency percentiles (left axis) and IOPS (right axis) over the run.
+
+    `records` are nvmflab.intervals entries; t_ms is the end of each interval, so a dotted line at
+    `change_at_ms` (the end of the last interval before a change) marks where it happened.
+    """
+    figure, axes = _new(title)
+    seconds = np.array([r["t_ms"] for r in records], dtype=float) / 1e3
+    for key, label, style in (("lat_p50_ns", "p50", "-"), ("lat_p99_ns", "p99", "-"),
+                              ("lat_p99_9_ns", "p99.9", "--")):
+        values = np.array([np.nan if r.get(key) is None else r[key] for r in records], dtype=float) / 1e3
+        if np.isfinite(values).any():
+            axes.plot(seconds, values, style, marker="o", markersize=3, label=label)
+    axes.set_xlabel("Time since the measurement started (s, end of each interval)")
+    axes.set_ylabel("Completion latency (µs)")
+    axes.set_ylim(bottom=0)
+    if change_at_ms is not None:
+        axes.axvline(change_at_ms / 1e3, color="grey", linestyle=":", linewidth=1.2, label="change")
+    iops = np.array([np.nan if r.get("iops") is None else r["iops"] for r in records], dtype=float)
+    if np.isfinite(iops).any():
+        right = axes.twinx()
+        right.plot(seconds, iops / 1e3, color="tab:grey", linewidth=1, alpha=0.6, label="KIOPS")
+        right.set_ylabel(KIOPS_LABEL)
+        right.set_ylim(bottom=0)
+        lines, labels = axes.get_legend_handles_labels()
+        more, more_labels = right.get_legend_handles_labels()
+        axes.legend(lines + more, labels + more_labels, fontsize=9, loc="best")
+    else:
+        axes.legend(fontsize=9)
+    return figure

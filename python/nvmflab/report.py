@@ -21,7 +21,11 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from .analysis import interference, overhead, polling, saturation, stacks, sweep
+from .analysis import busy_poll, contention, dimensions, parallelism
+from .analysis.common import study_rows
 from .analysis.result import StudyResult
+from .analysis.stats import usable
+from .analysis.timeline import timeline_figures
 
 ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
     "polling": polling.analyze,
@@ -29,6 +33,8 @@ ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
     "saturation": saturation.analyze,
     "interference": interference.analyze,
     "stacks": stacks.analyze,
+    "contention": contention.analyze, "dimensions": dimensions.analyze, "busy-poll": busy_poll.analyze,
+    "parallelism": parallelism.analyze,
 }
 STORE_FILE = "results.sqlite"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -94,6 +100,14 @@ def _runs(runs: pd.DataFrame) -> list[dict]:
     return out
 
 
+def _add_timelines(result: StudyResult, measurements: pd.DataFrame) -> None:
+    """Latency over time for the study's measurements whose latency changed during the run."""
+    figures, finding = timeline_figures(result.study, usable(study_rows(measurements, result.study)))
+    result.figures += figures
+    if finding:
+        result.findings.append(finding)
+
+
 def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
                  source: str = "") -> Path:
     """Analyse the frames and write report.html and figures/ into out_dir; returns the HTML path."""
@@ -106,6 +120,7 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     for name in [n for n in ANALYZERS if n in measured] + sorted(measured - set(ANALYZERS)):
         result = (ANALYZERS[name](measurements, runs) if name in ANALYZERS
                   else sweep.analyze(measurements, runs, name))
+        _add_timelines(result, measurements)
         studies.append({
             "result": result,
             "figures": _save(result, figures_dir),

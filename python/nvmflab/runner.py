@@ -8,15 +8,15 @@ goes on. Targets are reused while consecutive points need the same target setup.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
 from . import counters, procs
 from .metrics import summarize
 from .plan import PerfJob, Point, TargetSetup
+from .progress import Tracker
 from .stacks import RunningTarget, Stack, StackError
 from .store import ResultsStore, now
 from .tools import ToolMissing
@@ -41,7 +41,7 @@ class Outcome:
 class Runner:
     planning = False
     def __init__(self, store: ResultsStore, run_id: int, target_stack: Stack, host_stack: Stack | None = None,
-                 hosts: Hosts | None = None, progress: Progress | None = None):
+                 hosts: Hosts | None = None, progress: Tracker | None = None):
         self.store = store
         self.run_id = run_id
         self.target_stack = target_stack
@@ -72,15 +72,20 @@ class Runner:
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
         done = self.store.done_keys()
-        task = self.progress.add_task(description, total=len(points)) if self.progress else None
+        leg = self.progress.leg(description, points, done) if self.progress else None
+        stored = [p for p in points if p.key in done]
+        if leg is not None and stored:
+            leg.skip_stored(len(stored))  # reported once, up front: they take no time
         outcomes = []
         for point in points:
             if point.key in done:
                 outcomes.append(Outcome(point, "stored"))
-            else:
-                outcomes.append(self.run_point(point))
-            if task is not None:
-                self.progress.advance(task)
+                continue
+            started = time.monotonic()
+            outcome = self.run_point(point)
+            outcomes.append(outcome)
+            if leg is not None:
+                leg.finished(point, outcome.status, outcome.error, time.monotonic() - started)
         return outcomes
 
     def run_point(self, point: Point) -> Outcome:
@@ -254,6 +259,6 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def make_progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    transient=False)
+def make_progress() -> Tracker:
+    """Bars on a terminal, one line per point elsewhere (progress.py)."""
+    return Tracker()

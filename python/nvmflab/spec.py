@@ -115,7 +115,8 @@ SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)
 
 class Spec(_Strict):
     name: str = "sweep"
-    study: Literal["polling", "overhead", "saturation", "interference", "stacks"] | None = None
+    study: Literal["polling", "overhead", "saturation", "interference", "stacks", "contention", "dimensions",
+                   "busy-poll", "parallelism"] | None = None
     description: str = ""
     topology: Topology = Topology()
     stack: Annotated[StackChoice, BeforeValidator(_stack_table)] = StackChoice()

@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     perf_usr_s REAL, perf_sys_s REAL, target_usr_s REAL, target_sys_s REAL,
     histogram_json TEXT, target_counters_json TEXT,
     invariant_ok INTEGER, invariant_detail TEXT,
-    target_stack_version TEXT, host_stack_version TEXT
+    target_stack_version TEXT, host_stack_version TEXT,
+    intervals_json TEXT
 );
 CREATE INDEX IF NOT EXISTS measurements_point ON measurements(point_id);
 """
@@ -64,20 +65,23 @@ METRIC_COLUMNS = [
     "lat_mean_ns", "lat_p50_ns", "lat_p90_ns", "lat_p99_ns", "lat_p99_9_ns", "lat_p99_99_ns",
     "lat_max_ns", "usr_cpu", "sys_cpu", "ctx", "voluntary_ctx", "involuntary_ctx", "perf_usr_s",
     "perf_sys_s", "target_usr_s", "target_sys_s", "histogram_json", "target_counters_json",
-    "invariant_ok", "invariant_detail", "target_stack_version", "host_stack_version",
+    "invariant_ok", "invariant_detail", "target_stack_version", "host_stack_version", "intervals_json",
 ]
 # Columns added after the first release: stores made before them gain them on open.
-LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_version TEXT"]}
+LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_version TEXT", "intervals_json TEXT"]}
 # Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
 KNOB_COLUMNS = [
     "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
     "idle_poll_us", "hdr_digest", "data_digest", "so_priority", "tos", "busy_poll_us",
     "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct", "target_stack", "host_stack",
 ]
+# Columns appended after fg_bg_shared_core, so the earlier ones keep their places.
+APPENDED_COLUMNS = ["intervals_json"]
 FRAME_COLUMNS = (
     ["run_id", "study", "leg", "point_id", "point_key", "repeat", "role", "status", "error"]
     + ["engine"] + KNOB_COLUMNS + ["knobs_json"]
-    + [c for c in METRIC_COLUMNS if c != "engine"] + ["fg_bg_shared_core"]
+    + [c for c in METRIC_COLUMNS if c != "engine" and c not in APPENDED_COLUMNS] + ["fg_bg_shared_core"]
+    + APPENDED_COLUMNS
 )
 DONE_STATUSES = ("ok", "invalid", "skipped")
 

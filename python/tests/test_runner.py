@@ -1,5 +1,6 @@
 """Runner behaviour against the fake binaries: storing, resuming, failing points, cleanup."""
 
+import os
 import signal
 import subprocess
 import time
@@ -79,27 +80,49 @@ def test_malformed_reports_fail_their_points_only(tmp_path, fake_env, tiny_spec,
     assert failed["error"].str.startswith(error).all(), failed["error"].tolist()
 
 
+def default_sigint() -> None:
+    # Started as `nohup pytest &`, this process ignores SIGINT and a child would inherit that:
+    # the harness under test must see Ctrl-C as a user's shell delivers it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def kill_all(proc: subprocess.Popen, pids_dir) -> None:
+    """What the test started, gone even when it failed: the harness and every fake it spawned."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate(timeout=10)
+    for path in pids_dir.iterdir():
+        try:
+            os.kill(int(path.name.split("-")[1]), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_killed_runner_leaves_no_child(tmp_path, fake_env, tiny_spec, sig):
     env = fake_env | {"FAKE_PERF_SLEEP": "60"}
     proc = subprocess.Popen(NVMFLAB + ["run", str(tiny_spec), "--results", str(tmp_path / "r")], env=env,
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     pids_dir = tmp_path / "pids"
-    deadline = time.monotonic() + 30
-    while not any(p.name.startswith("perf-") for p in pids_dir.iterdir()):
-        assert time.monotonic() < deadline, "nvmf-perf never started"
-        time.sleep(0.05)
-    children = [int(p.name.split("-")[1]) for p in pids_dir.iterdir()]
-    assert all(alive(pid) for pid in children)
-    proc.send_signal(sig)
-    _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode != 0
-    if sig != signal.SIGKILL:
-        assert "Traceback" not in stderr and "re-run the same command to resume" in stderr
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in children if alive(pid)]
+    try:
+        deadline = time.monotonic() + 30
+        while not any(p.name.startswith("perf-") for p in pids_dir.iterdir()):
+            assert time.monotonic() < deadline, "nvmf-perf never started"
+            time.sleep(0.05)
+        children = [int(p.name.split("-")[1]) for p in pids_dir.iterdir()]
+        assert all(alive(pid) for pid in children)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode != 0
+        if sig != signal.SIGKILL:
+            assert "Traceback" not in stderr and "re-run the same command to resume" in stderr
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in children if alive(pid)]
+    finally:
+        kill_all(proc, pids_dir)
 
 
 def test_missing_binaries_stop_before_anything_runs(tmp_path, fake_env, tiny_spec, monkeypatch):

@@ -9,13 +9,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-STUDIES = ("polling", "overhead", "saturation", "interference", "stacks")
+STUDIES = ("polling", "overhead", "saturation", "interference", "stacks", "contention", "dimensions", "busy-poll",
+           "parallelism")
 
 
 def study_module(name: str) -> ModuleType:
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")  # busy-poll -> busy_poll
 
 
 def study_params(name: str, raw: dict[str, Any]) -> BaseModel:

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -26,6 +26,44 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(path.exists(), "{} not found: build first (cargo build --workspace --bins)", path.display());
     path
+}
+
+/// A fresh directory under the system temp dir, removed with its contents when dropped, also when
+/// the test panics (drop runs while unwinding), so no `nvmf-e2e-*` folder outlives its test.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("nvmf-e2e-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path); // a leftover of an earlier process with the same pid
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Default for TempDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A running `nvmf-target`, killed when dropped.

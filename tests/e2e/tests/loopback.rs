@@ -273,8 +273,7 @@ fn bad_configuration_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(&taken), "should name the address in use");
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("nvmf-e2e-{}-{:?}", std::process::id(), std::thread::current().id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Removed when the test ends, passing or not.
+fn tempdir() -> nvmf_e2e::TempDir {
+    nvmf_e2e::TempDir::new()
 }

@@ -1,0 +1,94 @@
+"""The `busy-poll` study (ADQ brief): p99.99, mean latency and IOPS vs number of target cores with
+busy polling and queue-to-core placement on and off, and how many target cores each needs to
+reach its highest throughput (the first core count within 5 % of its best)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .. import plots_extra
+from .common import excluded_points, missing_leg, study_rows
+from .extra import means, r1, ratio, spread, with_knobs
+from .result import Figure, StudyResult, Table
+from .stats import usable
+from .text import kiops, pct, us
+
+STUDY = "busy-poll"
+LABEL = {"off": "busy polling and placement off", "on": "busy polling and placement on",
+         "busy_only": "busy polling only", "placement_only": "placement only"}
+NEAR_BEST = 0.95
+
+
+def cores_to_best(frame: pd.DataFrame) -> tuple[int | None, float]:
+    """Fewest target cores whose IOPS is within 5 % of the configuration's best, and that best."""
+    if frame.empty:
+        return None, math.nan
+    best = frame["iops"].max()
+    enough = frame[frame["iops"] >= NEAR_BEST * best].sort_values("target_cpus")
+    return int(enough["target_cpus"].iloc[0]), float(best)
+
+
+def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
+    rows = study_rows(measurements, STUDY)
+    out = StudyResult(STUDY, "Busy polling and queue placement vs target cores (ADQ-style)")
+    out.excluded = excluded_points(rows)
+    data = with_knobs(usable(rows), ["config", "target_cpus", "conns", "shares_host_cores"])
+    if data.empty:
+        out.findings.append("The busy-poll study has no usable measurements"
+                            + (f": {missing_leg(rows, 'off', 'nothing can be compared')}" if not rows.empty else "."))
+        return out
+    data = data.assign(target_cpus=pd.to_numeric(data["target_cpus"]))
+    med = means(data, ["config", "target_cpus"])  # the load generators of one point summed
+    configs = [c for c in LABEL if c in set(med["config"])]
+    records = []
+    for _, row in med.iterrows():
+        records.append({"configuration": LABEL.get(row["config"], row["config"]),
+                        "target cores": int(row["target_cpus"]), "KIOPS": r1(row["iops"], 1e3),
+                        "mean (µs)": r1(row["lat_mean_ns"], 1e3), "p99 (µs)": r1(row["lat_p99_ns"], 1e3),
+                        "p99.99 (µs)": r1(row["lat_p99_99_ns"], 1e3), "repeats": int(row["repeats"])})
+    out.tables.append(Table("Configurations × target cores (4 KiB random read)", pd.DataFrame(records),
+                            "Means over repeats; the load generators of a point add up (IOPS) and the worst of "
+                            "them counts (latency)."))
+    for metric, name, scale, ylabel in (("iops", "busy_poll_iops", 1e3, "KIOPS"),
+                                         ("lat_p99_99_ns", "busy_poll_p9999", 1e3, "p99.99 latency (µs)"),
+                                         ("lat_mean_ns", "busy_poll_mean", 1e3, "mean latency (µs)")):
+        series = {LABEL[c]: (list(g["target_cpus"]), list(g[metric] / scale))
+                  for c, g in med.groupby("config") if c in LABEL}
+        out.figures.append(Figure(name, plots_extra.lines(series, title=f"{ylabel} vs target cores",
+                                                          xlabel="Target cores (reactors)", ylabel=ylabel),
+                                  "3 connections per target core by default; QD32 per connection."))
+    summary = []
+    for config in configs:
+        cores, best = cores_to_best(med[med["config"] == config])
+        summary.append({"configuration": LABEL[config], "highest KIOPS": r1(best, 1e3),
+                        "target cores to reach it (within 5 %)": cores})
+        out.findings.append(f"With {LABEL[config]}, {cores} target core{'s' if cores != 1 else ''} reached "
+                            f"{kiops(best)} (within 5 % of its highest throughput).")
+    out.tables.append(Table("Target cores needed for the highest throughput", pd.DataFrame(summary)))
+    _compare(med, out)
+    shared = sorted({int(n) for n, v in zip(data["target_cpus"], data["shares_host_cores"]) if v})
+    if shared:
+        out.findings.append(f"With {', '.join(map(str, shared))} target cores the target shared cores with the load "
+                            "generators on this machine, so those points measure contention as well as scaling.")
+    for config in ("off", "on"):
+        if config not in configs:
+            out.findings.append(missing_leg(rows, config, "the on/off comparison is incomplete"))
+    return out
+
+
+def _compare(med: pd.DataFrame, out: StudyResult) -> None:
+    on, off = med[med["config"] == "on"], med[med["config"] == "off"]
+    common = sorted(set(on["target_cpus"]) & set(off["target_cpus"]))
+    for n in common:
+        a, b = on[on["target_cpus"] == n].iloc[0], off[off["target_cpus"] == n].iloc[0]
+        gain = 100 * (ratio(a["iops"], b["iops"]) - 1)
+        lat = 100 * (ratio(a["lat_mean_ns"], b["lat_mean_ns"]) - 1)
+        both_ci = not (math.isnan(a["iops_ci95"]) or math.isnan(b["iops_ci95"]))
+        inside = both_ci and abs(a["iops"] - b["iops"]) <= a["iops_ci95"] + b["iops_ci95"]
+        verdict = ("no significant difference in IOPS" if inside else f"IOPS {pct(gain)}")
+        out.findings.append(f"{int(n)} target core{'s' if n != 1 else ''}: on vs off: {verdict} "
+                            f"({kiops(a['iops'])}{spread(a['iops'], a['iops_ci95'])} vs {kiops(b['iops'])}), "
+                            f"mean latency {pct(lat)} ({us(a['lat_mean_ns'])} vs {us(b['lat_mean_ns'])}), "
+                            f"p99.99 {us(a['lat_p99_99_ns'])} vs {us(b['lat_p99_99_ns'])}.")

@@ -1,0 +1,160 @@
+"""The `parallelism` study (Arm study): numjobs scaling with host and target CPU, CPU cost per I/O
+remote vs local with its user/kernel split by request size, and the queue depth's effect on tail
+latency local vs remote.
+
+Host CPU per I/O is the load generator's usr_cpu + sys_cpu over the measured phase divided by the
+I/Os it completed there; target CPU per I/O is the target's CPU seconds over the whole point
+divided by the I/Os of ramp and run (IOPS × (ramp_time + runtime))."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from .. import plots_extra
+from .common import excluded_points, missing_leg, study_rows
+from .extra import means, r1, ratio
+from .result import Figure, StudyResult, Table
+from .stats import usable
+from .text import kiops, mbps, pct, size, us
+
+STUDY = "parallelism"
+
+
+def _ramps(runs: pd.DataFrame) -> dict[int, float]:
+    out = {}
+    for _, run in (runs.iterrows() if not runs.empty else []):
+        try:
+            out[int(run["run_id"])] = float(json.loads(run["env_json"]).get("spec_effective", {}).get("ramp_time", 0))
+        except (TypeError, ValueError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def cpu_columns(frame: pd.DataFrame, ramps: dict[int, float]) -> pd.DataFrame:
+    """Host and target CPU microseconds per I/O, and the host's kernel share, per row."""
+    seconds = frame["runtime_ms"] / 1000
+    host_s = (frame["usr_cpu"] + frame["sys_cpu"]) / 100 * seconds
+    ios = frame["total_ios"].where(frame["total_ios"] > 0)
+    ramp = frame["run_id"].map(lambda r: ramps.get(int(r), 0.0))
+    target_s = frame["target_usr_s"] + frame["target_sys_s"]
+    return frame.assign(
+        host_usr_us_per_io=frame["usr_cpu"] / 100 * seconds / ios * 1e6,
+        host_sys_us_per_io=frame["sys_cpu"] / 100 * seconds / ios * 1e6,
+        host_us_per_io=host_s / ios * 1e6,
+        kernel_share=100 * frame["sys_cpu"] / (frame["usr_cpu"] + frame["sys_cpu"]),
+        target_us_per_io=target_s / (frame["iops"] * (seconds + ramp)) * 1e6)
+
+
+EXTRA = ["host_usr_us_per_io", "host_sys_us_per_io", "host_us_per_io", "kernel_share", "target_us_per_io",
+         "iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns", "usr_cpu", "sys_cpu"]
+
+
+def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
+    rows = study_rows(measurements, STUDY)
+    out = StudyResult(STUDY, "Parallelism and CPU cost: jobs, request size and queue depth, local vs remote")
+    out.excluded = excluded_points(rows)
+    data = usable(rows)
+    if data.empty:
+        out.findings.append("The parallelism study has no usable measurements"
+                            + (f": {missing_leg(rows, 'numjobs', 'nothing can be shown')}" if not rows.empty else "."))
+        return out
+    data = cpu_columns(data[data["role"] == "main"], _ramps(runs))
+    _numjobs(rows, data[data["leg"] == "numjobs"], out)
+    _size(rows, data, out)
+    _depth(rows, data, out)
+    return out
+
+
+def _numjobs(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
+    if data.empty:
+        out.findings.append(missing_leg(rows, "numjobs", "scaling with jobs is not shown"))
+        return
+    med = means(data, ["numjobs"], EXTRA)
+    out.tables.append(Table("Jobs: latency, bandwidth and CPU (NVMe/TCP, 4 KiB)", pd.DataFrame({
+        "numjobs": med["numjobs"].astype(int), "KIOPS": [r1(v, 1e3) for v in med["iops"]],
+        "MB/s": [r1(v, 1e6, 0) for v in med["bw_bytes"]], "mean (µs)": [r1(v, 1e3) for v in med["lat_mean_ns"]],
+        "p99 (µs)": [r1(v, 1e3) for v in med["lat_p99_ns"]],
+        "host CPU %": [r1(u + s) for u, s in zip(med["usr_cpu"], med["sys_cpu"])],
+        "host µs/IO": [r1(v, 1, 2) for v in med["host_us_per_io"]],
+        "target µs/IO": [r1(v, 1, 2) for v in med["target_us_per_io"]],
+        "repeats": med["repeats"].astype(int)}), "Host CPU % is summed over jobs (100 % = one core busy)."))
+    out.figures.append(Figure("parallelism_numjobs", plots_extra.lines(
+        {"bandwidth (MB/s)": (list(med["numjobs"]), list(med["bw_bytes"] / 1e6)),
+         "p99 latency (µs)": (list(med["numjobs"]), list(med["lat_p99_ns"] / 1e3))},
+        title="Bandwidth and p99 latency vs numjobs (NVMe/TCP, 4 KiB random read)", xlabel="numjobs",
+        ylabel="MB/s | µs"), "Means over repeats."))
+    if len(med) > 1:
+        a, b = med.iloc[0], med.iloc[-1]
+        out.findings.append(f"{int(b['numjobs'])} jobs gave {mbps(b['bw_bytes'])} vs {mbps(a['bw_bytes'])} with "
+                            f"{int(a['numjobs'])} ({pct(100 * (ratio(b['bw_bytes'], a['bw_bytes']) - 1))}); p99 "
+                            f"{us(b['lat_p99_ns'])} vs {us(a['lat_p99_ns'])}.")
+
+
+def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
+    local, remote = data[data["leg"] == "size_local"], data[data["leg"] == "size_remote"]
+    if local.empty or remote.empty:
+        leg = "size_local" if local.empty else "size_remote"
+        out.findings.append(missing_leg(rows, leg, "the CPU cost of remote against local I/O is not compared"))
+        return
+    ml, mr = means(local, ["bs"], EXTRA).set_index("bs"), means(remote, ["bs"], EXTRA).set_index("bs")
+    sizes = sorted(set(ml.index) & set(mr.index))
+    table = pd.DataFrame({
+        "I/O size": [size(b) for b in sizes],
+        "local host µs/IO": [r1(ml.at[b, "host_us_per_io"], 1, 2) for b in sizes],
+        "remote host µs/IO": [r1(mr.at[b, "host_us_per_io"], 1, 2) for b in sizes],
+        "remote ÷ local": [r1(ratio(mr.at[b, "host_us_per_io"], ml.at[b, "host_us_per_io"]), 1, 2) for b in sizes],
+        "local kernel %": [r1(ml.at[b, "kernel_share"]) for b in sizes],
+        "remote kernel %": [r1(mr.at[b, "kernel_share"]) for b in sizes],
+        "target µs/IO": [r1(mr.at[b, "target_us_per_io"], 1, 2) for b in sizes]})
+    out.tables.append(Table("CPU cost per I/O by request size, remote vs local", table,
+                            "Host: the load generator's CPU over the measured phase per completed I/O; kernel % "
+                            "is its system share. Target: the target's CPU per I/O (remote only)."))
+    labels = [size(b) for b in sizes]
+    out.figures.append(Figure("parallelism_cpu_per_io", plots_extra.grouped_bars(labels, {
+        "local user": [ml.at[b, "host_usr_us_per_io"] for b in sizes],
+        "local kernel": [ml.at[b, "host_sys_us_per_io"] for b in sizes],
+        "remote user": [mr.at[b, "host_usr_us_per_io"] for b in sizes],
+        "remote kernel": [mr.at[b, "host_sys_us_per_io"] for b in sizes]},
+        title="Host CPU per I/O by request size: user and kernel, local vs remote", ylabel="CPU µs per I/O"),
+        "Means over repeats."))
+    b = sizes[0]
+    extra = 100 * (ratio(mr.at[b, "host_us_per_io"], ml.at[b, "host_us_per_io"]) - 1)
+    more = "more" if extra >= 0 else "less"
+    out.findings.append(f"At {size(b)}, remote I/O used {abs(extra):.1f} % {more} host CPU per I/O than local "
+                        f"({mr.at[b, 'host_us_per_io']:.2f} vs {ml.at[b, 'host_us_per_io']:.2f} µs); the kernel's "
+                        f"share was {ml.at[b, 'kernel_share']:.1f} % local and {mr.at[b, 'kernel_share']:.1f} % remote.")
+
+
+def _depth(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
+    local, remote = data[data["leg"] == "depth_local"], data[data["leg"] == "depth_remote"]
+    if local.empty or remote.empty:
+        leg = "depth_local" if local.empty else "depth_remote"
+        out.findings.append(missing_leg(rows, leg, "tail latency vs queue depth is not compared"))
+        return
+    ml, mr = means(local, ["iodepth"], EXTRA), means(remote, ["iodepth"], EXTRA)
+    out.figures.append(Figure("parallelism_p99_vs_qd", plots_extra.lines(
+        {"local p99": (list(ml["iodepth"]), list(ml["lat_p99_ns"] / 1e3)),
+         "remote p99": (list(mr["iodepth"]), list(mr["lat_p99_ns"] / 1e3)),
+         "local p99.99": (list(ml["iodepth"]), list(ml["lat_p99_99_ns"] / 1e3)),
+         "remote p99.99": (list(mr["iodepth"]), list(mr["lat_p99_99_ns"] / 1e3))},
+        title="Tail latency vs queue depth, local vs remote (4 KiB)", xlabel="Queue depth", ylabel="latency (µs)",
+        log2_x=True), "Means over repeats."))
+    joined = ml.merge(mr, on="iodepth", suffixes=("_local", "_remote"))
+    out.tables.append(Table("Tail latency vs queue depth", pd.DataFrame({
+        "QD": joined["iodepth"].astype(int),
+        "local KIOPS": [r1(v, 1e3) for v in joined["iops_local"]],
+        "remote KIOPS": [r1(v, 1e3) for v in joined["iops_remote"]],
+        "local p99 (µs)": [r1(v, 1e3) for v in joined["lat_p99_ns_local"]],
+        "remote p99 (µs)": [r1(v, 1e3) for v in joined["lat_p99_ns_remote"]],
+        "remote ÷ local p99": [r1(ratio(r, l), 1, 2) for r, l in zip(joined["lat_p99_ns_remote"],
+                                                                  joined["lat_p99_ns_local"])]})))
+    if len(joined):
+        lo, hi = joined.iloc[0], joined.iloc[-1]
+        out.findings.append(
+            f"Remote p99 was {ratio(lo['lat_p99_ns_remote'], lo['lat_p99_ns_local']):.2f}× local at QD{int(lo['iodepth'])} "
+            f"and {ratio(hi['lat_p99_ns_remote'], hi['lat_p99_ns_local']):.2f}× at QD{int(hi['iodepth'])} "
+            f"({us(hi['lat_p99_ns_remote'])} vs {us(hi['lat_p99_ns_local'])}); throughput there "
+            f"{kiops(hi['iops_remote'])} vs {kiops(hi['iops_local'])}.")

@@ -1,0 +1,89 @@
+"""Figures of the contention, dimensions, busy-poll and parallelism studies: lines of a metric
+against a swept value, grouped bars and latency CDFs, drawn on the Agg backend, never shown."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from .analysis.stats import histogram_cdf  # noqa: E402
+
+Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x values, y values)
+
+
+def _new(title: str) -> tuple[Figure, object]:
+    figure = Figure(figsize=(7.5, 4.6), layout="constrained")
+    axes = figure.add_subplot()
+    axes.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=11)
+    axes.grid(True, which="major", alpha=0.3)
+    return figure, axes
+
+
+def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool = False,
+          xticklabels: Mapping[float, str] | None = None) -> Figure:
+    """One marked line per label; x ticks at exactly the values measured."""
+    figure, axes = _new(title)
+    ticks: set[float] = set()
+    for label, (xs, ys) in series.items():
+        pairs = [(float(x), float(y)) for x, y in zip(xs, ys) if not math.isnan(float(y))]
+        if not pairs:
+            continue
+        pairs.sort()
+        axes.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=label)
+        ticks |= {p[0] for p in pairs}
+    if log2_x and ticks and min(ticks) > 0:
+        axes.set_xscale("log", base=2)
+    if ticks:
+        ordered = sorted(ticks)
+        axes.set_xticks(ordered)
+        axes.set_xticklabels([(xticklabels or {}).get(t, f"{t:g}") for t in ordered])
+        axes.minorticks_off()
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if series:
+        axes.legend(fontsize=9)
+    return figure
+
+
+def grouped_bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str,
+                 ylabel: str) -> Figure:
+    """Bars per group (x) and series (colour), each labelled with its value."""
+    figure, axes = _new(title)
+    names = list(series)
+    width = 0.8 / max(1, len(names))
+    x = np.arange(len(groups))
+    for i, name in enumerate(names):
+        values = [0.0 if v is None or math.isnan(v) else float(v) for v in series[name]]
+        drawn = axes.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=name)
+        axes.bar_label(drawn, labels=[f"{v:.1f}" for v in values], padding=2, fontsize=8)
+    axes.set_xticks(x)
+    axes.set_xticklabels(groups, fontsize=9)
+    axes.set_ylabel(ylabel)
+    axes.grid(False, axis="x")
+    if len(names) > 1:
+        axes.legend(fontsize=9)
+    return figure
+
+
+def cdf(histograms: Mapping[str, object], *, title: str) -> Figure:
+    """Latency CDF, one step line per labelled histogram ([value_ns, count] lists or JSON)."""
+    figure, axes = _new(title)
+    for label, histogram in histograms.items():
+        values, fractions = histogram_cdf(histogram)
+        if len(values):
+            axes.step(values / 1e3, fractions, where="post", label=label)
+    axes.set_xscale("log")
+    axes.set_ylim(0, 1.01)
+    axes.axhline(0.99, color="grey", linestyle=":", linewidth=1, label="p99")
+    axes.set_xlabel("Completion latency (µs, log scale)")
+    axes.set_ylabel("Fraction of I/Os completed (CDF)")
+    axes.legend(fontsize=9)
+    return figure

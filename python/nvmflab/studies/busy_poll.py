@@ -1,0 +1,107 @@
+"""`busy-poll` (the ADQ brief): socket busy polling and queue-to-core placement, on vs off, as the
+number of target cores grows.
+
+For each N in `target_cores` (reactors), the T-app (4 KiB random read at `iodepth`, QD32) runs
+`conns_per_core` connections (queue pairs) per target core, so 3N connections in all:
+- `off`: busy_poll_us = 0; one subsystem whose queues the target spreads round robin over its N
+  reactors, one load generator with 3N jobs floating over the host cores;
+- `on`: busy_poll_us = `busy_poll_us` on target and host sockets, and placement: one subsystem per
+  reactor (pinned with `reactor = i`) driven by its own load generator of `conns_per_core` jobs
+  pinned to its own host core, so every connection's host thread, socket and reactor stay together
+  (what ADQ's queue groups and symmetric steering give). At most three load generators run per
+  point, so `on` points with N > 3 are stored skipped with that reason;
+- `busy_only` / `placement_only` (when `factors = true`): each of the two changes alone.
+A stack that cannot busy-poll (the kernel's nvmet target) gets its `on` points stored skipped with
+the stack's own reason. Knobs: `config`, `target_cpus`, `conns` (connections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..plan import PerfJob, Point
+from ..spec import IoDepth
+from .common import Context, backend_subsystem, logical, point_knobs, target_setup
+from .placing import distinct, perf_knobs, placed_point, stack_refusal
+
+ROLES = ("main", "fg", "bg")  # the load-generator roles the results store knows
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    target_cores: list[int] = Field(default=[1, 2, 3], min_length=1)
+    conns_per_core: int = Field(default=3, ge=1, le=64)
+    iodepth: IoDepth = 32
+    busy_poll_us: int = Field(default=50, gt=0)
+    factors: bool = False  # also measure busy polling alone and placement alone
+
+
+def configs(params: Params) -> list[tuple[str, int, bool]]:
+    """(name, busy_poll_us, placed) of each configuration measured."""
+    out = [("off", 0, False), ("on", params.busy_poll_us, True)]
+    if params.factors:
+        out += [("busy_only", params.busy_poll_us, False), ("placement_only", 0, True)]
+    return out
+
+
+def execute(ctx: Context, params: Params) -> None:
+    topo = ctx.spec.topology
+    points: list[Point] = []
+    for repeat in range(ctx.spec.repeats):  # interleaved: every configuration once per round
+        for n in params.target_cores:
+            targets, hosts = cores_for(ctx, n)
+            target_cpus, host_cpus = distinct(ctx.target_phys(targets)), distinct(ctx.phys(hosts))
+            for name, busy, placed in configs(params):
+                conns = n * params.conns_per_core
+                knobs = point_knobs(ctx, {"rw": "randread", "bs": 4096, "iodepth": params.iodepth,
+                                          "numjobs": conns, "io_queues": conns, "busy_poll_us": busy})
+                knobs |= {"config": name, "target_cpus": n, "conns": conns, "placement": placed,
+                          "host_cpus": len(host_cpus), "shares_host_cores": bool(set(target_cpus) & set(host_cpus))}
+                reason = stack_refusal(ctx, knobs) if busy else None
+                if placed and n > len(ROLES) and reason is None:
+                    reason = (f"placement with {n} target cores needs {n} pinned load generators; a point "
+                              f"runs at most {len(ROLES)}")
+                if len(target_cpus) < n and reason is None:
+                    reason = f"{n} target cores asked, this machine has {len(target_cpus)} to give"
+                if placed:
+                    points.append(_placed(ctx, knobs, repeat, n, targets, hosts, params, reason))
+                else:
+                    points.append(placed_point(ctx, name, knobs, repeat, host_cpus, target_cpus, skip_reason=reason))
+    ctx.run(points, "busy-poll: configurations × target cores")
+
+
+def cores_for(ctx: Context, n: int) -> tuple[list[int], list[int]]:
+    """Logical target and host cores for N reactors: apart from each other where the machine has
+    room, else the target takes the first N cores (sharing some with the host; knob
+    `shares_host_cores` says so)."""
+    topo = ctx.spec.topology
+    targets = logical(topo.target_cores, n, topo.host_cores)
+    hosts = logical(topo.host_cores, n, targets)
+    if len(distinct(ctx.target_phys(targets))) < n:
+        targets = list(range(n))
+    if len(distinct(ctx.phys(hosts))) < min(n, len(ctx.cores)):
+        hosts = list(range(len(ctx.cores)))[-n:]
+    return targets, hosts
+
+
+def _placed(ctx: Context, knobs: dict, repeat: int, n: int, targets: list[int], hosts: list[int], params: Params,
+            reason: str | None) -> Point:
+    """One subsystem per reactor, each driven by its own load generator on its own host core."""
+    subs = [backend_subsystem(ctx, f"bp{i}", reactor=i) for i in range(n)]
+    job_knobs = perf_knobs(knobs) | {"numjobs": params.conns_per_core, "io_queues": params.conns_per_core}
+    jobs = [PerfJob(role, job_knobs, ctx.phys([hosts[i]]), nqn=sub.nqn, hostnqn=ctx.spec.stack.hostnqn)
+            for i, (role, sub) in enumerate(zip(ROLES, subs))]
+    setup = target_setup(ctx, knobs, subs, targets)
+    setup = replace(setup, cores=distinct(ctx.target_phys(targets)))
+    return Point(study=ctx.study, leg=knobs["config"], knobs=knobs, repeat=repeat, jobs=jobs, runtime=ctx.spec.runtime,
+                 ramp_time=ctx.spec.ramp_time, target=setup, skip_reason=reason,
+                 prepare=_maker(subs))
+
+
+def _maker(subs):
+    from .common import _file_maker
+
+    makers = [m for m in (_file_maker(s) for s in subs) if m is not None]
+    return (lambda: [m() for m in makers]) if makers else None

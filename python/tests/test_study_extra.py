@@ -1,0 +1,148 @@
+"""The contention, dimensions, busy-poll and parallelism analyses on synthetic stores: findings
+computed from the numbers, and a clear sentence where a leg is missing."""
+
+import json
+
+from conftest import nvmflab
+
+from nvmflab.analysis import busy_poll, contention, dimensions, parallelism
+from nvmflab.store import ResultsStore
+
+HIST = json.dumps([[100_000, 90], [200_000, 9], [400_000, 1]])
+
+
+def _save(store, run, study, leg, knobs, repeat, rows, status="ok", error=None, key=None):
+    key = key or f"{study}-{leg}-{json.dumps(knobs, sort_keys=True)}-{repeat}"
+    store.save_point(run, key, study, leg, knobs, repeat, status, error,
+                     [{"knobs": knobs, "histogram_json": HIST, **r} for r in rows])
+
+
+def _row(iops, bs=4096, lat=100_000.0, role="main", **extra):
+    return {"role": role, "engine": "tcp", "iops": iops, "bw_bytes": iops * bs, "lat_mean_ns": lat,
+            "lat_p90_ns": lat * 1.2, "lat_p99_ns": lat * 2, "lat_p99_99_ns": lat * 4, "usr_cpu": 10.0,
+            "sys_cpu": 30.0, "total_ios": int(iops * 10), "runtime_ms": 10_000, "target_usr_s": 1.0,
+            "target_sys_s": 1.0} | extra
+
+
+def test_contention_findings_from_the_numbers(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("contention", 'study = "contention"', {})
+    tapp = {"app": "T-app", "rw": "read", "bs": 131072, "iodepth": 4, "numjobs": 1, "part": "storage",
+            "net_flows": 0, "placement": "none"}
+    for r in range(2):
+        _save(store, run, "contention", "isolated", tapp, r, [_row(10_000, 131072)])
+        _save(store, run, "contention", "same_core", tapp | {"net_flows": 4, "placement": "same"}, r,
+              [_row(1_500, 131072)])
+        net = {"app": "net", "part": "network", "net_flows": 4, "placement": "none"}
+        _save(store, run, "contention", "isolated", net, r,
+              [{"role": "bg", "engine": "iperf3", "bw_bytes": 1e9} for _ in range(4)]
+              + [{"role": "bg", "engine": "cpu:host:1", "usr_cpu": 10.0, "sys_cpu": 80.0}])
+        _save(store, run, "contention", "same_core", tapp | {"net_flows": 4, "placement": "same", "part": "network"}, r,
+              [{"role": "bg", "engine": "iperf3", "bw_bytes": 5e8} for _ in range(4)]
+              + [{"role": "bg", "engine": "cpu:host:1", "usr_cpu": 20.0, "sys_cpu": 78.0},
+                 {"role": "bg", "engine": "cpu:target:0", "usr_cpu": 5.0, "sys_cpu": 60.0}])
+    result = contention.analyze(store.measurements(), store.runs())
+    text = "\n".join(result.findings)
+    assert "A T-app with 4 iperf3 flows on same core kept 15 % of its throughput (197 vs 1311 MB/s)." in text
+    assert "Alone, 4 iperf3 flows reached 8.00 Gbit/s per flow." in text
+    network = next(t for t in result.tables if t.title.startswith("Network apps")).frame
+    assert list(network["per flow % of alone"]) == [100.0, 50.0]
+    assert {f.name for f in result.figures} >= {"contention_storage_vs_flows", "contention_cpu_per_core"}
+
+
+def test_contention_without_iperf3_says_why(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("contention", 'study = "contention"', {})
+    knobs = {"app": "L-app", "rw": "read", "bs": 4096, "iodepth": 1, "numjobs": 1, "part": "storage", "net_flows": 0}
+    _save(store, run, "contention", "isolated", knobs, 0, [_row(8_000)])
+    _save(store, run, "contention", "same_core", knobs | {"net_flows": 1}, 0, [], status="skipped",
+          error="network apps skipped: iperf3 not found on local (Debian: apt-get install iperf3)")
+    _save(store, run, "contention", "same_core", knobs | {"net_flows": 1, "part": "network"}, 0, [],
+          status="skipped", error="network apps skipped: iperf3 not found on local (Debian: apt-get install iperf3)")
+    text = "\n".join(contention.analyze(store.measurements(), store.runs()).findings)
+    assert "The same_core leg was skipped (network apps skipped: iperf3 not found on local" in text
+    assert "No network app was measured (network apps skipped: iperf3 not found" in text
+
+
+def test_dimensions_concurrency_and_missing_legs(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("dimensions", 'study = "dimensions"', {})
+    base = {"rw": "randread", "bs": 4096, "numjobs": 1, "transport": "tcp"}
+    _save(store, run, "dimensions", "local", base | {"iodepth": 1}, 0, [_row(50_000)])
+    for qd, iops in ((1, 10_000), (8, 40_000), (32, 100_000)):
+        _save(store, run, "dimensions", "concurrency", base | {"iodepth": qd}, 0, [_row(iops)])
+    for rw, iops in (("randread", 100_000), ("randwrite", 50_000)):
+        _save(store, run, "dimensions", "pattern", base | {"rw": rw, "iodepth": 128}, 0, [_row(iops)])
+    _save(store, run, "dimensions", "pattern_rdma", base | {"iodepth": 128, "transport": "rdma"}, 0, [],
+          status="skipped", error="no RDMA transport")
+    result = dimensions.analyze(store.measurements(), store.runs())
+    text = "\n".join(result.findings)
+    assert "NVMe/TCP matched local QD1 throughput (50.0 KIOPS) from QD32; at QD32 concurrency is 2.00." in text
+    assert "At 4k, randread reached 100.0 KIOPS and randwrite 50.0 KIOPS (2.00×)." in text
+    assert "The pattern_rdma leg was skipped (no RDMA transport), so RDMA is not compared with TCP." in text
+    assert "The cores leg was not measured" in text
+    conc = next(t for t in result.tables if t.title.startswith("Concurrency")).frame
+    assert list(conc["concurrency"]) == [0.2, 0.8, 2.0]
+
+
+def test_busy_poll_cores_to_best_and_comparison(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("busy-poll", 'study = "busy-poll"', {})
+    values = {"off": {1: 100_000, 2: 180_000, 3: 200_000}, "on": {1: 150_000, 2: 195_000, 3: 196_000}}
+    for config, per_cores in values.items():
+        for n, iops in per_cores.items():
+            for r, jitter in enumerate((0.99, 1.01)):
+                knobs = {"config": config, "target_cpus": n, "rw": "randread", "bs": 4096, "iodepth": 32,
+                         "numjobs": 3 * n, "shares_host_cores": False}
+                _save(store, run, "busy-poll", config, knobs, r, [_row(iops * jitter, lat=1e9 / iops)])
+    result = busy_poll.analyze(store.measurements(), store.runs())
+    text = "\n".join(result.findings)
+    assert "With busy polling and placement off, 3 target cores reached 200.0 KIOPS" in text
+    assert "With busy polling and placement on, 2 target cores reached 196.0 KIOPS" in text
+    assert "1 target core: on vs off: IOPS +50.0 %" in text
+    assert "3 target cores: on vs off: no significant difference in IOPS" in text
+
+
+def test_busy_poll_skipped_on_a_stack_without_busy_polling(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("busy-poll", 'study = "busy-poll"', {})
+    knobs = {"config": "off", "target_cpus": 1, "rw": "randread", "bs": 4096, "iodepth": 32, "numjobs": 3}
+    _save(store, run, "busy-poll", "off", knobs, 0, [_row(100_000)])
+    _save(store, run, "busy-poll", "on", knobs | {"config": "on"}, 0, [], status="skipped",
+          error="kernel target / ours host: knob busy_poll_us = 50: the kernel target has no such setting")
+    text = "\n".join(busy_poll.analyze(store.measurements(), store.runs()).findings)
+    assert "The on leg was skipped (kernel target / ours host: knob busy_poll_us = 50" in text
+
+
+def test_parallelism_cpu_cost_and_tail_latency(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("parallelism", 'study = "parallelism"', {"spec_effective": {"ramp_time": 0}})
+    base = {"rw": "randread", "bs": 4096, "numjobs": 1, "backend": "file"}
+    # host CPU per I/O = (usr + sys) % × 10 s / (iops × 10 s): local 40 % / 100k, remote 60 % / 100k
+    _save(store, run, "parallelism", "size_local", base | {"iodepth": 16}, 0, [_row(100_000)])
+    _save(store, run, "parallelism", "size_remote", base | {"iodepth": 16}, 0,
+          [_row(100_000, usr_cpu=15.0, sys_cpu=45.0)])
+    for qd, local, remote in ((1, 50_000, 100_000), (16, 100_000, 150_000)):
+        _save(store, run, "parallelism", "depth_local", base | {"iodepth": qd}, 0, [_row(50_000, lat=local)])
+        _save(store, run, "parallelism", "depth_remote", base | {"iodepth": qd}, 0, [_row(40_000, lat=remote)])
+    result = parallelism.analyze(store.measurements(), store.runs())
+    text = "\n".join(result.findings)
+    assert "At 4k, remote I/O used 50.0 % more host CPU per I/O than local (6.00 vs 4.00 µs)" in text
+    assert "kernel's share was 75.0 % local and 75.0 % remote" in text
+    assert "Remote p99 was 2.00× local at QD1 and 1.50× at QD16" in text
+    assert "The numjobs leg was not measured, so scaling with jobs is not shown." in text
+
+
+def test_empty_stores_say_so(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    frame, runs = store.measurements(), store.runs()
+    for module in (contention, dimensions, busy_poll, parallelism):
+        result = module.analyze(frame, runs)
+        assert result.findings and "no usable measurements" in result.findings[0]
+
+
+def test_specs_load_and_plan_with_their_quick_variants(tmp_path, fake_env):
+    for name in ("contention", "dimensions", "busy-poll", "parallelism"):
+        done = nvmflab("study", name, "--quick", "--plan", env=fake_env)
+        assert done.returncode == 0, (name, done.stderr)
+        assert "nvmf-perf" in done.stdout

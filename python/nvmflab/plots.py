@@ -201,7 +201,7 @@ def latency_timeline(records: Sequence[Mapping[str, float]], *, title: str,
     """
     figure, axes = _new(title)
     seconds = np.array([r["t_ms"] for r in records], dtype=float) / 1e3
-    for key, label, style in (("lat_p50_ns", "p50", "-"), ("lat_p99_ns", "p99", "-"),
+    for key, label, style in (("lat_mean_ns", "mean", ":"), ("lat_p50_ns", "p50", "-"), ("lat_p99_ns", "p99", "-"),
                               ("lat_p99_9_ns", "p99.9", "--")):
         values = np.array([np.nan if r.get(key) is None else r[key] for r in records], dtype=float) / 1e3
         if np.isfinite(values).any():

@@ -471,3 +471,39 @@ def test_a_given_host_nqn_connects_and_leaves_earlier_controllers_alone(fake, tm
     session.close()
     assert (root / "sys/class/nvme/nvme0").exists() and session.close_errors == []
     assert ["nvme", "disconnect", "-d", "nvme0"] not in host.commands
+
+
+def test_fio_interval_logs_become_nvmflab_intervals():
+    # fio's averaged logs: "time_ms, value, direction, bs, offset"; two jobs, reads (0) and writes (1)
+    logs = {("iops", 1): "499, 100, 0, 0, 0\n499, 50, 1, 0, 0\n1001, 300, 0, 0, 0\n",
+            ("iops", 2): "500, 100, 0, 0, 0\n1000, 100, 0, 0, 0\n",
+            ("clat", 1): "500, 1000, 0, 0, 0\n500, 4000, 1, 0, 0\n1000, 2000, 0, 0, 0\n1500, 9, 0, 0, 0\n",
+            ("clat", 2): "500, 1000, 0, 0, 0\n1000, 6000, 0, 0, 0\n"}
+    found = kernel.fio_intervals(logs, 500)
+    assert [r["t_ms"] for r in found] == [500, 1000]  # the clat line past the last IOPS window is dropped
+    assert found[0] | {"lat_p99_ns": 0} == {"t_ms": 500, "iops": 250.0, "read_iops": 200.0, "write_iops": 50.0,
+                                           "lat_mean_ns": (100 * 1000 + 50 * 4000 + 100 * 1000) / 250,
+                                           "lat_p50_ns": None, "lat_p99_ns": 0, "lat_p99_9_ns": None}
+    assert found[1]["lat_mean_ns"] == (300 * 2000 + 100 * 6000) / 400
+    with pytest.raises(StackError, match="iops log of job 1: unreadable line"):
+        kernel.fio_intervals({("iops", 1): "x, y\n"}, 500)
+
+
+def test_real_fio_logs_reach_the_report(fake, tmp_path):
+    import shutil
+
+    if shutil.which("fio") is None:
+        pytest.skip("fio not installed")
+    host, stack = fake
+    path = tmp_path / "data.img"
+    path.write_bytes(b"\0" * (8 << 20))
+    local = PerfJob("main", knobs(numjobs=1, iodepth=2), cpus=(0,), local_path=str(path))
+    session = stack.open_host(local, None, host, tmp_path)
+    output = str(tmp_path / "p-main.json")
+    argv = session.perf_argv(2.2, 0, output)
+    subprocess.run(argv, check=True, timeout=60, capture_output=True)
+    report = session.parse_output(Path(output).read_text())
+    intervals = metrics.intervals(report)
+    assert intervals and [r["t_ms"] for r in intervals][:2] == [1000.0, 2000.0]
+    assert all(r["iops"] > 0 and r["lat_mean_ns"] > 0 and r["lat_p99_ns"] is None for r in intervals[:2])
+    assert json.loads(metrics.summarize(report)["intervals_json"])[0]["t_ms"] == 1000.0

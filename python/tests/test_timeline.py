@@ -78,3 +78,17 @@ def test_figures_are_capped_and_largest_first():
     figures, finding = timeline_figures("s", pd.DataFrame(rows))
     assert len(figures) == MAX_FIGURES and "3 more not drawn" in finding
     assert figures[0].name == f"s_timeline_k{MAX_FIGURES + 2}_main"
+
+
+def test_intervals_without_percentiles_are_judged_on_the_mean():
+    import pandas as pd
+
+    # fio's averaged logs: IOPS and mean latency only; the mean doubles halfway
+    records = [{"t_ms": 1000 * (k + 1), "iops": 10.0, "lat_mean_ns": v, "lat_p50_ns": None, "lat_p99_ns": None,
+                "lat_p99_9_ns": None} for k, v in enumerate([100.0] * 3 + [200.0] * 3)]
+    row = {"leg": "l", "role": "main", "repeat": 0, "point_key": "k", "knobs_json": "{}",
+           "intervals_json": json.dumps(records)}
+    figures, finding = timeline_figures("s", pd.DataFrame([row]))
+    assert len(figures) == 1 and "mean latency went from 0.1 µs to 0.2 µs" in figures[0].caption
+    flat = dict(row, intervals_json=json.dumps([dict(r, lat_mean_ns=100.0) for r in records]))
+    assert timeline_figures("s", pd.DataFrame([flat])) == ([], None)

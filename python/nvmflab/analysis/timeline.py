@@ -11,7 +11,8 @@ within either part, and by more than 20 % of the run's median p99.
 
 Splits put at least one interval on each side, so a slow first interval (warm-up) or a last one
 counts; where several splits qualify, the one whose gap exceeds its spread by most marks the
-change. Fewer than 3 intervals say nothing.
+change. Fewer than 3 intervals say nothing. A load generator whose intervals carry no
+percentiles (fio's averaged logs: IOPS and mean latency) is judged on its mean latency instead.
 """
 
 from __future__ import annotations
@@ -79,13 +80,20 @@ def changed_rows(rows: pd.DataFrame) -> list[tuple[pd.Series, list[dict], Change
         return []
     found = []
     for _, row in rows.iterrows():
-        # Intervals without a p99 (no I/O completed in them) take no part in the rule.
-        records = [r for r in parse(row["intervals_json"]) if _number(r.get("lat_p99_ns"))]
-        change = latency_change([r["lat_p99_ns"] for r in records])
+        records = parse(row["intervals_json"])
+        key = judged_metric(records)
+        # Intervals without the metric (no I/O completed in them) take no part in the rule.
+        records = [r for r in records if _number(r.get(key))]
+        change = latency_change([r[key] for r in records])
         if change is not None:
             found.append((row, records, change))
     found.sort(key=lambda item: _size(item[2]), reverse=True)
     return found
+
+
+def judged_metric(records: list[dict]) -> str:
+    """p99 where the intervals have it, else the mean latency (fio's averaged logs)."""
+    return "lat_p99_ns" if any(_number(r.get("lat_p99_ns")) for r in records) else "lat_mean_ns"
 
 
 def _number(value: object) -> bool:
@@ -118,12 +126,14 @@ def timeline_figures(study: str, rows: pd.DataFrame) -> tuple[list[Figure], str 
         name = f"{study}_timeline_{row['point_key']}_{row['role']}"
         figure = plots.latency_timeline(records, title=f"{study}: latency over the run ({where})",
                                         change_at_ms=records[change.split - 1]["t_ms"])
-        caption = (f"Per-interval p50, p99 and p99.9 latency and IOPS of {where}: p99 went from "
+        what = "p99" if judged_metric(records) == "lat_p99_ns" else "mean latency"
+        caption = (f"Per-interval latency and IOPS of {where}: {what} went from "
                    f"{change.before_ns / 1e3:.1f} µs to {change.after_ns / 1e3:.1f} µs (median before and after "
                    f"the dotted line).")
         figures.append(Figure(name, figure, caption))
     left_out = len(found) - len(figures)
     finding = (f"Latency changed during the run of {len(found)} measurement(s) "
-               f"(p99 shifted beyond its spread; figures 'latency over the run'"
+               f"(p99, or the mean where only that was logged, shifted beyond its spread; figures "
+               f"'latency over the run'"
                + (f", the {len(figures)} largest shown, {left_out} more not drawn" if left_out else "") + ").")
     return figures, finding

@@ -170,15 +170,29 @@ class KernelSession(HostSession):
     engine: str = "io_uring"
     sudo: list[str] = field(default_factory=list)
     hostnqn: str | None = None  # set once `nvme connect` was attempted
+    log_prefix: str | None = None  # fio's per-interval logs (iops, clat) start with this
     preexisting: set[str] = field(default_factory=set)  # controllers with our host NQN before we connected
     held: list[str] = field(default_factory=list)  # host settings this session holds
     close_errors: list[str] = field(default_factory=list)
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
+        self.log_prefix = log_prefix(output)
         return self.sudo + fio_argv(self.fio, self.job, self.filename, self.engine, runtime, ramp_time, output)
 
     def parse_output(self, text: str) -> dict[str, Any]:
-        return parse_fio(text)
+        report = parse_fio(text)
+        if self.log_prefix:
+            logs = {}
+            for kind in ("iops", "clat"):
+                for number in range(1, int(self.job.knobs["numjobs"]) + 1):
+                    try:
+                        logs[(kind, number)] = self.host.read_text(f"{self.log_prefix}_{kind}.{number}.log")
+                    except HostError:
+                        continue  # no log (fio failed early, or a job without I/O): no intervals from it
+            found = fio_intervals(logs, LOG_AVG_MSEC)
+            if found:
+                report.setdefault("nvmflab", {"engine": "fio"})["intervals"] = found
+        return report
 
     def close(self) -> None:
         """Disconnect our own controllers (found by our unique host NQN), then give back settings.
@@ -230,6 +244,10 @@ def fio_argv(fio: str, job: PerfJob, filename: str, engine: str, runtime: float,
             # be the jobs' mean and its job_runtime their sum. Percentiles then come from the busiest
             # job (exact for one job; a sample of identical jobs otherwise).
             f"--percentile_list={PERCENTILE_LIST}",
+            # IOPS and mean completion latency per interval, one log per job and kind (fio's
+            # averaged logs carry no percentiles)
+            f"--write_iops_log={log_prefix(output)}", f"--write_lat_log={log_prefix(output)}",
+            f"--log_avg_msec={LOG_AVG_MSEC}",
             # json+ adds each job's latency bins, merged into one histogram like nvmf-perf's
             "--output-format=json+", f"--output={output}"]
     if k["completion"] == "poll":
@@ -241,6 +259,45 @@ def fio_argv(fio: str, job: PerfJob, filename: str, engine: str, runtime: float,
     if k.get("size"):
         argv.append(f"--size={k['size']}")
     return argv
+
+
+LOG_AVG_MSEC = 1000
+MAX_LOG_LINES = 100_000
+
+
+def log_prefix(output: str) -> str:
+    return output[:-5] + "-log" if output.endswith(".json") else output + "-log"
+
+
+def fio_intervals(logs: dict[tuple[str, int], str], avg_msec: int) -> list[dict[str, Any]]:
+    """nvmflab.intervals from fio's averaged logs ("time_ms, value, direction, bs, offset" lines):
+    IOPS summed over jobs and directions, mean latency weighted by each side's IOPS."""
+    per: dict[int, dict[str, float]] = {}
+    weights: dict[tuple[int, int, int], float] = {}  # (t, job, direction) -> IOPS, to weight clat
+    for (kind, job), text in sorted(logs.items(), key=lambda item: item[0][0] != "iops"):
+        for line in text.splitlines()[:MAX_LOG_LINES]:
+            fields = [f.strip() for f in line.split(",")]
+            try:
+                t_ms, value, direction = int(fields[0]), float(fields[1]), int(fields[2])
+            except (IndexError, ValueError):
+                raise StackError(f"fio {kind} log of job {job}: unreadable line {line[:60]!r}") from None
+            if direction not in (0, 1) or value < 0 or t_ms < 0:
+                raise StackError(f"fio {kind} log of job {job}: out-of-range line {line[:60]!r}")
+            t = max(1, round(t_ms / avg_msec)) * avg_msec  # fio stamps drift by a millisecond or two
+            if kind != "iops" and t not in per:
+                continue  # a latency line past the last IOPS line (fio's partial last window)
+            slot = per.setdefault(t, {"iops": 0.0, "read_iops": 0.0, "write_iops": 0.0, "lat_sum": 0.0, "w": 0.0})
+            if kind == "iops":
+                slot["iops"] += value
+                slot["read_iops" if direction == 0 else "write_iops"] += value
+                weights[(t, job, direction)] = value
+            else:
+                weight = weights.get((t, job, direction), 0.0)
+                slot["lat_sum"] += value * weight
+                slot["w"] += weight
+    return [{"t_ms": t, "iops": s["iops"], "read_iops": s["read_iops"], "write_iops": s["write_iops"],
+             "lat_mean_ns": s["lat_sum"] / s["w"] if s["w"] else None,
+             "lat_p50_ns": None, "lat_p99_ns": None, "lat_p99_9_ns": None} for t, s in sorted(per.items())]
 
 
 def parse_fio(text: str) -> dict[str, Any]:

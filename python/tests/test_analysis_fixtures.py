@@ -110,12 +110,13 @@ def overhead_measurements(legs=("local", "loopback", "netns")) -> pd.DataFrame:
     for leg in legs:
         engine = "local" if leg == "local" else "tcp"
         points = [{"iodepth": q, "iops": i, "p99_ns": p99[leg] if q == 1 else p99[leg] * q,
-                   "engine": engine} for q, i in zip(QDS, curves[leg])]
+                   "engine": engine, "knobs_json": json.dumps({"app": "L-app" if q == 1 else "T-app"})}
+                  for q, i in zip(QDS, curves[leg])]
         for bs in (16384, 65536, 131072, 1 << 20):
             # Remote approaches local as blocks grow: the gap closes at 1m.
             share = 1.0 if bs == 1 << 20 else bw_share[leg]
             points.append({"rw": "read", "bs": bs, "iodepth": 32, "engine": engine,
-                           "iops": 2e9 * share / bs})
+                           "iops": 2e9 * share / bs, "knobs_json": json.dumps({"app": "B-app"})})
         out += rows("overhead", leg, points)
     return frame(out)
 

@@ -56,10 +56,10 @@ def test_tiny_interference_study_on_real_binaries(tmp_path):
     assert env["cpu_model"] == cpu_model() and env["kernel"] == platform.release()
     assert env["tools"]["nvmf-target"]["version"] and env["tools"]["nvmf-perf"]["version"]
     # the points: 2 calibration, initiator isolated + 2 loads, control isolated + max
-    assert sorted(points["leg"]) == ["calibrate_initiator"] * 2 + ["control"] * 2 + ["initiator"] * 3
+    assert sorted(points["leg"]) == ["calibrate_initiator"] * 2 + ["control_initiator"] * 2 + ["initiator"] * 3
     assert set(frame["status"]) <= {"ok", "invalid"}, frame[["leg", "status", "error"]].to_string()
-    assert set(frame["leg"]) == {"calibrate_initiator", "initiator", "control"}
-    control = frame[frame["leg"] == "control"]
+    assert set(frame["leg"]) == {"calibrate_initiator", "initiator", "control_initiator"}
+    control = frame[frame["leg"] == "control_initiator"]
     assert sorted((role, str(load)) for role, load in zip(control["role"], control["bg_load_pct"])) == [
         ("bg", "inf"), ("fg", "inf"), ("fg", "nan")]
     assert (frame["iops"] > 0).all() and (frame["lat_p99_ns"] > 0).all() and (frame["engine"] == "tcp").all()
@@ -82,7 +82,8 @@ def test_tiny_interference_study_on_real_binaries(tmp_path):
     assert html.count('src="data:image/png;base64,') == len(figures)
     assert re.search(r"Shared initiator core, L-app \(isolated p99 [\d.]+ µs\): latency interference "
                      r"(stayed near|went from) [\d.]+×", html)
-    assert re.search(r"Control \(shared network only\), L-app: latency interference at most [\d.]+×, "
-                     r"throughput sustained at least \d+ %", html)
+    assert re.search(r"Control \(shared network only, background as in the initiator leg\), L-app: with a "
+                     r"background of 1 job\(s\), [\d.]+ KIOPS uncapped, latency interference [\d.]+×, "
+                     r"throughput sustained \d+ %", html)
     assert cpu_model() in html and platform.release() in html and env["tools"]["nvmf-perf"]["version"] in html
     assert "calibrate_iodepth = [4, 8]" in html and "control = true" in html

@@ -65,7 +65,7 @@ def test_report_contains_every_study_its_findings_and_provenance(report):
         assert f'id="{study}"' in html
     assert "lowered the p99 latency at QD1 by 9.4 %" in html
     assert "The netns leg was not measured" in html
-    assert "Saturation configuration" in html and "P2.QD128" in html
+    assert "Knee configuration" in html and "Peak configuration" in html and "P2.QD128" in html
     assert "keep background load at or below" in html
     assert "broke a sanity invariant" in html and "fg completions 1000" in html
     assert "Synthetic CPU" in html and "repeats = 3" in html

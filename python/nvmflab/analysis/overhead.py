@@ -46,20 +46,55 @@ def netns_caveat(data: pd.DataFrame) -> str | None:
             "namespaces, not an emulated network link, and the \"network\" overhead is that hop's cost.")
 
 
+LINK = {"text": ""}  # the netns link as measured, set by analyze() for the names below
+
+
+def link_text(data: pd.DataFrame) -> str:
+    """The emulated link's delay and rate as the netns points recorded them ('' without netns)."""
+    netns = [json.loads(k or "{}") for k in data.loc[data["leg"] == "netns", "knobs_json"]]
+    if not netns:
+        return ""
+    knobs = netns[0]
+    if knobs.get("netns_link") == "none":
+        return ""  # the plain-veth caveat says it
+    if "netns_delay_us" not in knobs and "netns_rate" not in knobs:
+        return ""  # the points did not record their link
+    delay, rate = knobs.get("netns_delay_us"), knobs.get("netns_rate")
+    if not delay and not rate:
+        return "veth, no delay, no rate cap"
+    return f"veth, {delay or 0} µs delay, " + (f"{rate} rate" if rate else "no rate cap")
+
+
 def _name(leg: str, plain_veth: bool) -> str:
-    """The leg as findings and table columns call it, with the plain-veth mark on netns."""
-    return f"{leg} [{PLAIN_VETH}]" if plain_veth and leg == "netns" else leg
+    """The leg as findings and table columns call it, with the link it crossed on netns."""
+    if leg == "netns" and plain_veth:
+        return f"{leg} [{PLAIN_VETH}]"
+    return f"{leg} [{LINK['text']}]" if leg == "netns" and LINK["text"] else leg
 
 
 def _label(leg: str, plain_veth: bool) -> str:
     """The leg as figure legends call it."""
-    return LEG_LABEL.get(leg, leg) + (f" [{PLAIN_VETH}]" if plain_veth and leg == "netns" else "")
+    if leg == "netns" and (plain_veth or LINK["text"]):
+        return LEG_LABEL[leg] + f" [{PLAIN_VETH if plain_veth else LINK['text']}]"
+    return LEG_LABEL.get(leg, leg)
+
+
+def _app(data: pd.DataFrame, app: str) -> pd.DataFrame:
+    """Rows of one application model by the `app` knob; every row when no point recorded it."""
+    apps = data["knobs_json"].map(lambda k: json.loads(k or "{}").get("app"))
+    return data[apps == app] if apps.notna().any() else data
 
 
 def _rows(rows: pd.DataFrame) -> pd.DataFrame:
     parts = [leg_rows(rows, leg, "main") for leg in LEGS]
     parts = [p for p in parts if not p.empty]
     return pd.concat(parts) if parts else rows.iloc[0:0]
+
+
+def _b_rows(data: pd.DataFrame) -> pd.DataFrame:
+    """B-app rows, when points recorded their app (they are left out of the L-app and T-app)."""
+    apps = data["knobs_json"].map(lambda k: json.loads(k or "{}").get("app"))
+    return data[apps == "B-app"]
 
 
 def _t_app(data: pd.DataFrame) -> pd.DataFrame:
@@ -157,6 +192,10 @@ def _concurrency_table(agg: pd.DataFrame, veth: bool) -> pd.DataFrame:
 
 
 def _b_app(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
+    data = _app(data, "B-app")  # the B-app's best comes only from B-app rows
+    if data.empty:
+        out.findings.append("No B-app point was measured, so bandwidth per block size is missing.")
+        return
     agg = aggregate(data, by=["leg", "bs", "rw", "iodepth"])
     if agg["bs"].nunique() < 2:
         out.findings.append("Only one block size was measured, so the B-app (bandwidth per "
@@ -198,7 +237,10 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     if caveat:
         out.findings.append(caveat)
     veth = caveat is not None
-    agg = aggregate(_t_app(data), by=["leg", "iodepth"])
+    LINK["text"] = link_text(data)
+    if LINK["text"]:
+        out.findings.append(f"The netns leg crossed a {LINK['text']}; every netns number below is for that link.")
+    agg = aggregate(_t_app(data[~data.index.isin(_b_rows(data).index)]), by=["leg", "iodepth"])
     _l_app(agg, out, rows, present, veth)
     if agg["iodepth"].nunique() > 1:
         out.figures.append(Figure(

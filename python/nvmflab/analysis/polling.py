@@ -14,8 +14,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from .. import plots
-from .common import (differs, excluded_points, first, leg_rows, missing_leg, significance_note,
-                     study_rows)
+from .common import Difference, compare, excluded_points, first, leg_rows, missing_leg, study_rows
 from .formulas import change_pct
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -32,8 +31,29 @@ MATRIX_KNOBS: dict[str, Callable[[object], bool]] = {
     "data_digest": lambda v: bool(v),
 }
 
-# A longer idle poll period only pays if it buys at least this much p99 (relative).
-IDLE_POLL_GAIN = 0.01
+# What each knob is when the study recommends nothing (the spec's defaults).
+DEFAULTS = {"completion": "event", "target_mode": "event", "idle_poll_us": 0, "hdr_digest": False,
+            "data_digest": False}
+CHOSEN = "chosen"
+NO_WINNER = "no clear winner: keep the default"
+CANNOT_DECIDE = "cannot decide (fewer than two repeats): keep the default"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.2f} µs"
+
+
+def _kiops(iops: float) -> str:
+    return f"{iops / 1e3:.2f} KIOPS"
+
+
+def _note(d: Difference) -> str:
+    """What a finding adds after a difference: nothing when its interval excludes zero."""
+    if not d.decidable:
+        return " (fewer than two repeats, so no interval: not a decision)"
+    if d.clear:
+        return ""
+    return (f" (difference {d.text(_us)}: the 95 % interval includes zero, so not a clear effect)")
 
 
 def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
@@ -68,6 +88,7 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
             "repeats": int(first(qd1, "lat_p99_ns_n")) if len(qd1) else 0,
             "_p99": first(qd1, "lat_p99_ns_mean"), "_p99_ci": first(qd1, "lat_p99_ns_ci95"),
             "_peak": peak["iops_mean"], "_peak_ci": peak["iops_ci95"],
+            "_qd1": qd1.iloc[0] if len(qd1) else None, "_peak_row": peak,
         })
     table = pd.DataFrame(summary)
     out.tables.append(Table("Throughput and tail latency per completion mode",
@@ -88,7 +109,7 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
         f"Host completion polling (completion = poll) "
         f"{changed('the p99 latency at QD' + str(poll['lowest iodepth']), p99_change)} "
         f"({us(event['_p99'])} → {us(poll['_p99'])})"
-        f"{significance_note(event['_p99'], event['_p99_ci'], poll['_p99'], poll['_p99_ci'])} and "
+        f"{_note(compare(event['_qd1'], poll['_qd1'], 'lat_p99_ns'))} and "
         f"{changed('the peak IOPS', peak_change)} ({kiops(event['_peak'])} at QD"
         f"{event['peak at iodepth']} → {kiops(poll['_peak'])} at QD{poll['peak at iodepth']})."
     )
@@ -100,16 +121,23 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
             f"{changed(what, change_pct(deepest['event'], deepest['poll']))} "
             f"({deepest['event']:,.0f} → {deepest['poll']:,.0f})."
         )
-    # Lower p99 for the L-app decides; a tie within the intervals falls to peak IOPS.
-    p99_clear = differs(event["_p99"], event["_p99_ci"], poll["_p99"], poll["_p99_ci"]) is not False
-    if p99_clear or math.isnan(poll["_peak"]) or math.isnan(event["_peak"]):
-        choice = "poll" if poll["_p99"] < event["_p99"] else "event"
-        why = f"p99 at QD{poll['lowest iodepth']}: {us(by_mode[choice]['_p99'])}"
+    # Lower p99 for the L-app decides; when its interval includes zero, a clear peak IOPS gain does;
+    # otherwise nothing is recommended and the default stays.
+    p99 = compare(event["_qd1"], poll["_qd1"], "lat_p99_ns")
+    peak = compare(event["_peak_row"], poll["_peak_row"], "iops")
+    qd = f"QD{poll['lowest iodepth']}"
+    evidence = (f"p99 at {qd}: poll − event = {p99.text(_us)}; peak IOPS: poll − event = {peak.text(_kiops)}")
+    if not p99.decidable:
+        choice, decision = DEFAULTS["completion"], CANNOT_DECIDE
+    elif p99.clear:
+        choice, decision = ("poll" if p99.diff < 0 else "event"), CHOSEN + f" (lower p99 at {qd})"
+    elif peak.clear:
+        choice, decision = ("poll" if peak.diff > 0 else "event"), CHOSEN + " (p99 tie; higher peak IOPS)"
     else:
-        choice = "poll" if poll["_peak"] > event["_peak"] else "event"
-        why = f"p99 tie; peak {kiops(by_mode[choice]['_peak'])}"
+        choice, decision = DEFAULTS["completion"], NO_WINNER
     recommend.append({"knob": "completion (host completion polling)", "suggested value": choice,
-                      "evidence": why, "leg": "completion"})
+                      "decision": decision, "evidence": evidence, "leg": "completion",
+                      "_knob": "completion", "_value": choice, "_decided": decision.startswith(CHOSEN)})
 
 
 def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
@@ -141,10 +169,14 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
     out.tables.append(Table("Target idle polling period", table,
                             "Each period's p99 at the lowest and IOPS at the highest queue depth, "
                             "relative to no idle polling (0 µs)."))
+    modes = sorted(str(m) for m in data["completion"].dropna().unique()) if "completion" in data else []
+    under = f" with completion = {', '.join(modes)}" if modes else ""
+    decision, best = CANNOT_DECIDE, 0
+    evidence = ""
     if math.isnan(base_p99):
         out.findings.append("The idle_poll leg has no idle_poll_us = 0 baseline, so the effect "
-                            "of idle polling cannot be expressed as a change.")
-        best = low["lat_p99_ns_mean"].idxmin()
+                            "of idle polling cannot be expressed as a change and no period is recommended.")
+        decision = "cannot decide (no 0 µs baseline): keep the default"
     else:
         changes = {p: change_pct(base_p99, v) for p, v in low["lat_p99_ns_mean"].items() if p != 0}
         if changes:
@@ -153,26 +185,48 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
             effect = (f"by {lo:+.1f} % at {periods[0]:g} µs" if len(periods) == 1
                       else f"by {lo:+.1f} to {hi:+.1f} % across {periods[0]:g}–{periods[-1]:g} µs")
             out.findings.append(
-                f"Target idle polling changed p99 at QD{low_qd} {effect} (baseline {us(base_p99)} at 0 µs)."
+                f"Target idle polling{under} changed p99 at QD{low_qd} {effect} (baseline {us(base_p99)} at 0 µs)."
             )
-        # The shortest period within IDLE_POLL_GAIN of the best p99: longer ones cost target CPU.
-        best_p99 = low["lat_p99_ns_mean"].min()
-        best = min(p for p, v in low["lat_p99_ns_mean"].items() if v <= best_p99 * (1 + IDLE_POLL_GAIN))
-        if best != 0 and low["lat_p99_ns_mean"][best] > base_p99 * (1 - IDLE_POLL_GAIN):
-            best = 0
+        # A period is a candidate when its p99 is clearly below no idle polling (interval of the
+        # difference excludes zero); of the candidates, the shortest one not clearly worse than the
+        # best candidate wins, since a longer period costs target CPU for nothing.
+        base = low.loc[0]
+        diffs = {p: compare(base, low.loc[p], "lat_p99_ns") for p in low.index if p != 0}
+        if diffs and all(d.decidable for d in diffs.values()):
+            better = [p for p, d in diffs.items() if d.clear and d.diff < 0]
+            if better:
+                top = min(better, key=lambda p: low.at[p, "lat_p99_ns_mean"])
+                best = min(p for p in better if p == top or not compare(low.loc[top], low.loc[p], "lat_p99_ns").clear)
+                decision = CHOSEN + " (shortest period whose p99 is not clearly worse than the best)"
+            else:
+                decision = NO_WINNER
+            evidence = "; ".join(f"{p:g} µs − 0 µs = {d.text(_us)}" for p, d in sorted(diffs.items()))
+        elif diffs:
+            evidence = "; ".join(f"{p:g} µs − 0 µs = {d.text(_us)}" for p, d in sorted(diffs.items()))
+        else:
+            decision = "cannot decide (only 0 µs measured): keep the default"
     if high_qd != low_qd and not math.isnan(base_iops):
+        iops_diffs = {p: compare(high.loc[0], high.loc[p], "iops") for p in high.index if p != 0}
         iops_changes = [change_pct(base_iops, v) for p, v in high["iops_mean"].items() if p != 0]
         if iops_changes:
+            clear = [p for p, d in iops_diffs.items() if d.clear]
             spread = max(abs(c) for c in iops_changes)
-            verdict = ("no meaningful throughput change" if spread < 2
-                       else f"throughput changes of up to {spread:.1f} %")
+            if not all(d.decidable for d in iops_diffs.values()):
+                verdict = f"throughput changes of up to {spread:.1f} % (fewer than two repeats, so no interval)"
+            elif not clear:
+                verdict = "no clear throughput change (every difference within its 95 % interval)"
+            else:
+                verdict = (f"a clear throughput change at {', '.join(f'{p:g}' for p in sorted(clear))} µs "
+                           f"(up to {spread:.1f} %)")
             span = (f"{iops_changes[0]:+.1f} %" if len(iops_changes) == 1
                     else f"{min(iops_changes):+.1f} to {max(iops_changes):+.1f} %")
             out.findings.append(f"At QD{high_qd} idle polling showed {verdict} ({span} vs 0 µs).")
+    p99_text = us(low["lat_p99_ns_mean"].get(best, math.nan))
     recommend.append({"knob": "idle_poll_us (target idle polling)",
-                      "suggested value": f"{best:g} µs",
-                      "evidence": f"p99 at QD{low_qd}: {us(low['lat_p99_ns_mean'][best])}",
-                      "leg": "idle_poll"})
+                      "suggested value": f"{best:g} µs", "decision": decision,
+                      "evidence": f"p99 at QD{low_qd}{under}: {p99_text}" + (f"; {evidence}" if evidence else ""),
+                      "leg": "idle_poll", "_knob": "idle_poll_us", "_value": int(best),
+                      "_decided": decision.startswith(CHOSEN)})
 
 
 def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
@@ -193,11 +247,15 @@ def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None
     agg = aggregate(data, by=[f"{a} on", f"{b} on", "iodepth"])
     low_qd, high_qd = agg["iodepth"].min(), agg["iodepth"].max()
     cells, best = {}, None
+    low_rows = {}
     for (a_on, b_on), group in agg.groupby([f"{a} on", f"{b} on"]):
         p99 = first(group[group["iodepth"] == low_qd], "lat_p99_ns_mean")
         iops = first(group[group["iodepth"] == high_qd], "iops_mean")
-        cells[(a_on, b_on)] = f"{p99 / 1e3:.2f} / {iops / 1e3:.2f}"
-        if best is None or (p99, -iops) < (best[2], -best[3]):
+        low = group[group["iodepth"] == low_qd]
+        low_rows[(bool(a_on), bool(b_on))] = low.iloc[0] if len(low) else None
+        redundant = _redundant({a: a_on, b: b_on})
+        cells[(a_on, b_on)] = f"{p99 / 1e3:.2f} / {iops / 1e3:.2f}" + (" (redundant)" if redundant else "")
+        if not redundant and (best is None or (p99, -iops) < (best[2], -best[3])):
             best = (a_on, b_on, p99, iops)
     name = {k: {v: f"{k} = {_on_value(data, k, v)}" for v in (True, False)} for k in (a, b)}
     matrix = pd.DataFrame(
@@ -207,17 +265,62 @@ def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None
     ).rename_axis(f"p99 µs (QD{low_qd:g}) / KIOPS (QD{high_qd:g})").reset_index()
     out.tables.append(Table(f"Interaction of {a} and {b}", matrix,
                             f"Each cell: p99 latency at QD{low_qd:g} in µs / throughput at "
-                            f"QD{high_qd:g} in KIOPS (thesis table 3.3 shape)."))
+                            f"QD{high_qd:g} in KIOPS (thesis table 3.3 shape); a cell marked redundant "
+                            "combines a polling reactor with idle polling, which it never uses."))
+    if best is None:
+        return
     a_on, b_on, p99, iops = best
     out.findings.append(f"Of the {len(cells)} combinations, {name[a][a_on]} with "
                         f"{name[b][b_on]} had the lowest p99 ({us(p99)}) with {kiops(iops)} at "
                         f"QD{high_qd:g}.")
-    for knob, knob_on in ((a, a_on), (b, b_on)):
-        value = _on_value(data, knob, knob_on)
-        if not any(r["knob"].split(" ")[0] == knob for r in recommend):
-            recommend.append({"knob": knob, "suggested value": value,
-                              "evidence": f"best matrix cell: p99 {us(p99)}, {kiops(iops)}",
-                              "leg": "matrix"})
+    chosen_on = {a: bool(a_on), b: bool(b_on)}
+    for knob, other in ((a, b), (b, a)):
+        if any(r.get("_knob") == knob for r in recommend):
+            continue
+        # Hold the other knob where it is recommended (or at the best cell), and compare this one
+        # on against off there: the interval of the difference decides, else the default stays.
+        prior = next((r for r in recommend if r.get("_knob") == other), None)
+        other_on = MATRIX_KNOBS[other](prior["_value"]) if prior is not None else chosen_on[other]
+        cell = lambda on: low_rows.get((on, other_on) if knob == a else (other_on, on))  # noqa: E731
+        off_row, on_row = cell(False), cell(True)
+        default = DEFAULTS.get(knob)
+        if off_row is None or on_row is None:
+            value, decision, evidence = default, "cannot decide (a matrix cell is missing): keep the default", ""
+        else:
+            d = compare(off_row, on_row, "lat_p99_ns")
+            evidence = (f"p99 at QD{low_qd:g} with {name[other][other_on]}: on − off = {d.text(_us)}")
+            if not d.decidable:
+                value, decision = default, CANNOT_DECIDE
+            elif d.clear:
+                value = _typed_value(data, knob, d.diff < 0)
+                decision = CHOSEN + " (lower p99 in the matrix)"
+            else:
+                value, decision = default, NO_WINNER
+        recommend.append({"knob": knob, "suggested value": str(value), "decision": decision,
+                          "evidence": evidence, "leg": "matrix", "_knob": knob, "_value": value,
+                          "_decided": decision.startswith(CHOSEN)})
+
+
+def _redundant(state: dict[str, bool]) -> bool:
+    """A polling reactor never idles, so idle polling on top of it changes nothing."""
+    return bool(state.get("target_mode")) and bool(state.get("idle_poll_us"))
+
+
+def _typed_value(data: pd.DataFrame, knob: str, knob_on: bool):
+    values = data.loc[data[f"{knob} on"] == knob_on, knob].dropna().unique()
+    value = values[0] if len(values) else DEFAULTS.get(knob)
+    return value.item() if hasattr(value, "item") else value
+
+
+def _drop_redundant(recommend: list[dict]) -> None:
+    """Reactor polling makes idle polling redundant: recommend idle_poll_us = 0 with it."""
+    mode = next((r for r in recommend if r.get("_knob") == "target_mode"), None)
+    idle = next((r for r in recommend if r.get("_knob") == "idle_poll_us"), None)
+    if mode is None or idle is None or mode["_value"] != "poll" or not idle["_value"]:
+        return
+    idle.update({"suggested value": "0 µs", "_value": 0, "_decided": False,
+                 "decision": f"redundant with target_mode = poll (a polling reactor never idles; the idle_poll "
+                             f"leg had chosen {idle['suggested value']}): keep the default"})
 
 
 def _on_value(data: pd.DataFrame, knob: str, knob_on: bool) -> str:
@@ -230,10 +333,30 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     rows = study_rows(measurements, STUDY)
     out = StudyResult(STUDY, "Polling configuration knobs (completion, idle polling, interaction)")
     out.excluded = excluded_points(rows)
+    recommend = _recommend(rows, out)
+    if recommend:
+        frame = pd.DataFrame(recommend)
+        out.recommendations = frame[[c for c in frame.columns if not c.startswith("_")]]
+    return out
+
+
+def _recommend(rows: pd.DataFrame, out: StudyResult) -> list[dict]:
     recommend: list[dict] = []
     _completion(rows, out, recommend)
     _idle_poll(rows, out, recommend)
     _matrix(rows, out, recommend)
-    if recommend:
-        out.recommendations = pd.DataFrame(recommend)
-    return out
+    _drop_redundant(recommend)
+    return recommend
+
+
+def recommended_knobs(measurements: pd.DataFrame) -> dict[str, object]:
+    """The knobs the polling study chose, as spec `[knobs]` values (thesis table 4.2 carried over).
+
+    Only decided recommendations count: a knob with no clear winner, or too few repeats, is left
+    out so the spec's own value (the default) stays.
+    """
+    rows = study_rows(measurements, STUDY)
+    if rows.empty:
+        return {}
+    scratch = StudyResult(STUDY, "")
+    return {r["_knob"]: r["_value"] for r in _recommend(rows, scratch) if r.get("_decided")}

@@ -4,13 +4,16 @@ Legs: `initiator` and `target`, each sweeping numjobs × iodepth against one cor
 resource, or `combined` (one host core against one target core) on machines with too few cores to
 separate them. The load of a point is its outstanding I/Os (numjobs × iodepth); where several
 configurations give the same load the best one counts. The saturation point is found on that
-envelope by `find_plateau` (rule in plateau.py and docs/analysis.md); only a confirmed plateau is
-called a saturation point in the findings.
+envelope by `find_plateau` (rule in plateau.py and docs/analysis.md): that is the *knee*, where
+growth stops. The *peak* is the highest throughput measured, the thesis' table 6.1 number; both are
+reported. Which resource limits is confirmed from utilization at the peak: the target reactors'
+busy time (/stats busy_ns, idle_ns) and the load generator's CPU (usr + sys over its cores).
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 
@@ -26,6 +29,8 @@ __all__ = ["analyze", "find_plateau", "plateau_confirmed", "saturation_point"]
 STUDY = "saturation"
 RESOURCES = {"initiator": "Initiator core", "target": "Target core"}
 COMBINED = "One host core against one target core"
+# A core counts as saturated when it was busy at least this share of the measured time.
+BUSY = 0.9
 
 
 def configuration(numjobs: float, iodepth: float) -> str:
@@ -40,10 +45,49 @@ def saturation_point(agg: pd.DataFrame, tolerance: float = 0.05) -> dict:
     envelope = envelope.reset_index(drop=True)
     loads, iops = envelope["load"].tolist(), envelope["iops_mean"].tolist()
     point = envelope.loc[find_plateau(loads, iops, tolerance)]
+    top = envelope.loc[envelope["iops_mean"].idxmax()]
     return {"iops": point["iops_mean"], "ci95": point["iops_ci95"],
             "numjobs": point["numjobs"], "iodepth": point["iodepth"],
             "confirmed": plateau_confirmed(loads, iops, tolerance),
-            "peak": envelope["iops_mean"].max(), "points": len(agg)}
+            "peak": top["iops_mean"], "peak_ci95": top["iops_ci95"], "peak_numjobs": top["numjobs"],
+            "peak_iodepth": top["iodepth"], "points": len(agg)}
+
+
+def utilization(data: pd.DataFrame, numjobs: float, iodepth: float) -> dict[str, float]:
+    """Busy shares at one configuration, mean over repeats: the load generator's cores (host) and
+    the busiest target reactor (target). NaN where the rows do not record them."""
+    rows = data[(data["numjobs"] == numjobs) & (data["iodepth"] == iodepth)]
+    host, target = [], []
+    for _, row in rows.iterrows():
+        knobs = json.loads(row.get("knobs_json") or "{}")
+        cores = len(str(knobs["host_cores"]).split(",")) if knobs.get("host_cores") else 1
+        cpu = (row.get("usr_cpu") or 0) + (row.get("sys_cpu") or 0)
+        if not (isinstance(row.get("usr_cpu"), float) and math.isnan(row["usr_cpu"])):
+            host.append(cpu / 100 / cores)
+        counters = row.get("target_counters_json")
+        if isinstance(counters, str) and counters:
+            shares = [r.get("busy_ns", 0) / (r.get("busy_ns", 0) + r.get("idle_ns", 0))
+                      for r in json.loads(counters).get("reactors", [])
+                      if (r.get("busy_ns", 0) + r.get("idle_ns", 0)) > 0]
+            if shares:
+                target.append(max(shares))
+    mean = lambda v: sum(v) / len(v) if v else math.nan  # noqa: E731
+    return {"host": mean(host), "target": mean(target)}
+
+
+def limit_check(leg: str, busy: dict[str, float]) -> str:
+    """Whether utilization confirms the leg's resource as the limit at its peak."""
+    own, other = ("host", "target") if leg == "initiator" else ("target", "host")
+    name = {"host": "host core", "target": "target reactor"}
+    if math.isnan(busy[own]):
+        return f"unknown ({name[own]} utilization not recorded)"
+    if busy[own] < BUSY:
+        return (f"no: the {name[own]} was {(1 - busy[own]) * 100:.0f} % idle at the peak, so something else "
+                "limited" + (f" (the {name[other]} was {busy[other] * 100:.0f} % busy)"
+                             if not math.isnan(busy[other]) else ""))
+    also = (f"; the {name[other]} was also {busy[other] * 100:.0f} % busy"
+            if not math.isnan(busy[other]) and busy[other] >= BUSY else "")
+    return f"yes ({name[own]} {busy[own] * 100:.0f} % busy{also})"
 
 
 def cores_used(data: pd.DataFrame) -> str | None:
@@ -56,18 +100,18 @@ def cores_used(data: pd.DataFrame) -> str | None:
 
 def order_finding(found: dict[str, dict]) -> str:
     """Which resource saturates first, claimed only as far as the plateau rule found saturation."""
-    (a, pa), (b, pb) = sorted(found.items(), key=lambda item: item[1]["iops"])
+    (a, pa), (b, pb) = sorted(found.items(), key=lambda item: item[1]["peak"])
     name_a, name_b = RESOURCES[a].lower(), RESOURCES[b].lower()
     if pa["confirmed"] and pb["confirmed"]:
-        return f"The {name_a} saturates first: {kiops(pa['iops'])} vs {kiops(pb['iops'])} for the {name_b}."
+        return f"The {name_a} saturates first: peak {kiops(pa['peak'])} vs {kiops(pb['peak'])} for the {name_b}."
     if not pa["confirmed"] and not pb["confirmed"]:
         return ("Neither core reached a plateau within the sweep, so which saturates first is unknown; "
                 "extend numjobs or iodepth.")
     done, rising = (a, b) if pa["confirmed"] else (b, a)
-    if found[rising]["peak"] >= found[done]["iops"]:
-        return (f"The {RESOURCES[done].lower()} saturates first: {kiops(found[done]['iops'])}, while the "
+    if found[rising]["peak"] >= found[done]["peak"]:
+        return (f"The {RESOURCES[done].lower()} saturates first: peak {kiops(found[done]['peak'])}, while the "
                 f"{RESOURCES[rising].lower()} was still rising past {kiops(found[rising]['peak'])}.")
-    return (f"The {RESOURCES[done].lower()} saturates at {kiops(found[done]['iops'])}; the "
+    return (f"The {RESOURCES[done].lower()} saturates at {kiops(found[done]['peak'])}; the "
             f"{RESOURCES[rising].lower()} was still rising at {kiops(found[rising]['peak'])}, so which "
             "saturates first is unknown.")
 
@@ -89,11 +133,19 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         agg = aggregate(data, by=["numjobs", "iodepth"])
         point = saturation_point(agg)
         config = configuration(point["numjobs"], point["iodepth"])
+        peak_config = configuration(point["peak_numjobs"], point["peak_iodepth"])
+        busy = utilization(data, point["peak_numjobs"], point["peak_iodepth"])
+        point["limit"] = limit_check(leg, busy) if leg in RESOURCES else "n/a (both cores in one leg)"
         table.append({"Resource": resource,
-                      "Saturation point (KIOPS)": round(point["iops"] / 1e3, 2),
-                      "± 95 % CI (KIOPS)": round(point["ci95"] / 1e3, 2),
-                      "Saturation configuration": config,
+                      "Peak (KIOPS)": round(point["peak"] / 1e3, 2),
+                      "± 95 % CI (KIOPS)": round(point["peak_ci95"] / 1e3, 2),
+                      "Peak configuration": peak_config,
+                      "Knee (KIOPS)": round(point["iops"] / 1e3, 2),
+                      "Knee configuration": config,
                       "Plateau reached": "yes" if point["confirmed"] else "no (still rising)",
+                      "Host busy at peak (%)": round(busy["host"] * 100, 1),
+                      "Target reactor busy at peak (%)": round(busy["target"] * 100, 1),
+                      "Limit confirmed": point["limit"],
                       "Cores": cores_used(data),
                       "Points measured": point["points"]})
         figure = plots.iops_vs_qd(
@@ -102,13 +154,16 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         axes = figure.axes[0]
         axes.scatter([point["iodepth"]], [point["iops"] / 1e3], s=160, facecolors="none",
                      edgecolors="tab:red", linewidths=2, zorder=5,
-                     label=f"saturation point {config}" if point["confirmed"] else f"highest load {config}")
+                     label=f"knee {config}" if point["confirmed"] else f"highest load {config}")
+        axes.scatter([point["peak_iodepth"]], [point["peak"] / 1e3], s=120, marker="*", color="tab:orange",
+                     zorder=6, label=f"peak {peak_config}")
         axes.legend(fontsize=9)
         out.figures.append(Figure(f"saturation_{leg}", figure,
-                                  f"Throughput as load grows ({resource.lower()}); the red circle marks the saturation point found by the plateau rule "
-                                  "(or the highest load, when throughput was still rising)."))
+                                  f"Throughput as load grows ({resource.lower()}); the red circle marks the knee found by the plateau rule "
+                                  "(or the highest load, when throughput was still rising), the star the peak."))
         if leg == "combined":
-            state = (f"saturate at {kiops(point['iops'])} with {config}" if point["confirmed"] else
+            state = (f"peak at {kiops(point['peak'])} with {peak_config} (knee {kiops(point['iops'])} "
+                     f"with {config})" if point["confirmed"] else
                      f"were still scaling at the largest load tried ({config}, {kiops(point['iops'])})")
             out.findings.append(
                 f"This machine has too few cores to give each resource its own leg, so one host core "
@@ -118,17 +173,20 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
             continue
         found[leg] = point
         if point["confirmed"]:
-            out.findings.append(f"The {resource.lower()} saturates at {kiops(point['iops'])} "
-                                f"with {config} (highest measured {kiops(point['peak'])}).")
+            out.findings.append(f"The {resource.lower()} peaks at {kiops(point['peak'])} with {peak_config}; "
+                                f"its knee (growth below 5 %) is at {kiops(point['iops'])} with {config}. "
+                                f"Utilization confirms it as the limit: {point['limit']}.")
         else:
             out.findings.append(f"The {resource.lower()} was still scaling at the largest load "
                                 f"tried ({config}, {kiops(point['iops'])}); its saturation "
                                 "point lies beyond the sweep.")
     if table:
         out.tables.append(Table("Saturation points of compute resources", pd.DataFrame(table),
-                                "KIOPS at the saturation point and the load generator "
-                                "configuration reaching it (thesis table 6.1 shape); cores are "
-                                "this machine's, as the leg ran."))
+                                "Peak: the highest KIOPS measured and the configuration reaching "
+                                "it (thesis table 6.1 shape, the saturation point the interference "
+                                "study caps on); knee: where the plateau rule finds growth stops. "
+                                f"A limit is confirmed when its core was at least {BUSY * 100:.0f} % "
+                                "busy at the peak. Cores are this machine's, as the leg ran."))
     if len(found) == 2:
         out.findings.append(order_finding(found))
     return out

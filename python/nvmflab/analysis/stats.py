@@ -162,3 +162,25 @@ def histogram_cdf(histogram: object) -> tuple[np.ndarray, np.ndarray]:
     values = np.array([value for value, _ in buckets], dtype=float)
     counts = np.cumsum([count for _, count in buckets], dtype=float)
     return values, counts / counts[-1]
+
+
+def diff_interval(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b: float,
+                  n_b: float) -> tuple[float, float]:
+    """(mean_b − mean_a, half-width of its 95 % interval) from two summaries over repeats.
+
+    Welch's interval: the standard error is sqrt(s_a²/n_a + s_b²/n_b) and the degrees of freedom
+    come from the Welch–Satterthwaite formula (rounded down, at least 1). The half-width is NaN
+    when either side has fewer than two repeats, so no interval can be formed.
+    """
+    values = (mean_a, std_a, n_a, mean_b, std_b, n_b)
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (mean_a, mean_b)):
+        return math.nan, math.nan
+    diff = float(mean_b) - float(mean_a)
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values) or n_a < 2 or n_b < 2:
+        return diff, math.nan
+    var_a, var_b = float(std_a) ** 2 / n_a, float(std_b) ** 2 / n_b
+    se2 = var_a + var_b
+    if se2 == 0:
+        return diff, 0.0
+    dof = se2 ** 2 / ((var_a ** 2 / (n_a - 1) if var_a else 0) + (var_b ** 2 / (n_b - 1) if var_b else 0))
+    return diff, t95(max(1, int(dof))) * math.sqrt(se2)

@@ -151,12 +151,52 @@ def make_file(path: Path, size: int) -> None:
 
 def repeated(ctx: Context, knob_sets: Iterable[dict[str, Any]],
              build: Callable[[dict[str, Any], int], Point]) -> list[Point]:
-    """Every knob set, each repeated `spec.repeats` times; knob sets seen twice run once."""
-    points, seen = [], set()
+    """Every knob set, each repeated `spec.repeats` times; knob sets seen twice run once.
+
+    Repeats are interleaved: round r runs every knob set once before round r + 1 starts, so a
+    drift over time (thermal, background noise) spreads over every configuration and lands in the
+    interval of their difference instead of in the difference itself.
+    """
+    unique, seen = [], set()
     for knobs in knob_sets:
         marker = repr(sorted(knobs.items()))
-        if marker in seen:
+        if marker not in seen:
+            seen.add(marker)
+            unique.append(knobs)
+    return [build(knobs, r) for r in range(ctx.spec.repeats) for knobs in unique]
+
+
+# Studies that run with the configuration the polling study chose, as the thesis ran chapters 5-6
+# with table 4.2's configuration: `--knobs-from RESULTS`, and `study all` after its polling study.
+CARRY_OVER = ("overhead", "saturation", "interference")
+
+
+def carry_over(spec: Spec, results: Path) -> tuple[Spec, dict[str, Any], dict[str, str]]:
+    """`spec` with the knobs the polling study in `results` chose (decided ones only).
+
+    Returns the new spec, the knobs applied, and the knobs left out with why (a stack that cannot
+    honour the value keeps its own). A results directory without a polling study changes nothing.
+    """
+    from ..analysis.polling import recommended_knobs
+    from ..spec import Knobs
+    from ..stacks import StackError, get_stack
+
+    path = Path(results)
+    if not (path / ResultsStore.FILENAME).is_file():
+        return spec, {}, {"*": f"{path}: no results database"}
+    chosen = recommended_knobs(ResultsStore(path).measurements())
+    defaults = Knobs().model_dump()
+    applied, refused = {}, {}
+    for knob, value in chosen.items():
+        try:
+            for name, side in ((spec.stack.target, "target"), (spec.stack.host, "host")):
+                get_stack(name).check_knobs({knob: value}, side, defaults)
+        except StackError as err:
+            refused[knob] = str(err)
             continue
-        seen.add(marker)
-        points += [build(knobs, r) for r in range(ctx.spec.repeats)]
-    return points
+        applied[knob] = value
+    if not applied:
+        return spec, applied, refused
+    knobs = Knobs.model_validate(spec.knobs.model_dump() | applied)
+    knobs = spec.knobs.model_copy(update={k: getattr(knobs, k) for k in applied})
+    return spec.model_copy(update={"knobs": knobs}), applied, refused

@@ -1,8 +1,9 @@
 """`interference` (thesis ch. 6): a foreground app sharing one core with a rate-capped background.
 
 For each resource:
-1. `calibrate_<resource>`: the background alone, iodepth swept; `find_plateau` gives the
-   resource's saturation IOPS (or `params.saturation_iops` gives it directly). When no calibration
+1. `calibrate_<resource>`: the background alone, iodepth swept; its peak (the highest mean IOPS
+   over the depths tried, thesis §6.2's "saturation point") gives the resource's saturation IOPS
+   (or `params.saturation_iops` gives it directly). When no calibration
    point succeeds, the capped points are stored failed with that reason and the study goes on.
 2. `<resource>`: the foreground (L-app QD1 or T-app QD`tapp_iodepth`) alone (isolated, no
    bg_load_pct), then with the background capped at each bg_load_pct of the saturation point and
@@ -10,9 +11,14 @@ For each resource:
 Layouts (logical cores; on small machines they wrap modulo the available cores and the point
 records `fg_bg_shared_core` when fg and bg share a core they were meant not to):
 - initiator: fg and bg on host core H0; fg's subsystem on reactor 0 (core T0), bg's on reactor 1 (T1).
-- target: fg on H0, bg's two jobs on H1 and H2; every queue on reactor 0 (T0).
-- control: fg on H0, bg on H1, reactors 0 and 1: only the network is shared; bg uncapped.
-Sanity invariants from the target's counters mark a point `invalid` when violated.
+- target: fg on H0, bg's two jobs on H1 and H2; every queue on reactor 0 (T0), while the target
+  also runs a spare reactor 1 (T1) that no queue is meant for, so a misplaced queue shows there.
+- `control_<resource>`: fg on H0, bg with the resource leg's job count on H1.., reactors 0 and 1:
+  only the network is shared; bg uncapped.
+Sanity invariants from the target's counters mark a point `invalid` when violated. fg's served
+commands must equal its completions exactly when the load generator reports the I/O it completed
+during the ramp (`nvmflab.jobs[i].ramp_ios`); otherwise a bound allows for the ramp.
+Repeats are interleaved over every configuration of a leg (round r of all before round r + 1).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from ..counters import namespace_commands
 from ..plan import PerfJob, Point
 from ..spec import IoDepth
 from .common import Context, backend_subsystem, logical, point_knobs, repeated, target_setup
-from .saturation import saturation_iops
+from .saturation import peak_iops
 
 APPS = {"L-app": 1}  # T-app's iodepth comes from params
 
@@ -42,6 +48,10 @@ class Params(BaseModel):
     calibrate_iodepth: list[IoDepth] = Field(default=[16, 32, 64, 128, 256], min_length=1)
     saturation_iops: dict[Literal["initiator", "target"], PositiveFloat] = {}
     control: bool = True
+    # Guideline thresholds, read by the analysis: L-app p99 below latency_limit × isolated, T-app
+    # throughput sustained at least sustained_limit.
+    latency_limit: float = Field(default=2.0, gt=1)
+    sustained_limit: float = Field(default=0.9, gt=0, lt=1)
 
     @field_validator("bg_load_pct")
     @classmethod
@@ -70,9 +80,10 @@ def layout(ctx: Context, resource: str) -> Layout:
     targets = logical(topo.target_cores, 2, hosts)
     if resource == "initiator":
         return Layout((hosts[0],), (hosts[0],), tuple(targets), 0, 1, "host")
-    if resource == "target":
-        return Layout((hosts[0],), (hosts[1], hosts[2]), (targets[0],), 0, 0, "reactor")
-    return Layout((hosts[0],), (hosts[1],), tuple(targets), 0, 1, "network")
+    if resource == "target":  # reactor 1 is the spare: no queue belongs there
+        return Layout((hosts[0],), (hosts[1], hosts[2]), tuple(targets), 0, 0, "reactor")
+    bg_jobs = 2 if resource == "control_target" else 1  # the job count of the leg it controls
+    return Layout((hosts[0],), tuple(hosts[1:1 + bg_jobs]), tuple(targets), 0, 1, "network")
 
 
 def unintended_sharing(ctx: Context, lay: Layout) -> bool:
@@ -91,24 +102,32 @@ def execute(ctx: Context, params: Params) -> None:
     for resource in params.resources:
         saturation, uncalibrated = _saturation(ctx, params, resource)
         fg_sets = [_fg_knobs(ctx, params, app, resource) for app in params.fg_apps]
-        points = repeated(ctx, fg_sets, lambda k, r, res=resource: build(ctx, params, res, k, r, None, 0))
+        items = [(k, lambda k, r, res=resource: build(ctx, params, res, k, r, None, 0)) for k in fg_sets]
         for pct in params.bg_load_pct:
-            sets = [k | {"bg_load_pct": pct} for k in fg_sets]
             if pct == "max":
                 rate, why = 0, None
             elif uncalibrated:  # a capped load needs the saturation point: fail now, retry next run
                 rate, why = 0, uncalibrated
             else:
                 rate, why = _rate(saturation, pct, len(layout(ctx, resource).bg_host)), None
-            points += repeated(ctx, sets, lambda k, r, res=resource, q=rate, why=why:
-                               build(ctx, params, res, k, r, True, q, fail_reason=why))
-        ctx.run(points, f"interference: {resource}")
-    if params.control:  # fg isolated, then fg with the uncapped bg (saturation load) on cores of its own
-        fg_sets = [_fg_knobs(ctx, params, app, "control") for app in params.fg_apps]
-        points = repeated(ctx, fg_sets, lambda k, r: build(ctx, params, "control", k, r, None, 0))
-        points += repeated(ctx, [k | {"bg_load_pct": "max"} for k in fg_sets],
-                           lambda k, r: build(ctx, params, "control", k, r, True, 0))
-        ctx.run(points, "interference: control")
+            items += [(k | {"bg_load_pct": pct}, lambda k, r, res=resource, q=rate, why=why:
+                       build(ctx, params, res, k, r, True, q, fail_reason=why)) for k in fg_sets]
+        ctx.run(interleaved(ctx, items), f"interference: {resource}")
+    if params.control:
+        # fg isolated, then fg with the uncapped bg (saturation load) on cores of its own, at each
+        # resource leg's own background job count.
+        for resource in params.resources:
+            leg = f"control_{resource}"
+            fg_sets = [_fg_knobs(ctx, params, app, leg) for app in params.fg_apps]
+            items = [(k, lambda k, r, leg=leg: build(ctx, params, leg, k, r, None, 0)) for k in fg_sets]
+            items += [(k | {"bg_load_pct": "max"}, lambda k, r, leg=leg: build(ctx, params, leg, k, r, True, 0))
+                      for k in fg_sets]
+            ctx.run(interleaved(ctx, items), f"interference: {leg}")
+
+
+def interleaved(ctx: Context, items: list[tuple[dict[str, Any], Any]]) -> list[Point]:
+    """Round r of every configuration before round r + 1 (drift lands in the interval)."""
+    return [build_one(knobs, r) for r in range(ctx.spec.repeats) for knobs, build_one in items]
 
 
 def _fg_knobs(ctx: Context, params: Params, app: str, resource: str) -> dict[str, Any]:
@@ -132,7 +151,7 @@ def _saturation(ctx: Context, params: Params, resource: str) -> tuple[float, str
     ctx.run(repeated(ctx, sets, lambda k, r: build(ctx, params, resource, k, r, False, 0, leg=leg)),
             f"interference: {leg}")
     frame = ctx.measurements(leg)
-    iops, _ = saturation_iops(frame[frame["role"] == "bg"], load_column="iodepth")
+    iops = peak_iops(frame[frame["role"] == "bg"])
     if not math.isnan(iops):
         return iops, None
     errors = frame["error"].dropna()
@@ -180,16 +199,34 @@ def _invariant(lay: Layout, fg_nqn: str, bg_nqn: str, runtime: float, ramp_time:
             elsewhere = {r: n for r, n in served.items() if r != reactor}
             if elsewhere:
                 problems.append(f"{role} commands served by reactors {elsewhere}, intended only reactor {reactor}")
-            completed = sum(j[d].get("total_ios", 0) for j in perf[role].get("jobs", []) for d in ("read", "write"))
+            jobs = perf[role].get("jobs", [])
+            completed = sum(j[d].get("total_ios", 0) for j in jobs for d in ("read", "write"))
+            ramp = ramp_ios(perf[role])
             on_reactor = served.get(reactor, 0)
-            notes.append(f"{role}: {on_reactor} commands on reactor {reactor}, {completed} completed after ramp")
+            notes.append(f"{role}: {on_reactor} commands on reactor {reactor}, {completed} completed after ramp"
+                         + (f" + {ramp} during it" if ramp is not None else ""))
             if role == "fg":
-                # Ramp I/O reaches the target but not perf's totals, and the ramp may run faster than the
-                # measured phase (the background is still starting): allow it at up to 3x, plus one queue.
+                if ramp is not None:  # exact: every command fg sent was served once and completed once
+                    if on_reactor != completed + ramp:
+                        problems.append(f"fg: reactor {reactor} served {on_reactor} commands, expected exactly "
+                                        f"{completed + ramp} (completions {completed} + ramp {ramp})")
+                    continue
+                # Without the ramp count the ramp may run faster than the measured phase (the
+                # background is still starting): allow it at up to 3x, plus one queue.
                 ceiling = completed * (runtime + 3 * ramp_time) / runtime + fg_iodepth
                 if on_reactor < completed or on_reactor > ceiling:
                     problems.append(f"fg: reactor {reactor} served {on_reactor} commands, expected "
-                                    f"{completed}..{int(ceiling)} (completions + ramp)")
+                                    f"{completed}..{int(ceiling)} (completions + ramp, loose: the load "
+                                    "generator did not report its ramp I/O)")
         return (not problems, "; ".join(problems or notes))
 
     return check
+
+
+def ramp_ios(report: dict[str, Any]) -> int | None:
+    """I/Os a load generator completed during its ramp (`nvmflab.jobs[i].ramp_ios`), None if unreported."""
+    jobs = (report.get("nvmflab") or {}).get("jobs") or []
+    counts = [j.get("ramp_ios") for j in jobs if isinstance(j, dict)]
+    if not counts or any(c is None for c in counts):
+        return None
+    return int(sum(counts))

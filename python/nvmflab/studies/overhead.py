@@ -26,11 +26,12 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     iodepth: list[IoDepth] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128, 256], min_length=1)
     bs: list[Size] = Field(default=["4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k", "1m"], min_length=1)
-    bapp_iodepth: list[IoDepth] = Field(default=[32], min_length=1)
+    bapp_iodepth: list[IoDepth] = Field(default=[1, 4, 16, 32, 64], min_length=1)  # swept per block size
     file_dir: str | None = None  # default: the results directory's work/ folder
     legs: list[Literal["local", "loopback", "netns"]] = Field(default=["local", "loopback", "netns"], min_length=1)
-    netns_delay_us: int = Field(default=20, ge=0)
-    netns_rate: str | None = "10gbit"
+    # Default: a plain veth pair, no delay and no rate cap; set these to emulate a link.
+    netns_delay_us: int = Field(default=0, ge=0)
+    netns_rate: str | None = None
 
 
 def execute(ctx: Context, params: Params) -> None:

@@ -3,7 +3,9 @@
 Legs:
 - `completion`: T-app (4 KiB randread, 1 job) at every iodepth, completion event vs poll; the
   QD1 points are the L-app p99, and ctx vs QD comes from the same points.
-- `idle_poll`: target idle_poll_us swept at QD1 (p99) and at high_iodepth (IOPS).
+- `idle_poll`: target idle_poll_us swept at QD1 (p99) and at high_iodepth (IOPS), with the
+  completion mode the `completion` leg chose (the thesis swept idle polling with poll queues already
+  on); the spec's completion when that leg gave no clear winner.
 - `matrix`: completion × target_mode at QD1 and high_iodepth (table 3.3 shape).
 """
 
@@ -34,7 +36,19 @@ def execute(ctx: Context, params: Params) -> None:
 
     run_leg("completion", [{"completion": c, "iodepth": qd}
                            for c in ("event", "poll") for qd in params.iodepth])
-    run_leg("idle_poll", [{"target_mode": "event", "idle_poll_us": us, "iodepth": qd}
+    completion = chosen_completion(ctx)
+    run_leg("idle_poll", [{"target_mode": "event", "idle_poll_us": us, "iodepth": qd} | completion
                           for us in params.idle_poll_us for qd in (1, params.high_iodepth)])
     run_leg("matrix", [{"completion": c, "target_mode": m, "iodepth": qd}
                        for c in ("event", "poll") for m in ("event", "poll") for qd in (1, params.high_iodepth)])
+
+
+def chosen_completion(ctx: Context) -> dict:
+    """{"completion": mode} when the completion leg's measurements chose one, else {}."""
+    from ..analysis.polling import recommended_knobs
+
+    if ctx.planning:
+        return {}
+    frame = ctx.measurements("completion")
+    chosen = recommended_knobs(frame) if not frame.empty else {}
+    return {"completion": chosen["completion"]} if "completion" in chosen else {}

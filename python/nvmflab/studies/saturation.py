@@ -8,7 +8,8 @@ A leg left with fewer than two cores on its other side cannot isolate its resour
 stored `skipped` with the reason. When no leg can run, the `combined` leg measures one host core
 against one target core instead: the lower of the two saturation points, without telling which.
 Every point records its cores (`host_cores`, `target_cores`) among its knobs.
-The plateau rule is the analysis package's `find_plateau`; `saturation_iops` applies it.
+The plateau rule (the knee) is the analysis package's `find_plateau`; `saturation_iops` applies it,
+and `peak_iops` gives the peak the interference study caps its backgrounds on.
 """
 
 from __future__ import annotations
@@ -89,3 +90,18 @@ def saturation_iops(frame: pd.DataFrame, load_column: str = "iodepth") -> tuple[
     means = means.sort_values(["load"] + group_keys).reset_index(drop=True)
     index = find_plateau(list(means["load"]), list(means["iops"]), tolerance=0.05)
     return float(means.loc[index, "iops"]), means.loc[index].to_dict()
+
+
+def peak_iops(frame: pd.DataFrame) -> float:
+    """The highest mean IOPS (over repeats) of any configuration among the ok points in `frame`.
+
+    This is the saturation point the thesis caps interference backgrounds on (its 128.24 KIOPS at
+    P1.QD128 was the peak of the sweep), not the knee `saturation_iops` finds where growth slows.
+    """
+    ok = frame[(frame["status"] == "ok") & frame["iops"].notna()]
+    if ok.empty:
+        return math.nan
+    keys = [c for c in ("numjobs", "iodepth") if c in ok.columns]
+    per_point = ok.groupby(["run_id", "point_id", "repeat"] + keys, as_index=False)["iops"].sum() \
+        if "point_id" in ok.columns else ok
+    return float(per_point.groupby(keys)["iops"].mean().max())

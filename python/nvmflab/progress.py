@@ -87,6 +87,8 @@ class Leg:
         if not instant(point):
             self.nominal_left -= nominal(point)
             self.tracker.estimator.add(nominal(point), took_s)
+            if self.tracker.study_left is not None:
+                self.tracker.study_left = max(self.tracker.study_left - nominal(point), 0.0)
         self.tracker.finished(self, point, status, error, took_s)
 
     def remaining(self) -> float | None:
@@ -102,6 +104,7 @@ class Tracker:
         self.console = Console(file=self.stream, force_terminal=self.terminal,
                                width=None if self.terminal else 200, soft_wrap=not self.terminal)
         self.estimator = Estimator()
+        self.study_left: float | None = None  # nominal seconds of the study's points not yet measured
         self.started = time.monotonic()
         self._bars: Progress | None = None
         if self.terminal:
@@ -118,6 +121,14 @@ class Tracker:
     def __exit__(self, *exc: object) -> None:
         if self._bars is not None:
             self._bars.stop()
+
+    def plan(self, points: list[Point], stored: set[str]) -> None:
+        """Every point the study planned, so the estimate covers the whole study, not one leg. Legs
+        planned on results not measured yet (interference's capped points) may differ a little."""
+        self.study_left = sum(nominal(p) for p in points if p.key not in stored and not instant(p))
+
+    def study_remaining(self) -> float | None:
+        return None if self.study_left is None else self.estimator.remaining(self.study_left)
 
     def leg(self, description: str, points: list[Point], stored: set[str]) -> Leg:
         leg = Leg(self, description, points, stored)
@@ -138,8 +149,10 @@ class Tracker:
 
     def finished(self, leg: Leg, point: Point, status: str, error: str | None, took_s: float) -> None:
         reason = f": {error}" if error and status != "ok" else ""
-        left = leg.remaining()
+        left, study_left = leg.remaining(), self.study_remaining()
         estimate = "estimating after the first measured point" if left is None else f"about {clock(left)} left"
+        if left is not None and study_left is not None:
+            estimate += f" in this leg, {clock(study_left)} in the study"
         if self._bars is not None:
             self._bars.update(leg.task, advance=1, eta=estimate if leg.done < len(leg.points) else "")
             if status not in ("ok", "stored"):

@@ -57,7 +57,8 @@ def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
         check_points(planner.planned, planner)
         if plan:
             return render_plan(planner)
-        return _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts)
+        return _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts,
+                        [point for _, point in planner.planned])
     finally:
         hosts.close()
         if store is not None:
@@ -66,13 +67,15 @@ def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
             shutil.rmtree(results, ignore_errors=True)
 
 
-def _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts) -> str:
+def _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts,
+             planned: list[Point]) -> str:
     env = collect() | {"spec_effective": spec.model_dump(mode="json"), "quick": quick, "spec_path": str(path),
                        "stacks": {"target": target_stack.name, "host": host_stack.name}}
     run_id = store.start_run(study_name, Path(path).read_text(), env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with make_progress() as progress:
+            progress.plan(planned, store.done_keys())
             runner = Runner(store, run_id, target_stack, host_stack, hosts, progress)
             try:
                 _study(Context(spec=spec, study=study_name, runner=runner, store=store), params)

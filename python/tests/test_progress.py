@@ -62,6 +62,18 @@ def test_terminal_keeps_rich_bars_and_prints_reasons():
     assert "point 1/2 failed: nvmf-perf (main) exited 1: connect failed" in text
 
 
+def test_the_estimate_covers_every_leg_the_study_planned():
+    out = io.StringIO()
+    tracker = Tracker(out, terminal=False)
+    first, second = [_point(i) for i in range(2)], [_point(i, runtime=4.0) for i in range(10, 12)]
+    tracker.plan(first + second + [_point(99, skip="no nvmet")], stored=set())
+    leg = tracker.leg("s: first", first, set())
+    leg.finished(first[0], "ok", None, 2.0)  # took twice its nominal second
+    assert leg.remaining() == pytest.approx(2.0)  # one more 1 s point in this leg
+    assert tracker.study_remaining() == pytest.approx(2.0 * (1 + 4 + 4))  # and two 4 s points after it
+    assert LINE.match(out.getvalue().splitlines()[0])["estimate"] == "about 0:02 left in this leg, 0:18 in the study"
+
+
 def test_a_run_off_a_terminal_prints_one_line_per_point_with_reasons(tmp_path, fake_env, tiny_spec):
     env = fake_env | {"FAKE_PERF_FAIL_IODEPTH": "4"}
     done = nvmflab("run", str(tiny_spec), "--results", str(tmp_path / "r"), env=env)
@@ -72,7 +84,7 @@ def test_a_run_off_a_terminal_prints_one_line_per_point_with_reasons(tmp_path, f
     failed = [m for m in lines if m["status"] == "failed"]
     assert len(failed) == 4 and all("exited 1: nvmf-perf: connect failed" in m["reason"] for m in failed)
     assert lines[-1]["estimate"] == "leg done"
-    assert all(re.fullmatch(r"about [\d:]+ left", m["estimate"]) for m in lines[:-1])
+    assert all(re.fullmatch(r"about [\d:]+ left in this leg, [\d:]+ in the study", m["estimate"]) for m in lines[:-1])
     # the estimate falls as points finish (each point is about as long as the others)
     seconds = [sum(int(x) * 60 ** k for k, x in enumerate(reversed(m["estimate"].split()[1].split(":"))))
                for m in lines[:-1]]

@@ -137,6 +137,12 @@ pub struct JobResult {
     pub usage: ThreadUsage,
     /// Wall time of the whole thread, ns (the base of usr_cpu/sys_cpu).
     pub wall_ns: u64,
+    /// I/Os submitted during the ramp (not measured, so not in `read`/`write`); each completed
+    /// before the job ended, during the ramp or after it. With `read.ios + write.ios` and
+    /// `verified_ios` this is every I/O command the job sent.
+    pub ramp_ios: u64,
+    /// Of `ramp_ios`, those that completed after the ramp ended (in flight at its end).
+    pub ramp_late_ios: u64,
     /// Blocks read back and checked by the verify phase.
     pub verified_ios: u64,
     /// Per-interval statistics (`--log_avg_msec`), in time order; empty when off.
@@ -268,6 +274,11 @@ impl<E: Engine> Job<'_, E> {
                         log.record((now - ramp_ns).min(last_t), slot.is_read, now - slot.submit_ns);
                     }
                     last_done_ns = last_done_ns.max(now);
+                } else {
+                    result.ramp_ios += 1;
+                    if now >= ramp_ns {
+                        result.ramp_late_ios += 1;
+                    }
                 }
             })?;
         }

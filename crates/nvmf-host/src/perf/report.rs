@@ -128,6 +128,8 @@ impl Report {
                     "cpu": j.cpu,
                     "voluntary_ctx": j.result.usage.voluntary_ctx,
                     "involuntary_ctx": j.result.usage.involuntary_ctx,
+                    "ramp_ios": j.result.ramp_ios,
+                    "ramp_late_ios": j.result.ramp_late_ios,
                     "verified_ios": j.result.verified_ios,
                 })
             })
@@ -306,6 +308,8 @@ mod tests {
         assert_eq!(hist.iter().map(|b| b[1].as_u64().unwrap()).sum::<u64>(), 4);
         assert_eq!(n["histogram"]["write"].as_array().unwrap().len(), 0);
         assert_eq!(n["jobs"][0]["cpu"], 0);
+        assert_eq!(n["jobs"][0]["ramp_ios"], 0);
+        assert_eq!(n["jobs"][0]["ramp_late_ios"], 0);
     }
 
     #[test]

@@ -188,9 +188,12 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
             for table in topology_tables(reports):
                 out.print(table)
         return
+    from .env import reliability_warnings
+
     info = collect()
+    warnings = reliability_warnings()
     if as_json:
-        out.print_json(json.dumps(info))
+        out.print_json(json.dumps(info | {"warnings": warnings}))
         return
     table = Table("item", "value", show_header=False)
     table.add_row("cpu model", info["cpu_model"])
@@ -201,6 +204,10 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
     for name, tool in info["tools"].items():
         table.add_row(name, f"{tool['version'] or '(no version)'}  {tool['path']}" if tool["path"] else "not found")
     out.print(table)
+    for warning in warnings:  # what will make results here unreliable (sysstat.machine_warnings)
+        out.print(f"[yellow]warning:[/yellow] {warning}")
+    if not warnings:
+        out.print("No noise source found: governor, steal, throttling and other processes look quiet.")
 
 
 # -- helpers ---------------------------------------------------------------------------------

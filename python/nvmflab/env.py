@@ -59,6 +59,22 @@ def collect() -> dict[str, Any]:
     }
 
 
+# Cores the full studies want apart: target reactor, a spare reactor, foreground and background load
+# generators (interference); fewer and legs are skipped or processes share cores.
+CORES_WANTED = 4
+
+
+def reliability_warnings(host=None, sample_s: float = 0.5) -> list[str]:
+    """What will make results unreliable on this machine (or `host`): sysstat.machine_warnings, and a
+    sentence saying the check itself failed rather than nothing."""
+    from . import sysstat
+
+    try:
+        return sysstat.machine_warnings(host, CORES_WANTED, sample_s)
+    except Exception as err:  # a probe that fails must not hide the rest of `env`
+        return [f"could not check for noise ({' '.join(str(err).split()) or type(err).__name__})"]
+
+
 # -- hosts of a topology (`nvmflab env --topology FILE`) ------------------------------------------
 
 STACK_SIDES = ("target", "host")
@@ -119,6 +135,7 @@ def host_report(host) -> dict[str, Any]:
         tools[name] = {"path": path, "version": version.splitlines()[0] if version else None}
     report["tools"] = tools
     report["stacks"] = stack_availability(host)
+    report["warnings"] = reliability_warnings(host)
     return report
 
 
@@ -198,6 +215,8 @@ def topology_tables(reports: list[dict[str, Any]]) -> list:
         for stack, sides in r["stacks"].items():
             for side, why in sides.items():
                 table.add_row(f"stack {stack} {side}", "usable" if why is None else f"missing: {why}")
+        for warning in r.get("warnings", []):
+            table.add_row("[yellow]warning[/yellow]", warning)
         for name, tool in r["tools"].items():
             if tool.get("note"):
                 table.add_row(name, tool["note"])

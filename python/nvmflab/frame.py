@@ -32,10 +32,11 @@ IDENTITY = ["study", "leg", "point_key", "repeat", "role", "status", "error", "r
 METRICS = ["iops", "read_iops", "write_iops", "bw_MBps", "total_ios", "runtime_ms", "lat_mean_us", "lat_p50_us",
            "lat_p90_us", "lat_p99_us", "lat_p99_9_us", "lat_p99_99_us", "lat_max_us", "usr_cpu_pct",
            "sys_cpu_pct", "ctx", "voluntary_ctx", "involuntary_ctx", "perf_usr_s", "perf_sys_s", "target_usr_s",
-           "target_sys_s", "invariant_ok", "invariant_detail", "fg_bg_shared_core", "engine",
+           "target_sys_s", "outside_cpu_s", "steal_s", "noise_pct", "throttle_events", "noise_tries",
+           "invariant_ok", "invariant_detail", "noisy", "cpu_governor", "fg_bg_shared_core", "engine",
            "target_stack_version", "host_stack_version"]
 # Text blobs left out unless asked for: histograms, counter diffs, per-interval records.
-BLOBS = ["histogram_json", "target_counters_json", "intervals_json", "knobs_json"]
+BLOBS = ["histogram_json", "target_counters_json", "intervals_json", "cpu_cores_json", "knobs_json"]
 
 
 class NoResults(FileNotFoundError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import counters, procs
+from . import counters, procs, sysstat
 from .metrics import summarize
 from .plan import PerfJob, Point, TargetSetup
 from .progress import Tracker
@@ -55,6 +55,7 @@ class Runner:
         self._target_stack_name: str | None = None
         self._stacks = {s.name: s for s in (self.target_stack, self.host_stack)}
         self._versions: dict[str, str | None] = {}
+        self.noise_limit_pct = sysstat.noise_limit()  # None: noise recorded, never re-run or marked
 
     def stacks_for(self, point: Point) -> tuple[Stack, Stack]:
         """The point's (target, host) stacks: its knobs name them (`study stacks` mixes pairs)."""
@@ -94,15 +95,27 @@ class Runner:
             status, reason = ("skipped", point.skip_reason) if point.skip_reason else ("failed", point.fail_reason)
             self._save(point, status, reason, [], started, None)
             return Outcome(point, status, reason)
-        raw: dict[str, Any] = {"knobs": point.knobs}
-        try:
-            measurements, status, detail = self._measure(point, raw)
-        except Exception as err:  # whatever breaks one point fails that point; Ctrl-C still ends the sweep
-            message = _one_line(err)
-            if self._target is not None and not self._target.alive():
-                self._drop_target()
-            self._save(point, "failed", message, [], started, raw)
-            return Outcome(point, "failed", message)
+        noisy_tries: list[dict[str, Any]] = []
+        tries = 1 + (sysstat.NOISE_RETRIES if self.noise_limit_pct is not None else 0)
+        for attempt in range(tries):
+            raw: dict[str, Any] = {"knobs": point.knobs}
+            try:
+                measurements, status, detail = self._measure(point, raw)
+            except Exception as err:  # whatever breaks one point fails that point; Ctrl-C still ends the sweep
+                message = _one_line(err)
+                if self._target is not None and not self._target.alive():
+                    self._drop_target()
+                raw["noisy_tries"] = noisy_tries
+                self._save(point, "failed", message, [], started, raw)
+                return Outcome(point, "failed", message)
+            noise = raw.get("noise") or {}
+            if not noise.get("noisy") or attempt == tries - 1:
+                break
+            # Others used the CPUs during it: measure it again (bounded), keeping what was seen.
+            noisy_tries.append({k: noise.get(k) for k in ("outside_cpu_s", "steal_s", "noise_pct", "throttle_events")})
+        raw["noisy_tries"] = noisy_tries
+        for row in measurements:
+            row["noise_tries"] = attempt + 1
         self._save(point, status, detail, measurements, started, raw)
         return Outcome(point, status, detail)
 
@@ -120,9 +133,16 @@ class Runner:
         target = self._target_for(point.target, target_stack) if point.target else None
         before = target.stats() if target else None
         cpu_before = target.cpu_seconds() if target else None
+        machines = self._machines(point)
+        sys_before = self._snapshots(machines)
         outputs = self._run_perf(point, host_stack, target, raw)
+        sys_after = self._snapshots(machines)
         after = target.stats() if target else None
         cpu_after = target.cpu_seconds() if target else None
+        noise = self._noise(point, machines, sys_before, sys_after, outputs,
+                            None if cpu_before is None or cpu_after is None
+                            else (cpu_after[0] - cpu_before[0]) + (cpu_after[1] - cpu_before[1]))
+        raw["noise"] = {k: v for k, v in noise.items() if k != "cpu_cores_json"}
         delta = counters.diff(before, after) if before is not None and after is not None else None
         raw["target_stats_before"], raw["target_stats_after"] = before, after
         versions = {"target_stack_version": self._version(target_stack, self.hosts.target) if target else None}
@@ -143,6 +163,7 @@ class Runner:
                 row |= {"target_usr_s": cpu_after[0] - cpu_before[0], "target_sys_s": cpu_after[1] - cpu_before[1]}
             if delta is not None:
                 row["target_counters_json"] = json.dumps(delta, sort_keys=True)
+            row |= noise
             rows.append(row)
         if invariant_ok is False:
             return rows, "invalid", invariant_detail
@@ -184,6 +205,58 @@ class Runner:
                 proc.stop()
             for session in sessions:
                 session.close()
+
+    # -- noise (sysstat.py) -------------------------------------------------------------------
+
+    def _machines(self, point: Point) -> dict[str, tuple[Host, list[int] | None]]:
+        """Each machine the point runs on, with the cores its processes are pinned to (None = any)."""
+        out: dict[str, tuple[Host, list[int] | None]] = {}
+
+        def add(host: Host, cores) -> None:
+            key = sysstat.machine_key(host)
+            if key not in out:
+                out[key] = (host, sorted(set(cores)) if cores else None)
+                return
+            first, have = out[key]
+            out[key] = (first, None if have is None or not cores else sorted(set(have) | set(cores)))
+
+        for job in point.jobs:
+            add(self.hosts.initiator(job.host), job.cpus)
+        if point.target:
+            add(self._target_host(point.target), point.target.cores)
+        return out
+
+    def _snapshots(self, machines: dict[str, tuple[Host, list[int] | None]]) -> dict[str, sysstat.Snapshot]:
+        """A snapshot per machine; a machine that cannot be read is left out (its noise is unknown)."""
+        out = {}
+        for key, (host, cores) in machines.items():
+            try:
+                out[key] = sysstat.snapshot(host, cores)
+            except (HostError, OSError, ValueError):
+                continue
+        return out
+
+    def _noise(self, point: Point, machines, before: dict[str, sysstat.Snapshot], after: dict[str, sysstat.Snapshot],
+               outputs: dict[str, Any], target_cpu_s: float | None) -> dict[str, Any]:
+        experiment = {key: 0.0 for key in machines}
+        for job in point.jobs:
+            key = sysstat.machine_key(self.hosts.initiator(job.host))
+            experiment[key] += (outputs[job.role]["usr_s"] or 0.0) + (outputs[job.role]["sys_s"] or 0.0)
+        if point.target and target_cpu_s is not None:
+            experiment[sysstat.machine_key(self._target_host(point.target))] += max(0.0, target_cpu_s)
+        try:
+            windows = {key: sysstat.window(before[key], after[key], machines[key][1], experiment[key])
+                       for key in machines if key in before and key in after}
+            roles: dict[str, dict[str, list[int]]] = {}
+            for job in point.jobs:
+                key = sysstat.machine_key(self.hosts.initiator(job.host))
+                roles.setdefault(key, {})[job.role] = sorted(job.cpus)
+            if point.target:
+                roles.setdefault(sysstat.machine_key(self._target_host(point.target)), {})["target"] = \
+                    sorted(point.target.cores)
+            return sysstat.summarize(windows, self.noise_limit_pct, roles) if windows else {}
+        except (KeyError, ValueError, ZeroDivisionError):  # unreadable noise must not cost the measurement
+            return {}
 
     def _output_path(self, host: Host, name: str) -> str:
         if host.remote:

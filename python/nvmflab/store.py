@@ -55,7 +55,9 @@ CREATE TABLE IF NOT EXISTS measurements (
     histogram_json TEXT, target_counters_json TEXT,
     invariant_ok INTEGER, invariant_detail TEXT,
     target_stack_version TEXT, host_stack_version TEXT,
-    intervals_json TEXT
+    intervals_json TEXT,
+    outside_cpu_s REAL, steal_s REAL, noise_pct REAL, noisy INTEGER, noise_tries INTEGER,
+    cpu_governor TEXT, throttle_events INTEGER, cpu_cores_json TEXT
 );
 CREATE INDEX IF NOT EXISTS measurements_point ON measurements(point_id);
 """
@@ -66,9 +68,16 @@ METRIC_COLUMNS = [
     "lat_max_ns", "usr_cpu", "sys_cpu", "ctx", "voluntary_ctx", "involuntary_ctx", "perf_usr_s",
     "perf_sys_s", "target_usr_s", "target_sys_s", "histogram_json", "target_counters_json",
     "invariant_ok", "invariant_detail", "target_stack_version", "host_stack_version", "intervals_json",
+] + [
+    # noise measured per point (sysstat.py)
+    "outside_cpu_s", "steal_s", "noise_pct", "noisy", "noise_tries", "cpu_governor", "throttle_events",
+    "cpu_cores_json",
 ]
+NOISE_COLUMNS = ["outside_cpu_s REAL", "steal_s REAL", "noise_pct REAL", "noisy INTEGER", "noise_tries INTEGER",
+                 "cpu_governor TEXT", "throttle_events INTEGER", "cpu_cores_json TEXT"]
 # Columns added after the first release: stores made before them gain them on open.
-LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_version TEXT", "intervals_json TEXT"]}
+LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_version TEXT", "intervals_json TEXT"]
+                 + NOISE_COLUMNS}
 # Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
 KNOB_COLUMNS = [
     "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
@@ -76,7 +85,7 @@ KNOB_COLUMNS = [
     "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct", "target_stack", "host_stack",
 ]
 # Columns appended after fg_bg_shared_core, so the earlier ones keep their places.
-APPENDED_COLUMNS = ["intervals_json"]
+APPENDED_COLUMNS = ["intervals_json"] + [c.split()[0] for c in NOISE_COLUMNS]
 FRAME_COLUMNS = (
     ["run_id", "study", "leg", "point_id", "point_key", "repeat", "role", "status", "error"]
     + ["engine"] + KNOB_COLUMNS + ["knobs_json"]
@@ -192,6 +201,7 @@ class ResultsStore:
         frame = pd.concat([frame.drop(columns=["m_knobs_json"]), knobs], axis=1)
         frame["bg_load_pct"] = pd.to_numeric(frame["bg_load_pct"], errors="coerce").astype(float)
         frame["invariant_ok"] = frame["invariant_ok"].map(lambda v: None if pd.isna(v) else bool(v)).astype(object)
+        frame["noisy"] = frame["noisy"].map(lambda v: None if pd.isna(v) else bool(v)).astype(object)
         frame["fg_bg_shared_core"] = frame["fg_bg_shared_core"].astype(bool)
         for column in ("hdr_digest", "data_digest"):
             frame[column] = frame[column].map(lambda v: None if v is None or pd.isna(v) else bool(v)).astype(object)

@@ -33,7 +33,7 @@ def test_one_row_per_point_role_and_repeat_with_units_in_the_names(results):
     assert not df.duplicated(["point_id", "role", "repeat"]).any()
     assert len(df) == len(raw.drop_duplicates(["point_id", "role", "repeat"]))
     for column in ("bs_bytes", "bw_MBps", "iops", "lat_p99_us", "lat_p50_us", "usr_cpu_pct", "iodepth",
-                   "completion", "target_stack", "host_stack", "bg_load_pct"):
+                   "completion", "target_stack", "host_stack", "bg_load_pct", "noise_pct", "noisy", "outside_cpu_s"):
         assert column in df.columns, column
     assert not {"bs", "bw_bytes", "lat_p99_ns", "histogram_json"} & set(df.columns)
     first = raw.iloc[0]

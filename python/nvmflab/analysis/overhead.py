@@ -223,6 +223,108 @@ def _b_app(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
                             "Best bandwidth over queue depths per block size and path."))
 
 
+# Softirq below this share of a core is not called receive processing charged to it.
+SOFTIRQ_VISIBLE_PCT = 1.0
+HOP = {"loopback": "Loopback", "netns": "A veth pair"}
+
+
+def _core_groups(detail: dict) -> dict[str, dict[str, float]] | None:
+    """One point's cpu_cores_json -> {group: {softirq, system, user (% of the group's cores), cores}}
+    for the load generator's cores, the target's, cores both share, and every other core."""
+    sums: dict[str, dict[str, float]] = {}
+    names: dict[str, list[str]] = {}
+    for machine, w in detail.items():
+        roles, cores, wall = w.get("roles") or {}, w.get("cores") or {}, w.get("wall_s") or 0.0
+        if not roles or wall <= 0:
+            continue
+        target = {str(c) for c in roles.get("target", [])}
+        lg = {str(c) for role, cs in roles.items() if role != "target" for c in cs}
+        groups = {"load generator": lg - target, "target": target - lg, "shared": lg & target}
+        groups["other"] = set(cores) - lg - target
+        for group, members in groups.items():
+            for core in members:
+                if core not in cores:
+                    continue
+                acc = sums.setdefault(group, {"softirq": 0.0, "system": 0.0, "user": 0.0, "core_s": 0.0})
+                acc["softirq"] += cores[core].get("softirq_s", 0.0)
+                acc["system"] += cores[core].get("system_s", 0.0)
+                acc["user"] += cores[core].get("user_s", 0.0)
+                acc["core_s"] += wall
+                names.setdefault(group, []).append(f"cpu{core}" if machine == "local" else f"{machine}:cpu{core}")
+    if not sums:
+        return None
+    return {g: {k: 100 * v / a["core_s"] for k, v in a.items() if k != "core_s"} | {"cores": ",".join(sorted(names[g]))}
+            for g, a in sums.items() if a["core_s"] > 0}
+
+
+def softirq_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Mean user, system and softirq time per core group (% of those cores' wall time) per network leg."""
+    if "cpu_cores_json" not in data:
+        return pd.DataFrame()
+    records = []
+    for leg in ("loopback", "netns"):
+        rows = data[(data["leg"] == leg) & data["cpu_cores_json"].notna()]
+        per_group: dict[str, list[dict]] = {}
+        for text in rows["cpu_cores_json"]:
+            try:
+                groups = _core_groups(json.loads(text))
+            except (TypeError, ValueError):
+                continue
+            for group, values in (groups or {}).items():
+                per_group.setdefault(group, []).append(values)
+        for group in ("load generator", "target", "shared", "other"):
+            if group in per_group:
+                values = per_group[group]
+                records.append({"leg": leg, "cores": group, "which": values[0]["cores"],
+                                **{f"{k} (% of core)": round(sum(v[k] for v in values) / len(values), 2)
+                                   for k in ("softirq", "system", "user")},
+                                "points": len(values)})
+    return pd.DataFrame(records)
+
+
+def _softirq(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
+    """Where receive processing (softirq) was charged, from the per-core /proc/stat of each point."""
+    table = softirq_table(data)
+    if table.empty:
+        return
+    out.tables.append(Table(
+        "Per-core softirq time (receive processing)", table,
+        "user, system and softirq time of the load generator's cores, the target's cores and the rest, "
+        "as % of those cores' time during the point (/proc/stat per core, mean over points). Softirq is where "
+        "the kernel's network receive path runs; irq time is left out."))
+    for leg in ("loopback", "netns"):
+        mine = table[table["leg"] == leg].set_index("cores")
+        if mine.empty:
+            continue
+        name = _name(leg, veth)
+        if "shared" in mine.index and not {"load generator", "target"} & set(mine.index):
+            out.findings.append(
+                f"{name}: the load generator and the target shared {mine.at['shared', 'which']}, so softirq time "
+                f"({mine.at['shared', 'softirq (% of core)']:.1f} % of it) cannot be assigned to either side.")
+            continue
+        soft = {g: mine.at[g, "softirq (% of core)"] for g in mine.index}
+        lg, tgt = soft.get("load generator", math.nan), soft.get("target", math.nan)
+        other = soft.get("other", 0.0)
+        if max((v for v in (lg, tgt) if not math.isnan(v)), default=0.0) < SOFTIRQ_VISIBLE_PCT:
+            out.findings.append(
+                f"{name}: softirq stayed under {SOFTIRQ_VISIBLE_PCT:g} % on the load generator's and the target's "
+                "cores, so no receive processing charged to the sending core was visible (a kernel without IRQ "
+                "time accounting counts it as the running process's system time instead).")
+            continue
+        where = []
+        if not math.isnan(lg):
+            where.append(f"{lg:.1f} % of the load generator's core ({mine.at['load generator', 'which']})")
+        if not math.isnan(tgt):
+            where.append(f"{tgt:.1f} % of the target's ({mine.at['target', 'which']})")
+        text = (f"{name}: softirq (kernel receive processing) took {' and '.join(where)}. {HOP[leg]} delivers each "
+                "packet on the core that sent it, so the receive path of the target's requests ran on the load "
+                "generator's core and that of its replies on the target's: each side's CPU figures include part "
+                "of the other side's network work.")
+        if other >= SOFTIRQ_VISIBLE_PCT and other > max(lg if not math.isnan(lg) else 0, tgt if not math.isnan(tgt) else 0):
+            text += f" More ran on other cores ({other:.1f} % of them): receive processing was moved off the sending core there."
+        out.findings.append(text)
+
+
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     rows = study_rows(measurements, STUDY)
     out = StudyResult(STUDY, "NVMe/TCP overhead compared with local access")
@@ -256,4 +358,5 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.findings.append("Only one queue depth was measured, so the T-app (IOPS vs queue "
                             "depth) comparison is missing.")
     _b_app(data, out, veth)
+    _softirq(data, out, veth)
     return out

@@ -24,6 +24,7 @@ from .analysis import interference, overhead, polling, saturation, stacks, sweep
 from .analysis import busy_poll, contention, dimensions, parallelism
 from .analysis.common import study_rows
 from .analysis.result import StudyResult
+from .analysis.stability import stability_note
 from .analysis.stats import usable
 from .analysis.timeline import timeline_figures
 
@@ -108,6 +109,30 @@ def _add_timelines(result: StudyResult, measurements: pd.DataFrame) -> None:
         result.findings.append(finding)
 
 
+NOISY_COLUMNS = ["run_id", "leg", "point_id", "repeat", "role", "noise_pct", "outside_cpu_s", "steal_s",
+                 "throttle_events", "cpu_governor", "noise_tries"]
+
+
+def noisy_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Usable rows whose point stayed noisy after its re-runs (sysstat.py): kept, but listed."""
+    if rows.empty or "noisy" not in rows:
+        return rows.iloc[0:0]
+    mine = usable(rows)
+    mine = mine[mine["noisy"].map(lambda v: v is True or v == 1)]
+    return mine[[c for c in NOISY_COLUMNS if c in mine.columns]].reset_index(drop=True)
+
+
+def _add_noise(result: StudyResult, noisy: pd.DataFrame) -> None:
+    if noisy.empty:
+        return
+    points = noisy["point_id"].nunique()
+    worst = noisy["noise_pct"].max()
+    result.findings.append(
+        f"{points} point(s) stayed noisy after their re-runs (other processes or steal took up to {worst:.1f} % "
+        "of the cores the experiment ran on, or the CPU throttled): they are kept in the numbers above and "
+        "listed under \"noisy points\"; read their differences with care.")
+
+
 def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
                  source: str = "") -> Path:
     """Analyse the frames and write report.html and figures/ into out_dir; returns the HTML path."""
@@ -121,6 +146,11 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
         result = (ANALYZERS[name](measurements, runs) if name in ANALYZERS
                   else sweep.analyze(measurements, runs, name))
         _add_timelines(result, measurements)
+        noisy = noisy_rows(study_rows(measurements, name))
+        _add_noise(result, noisy)
+        note = stability_note(measurements, runs, name)
+        if note:
+            result.findings.append(note)
         studies.append({
             "result": result,
             "figures": _save(result, figures_dir),
@@ -130,6 +160,8 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
             "excluded": (None if result.excluded is None or result.excluded.empty
                          else _html_table(result.excluded)),
             "excluded_count": 0 if result.excluded is None else len(result.excluded),
+            "noisy": None if noisy.empty else _html_table(noisy),
+            "noisy_count": len(noisy),
         })
     absent = [name for name in ANALYZERS if name not in measured] if measured & set(ANALYZERS) else []
     unmeasured = sorted(recorded - measured - set(ANALYZERS))

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .units import parse_size
 
@@ -125,10 +125,32 @@ class Spec(_Strict):
     knobs: Knobs = Knobs()
     sweep: dict[str, list[Any]] = {}
     params: dict[str, Any] = {}
-    repeats: int = Field(default=3, ge=1, le=100)
+    # "auto": every point runs min_repeats times, then more rounds (up to max_repeats) for the
+    # configurations whose main metric's 95 % interval is wider than ci_within_pct of the mean.
+    # After validation `repeats` holds the starting count (min_repeats), so studies can range() it;
+    # `auto_repeats` tells whether more rounds may follow.
+    repeats: Annotated[int, Field(ge=1, le=100)] | Literal["auto"] = "auto"
+    min_repeats: int = Field(default=3, ge=2, le=100)
+    max_repeats: int = Field(default=10, ge=2, le=100)
+    ci_within_pct: float = Field(default=5.0, gt=0, le=100)
     ramp_time: float = Field(default=2.0, ge=0)
     runtime: float = Field(default=10.0, gt=0)
     quick: dict[str, Any] = {}
+    _auto_repeats: bool = PrivateAttr(default=False)
+
+    @property
+    def auto_repeats(self) -> bool:
+        """True when repeats = "auto": Context.run adds rounds until the answer is stable."""
+        return self._auto_repeats
+
+    @model_validator(mode="after")
+    def _resolve_repeats(self) -> "Spec":
+        if self.repeats == "auto":
+            if self.max_repeats < self.min_repeats:
+                raise ValueError(f"max_repeats: {self.max_repeats} is below min_repeats ({self.min_repeats})")
+            self.repeats = self.min_repeats
+            self._auto_repeats = True
+        return self
 
     @model_validator(mode="after")
     def _check_sweep(self) -> "Spec":

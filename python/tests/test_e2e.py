@@ -66,6 +66,18 @@ def test_tiny_interference_study_on_real_binaries(tmp_path):
     # every fg/bg point checked its placement on the target's counters
     with_bg = frame[frame["bg_load_pct"].notna()]
     assert set(with_bg["role"]) == {"fg", "bg"} and with_bg["invariant_ok"].notna().all()
+    # nvmf-perf reports its ramp I/O (nvmflab.jobs[i].ramp_ios), so the served commands are checked
+    # exactly, for fg and bg: served = measured + ramp, and every point passes
+    assert frame["invariant_ok"].all(), frame[["leg", "invariant_detail"]].to_string()
+    for detail in frame["invariant_detail"]:
+        equations = re.findall(r"(fg|bg): reactor \d served (\d+) commands = (\d+) measured \+ (\d+) ramp \(exact\)",
+                               detail)
+        assert equations and "loose" not in detail, detail
+        for _, served, measured, ramp in equations:
+            assert int(served) == int(measured) + int(ramp) and int(ramp) > 0, detail
+    fg_detail = with_bg[with_bg["role"] == "fg"]["invariant_detail"].iloc[0]
+    assert re.match(r"fg: reactor 0 served \d+ commands = \d+ measured \+ \d+ ramp \(exact\); bg: reactor 1 ",
+                    fg_detail), fg_detail
     counters = json.loads(with_bg.iloc[0]["target_counters_json"])
     served = {ns["subnqn"].rsplit(":", 1)[1]: r["index"] for r in counters["reactors"]
               for ns in r["namespaces"] if ns["commands"] > 0}
@@ -87,3 +99,32 @@ def test_tiny_interference_study_on_real_binaries(tmp_path):
                      r"throughput sustained \d+ %", html)
     assert cpu_model() in html and platform.release() in html and env["tools"]["nvmf-perf"]["version"] in html
     assert "calibrate_iodepth = [4, 8]" in html and "control = true" in html
+    # one completion mode: the report says the thesis's polling hypothesis was not tested
+    assert "Polling hypothesis (untested)" in html
+
+
+def test_interference_under_both_completion_modes_tests_the_polling_hypothesis(tmp_path):
+    """Both host completion modes, two repeats each (interleaved): each mode calibrates its own
+    saturation point, every point passes the exact count invariant, and the report judges the
+    thesis's polling hypothesis from the interval of poll − event."""
+    spec = tmp_path / "modes.toml"
+    spec.write_text(SPEC.replace("repeats = 1", "repeats = 2")
+                    .replace('bg_load_pct = [50, "max"]', 'bg_load_pct = ["max"]')
+                    .replace("calibrate_iodepth = [4, 8]", "calibrate_iodepth = [8]")
+                    .replace("control = true", 'control = false\ncompletion = ["event", "poll"]'))
+    env = dict(os.environ, NVMFLAB_BIN_DIR=str(Path(BINARIES[0]).parent))
+    done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame = ResultsStore(tmp_path / "r").measurements()
+    assert frame["invariant_ok"].all(), frame[["leg", "invariant_detail"]].to_string()
+    assert all("(exact)" in d for d in frame["invariant_detail"])
+    for mode in ("event", "poll"):
+        mine = frame[frame["completion"] == mode]
+        assert sorted(set(mine["leg"])) == ["calibrate_initiator", "initiator"]
+        assert len(mine[(mine["leg"] == "initiator") & (mine["role"] == "fg")]) == 4  # iso + max, 2 repeats
+    html = Path(done.stdout.strip().splitlines()[-1]).read_text()
+    assert "Initiator interference: completion poll vs event" in html
+    assert re.search(r"Polling hypothesis \((supported|contradicted|mixed|no clear difference)\): The thesis&#39;s "
+                     r"hypothesis \(§6.3\)", html)
+    assert re.search(r"latency interference ranged [\d.]+–[\d.]+× with completion event, [\d.]+–[\d.]+× with "
+                     r"completion poll", html)

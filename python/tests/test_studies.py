@@ -59,7 +59,9 @@ def saturation_legs(monkeypatch, tmp_path, cores: list[int]) -> dict[str, list]:
 
 def test_saturation_legs_isolate_each_resource_on_four_cores(monkeypatch, tmp_path):
     legs = saturation_legs(monkeypatch, tmp_path, [0, 1, 2, 3])
-    assert set(legs) == {"initiator", "target"}
+    assert set(legs) == {"initiator", "target", "target_cores"}
+    # target core counts 1 and 2 against host cores no target uses
+    assert {(p.jobs[0].cpus, p.target.cores) for p in legs["target_cores"]} == {((2, 3), (0,)), ((2, 3), (0, 1))}
     assert {(p.jobs[0].cpus, p.target.cores) for p in legs["initiator"]} == {((1,), (0, 2))}
     assert {(p.jobs[0].cpus, p.target.cores) for p in legs["target"]} == {((1, 3), (0,))}
     assert not any(p.skip_reason for leg in legs.values() for p in leg)
@@ -68,7 +70,8 @@ def test_saturation_legs_isolate_each_resource_on_four_cores(monkeypatch, tmp_pa
 
 def test_saturation_on_two_cores_says_why_and_measures_one_core_each(monkeypatch, tmp_path):
     legs = saturation_legs(monkeypatch, tmp_path, [0, 1])
-    assert set(legs) == {"initiator", "target", "combined"}
+    assert set(legs) == {"initiator", "target", "combined", "target_cores"}
+    assert all(p.skip_reason.startswith("too few cores to sweep the target's core count") for p in legs["target_cores"])
     for resource in ("initiator", "target"):
         assert all(p.skip_reason.startswith(f"too few cores to isolate the {resource} core") for p in legs[resource])
     assert {(p.jobs[0].cpus, p.target.cores, p.skip_reason) for p in legs["combined"]} == {((1,), (0,), None)}

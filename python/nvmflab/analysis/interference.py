@@ -16,10 +16,10 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import compare, excluded_points, missing_leg, study_rows, within_spread
+from .common import Difference, compare, excluded_points, missing_leg, study_rows, within_spread
 from .formulas import latency_interference, throughput_sustained
 from .result import Figure, StudyResult, Table
-from .stats import aggregate, merge_histograms, usable
+from .stats import aggregate, collapse_jobs, diff_interval, merge_histograms, usable
 from .text import kiops, times, us
 
 STUDY = "interference"
@@ -35,6 +35,7 @@ SUSTAINED_LIMIT = 0.9
 # A capped point whose background achieved less than this share of what was asked is labelled by
 # what it achieved.
 UNDERSHOOT = 0.9
+MODE_UNKNOWN = "n/a"
 
 
 def is_control(leg: str) -> bool:
@@ -75,42 +76,54 @@ def limits(runs: pd.DataFrame) -> tuple[float, float]:
     return lat, sus
 
 
+def with_modes(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with a `completion` column on every row (a stack that does not record it: "n/a")."""
+    if rows.empty:
+        return rows
+    if "completion" not in rows:
+        return rows.assign(completion=MODE_UNKNOWN)
+    return rows.assign(completion=rows["completion"].fillna(MODE_UNKNOWN).astype(str))
+
+
 def _baselines(fg: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """Isolated foreground per (leg, iodepth): same-leg rows without background, else `isolated`."""
+    """Isolated foreground per (leg, completion, iodepth): same-leg rows without background, else
+    `isolated` rows of the same completion mode."""
     same_leg = fg[fg["bg_load_pct"].isna()]
-    isolated = usable(rows)
+    isolated = with_modes(usable(rows))
     isolated = isolated[(isolated["leg"] == "isolated") & isolated["role"].isin(["fg", "main"])]
-    own = aggregate(same_leg, by=["leg", "iodepth"])
-    shared = aggregate(isolated, by=["iodepth"])
+    own = aggregate(same_leg, by=["leg", "completion", "iodepth"])
+    shared = aggregate(isolated, by=["completion", "iodepth"])
     result = []
-    for leg in fg["leg"].unique():
-        for iodepth in fg.loc[fg["leg"] == leg, "iodepth"].unique():
-            match = own[(own["leg"] == leg) & (own["iodepth"] == iodepth)]
-            if match.empty:
-                match = shared[shared["iodepth"] == iodepth].assign(leg=leg)
+    for (leg, mode), group in fg.groupby(["leg", "completion"]):
+        for iodepth in group["iodepth"].unique():
+            match = own[(own["leg"] == leg) & (own["completion"] == mode) & (own["iodepth"] == iodepth)]
+            if match.empty and not shared.empty:
+                match = shared[(shared["completion"] == mode) & (shared["iodepth"] == iodepth)].assign(leg=leg)
             result.append(match)
     frames = [f for f in result if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else own.iloc[0:0]
 
 
 def _background(bg: pd.DataFrame, fg_iodepth: pd.Series) -> pd.DataFrame:
-    """Achieved background load in % of saturation, per (leg, fg iodepth, bg_load_pct)."""
-    columns = ["leg", "iodepth", "bg_load_pct", "achieved_pct", "bg_iops", "bg_jobs"]
+    """Achieved background load in % of saturation, per (leg, completion, fg iodepth, bg_load_pct)."""
+    columns = ["leg", "completion", "iodepth", "bg_load_pct", "achieved_pct", "bg_iops", "bg_jobs"]
     if bg.empty:
         return pd.DataFrame(columns=columns)
     bg = bg.assign(requested=pd.to_numeric(bg["rate_iops"], errors="coerce").fillna(0) * bg["numjobs"],
                    jobs=bg["numjobs"])
     # Several background processes of one point add up (the target leg uses two).
     bg = bg.groupby(["run_id", "point_id", "repeat"], as_index=False).agg(
-        leg=("leg", "first"), bg_load_pct=("bg_load_pct", "first"), iops=("iops", "sum"),
+        leg=("leg", "first"), completion=("completion", "first"), bg_load_pct=("bg_load_pct", "first"),
+        iops=("iops", "sum"),
         requested=("requested", "sum"), jobs=("jobs", "sum"))
     bg["iodepth"] = bg["point_id"].map(fg_iodepth)
     capped = (bg["requested"] > 0) & ~bg["bg_load_pct"].map(math.isinf)
-    # Every capped point implies the saturation IOPS its percentage refers to.
+    # Every capped point implies the saturation IOPS its percentage refers to (each completion
+    # mode calibrated its own).
     saturation = (bg["requested"] / (bg["bg_load_pct"] / 100)).where(capped)
-    bg["saturation_iops"] = saturation.groupby(bg["leg"]).transform("median")
+    bg["saturation_iops"] = saturation.groupby([bg["leg"], bg["completion"]]).transform("median")
     bg["achieved_pct"] = bg["iops"] / bg["saturation_iops"] * 100
-    return bg.groupby(["leg", "iodepth", "bg_load_pct"], as_index=False).agg(
+    return bg.groupby(["leg", "completion", "iodepth", "bg_load_pct"], as_index=False).agg(
         achieved_pct=("achieved_pct", "mean"), bg_iops=("iops", "mean"), bg_jobs=("jobs", "max"))
 
 
@@ -120,26 +133,29 @@ def _curves(rows: pd.DataFrame) -> pd.DataFrame:
     `load` is the background load the point achieved (% of the resource's saturation point), or the
     requested one where no saturation point is known; curves are ordered by it.
     """
-    good = usable(rows)
+    good = with_modes(usable(rows))
+    if good.empty:
+        return pd.DataFrame()
     fg = good[(good["role"] == "fg") & good["leg"].isin(list(LEGS))]
     bg = good[(good["role"] == "bg") & good["leg"].isin(list(LEGS))]
     if fg.empty:
         return pd.DataFrame()
-    base = _baselines(fg, rows).set_index(["leg", "iodepth"])
-    loaded = aggregate(fg[fg["bg_load_pct"].notna()], by=["leg", "iodepth", "bg_load_pct"])
+    base = _baselines(fg, rows).set_index(["leg", "completion", "iodepth"])
+    loaded = aggregate(fg[fg["bg_load_pct"].notna()], by=["leg", "completion", "iodepth", "bg_load_pct"])
     if loaded.empty:
         return pd.DataFrame()
     achieved = _background(bg, fg.drop_duplicates("point_id").set_index("point_id")["iodepth"])
-    curves = loaded.merge(achieved, on=["leg", "iodepth", "bg_load_pct"], how="left")
+    curves = loaded.merge(achieved, on=["leg", "completion", "iodepth", "bg_load_pct"], how="left")
     records = []
     for _, row in curves.iterrows():
-        key = (row["leg"], row["iodepth"])
+        key = (row["leg"], row["completion"], row["iodepth"])
         iso = base.loc[key] if key in base.index else pd.Series(dtype=float)
         base_p99 = iso.get("lat_p99_ns_mean", math.nan)
         base_iops = iso.get("iops_mean", math.nan)
         got = row["achieved_pct"]
         records.append({
-            "leg": row["leg"], "app": app_name(row["iodepth"]), "iodepth": row["iodepth"],
+            "leg": row["leg"], "completion": row["completion"], "app": app_name(row["iodepth"]),
+            "iodepth": row["iodepth"],
             "bg_load_pct": row["bg_load_pct"], "achieved_pct": got,
             "load": row["bg_load_pct"] if math.isnan(got) else got,
             "load_label": load_label(row["bg_load_pct"], got),
@@ -153,7 +169,7 @@ def _curves(rows: pd.DataFrame) -> pd.DataFrame:
             "repeats": row["iops_n"],
             "p99_diff": compare(iso, row, "lat_p99_ns"), "iops_diff": compare(iso, row, "iops"),
         })
-    return pd.DataFrame(records).sort_values(["leg", "iodepth", "load"])
+    return pd.DataFrame(records).sort_values(["leg", "completion", "iodepth", "load"])
 
 
 def highest_safe_load(curve: pd.DataFrame, metric: str, ok) -> float | None:
@@ -251,7 +267,9 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                     curves["leg"].map(is_control)) if not curves.empty else leg == "control"):
                 out.findings.append(missing_leg(rows, leg, f"interference on the {what} is unknown"))
             continue
-        for app, curve in leg_curves.groupby("app", sort=False):
+        several = curves["completion"].nunique() > 1
+        for (mode, app), curve in leg_curves.groupby(["completion", "app"], sort=False):
+            what = f"{LEGS[leg]}, completion {mode}" if several else LEGS[leg]
             achieved = curve["achieved_pct"].max()
             achieved_text = ("" if math.isnan(achieved)
                              else f"; the background reached at most {achieved:.0f} % of the "
@@ -281,7 +299,7 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
             reached = curve["load"][~curve["load"].map(math.isinf)].max()
             measured_all = safe is not None and not math.isnan(reached) and safe >= reached
             limit = f"{safe:.0f} %" if safe is not None else "none"
-            guidelines.append({"resource": what, "application": app, "criterion": rule,
+            guidelines.append({"resource": LEGS[leg], "completion": mode, "application": app, "criterion": rule,
                                "keep background load at or below": limit,
                                "highest load reached": "n/a" if math.isnan(reached) else f"{reached:.0f} %",
                                "largest jump": _jump_text(jump, metric)})
@@ -299,6 +317,136 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                 out.findings.append(f"Largest jump ({what}, {app}): {_jump_text(jump, metric)}.")
 
 
+# -- the thesis's polling hypothesis (§6.3) --------------------------------------------------------
+# The thesis measured, with fio polling for completions (hipri), a flat ~38× L-app latency
+# interference and 49 % T-app throughput on a shared initiator core, and wrote that this "may result
+# from the polling by the Fio process" without testing it. With both completion modes measured, the
+# interval of poll − event per background load tests it.
+THESIS_CLAIM = ("the thesis's hypothesis (§6.3) that its flat ~38× initiator latency interference and "
+                "49 % T-app throughput came from the load generator polling for completions")
+
+
+def _per_repeat(rows: pd.DataFrame) -> pd.DataFrame:
+    """Interference metrics per repeat: each loaded foreground repeat over its leg's isolated
+    foreground (the same repeat round when measured, else the mean of the isolated repeats)."""
+    good = with_modes(usable(rows))
+    if good.empty:
+        return pd.DataFrame()
+    fg = collapse_jobs(good[(good["role"] == "fg") & good["leg"].isin(list(LEGS))])
+    if fg.empty:
+        return pd.DataFrame()
+    keys = ["leg", "completion", "iodepth"]
+    iso = fg[fg["bg_load_pct"].isna()]
+    iso_repeat = iso.groupby(keys + ["repeat"])[["lat_p99_ns", "iops"]].mean()
+    iso_mean = iso.groupby(keys)[["lat_p99_ns", "iops"]].mean()
+    records = []
+    for _, row in fg[fg["bg_load_pct"].notna()].iterrows():
+        key = tuple(row[k] for k in keys)
+        if key + (row["repeat"],) in iso_repeat.index:
+            base = iso_repeat.loc[key + (row["repeat"],)]
+        elif key in iso_mean.index:
+            base = iso_mean.loc[key]
+        else:
+            continue
+        records.append({**{k: row[k] for k in keys}, "bg_load_pct": row["bg_load_pct"], "repeat": row["repeat"],
+                        "latency_interference": latency_interference(row["lat_p99_ns"], base["lat_p99_ns"]),
+                        "throughput_sustained": throughput_sustained(row["iops"], base["iops"])})
+    return pd.DataFrame(records)
+
+
+def _summary(values: pd.Series) -> tuple[float, float, int]:
+    values = pd.to_numeric(values, errors="coerce").dropna()
+    n = len(values)
+    return (float(values.mean()) if n else math.nan, float(values.std(ddof=1)) if n > 1 else math.nan, n)
+
+
+def mode_difference(samples: pd.DataFrame, metric: str) -> Difference:
+    """poll − event of `metric` over repeats (Welch's 95 % interval of the difference)."""
+    ev = _summary(samples.loc[samples["completion"] == "event", metric])
+    po = _summary(samples.loc[samples["completion"] == "poll", metric])
+    diff, half = diff_interval(ev[0], ev[1], ev[2], po[0], po[1], po[2])
+    return Difference(diff, half, min(ev[2], po[2]))
+
+
+def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "initiator") -> tuple[str, pd.DataFrame]:
+    """(verdict, per-load table) on the thesis's polling hypothesis for `leg`.
+
+    The verdict's first word is one of: "supported" (polling clearly worse at some load, clearly
+    better at none), "contradicted" (clearly better with polling at some load, clearly worse at
+    none), "mixed", "no clear difference" (every interval includes zero), "undecided" (fewer than
+    two repeats per mode), "untested" (one completion mode measured).
+    """
+    mine = curves[curves["leg"] == leg] if not curves.empty else curves
+    measured = sorted(set(mine["completion"])) if not mine.empty else []
+    if mine.empty:
+        return "", pd.DataFrame()
+    if not {"event", "poll"} <= set(measured):
+        return (f"untested: the {LEGS[leg]} leg ran with completion {', '.join(measured)} only, so "
+                f"{THESIS_CLAIM} cannot be tested here (run with [params] completion = [\"event\", \"poll\"])",
+                pd.DataFrame())
+    samples = _per_repeat(rows)
+    samples = samples[samples["leg"] == leg] if not samples.empty else samples
+    table, worse, better, undecided, clear_rows = [], 0, 0, 0, 0
+    for (app, load), cell in mine.groupby(["app", "bg_load_pct"], sort=True):
+        if set(cell["completion"]) < {"event", "poll"}:
+            continue
+        metric = "latency_interference" if app == "L-app" else "throughput_sustained"
+        iodepth = cell["iodepth"].iloc[0]
+        sel = samples[(samples["iodepth"] == iodepth) & (samples["bg_load_pct"] == load)] if not samples.empty \
+            else samples
+        d = mode_difference(sel, metric) if not sel.empty else Difference(math.nan, math.nan, 0)
+        by_mode = cell.set_index("completion")
+        bad = d.diff > 0 if metric == "latency_interference" else d.diff < 0
+        if not d.decidable:
+            verdict = "cannot decide (fewer than two repeats per mode)"
+            undecided += 1
+        elif d.clear:
+            clear_rows += 1
+            worse, better = worse + bool(bad), better + (not bad)
+            verdict = "worse with poll" if bad else "better with poll"
+        else:
+            verdict = "no clear difference"
+        fmt = (lambda v: f"{v:.2f}×") if metric == "latency_interference" else (lambda v: f"{v * 100:.1f} %")
+        table.append({
+            "app": app, "metric": metric.replace("_", " "), "requested bg load": load_text(load),
+            "achieved (event / poll)": " / ".join(
+                "n/a" if math.isnan(by_mode.at[m, "achieved_pct"]) else f"{by_mode.at[m, 'achieved_pct']:.0f} %"
+                for m in ("event", "poll")),
+            "event": fmt(by_mode.at["event", metric]), "poll": fmt(by_mode.at["poll", metric]),
+            "poll − event (95 % interval)": d.text(fmt) if metric == "latency_interference"
+            else d.text(lambda v: f"{v * 100:.1f} pt"),
+            "repeats": d.n, "verdict": verdict})
+    frame = pd.DataFrame(table)
+    if frame.empty:
+        return "", frame
+    tested = len(frame)
+    l_app = mine[mine["app"] == "L-app"]
+    level = ""
+    if not l_app.empty:
+        level = ("; L-app latency interference ranged " + ", ".join(
+            f"{l_app.loc[l_app['completion'] == m, 'latency_interference'].min():.2f}–"
+            f"{l_app.loc[l_app['completion'] == m, 'latency_interference'].max():.2f}× with completion {m}"
+            for m in ("event", "poll")) + " (the thesis: ~38×)")
+    if undecided == tested:
+        return (f"undecided: {THESIS_CLAIM} cannot be judged from this run: fewer than two repeats per "
+                f"completion mode, so no interval of poll − event{level}.", frame)
+    if worse and not better:
+        return (f"supported: {THESIS_CLAIM} is supported by this run: with polling, interference was "
+                f"clearly worse at {worse} of {tested} (application, load) points (the 95 % interval of "
+                f"poll − event excludes zero) and clearly better at none{level}.", frame)
+    if better and not worse:
+        return (f"contradicted: {THESIS_CLAIM} is contradicted by this run: interference was clearly "
+                f"lower with polling at {better} of {tested} (application, load) points and clearly "
+                f"higher at none{level}.", frame)
+    if worse and better:
+        return (f"mixed: on {THESIS_CLAIM} this run is mixed: polling was clearly worse at {worse} and "
+                f"clearly better at {better} of {tested} (application, load) points{level}.", frame)
+    return (f"no clear difference: {THESIS_CLAIM} is neither supported nor contradicted by this run: at "
+            f"every one of the {tested - undecided} (application, load) points with an interval, the 95 % "
+            "interval of poll − event includes zero (no clear difference; more repeats narrow it)"
+            + (f" ({undecided} point(s) had fewer than two repeats)" if undecided else "") + f"{level}.", frame)
+
+
 ACHIEVED_LABEL = "Achieved background load (% of the resource's saturation point)"
 
 
@@ -306,6 +454,9 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult, lat_lim
              sus_limit: float) -> None:
     # The x-axis is the load the background achieved, not the one asked for.
     curves = curves.assign(bg_load_pct=curves["load"].map(lambda v: v if math.isinf(v) else round(v, 1)))
+    several = curves["completion"].nunique() > 1
+    legs = curves["leg"].map(LEGS) + (", completion " + curves["completion"] if several else "")
+    curves = curves.assign(leg_series=legs)
     lat = curves[(curves["app"] == "L-app")]
     tput = curves[(curves["app"] != "L-app")]
     if tput.empty:  # no T-app measured (the quick variant): the L-app's throughput is still the foreground's
@@ -313,7 +464,7 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult, lat_lim
     tput_app = "L-app" if (tput["app"] == "L-app").all() else "T-app"
     if not lat.empty:
         out.figures.append(Figure("interference_latency_vs_load", plots.vs_load(
-            lat.assign(series=lat["leg"].map(LEGS)), "latency_interference", series="series",
+            lat.assign(series=lat["leg_series"]), "latency_interference", series="series",
             title="L-app latency interference vs background load (p99 loaded / p99 isolated)",
             ylabel="Latency interference (×, higher is worse)", reference=1.0,
             threshold=lat_limit, threshold_label=f"guideline limit {lat_limit:g}×"),
@@ -321,7 +472,7 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult, lat_lim
             "and shared resource (thesis figs. 6.1 and 6.3)."))
         out.figures[-1].figure.axes[0].set_xlabel(ACHIEVED_LABEL)
     out.figures.append(Figure("interference_throughput_vs_load", plots.vs_load(
-        tput.assign(series=tput["leg"].map(LEGS) + ", " + tput["app"]),
+        tput.assign(series=tput["leg_series"] + ", " + tput["app"]),
         "throughput_sustained", series="series", scale=100,
         title=f"{tput_app} throughput sustained vs background load (IOPS loaded / IOPS isolated)",
         ylabel="Throughput sustained (%, lower is worse)", reference=1.0,
@@ -330,11 +481,13 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult, lat_lim
         "shared resource (thesis figs. 6.2 and 6.4 show it for the T-app)."))
     out.figures[-1].figure.axes[0].set_xlabel(ACHIEVED_LABEL)
     good = usable(rows)
+    good = with_modes(good)
     target_l = good[(good["leg"] == "target") & (good["role"] == "fg") & (good["iodepth"] == 1)]
     if not target_l.empty:
-        histograms = {("isolated" if math.isnan(load) else f"background {load_text(load)}"):
+        histograms = {("isolated" if math.isnan(load) else f"background {load_text(load)}")
+                      + (f", completion {mode}" if several else ""):
                       merge_histograms(group["histogram_json"])
-                      for load, group in target_l.groupby("bg_load_pct", dropna=False)}
+                      for (mode, load), group in target_l.groupby(["completion", "bg_load_pct"], dropna=False)}
         out.figures.append(Figure("interference_target_latency_cdf", plots.latency_cdf(
             histograms, "L-app latency CDF with a shared target core, per background load"),
             "Completion latency distribution of the foreground over all repeats; the dotted line "
@@ -374,7 +527,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         "latency interference (×)": curves["latency_interference"].round(2),
         "fg KIOPS": (curves["iops"] / 1e3).round(2),
         "throughput sustained (%)": (curves["throughput_sustained"] * 100).round(1),
-    })[["leg", "app", "bg load", "requested bg load", "achieved bg load (%)", "fg p99 (µs)",
+    })[["leg", "completion", "app", "bg load", "requested bg load", "achieved bg load (%)", "fg p99 (µs)",
         "latency interference (×)", "fg KIOPS", "throughput sustained (%)", "repeats"]]
     out.tables.append(Table("Interference per background load", table,
                             "latency interference = p99(with load) / p99(isolated); throughput "
@@ -382,6 +535,19 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                             "background; rows are ordered by the load the background achieved, and a "
                             f"point that achieved under {UNDERSHOOT * 100:.0f} % of its request is named "
                             "by what it reached."))
+    verdict, hypothesis = polling_hypothesis(rows, curves)
+    if verdict:
+        text = verdict.split(": ", 1)[1]
+        out.findings.append(f"Polling hypothesis ({verdict.split(':')[0]}): {text[0].upper()}{text[1:]}"
+                            + ("" if text.endswith(".") else "."))
+    if not hypothesis.empty:
+        out.tables.append(Table("Initiator interference: completion poll vs event", hypothesis,
+                                "Per application and requested background load (each mode capped at "
+                                "its own calibrated saturation point): the interference metric under each "
+                                "host completion mode and poll − event with Welch's 95 % interval over "
+                                "repeats; latency interference per repeat is that repeat's p99 over the "
+                                "isolated p99 of the same round. 'worse with poll' means more latency "
+                                "interference or less throughput sustained with polling."))
     _figures(curves, rows, out, lat_limit, sus_limit)
     if guidelines:
         out.recommendations = pd.DataFrame(guidelines)

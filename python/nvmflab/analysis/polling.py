@@ -334,10 +334,45 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     out = StudyResult(STUDY, "Polling configuration knobs (completion, idle polling, interaction)")
     out.excluded = excluded_points(rows)
     recommend = _recommend(rows, out)
+    _io_queues(rows, out)
     if recommend:
         frame = pd.DataFrame(recommend)
         out.recommendations = frame[[c for c in frame.columns if not c.startswith("_")]]
     return out
+
+
+def _io_queues(rows: pd.DataFrame, out: StudyResult) -> None:
+    """The I/O queue count sweep (one job per queue): IOPS and p99 per queue count and QD, and
+    whether the most queues beat one queue at each QD, with the interval of the difference."""
+    if rows.empty or "io_queues" not in set(rows["leg"]):
+        return
+    data = leg_rows(rows, "io_queues", "main")
+    if data.empty:
+        out.findings.append(missing_leg(rows, "io_queues", "the queue count effect was not measured"))
+        return
+    agg = aggregate(data, by=["io_queues", "iodepth"])
+    table = pd.DataFrame({
+        "io_queues": agg["io_queues"].astype(int), "QD": agg["iodepth"].astype(int),
+        "KIOPS": (agg["iops_mean"] / 1e3).round(2), "± KIOPS (95 %)": (agg["iops_ci95"] / 1e3).round(2),
+        "p99 (µs)": (agg["lat_p99_ns_mean"] / 1e3).round(1), "repeats": agg["iops_n"].astype(int)})
+    out.tables.append(Table("I/O queue count (one job per queue)", table,
+                            "Means over repeats with the 95 % interval; the jobs of a point add up (IOPS), "
+                            "p99 is the worst job's. Queue count and job count move together here."))
+    for qd, group in agg.groupby("iodepth"):
+        group = group.sort_values("io_queues")
+        if len(group) < 2:
+            continue
+        low, high = group.iloc[0], group.iloc[-1]
+        d = compare(low, high, "iops")
+        what = f"At QD{int(qd)}, {int(high['io_queues'])} I/O queues vs {int(low['io_queues'])}"
+        if not d.decidable:
+            out.findings.append(f"{what}: {d.text(_kiops)} (fewer than two repeats, so no interval: not a decision).")
+        elif not d.clear:
+            out.findings.append(f"{what}: no significant difference in IOPS ({d.text(_kiops)}, the 95 % interval "
+                                f"of the difference includes zero).")
+        else:
+            out.findings.append(f"{what} {changed('IOPS', change_pct(low['iops_mean'], high['iops_mean']))} "
+                                f"({d.text(_kiops)}, 95 % interval of the difference).")
 
 
 def _recommend(rows: pd.DataFrame, out: StudyResult) -> list[dict]:

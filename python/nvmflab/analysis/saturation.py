@@ -18,7 +18,7 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, leg_rows, missing_leg, study_rows
+from .common import compare, differs, excluded_points, leg_rows, missing_leg, study_rows
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -103,7 +103,16 @@ def order_finding(found: dict[str, dict]) -> str:
     (a, pa), (b, pb) = sorted(found.items(), key=lambda item: item[1]["peak"])
     name_a, name_b = RESOURCES[a].lower(), RESOURCES[b].lower()
     if pa["confirmed"] and pb["confirmed"]:
-        return f"The {name_a} saturates first: peak {kiops(pa['peak'])} vs {kiops(pb['peak'])} for the {name_b}."
+        verdict = differs(pa["peak"], pa["peak_ci95"], pb["peak"], pb["peak_ci95"])
+        if verdict is None:
+            return (f"The {name_a} saturates first: peak {kiops(pa['peak'])} vs {kiops(pb['peak'])} for the "
+                    f"{name_b} (fewer than two repeats, so no interval: not a decision).")
+        if not verdict:
+            return (f"No significant difference between the peaks ({name_a} {kiops(pa['peak'])} ± "
+                    f"{pa['peak_ci95'] / 1e3:.1f}, {name_b} {kiops(pb['peak'])} ± {pb['peak_ci95'] / 1e3:.1f}: "
+                    "the 95 % intervals overlap), so which saturates first is unknown.")
+        return (f"The {name_a} saturates first: peak {kiops(pa['peak'])} ± {pa['peak_ci95'] / 1e3:.1f} vs "
+                f"{kiops(pb['peak'])} ± {pb['peak_ci95'] / 1e3:.1f} for the {name_b} (95 % intervals).")
     if not pa["confirmed"] and not pb["confirmed"]:
         return ("Neither core reached a plateau within the sweep, so which saturates first is unknown; "
                 "extend numjobs or iodepth.")
@@ -189,4 +198,66 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                                 "busy at the peak. Cores are this machine's, as the leg ran."))
     if len(found) == 2:
         out.findings.append(order_finding(found))
+    _target_cores(rows, out)
     return out
+
+
+def _core_count(knobs_json: str) -> int:
+    """Number of cores in a point's `target_cores` cpulist ('0-1,4' -> 3)."""
+    text = json.loads(knobs_json or "{}").get("target_cores") or ""
+    count = 0
+    for part in str(text).split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            count += int(high) - int(low) + 1
+        elif part.strip():
+            count += 1
+    return count
+
+
+def _target_cores(rows: pd.DataFrame, out: StudyResult) -> None:
+    """The `target_cores` leg: IOPS per number of target cores, and the fewest cores whose IOPS is
+    not significantly below the best (the interval of the difference includes zero)."""
+    if rows.empty or "target_cores" not in set(rows["leg"]):
+        return
+    data = leg_rows(rows, "target_cores", "main")
+    if data.empty:
+        out.findings.append(missing_leg(rows, "target_cores", "target saturation by core count is unknown"))
+        return
+    data = data.assign(target_core_count=data["knobs_json"].map(_core_count))
+    agg = aggregate(data, by=["target_core_count", "numjobs", "iodepth"]).sort_values("target_core_count")
+    out.tables.append(Table("Target saturation by number of target cores", pd.DataFrame({
+        "target cores": agg["target_core_count"].astype(int), "host jobs": agg["numjobs"].astype(int),
+        "QD per job": agg["iodepth"].astype(int), "KIOPS": (agg["iops_mean"] / 1e3).round(2),
+        "± KIOPS (95 %)": (agg["iops_ci95"] / 1e3).round(2), "repeats": agg["iops_n"].astype(int)}),
+        f"One target reactor per core against host jobs enough to load them; {cores_used(data) or ''}"))
+    figure = plots.series_vs_x(agg.assign(series="4 KiB random read"), "target_core_count", "iops",
+                               series="series", title="IOPS vs number of target cores", xlabel="Target cores",
+                               ylabel=plots.KIOPS_LABEL, scale=1e-3, log2x=False)
+    out.figures.append(Figure("saturation_target_cores", figure,
+                              "Throughput per number of target cores, 95 % intervals over repeats."))
+    best = agg.loc[agg["iops_mean"].idxmax()]
+    best_n = int(best["target_core_count"])
+    enough, d = best, None
+    for _, row in agg.iterrows():  # fewest cores first
+        if int(row["target_core_count"]) == best_n:
+            break
+        d = compare(row, best, "iops")
+        if not d.decidable:
+            out.findings.append(f"Target cores: {best_n} gave the most IOPS ({kiops(best['iops_mean'])}); fewer "
+                                "than two repeats, so no interval decides whether fewer cores would do.")
+            return
+        if not d.clear:
+            enough = row
+            break
+    n = int(enough["target_core_count"])
+    if n != best_n:
+        tail = (f"; {best_n} cores gave no significant difference ({kiops(best['iops_mean'])}, difference "
+                f"{d.text(kiops)}: the 95 % interval includes zero)")
+    elif best_n == int(agg["target_core_count"].max()):
+        tail = " — the largest count measured, so the target may scale further"
+    else:
+        tail = "; more cores gave no more throughput"
+    fewer = "" if n == int(agg["target_core_count"].min()) else "; every smaller count was significantly slower"
+    out.findings.append(f"{n} target core(s) reach the highest throughput measured ({kiops(enough['iops_mean'])} "
+                        f"± {enough['iops_ci95'] / 1e3:.1f}K, 95 % interval){fewer}{tail}.")

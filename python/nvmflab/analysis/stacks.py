@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tomllib
 
+import numpy as np
 import pandas as pd
 
 from .. import plots
@@ -49,6 +50,32 @@ def medians(data: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def median_difference(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
+    """median(b) − median(a) with its 95 % percentile-bootstrap interval (each side resampled on
+    its own); None with fewer than two repeats on a side, where no interval can be formed."""
+    a, b = [float(v) for v in a if not math.isnan(v)], [float(v) for v in b if not math.isnan(v)]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    diff = float(np.median(b) - np.median(a))
+    if len(set(a)) == 1 and len(set(b)) == 1:
+        return diff, diff, diff
+    from scipy.stats import bootstrap
+
+    result = bootstrap((np.array(a), np.array(b)),
+                       lambda x, y, axis: np.median(y, axis=axis) - np.median(x, axis=axis),
+                       n_resamples=2000, method="percentile", vectorized=True, random_state=np.random.default_rng(0))
+    return diff, float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def _difference_text(diff: tuple[float, float, float] | None) -> tuple[bool | None, str]:
+    """(significant, words): None when there is no interval (one repeat)."""
+    if diff is None:
+        return None, "one repeat on a side, so no interval"
+    value, low, high = diff
+    text = f"difference {value / 1e3:+.1f} KIOPS, 95 % interval {low / 1e3:+.1f} to {high / 1e3:+.1f}"
+    return not (low <= 0 <= high), text
+
+
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     rows = study_rows(measurements, STUDY)
     out = StudyResult(STUDY, "Stacks side by side: target stack × host stack")
@@ -70,10 +97,11 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     tapp = med[med["app"].isin(["L-app", "T-app"]) & (med["bs"] == 4096)]
     qds = sorted(set(tapp["iodepth"]))
     ref_qd = REFERENCE_QD if REFERENCE_QD in qds else (max(qds) if qds else None)
-    _side_by_side(med, pairs, baseline, ref_qd, out)
+    samples = _samples(data, ref_qd)
+    _side_by_side(med, pairs, baseline, ref_qd, samples, out)
     if ref_qd is not None:
         _matrix(tapp, pairs, baseline, ref_qd, out)
-        _bottleneck(tapp, pairs, ref_qd, out)
+        _bottleneck(tapp, pairs, ref_qd, samples, out)
     if len(qds) > 1:
         out.figures.append(Figure(
             "stacks_iops_vs_qd",
@@ -93,6 +121,15 @@ def _app(knobs_json: str) -> str:
     return json.loads(knobs_json).get("app", "T-app")
 
 
+def _samples(data: pd.DataFrame, qd: int | None) -> dict[str, list[float]]:
+    """Per pair, the 4 KiB IOPS of every repeat at the reference queue depth."""
+    if qd is None:
+        return {}
+    collapsed = collapse_jobs(data)
+    sel = collapsed[(collapsed["bs"] == 4096) & (collapsed["iodepth"] == qd) & (collapsed["app"] != "B-app")]
+    return {leg: group["iops"].tolist() for leg, group in sel.groupby("leg")}
+
+
 def _value(med: pd.DataFrame, leg: str, app: str, column: str, qd: int | None = None) -> float:
     sel = med[(med["leg"] == leg) & (med["app"] == app)]
     if qd is not None:
@@ -105,7 +142,8 @@ def _tapp_iops(tapp: pd.DataFrame, leg: str, qd: int) -> float:
     return float(sel["iops"].max()) if len(sel) else math.nan
 
 
-def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None, out: StudyResult) -> None:
+def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,
+                  samples: dict[str, list[float]], out: StudyResult) -> None:
     records = []
     b_lat = _value(med, baseline, "L-app", "lat_mean_ns")
     b_bw = _value(med, baseline, "B-app", "bw_bytes")
@@ -124,9 +162,15 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
             "repeats": int(med[med["leg"] == leg]["repeats"].min()),
         })
         if leg != baseline and not math.isnan(iops / b_iops):
+            significant, words = _difference_text(median_difference(samples.get(baseline, []), samples.get(leg, [])))
+            if significant is False:
+                head = (f"{pair_label(leg)}: no significant difference in IOPS from {pair_label(baseline)} at "
+                        f"QD{ref_qd} ({kiops(iops)} vs {kiops(b_iops)}; {words})")
+            else:
+                head = (f"{pair_label(leg)}: {times(iops / b_iops)} the IOPS of {pair_label(baseline)} at QD{ref_qd} "
+                        f"({kiops(iops)} vs {kiops(b_iops)}; {words})")
             out.findings.append(
-                f"{pair_label(leg)}: {times(iops / b_iops)} the IOPS of {pair_label(baseline)} at QD{ref_qd} "
-                f"({kiops(iops)} vs {kiops(b_iops)}); L-app mean latency {us(lat)} vs {us(b_lat)}"
+                f"{head}; L-app mean latency {us(lat)} vs {us(b_lat)}"
                 + (f"; B-app {mbps(bw)} vs {mbps(b_bw)} ({times(bw / b_bw)})" if not math.isnan(bw / b_bw) else "")
                 + ".")
     bapp = med[med["app"] == "B-app"]
@@ -147,7 +191,8 @@ def _matrix(tapp: pd.DataFrame, pairs: list[str], baseline: str, qd: int, out: S
                             "Rows: target stack; columns: host stack; blank where the pair did not run."))
 
 
-def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, out: StudyResult) -> None:
+def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, samples: dict[str, list[float]],
+                out: StudyResult) -> None:
     """With one side fixed, the other side's stacks compared: which side limits the pair."""
     for side, fixed_index in (("host", 2), ("target", 0)):
         by_fixed: dict[str, list[str]] = {}
@@ -161,9 +206,14 @@ def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, out: StudyResult)
             (best, top), (worst, low) = ranked[0], ranked[-1]
             other = "target" if side == "host" else "host"
             pick = 0 if other == "target" else 2
-            out.findings.append(
-                f"With the {fixed} {side}, the {best.partition('/')[pick]} {other} gives {times(top / low)} the "
-                f"QD{qd} IOPS of the {worst.partition('/')[pick]} {other}.")
+            significant, words = _difference_text(median_difference(samples.get(worst, []), samples.get(best, [])))
+            a, b = best.partition('/')[pick], worst.partition('/')[pick]
+            if significant is False:
+                out.findings.append(f"With the {fixed} {side}, no significant difference between the {a} and {b} "
+                                    f"{other}s at QD{qd} ({words}).")
+            else:
+                out.findings.append(f"With the {fixed} {side}, the {a} {other} gives {times(top / low)} the QD{qd} "
+                                    f"IOPS of the {b} {other} ({words}).")
 
 
 def _bars(med: pd.DataFrame, pairs: list[str], out: StudyResult) -> None:

@@ -1,7 +1,7 @@
 """Statistics over repeats and over latency histograms.
 
 Every study repeats each point; a figure or table shows the mean with a 95 % confidence interval
-(Student's t, because three repeats is the usual count). Latency CDFs and percentiles across
+(Student's t from scipy.stats, because three repeats is the usual count). Latency CDFs and percentiles across
 repeats come from the merged histograms, not from averaging percentiles.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as _student_t
 
 # The knobs that define a point; grouping by them merges repeats of the same point.
 KNOB_COLUMNS = [
@@ -29,17 +30,15 @@ METRIC_COLUMNS = [
 # Columns that add up when one point ran several jobs or processes (per repeat and role).
 _ADDITIVE = {"iops", "bw_bytes", "ctx", "voluntary_ctx", "involuntary_ctx"}
 
-# Two-sided 95 % Student t quantiles by degrees of freedom; beyond 30 the normal value is close.
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
+def t95(dof: float) -> float:
+    """Two-sided 95 % quantile of Student's t with `dof` degrees of freedom (NaN when dof < 1).
 
-def t95(dof: int) -> float:
-    """Two-sided 95 % quantile of Student's t with `dof` degrees of freedom (NaN when dof < 1)."""
-    if dof < 1:
+    From scipy.stats (exact for any dof, fractional Welch dof included), not a hand-typed table.
+    """
+    if dof is None or math.isnan(dof) or dof < 1:
         return math.nan
-    return _T95[dof - 1] if dof <= len(_T95) else 1.960
+    return float(_student_t.ppf(0.975, dof))
 
 
 def ci95_halfwidth(values: Sequence[float]) -> float:
@@ -48,6 +47,33 @@ def ci95_halfwidth(values: Sequence[float]) -> float:
     if len(data) < 2:
         return math.nan
     return t95(len(data) - 1) * float(data.std(ddof=1)) / math.sqrt(len(data))
+
+
+def relative_ci95(values: Sequence[float]) -> float:
+    """Half-width of the 95 % t interval of the mean as a fraction of |mean| (NaN when undefined)."""
+    data = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    half = ci95_halfwidth(data)
+    mean = float(np.mean(data)) if data else math.nan
+    if math.isnan(half) or mean == 0 or math.isnan(mean):
+        return math.nan
+    return half / abs(mean)
+
+
+def bootstrap_ci95(values: Sequence[float], statistic=np.median, resamples: int = 2000,
+                   seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap (scipy.stats.bootstrap) interval of `statistic` over the values: the
+    interval for a percentile or median over repeats, where a t interval's normal shape does not
+    hold. (NaN, NaN) with fewer than two values or when every value is the same."""
+    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(data) < 2:
+        return math.nan, math.nan
+    if np.all(data == data[0]):
+        return float(data[0]), float(data[0])
+    from scipy.stats import bootstrap
+
+    result = bootstrap((data,), statistic, n_resamples=resamples, confidence_level=0.95,
+                       method="percentile", random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def usable_mask(measurements: pd.DataFrame) -> pd.Series:
@@ -169,7 +195,7 @@ def diff_interval(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b:
     """(mean_b − mean_a, half-width of its 95 % interval) from two summaries over repeats.
 
     Welch's interval: the standard error is sqrt(s_a²/n_a + s_b²/n_b) and the degrees of freedom
-    come from the Welch–Satterthwaite formula (rounded down, at least 1). The half-width is NaN
+    come from the Welch–Satterthwaite formula (fractional, at least 1). The half-width is NaN
     when either side has fewer than two repeats, so no interval can be formed.
     """
     values = (mean_a, std_a, n_a, mean_b, std_b, n_b)
@@ -183,4 +209,4 @@ def diff_interval(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b:
     if se2 == 0:
         return diff, 0.0
     dof = se2 ** 2 / ((var_a ** 2 / (n_a - 1) if var_a else 0) + (var_b ** 2 / (n_b - 1) if var_b else 0))
-    return diff, t95(max(1, int(dof))) * math.sqrt(se2)
+    return diff, t95(max(1.0, dof)) * math.sqrt(se2)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..cores import available_cores, physical
-from ..plan import PerfJob, Point, Subsystem, TargetSetup
+from ..analysis.stability import main_metric
+from ..analysis.stats import ci95_halfwidth, collapse_jobs, usable
+from ..plan import PerfJob, Point, Subsystem, TargetSetup, point_key
 from ..runner import Outcome, Runner
 from ..spec import Spec, validate_knobs
 from ..store import ResultsStore
@@ -24,6 +28,8 @@ class Context:
     study: str
     runner: Runner
     store: ResultsStore
+    # Configurations that reached max_repeats still unstable: (description, leg, knobs, n, ±fraction).
+    capped: list[tuple[str, str, dict[str, Any], int, float]] = field(default_factory=list)
 
     @property
     def cores(self) -> list[int]:
@@ -51,6 +57,47 @@ class Context:
         return tuple(physical(list(logical), self.target_cores))
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
+        """Run the points; with `repeats = "auto"`, add interleaved rounds until each configuration's
+        main metric is stable (see `stability`) or max_repeats is reached. The planning pass runs
+        (collects) the given points only: it has no measurements to judge, so it never loops."""
+        outcomes = self.runner.run(points, description)
+        if not self.spec.auto_repeats or self.planning or not points:
+            return outcomes
+        groups: dict[str, list[Point]] = {}
+        for point in points:
+            groups.setdefault(config_key(point), []).append(point)
+        status = {o.point.key: o.status for o in outcomes}
+        target = self.spec.ci_within_pct / 100
+        while True:
+            frame = self.store.measurements()
+            pending = []
+            for key, members in groups.items():
+                n = max(p.repeat for p in members) + 1
+                latest = max(members, key=lambda p: p.repeat)
+                if status.get(latest.key) not in ("ok", "stored") or latest.skip_reason or latest.fail_reason:
+                    continue  # a failing or skipped configuration gets no more rounds
+                rel = stability(frame, members)
+                if math.isnan(rel) or rel <= target:
+                    continue
+                if n >= self.spec.max_repeats:
+                    self.capped.append((description, latest.leg, latest.knobs, n, rel))
+                    self.console_note(f"{description}: {latest.leg} {knob_text(latest.knobs)} still ±{rel:.1%} "
+                                      f"after {n} repeats (max_repeats): reported as unstable")
+                    continue
+                pending.append((key, dataclasses.replace(latest, repeat=n)))
+            if not pending:
+                return outcomes
+            round_points = [p for _, p in pending]
+            more = self.runner.run(round_points, f"{description} (repeat {round_points[0].repeat + 1}, "
+                                                 f"{len(round_points)} not yet stable)")
+            outcomes += more
+            status |= {o.point.key: o.status for o in more}
+            for key, point in pending:
+                groups[key].append(point)
+
+    def run_fixed(self, points: list[Point], description: str) -> list[Outcome]:
+        """Run exactly these points, never adding rounds: for points whose `prepare` starts
+        companions bound to one repeat (contention's iperf3 flows, stored under their own key)."""
         return self.runner.run(points, description)
 
     def console_note(self, message: str) -> None:
@@ -61,6 +108,46 @@ class Context:
         frame = self.store.measurements()
         frame = frame[frame["study"] == self.study]
         return frame[frame["leg"] == leg] if leg is not None else frame
+
+
+def config_key(point: Point) -> str:
+    """The point's key with the repeat left out: every repeat of one configuration shares it."""
+    return point_key(point.study, point.leg, point.knobs, 0, point.runtime, point.ramp_time)
+
+
+def knob_text(knobs: dict[str, Any]) -> str:
+    shown = ("app", "rw", "bs", "iodepth", "numjobs", "completion", "target_mode", "idle_poll_us", "io_queues",
+             "bg_load_pct", "target_cores")
+    return " ".join(f"{k}={knobs[k]}" for k in shown if knobs.get(k) is not None)
+
+
+def main_values(frame: pd.DataFrame, keys: Iterable[str], knobs: dict[str, Any]) -> list[float]:
+    """Per repeat, the main metric of the main role (`main`, else `fg`) from the stored rows:
+    IOPS summed over the role's jobs, latency the worst job's."""
+    if frame.empty:
+        return []
+    rows = usable(frame[frame["point_key"].isin(set(keys))])
+    if rows.empty:
+        return []
+    roles = set(rows["role"])
+    role = "main" if "main" in roles else "fg" if "fg" in roles else None
+    if role is None:
+        return []
+    rows = collapse_jobs(rows[rows["role"] == role])
+    metric = main_metric(knobs)
+    values = pd.to_numeric(rows[metric], errors="coerce").dropna()
+    return [float(v) for v in values]
+
+
+def stability(frame: pd.DataFrame, points: list[Point]) -> float:
+    """Half-width of the 95 % t interval of the main metric over the points' repeats, as a fraction
+    of the mean; NaN with fewer than two usable repeats (nothing to judge)."""
+    values = main_values(frame, [p.key for p in points], points[0].knobs)
+    if len(values) < 2:
+        return math.nan
+    mean = sum(values) / len(values)
+    half = ci95_halfwidth(values)
+    return math.nan if mean == 0 or math.isnan(half) else half / abs(mean)
 
 
 def logical(given: list[int], count: int, taken: Iterable[int]) -> list[int]:

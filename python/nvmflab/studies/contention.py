@@ -137,7 +137,8 @@ def _run_with_flows(ctx: Context, leg: str, runs: list, params: Params, missing:
         flows.meta = (net_key, leg, net_knobs, repeat)
         points.append(point)
     try:
-        ctx.run(points, description)
+        # fixed count: a copied point would replay flows bound to its first repeat
+        ctx.run_fixed(points, description)
     finally:
         for flows in pending:
             _store_flows(ctx, flows)

@@ -7,6 +7,11 @@ Legs:
   completion mode the `completion` leg chose (the thesis swept idle polling with poll queues already
   on); the spec's completion when that leg gave no clear winner.
 - `matrix`: completion × target_mode at QD1 and high_iodepth (table 3.3 shape).
+- `io_queues` (the thesis artifact's queue count sweep): io_queues 1..N at QD1 and high_iodepth with
+  the chosen completion mode. nvmf-perf and spdk_nvme_perf open one queue pair per job, so a point with
+  q queues runs q jobs (numjobs = io_queues), each at the point's iodepth; the kernel host gets the same
+  q fio jobs and `nvme connect --nr-io-queues=q`, so every stack compares the same load. The leg
+  measures queue count together with job count (as the artifact did); the cores are the spec's.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class Params(BaseModel):
     iodepth: list[IoDepth] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128, 256], min_length=1)
     idle_poll_us: list[Annotated[int, Field(ge=0)]] = Field(default=[0, 10, 20, 40, 80, 160], min_length=1)
     high_iodepth: IoDepth = 128
+    # I/O queue counts of the `io_queues` leg (one job per queue); [] leaves the leg out.
+    io_queues: list[Annotated[int, Field(ge=1, le=256)]] = Field(default=[1, 2, 4, 8])
 
 
 def execute(ctx: Context, params: Params) -> None:
@@ -41,6 +48,9 @@ def execute(ctx: Context, params: Params) -> None:
                           for us in params.idle_poll_us for qd in (1, params.high_iodepth)])
     run_leg("matrix", [{"completion": c, "target_mode": m, "iodepth": qd}
                        for c in ("event", "poll") for m in ("event", "poll") for qd in (1, params.high_iodepth)])
+    if params.io_queues:
+        run_leg("io_queues", [{"io_queues": q, "numjobs": q, "iodepth": qd} | completion
+                              for q in params.io_queues for qd in (1, params.high_iodepth)])
 
 
 def chosen_completion(ctx: Context) -> dict:

@@ -7,6 +7,12 @@ Legs (numjobs × iodepth of 4 KiB randread), on this machine's physical cores:
 A leg left with fewer than two cores on its other side cannot isolate its resource: its points are
 stored `skipped` with the reason. When no leg can run, the `combined` leg measures one host core
 against one target core instead: the lower of the two saturation points, without telling which.
+- `target_cores` (the thesis artifact's target scaling): 1, 2, 4… target reactors against host jobs
+  enough to saturate them (`scaling_jobs_per_core` jobs per target core at `scaling_iodepth`) on a
+  fixed set of host cores that no count's target uses, so only the target's core count changes. On a
+  local topology the host and target share the machine: a count is run when it leaves at least
+  `scaling_min_host_cores` cores for the host; with fewer than two such counts the leg is stored
+  `skipped` with the reason. On ssh the target's usable cores bound the counts.
 Every point records its cores (`host_cores`, `target_cores`) among its knobs.
 The plateau rule (the knee) is the analysis package's `find_plateau`; `saturation_iops` applies it,
 and `peak_iops` gives the peak the interference study caps its backgrounds on.
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +41,11 @@ class Params(BaseModel):
     resources: list[Literal["initiator", "target"]] = Field(default=list(RESOURCES), min_length=1)
     numjobs: list[NumJobs] = Field(default=[1, 2, 3], min_length=1)
     iodepth: list[IoDepth] = Field(default=[1, 8, 32, 64, 128, 256], min_length=1)
+    # the `target_cores` leg: target reactor counts ([] leaves the leg out), host load per target core
+    target_core_counts: list[Annotated[int, Field(ge=1, le=128)]] = Field(default=[1, 2, 4])
+    scaling_iodepth: IoDepth = 64
+    scaling_jobs_per_core: Annotated[int, Field(ge=1, le=64)] = 2
+    scaling_min_host_cores: Annotated[int, Field(ge=1)] = 2
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,46 @@ def execute(ctx: Context, params: Params) -> None:
                 for j in params.numjobs for qd in params.iodepth]
         ctx.run(repeated(ctx, sets, lambda knobs, r, leg=leg, layout=layout: _point(ctx, leg, layout, knobs, r)),
                 f"saturation: {leg}" + (" (skipped)" if layout.skip_reason else ""))
+    if params.target_core_counts:
+        scaling = scaling_layouts(ctx, params)
+        sets, by_count = [], {}
+        for count, layout in scaling.items():
+            jobs = min(256, params.scaling_jobs_per_core * count)
+            knobs = point_knobs(ctx, {"rw": "randread", "bs": 4096, "numjobs": jobs, "iodepth": params.scaling_iodepth,
+                                      "resource": "target_cores", "host_cores": cpulist(list(layout.host)),
+                                      "target_cores": cpulist(list(layout.target))})
+            sets.append(knobs)
+            by_count[knobs["target_cores"]] = layout
+        skipped = all(layout.skip_reason for layout in scaling.values())
+        ctx.run(repeated(ctx, sets, lambda knobs, r: _point(ctx, "target_cores", by_count[knobs["target_cores"]],
+                                                            knobs, r)),
+                "saturation: target_cores" + (" (skipped)" if skipped else ""))
+
+
+def scaling_layouts(ctx: Context, params: Params) -> dict[int, Layout]:
+    """Target core count -> cores of the `target_cores` leg; every count skipped (with why) when fewer
+    than two counts fit. The host cores are the same for every count."""
+    counts = sorted(set(params.target_core_counts))
+    need = params.scaling_min_host_cores
+    if ctx.spec.topology.kind == "local":
+        machine = list(dict.fromkeys(ctx.cores))
+        fitting = [k for k in counts if len(machine) - k >= need]
+        top = max(fitting, default=0)
+        host = tuple(machine[top:]) if fitting else tuple(machine[-1:])
+        targets = {k: tuple(machine[:k]) for k in counts}
+        why = (f"too few cores to sweep the target's core count: {len(machine)} usable cores "
+               f"({cpulist(machine)}) leave room for {len(fitting)} of the counts {counts} with at least {need} "
+               f"host cores apart from the target's; the leg needs two")
+    else:
+        target_cores = list(dict.fromkeys(ctx.target_cores))
+        fitting = [k for k in counts if k <= len(target_cores)]
+        host = tuple(dict.fromkeys(ctx.cores))
+        targets = {k: tuple(target_cores[:k]) for k in counts}
+        why = (f"too few target cores to sweep the core count: the target has {len(target_cores)} usable cores, "
+               f"enough for {len(fitting)} of the counts {counts}; the leg needs two")
+    if len(fitting) < 2:
+        return {k: Layout(host, targets[k] or (host[0],), why) for k in counts}
+    return {k: Layout(host, targets[k]) for k in fitting}
 
 
 def _point(ctx: Context, leg: str, layout: Layout, knobs: dict, repeat: int) -> Point:

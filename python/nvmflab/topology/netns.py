@@ -47,6 +47,10 @@ class EmulatedLink:
             _ip("-n", self.netns, "addr", "add", f"{TARGET_IP}/24", "dev", self.target_if)
             _ip("-n", self.netns, "link", "set", self.target_if, "up")
             _ip("-n", self.netns, "link", "set", "lo", "up")
+            if not self.delay_us and not self.rate:
+                # Nothing to emulate: no qdisc at all, so the hop costs what a veth pair costs.
+                self.emulation = "plain veth (no delay or rate asked)"
+                return self
             try:
                 self._netem([], self.host_if)
                 self._netem(["ip", "netns", "exec", self.netns], self.target_if)

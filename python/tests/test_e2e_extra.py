@@ -1,5 +1,5 @@
-"""One tiny run of each of the contention, dimensions, busy-poll and parallelism studies on the
-real nvmf-target and nvmf-perf (iperf3 where installed), then the database and the report."""
+"""One tiny run of every study on the real nvmf-target and nvmf-perf (iperf3 where installed),
+then the database and the report. (Interference has its own, in test_e2e.py.)"""
 
 import os
 import shutil
@@ -34,10 +34,23 @@ SPECS = {
                   + '[params]\npatterns = ["randread"]\nbs = ["4k"]\niodepth = 4\ncores = [1]\n'
                     'concurrency_iodepth = [4]\n',
     "busy-poll": 'study = "busy-poll"\n' + HEAD + '[params]\ntarget_cores = [1]\nconns_per_core = 1\niodepth = 4\n',
+    "polling": 'study = "polling"\n' + HEAD
+               + '[params]\niodepth = [1]\nidle_poll_us = [0]\nhigh_iodepth = 2\nio_queues = []\n',
+    "overhead": 'study = "overhead"\n' + HEAD
+                + '[params]\niodepth = [1]\nbs = ["4k"]\nbapp_iodepth = [1]\nlegs = ["local", "loopback"]\n',
+    "saturation": 'study = "saturation"\n' + HEAD
+                  + '[params]\nnumjobs = [1]\niodepth = [1, 2]\ntarget_core_counts = []\n',
+    "stacks": 'study = "stacks"\n' + HEAD.replace("runtime = 0.3", "runtime = 1")
+              + '[params]\ntargets = ["ours"]\nhosts = ["ours"]\nbaseline = "ours/ours"\niodepth = [1]\n'
+                'bapp_iodepth = 1\n',
     "parallelism": 'study = "parallelism"\n' + HEAD.replace('"ram"', '"file"')
                    + '[params]\nnumjobs = [1]\nnumjobs_iodepth = 2\nbs = ["4k"]\nsize_iodepth = 2\niodepth = [1]\n',
 }
 LEGS = {
+    "polling": {"completion", "idle_poll", "matrix"},
+    "overhead": {"local", "loopback"},
+    "saturation": None,  # depends on the machine's cores: checked below
+    "stacks": {"ours/ours"},
     "contention": {"isolated", "same_core"},
     "dimensions": {"pattern", "cores", "local", "concurrency"},
     "busy-poll": {"off", "on"},
@@ -53,7 +66,10 @@ def test_tiny_study_on_real_binaries(tmp_path, study):
     done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     frame = ResultsStore(tmp_path / "r").measurements()
-    assert set(frame["leg"]) == LEGS[study]
+    if study == "saturation":  # 2 cores: a combined leg beside the skipped isolated ones; more: both isolated
+        assert {"initiator", "target"} <= set(frame["leg"]) <= {"initiator", "target", "combined"}
+    else:
+        assert set(frame["leg"]) == LEGS[study]
     storage = frame[(frame["role"] == "main") & frame["engine"].isin(["tcp", "local"])]
     assert len(storage) and (storage["status"] == "ok").all(), frame[["leg", "status", "error"]].to_string()
     assert (storage["iops"] > 0).all()

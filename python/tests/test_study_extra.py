@@ -43,7 +43,8 @@ def test_contention_findings_from_the_numbers(tmp_path):
                  {"role": "bg", "engine": "cpu:target:0", "usr_cpu": 5.0, "sys_cpu": 60.0}])
     result = contention.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
-    assert "A T-app with 4 iperf3 flows on same core kept 15 % of its throughput (197 vs 1311 MB/s)." in text
+    assert ("A T-app with 4 iperf3 flows on same core kept 15 % of its throughput (197 vs 1311 MB/s; "
+            "95 % interval of the difference −1114 to −1114 MB/s).") in text
     assert "Alone, 4 iperf3 flows reached 8.00 Gbit/s per flow." in text
     network = next(t for t in result.tables if t.title.startswith("Network apps")).frame
     assert list(network["per flow % of alone"]) == [100.0, 50.0]
@@ -78,7 +79,7 @@ def test_dimensions_concurrency_and_missing_legs(tmp_path):
     result = dimensions.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
     assert "NVMe/TCP matched local QD1 throughput (50.0 KIOPS) from QD32; at QD32 concurrency is 2.00." in text
-    assert "At 4k, randread reached 100.0 KIOPS and randwrite 50.0 KIOPS (2.00×)." in text
+    assert "At 4k, randread reached 100.0 KIOPS and randwrite 50.0 KIOPS: 2.00× the IOPS (one repeat: no interval)." in text
     assert "The pattern_rdma leg was skipped (no RDMA transport), so RDMA is not compared with TCP." in text
     assert "The cores leg was not measured" in text
     conc = next(t for t in result.tables if t.title.startswith("Concurrency")).frame
@@ -98,9 +99,14 @@ def test_busy_poll_cores_to_best_and_comparison(tmp_path):
     result = busy_poll.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
     assert "With busy polling and placement off, 3 target cores reached 200.0 KIOPS" in text
-    assert "With busy polling and placement on, 2 target cores reached 196.0 KIOPS" in text
-    assert "1 target core: on vs off: IOPS +50.0 %" in text
-    assert "3 target cores: on vs off: no significant difference in IOPS" in text
+    assert ("With busy polling and placement on, 2 target cores reached 195.0 KIOPS, within 5 % of its highest "
+            "throughput (196.0 KIOPS with 3): no significant difference from it (95 % interval of the difference "
+            "−12.9 to +10.9 KIOPS).") in text
+    assert ("1 target core: on vs off: IOPS +50.0 % (150.0 KIOPS vs 100.0 KIOPS; 95 % interval of the difference "
+            "+41.0 to +59.0 KIOPS)") in text
+    assert ("3 target cores: on vs off: no significant difference in IOPS (196.0 KIOPS vs 200.0 KIOPS; 95 % interval "
+            "of the difference −16.1 to +8.1 KIOPS)") in text
+    assert "IOPS -2.0 %" not in text
 
 
 def test_busy_poll_skipped_on_a_stack_without_busy_polling(tmp_path):
@@ -127,10 +133,88 @@ def test_parallelism_cpu_cost_and_tail_latency(tmp_path):
         _save(store, run, "parallelism", "depth_remote", base | {"iodepth": qd}, 0, [_row(40_000, lat=remote)])
     result = parallelism.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
-    assert "At 4k, remote I/O used 50.0 % more host CPU per I/O than local (6.00 vs 4.00 µs)" in text
+    assert ("At 4k, remote I/O used 50.0 % more host CPU per I/O than local (6.00 vs 4.00 µs; one repeat: "
+            "no interval)") in text
     assert "kernel's share was 75.0 % local and 75.0 % remote" in text
-    assert "Remote p99 was 2.00× local at QD1 and 1.50× at QD16" in text
+    assert ("Remote p99 at QD1: 2.00× local (200.0 µs vs 100.0 µs; one repeat: no interval); at QD16: 1.50× local "
+            "(300.0 µs vs 200.0 µs; one repeat: no interval)") in text
     assert "The numjobs leg was not measured, so scaling with jobs is not shown." in text
+
+
+def _noisy(clear_factor):
+    """Three repeats of (1.0, 0.6, 1.4) × base against `clear_factor` × that: noisy unless far apart."""
+    return [(1.0, 1.0), (0.6, 0.6 * clear_factor), (1.4, 1.4 * clear_factor)]
+
+
+def test_contention_noisy_reads_no_significant_difference_and_clear_states_interval(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("contention", 'study = "contention"', {})
+    tapp = {"app": "T-app", "rw": "read", "bs": 131072, "iodepth": 4, "numjobs": 1, "part": "storage",
+            "net_flows": 0, "placement": "none"}
+    lapp = tapp | {"app": "L-app", "bs": 4096, "iodepth": 1}
+    for r, (alone, beside) in enumerate([(1.0, 0.95), (0.6, 1.4), (1.4, 0.7)]):
+        _save(store, run, "contention", "isolated", tapp, r, [_row(10_000 * alone, 131072)])
+        _save(store, run, "contention", "same_core", tapp | {"net_flows": 1, "placement": "same"}, r,
+              [_row(10_000 * beside, 131072)])
+        _save(store, run, "contention", "isolated", lapp, r, [_row(8_000, lat=100_000 * (1 + r / 100))])
+        _save(store, run, "contention", "same_core", lapp | {"net_flows": 1, "placement": "same"}, r,
+              [_row(8_000, lat=300_000 * (1 + r / 100))])
+    text = "\n".join(contention.analyze(store.measurements(), store.runs()).findings)
+    assert ("A T-app with 1 iperf3 flow on same core showed no significant difference in throughput from running "
+            "alone (1333 vs 1311 MB/s; 95 % interval of the difference −1108 to +1152 MB/s).") in text
+    assert "kept 102 %" not in text
+    assert ("An L-app with 1 iperf3 flow on same core: mean latency 3.00× its latency alone (303.0 µs vs 101.0 µs; "
+            "95 % interval of the difference +") in text
+
+
+def test_dimensions_noisy_pattern_and_clear_cores(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("dimensions", 'study = "dimensions"', {})
+    base = {"rw": "randread", "bs": 4096, "numjobs": 1, "transport": "tcp"}
+    for r, (a, b) in enumerate(_noisy(1.1)):
+        _save(store, run, "dimensions", "pattern", base | {"iodepth": 128}, r, [_row(100_000 * a)])
+        _save(store, run, "dimensions", "pattern", base | {"rw": "randwrite", "iodepth": 128}, r, [_row(100_000 * b)])
+        for cores, iops in ((1, 50_000), (2, 100_000)):
+            _save(store, run, "dimensions", "cores", base | {"iodepth": 32, "cores": cores, "host_cpus": cores}, r,
+                  [_row(iops * (1 + r / 100), lat=100_000 * (1 + r / 100))])
+    text = "\n".join(dimensions.analyze(store.measurements(), store.runs()).findings)
+    assert ("At 4k, randwrite reached 106.7 KIOPS and randread 100.0 KIOPS: no significant difference in IOPS "
+            "(95 % interval of the difference −89.5 to +102.8 KIOPS).") in text
+    assert "1.07×" not in text
+    assert ("2 cores gave 2.00× the IOPS of 1 (101.0 KIOPS vs 50.5 KIOPS; 95 % interval of the difference +") in text
+    assert "p99 no significant difference (202.0 µs vs 202.0 µs; 95 % interval of the difference −4.5 to +4.5 µs)" in text
+
+
+def test_busy_poll_near_best_states_the_interval(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("busy-poll", 'study = "busy-poll"', {})
+    for n, iops in ((1, 100_000), (2, 197_000), (3, 200_000)):
+        for r in range(3):
+            knobs = {"config": "off", "target_cpus": n, "rw": "randread", "bs": 4096, "iodepth": 32,
+                     "numjobs": 3 * n, "shares_host_cores": False}
+            _save(store, run, "busy-poll", "off", knobs, r, [_row(iops + 100 * r, lat=1e9 / iops)])
+    text = "\n".join(busy_poll.analyze(store.measurements(), store.runs()).findings)
+    assert ("With busy polling and placement off, 2 target cores reached 197.1 KIOPS, within 5 % of its highest "
+            "throughput (200.1 KIOPS with 3): 1.5 % below it (95 % interval of the difference −3.2 to −2.8 KIOPS).") in text
+
+
+def test_parallelism_noisy_jobs_and_clear_cpu_cost(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("parallelism", 'study = "parallelism"', {"spec_effective": {"ramp_time": 0}})
+    base = {"rw": "randread", "bs": 4096, "numjobs": 1, "backend": "file"}
+    for r, (a, b) in enumerate(_noisy(1.2)):
+        _save(store, run, "parallelism", "numjobs", base | {"iodepth": 16}, r, [_row(100_000 * a)])
+        _save(store, run, "parallelism", "numjobs", base | {"iodepth": 16, "numjobs": 2}, r,
+              [_row(100_000 * b, lat=100_000 * (2 + r))])
+        _save(store, run, "parallelism", "size_local", base | {"iodepth": 16}, r, [_row(100_000, sys_cpu=30.0 + r)])
+        _save(store, run, "parallelism", "size_remote", base | {"iodepth": 16}, r,
+              [_row(100_000, usr_cpu=15.0, sys_cpu=45.0 + r)])
+    text = "\n".join(parallelism.analyze(store.measurements(), store.runs()).findings)
+    assert ("2 jobs gave 464 MB/s vs 410 MB/s with 1: no significant difference in bandwidth (95 % interval of the "
+            "difference −370 to +479 MB/s)") in text
+    assert "+13.3 %" not in text
+    assert ("At 4k, remote I/O used 48.8 % more host CPU per I/O than local (6.10 vs 4.10 µs; 95 % interval of the "
+            "difference +1.77 to +2.23 µs)") in text
 
 
 def test_empty_stores_say_so(tmp_path):

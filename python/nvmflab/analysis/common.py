@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
-from .stats import diff_interval, usable, usable_mask
+from .stats import collapse_jobs, contrast_interval, diff_interval, usable, usable_mask
 
 
 def study_rows(measurements: pd.DataFrame, study: str) -> pd.DataFrame:
@@ -99,6 +99,80 @@ class Difference:
         if not self.decidable:
             return f"{sign}{fmt(abs(self.diff))} (no interval: {self.n} repeat(s))"
         return f"{sign}{fmt(abs(self.diff))} ± {fmt(self.half)}"
+
+    def interval(self, fmt: Callable[[float], str]) -> str:
+        """'95 % interval of the difference +1.2 to +3.4 µs', or 'one repeat: no interval'."""
+        if math.isnan(self.diff):
+            return "no difference could be formed"
+        if not self.decidable:
+            return f"{_repeats(self.n)}: no interval"
+        low, high = signed(self.diff - self.half, fmt), signed(self.diff + self.half, fmt)
+        unit = low.rsplit(" ", 1)[1] if " " in low else None
+        if unit and high.endswith(" " + unit):
+            low = low[: -len(unit) - 1]  # '−3.1 to +0.4 µs', the unit once
+        return f"95 % interval of the difference {low} to {high}"
+
+    def verdict(self, effect: str, same: str = "no significant difference") -> str:
+        """`effect` (a ratio or percentage) when the interval excludes zero or none could be formed
+        (fewer than two repeats, which interval() then says); `same` when it includes zero."""
+        return same if self.decidable and not self.clear else effect
+
+
+def signed(value: float, fmt: Callable[[float], str]) -> str:
+    """'+1.2 µs' / '−1.2 µs' with `fmt` formatting the magnitude."""
+    return ("+" if value >= 0 else "−") + fmt(abs(value))
+
+
+def _repeats(n: int) -> str:
+    return "one repeat" if n <= 1 else f"{n} repeats"
+
+
+def stated(d: Difference, fmt: Callable[[float], str], effect: str, detail: str = "",
+           same: str = "no significant difference") -> str:
+    """A comparison as a finding states it: the effect (or 'no significant difference' when the 95 %
+    interval of the difference includes zero), then in parentheses `detail` and the interval."""
+    inner = f"{detail}; {d.interval(fmt)}" if detail else d.interval(fmt)
+    return f"{d.verdict(effect, same)} ({inner})"
+
+
+def repeat_values(frame: pd.DataFrame, metric: str) -> list[float]:
+    """Per-repeat values of `metric` (jobs of one point summed first, as extra.means does)."""
+    if frame is None or frame.empty or metric not in frame:
+        return []
+    values = pd.to_numeric(collapse_jobs(frame)[metric], errors="coerce").dropna()
+    return [float(v) for v in values]
+
+
+def _summary(values: Sequence[float]) -> tuple[float, float, int]:
+    data = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    n = len(data)
+    mean = sum(data) / n if n else math.nan
+    std = math.sqrt(sum((v - mean) ** 2 for v in data) / (n - 1)) if n > 1 else math.nan
+    return mean, std, n
+
+
+def compare_values(a: Sequence[float], b: Sequence[float]) -> Difference:
+    """Difference mean(b) − mean(a) of two samples over repeats, with its 95 % Welch interval."""
+    (ma, sa, na), (mb, sb, nb) = _summary(a), _summary(b)
+    diff, half = diff_interval(ma, sa, na, mb, sb, nb)
+    return Difference(diff, half, min(na, nb))
+
+
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> Difference:
+    """compare_values over the per-repeat values of `metric` in two selections of rows."""
+    return compare_values(repeat_values(a, metric), repeat_values(b, metric))
+
+
+def contrast(terms: Sequence[tuple[float, pd.Series | dict]], metric: str) -> Difference:
+    """Σ cᵢ·metricᵢ over rows of aggregate() (their _mean/_std/_n), with its 95 % interval."""
+    def get(row, suffix):
+        value = row.get(f"{metric}_{suffix}", math.nan) if row is not None else math.nan
+        return math.nan if value is None else float(value)
+
+    rows = [(c, get(r, "mean"), get(r, "std"), get(r, "n")) for c, r in terms]
+    value, half = contrast_interval(rows)
+    n = int(min((0 if math.isnan(n) else n) for _, _, _, n in rows)) if rows else 0
+    return Difference(value, half, n)
 
 
 def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference:

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import excluded_points, missing_leg, study_rows
+from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
 from .stats import usable
@@ -55,12 +55,15 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult) -> Non
             out.findings.append(missing_leg(rows, leg, f"storage apps on {PLACE[leg]} with network apps are not shown"))
         return
     med = means(mixed, ["app", "leg", "net_flows"])
-    records, series = [], {}
+    records, series, diffs = [], {}, []
     for _, row in med.iterrows():
         app = row["app"]
         if app not in alone.index:
             continue
         base = alone.loc[app]
+        solo = storage[(storage["leg"] == "isolated") & (storage["app"] == app)]
+        beside = mixed[(mixed["app"] == app) & (mixed["leg"] == row["leg"]) & (mixed["net_flows"] == row["net_flows"])]
+        diffs.append({m: compare_frames(solo, beside, m) for m in ("bw_bytes", "lat_mean_ns", "lat_p99_ns")})
         kept = 100 * ratio(row["bw_bytes"], base["bw_bytes"])
         records.append({"storage app": app, "network apps on": PLACE[row["leg"]], "iperf3 flows": int(row["net_flows"]),
                         "MB/s": r1(row["bw_bytes"], 1e6), "throughput kept %": r1(kept),
@@ -90,17 +93,21 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult) -> Non
             "mean": [alone.at["L-app", "lat_mean_ns"] / 1e3] + list(lapp["lat_mean_ns"] / 1e3),
             "p99": [alone.at["L-app", "lat_p99_ns"] / 1e3] + list(lapp["lat_p99_ns"] / 1e3)},
             title="L-app latency alone and beside iperf3 flows", ylabel="latency (µs)"), "Means over repeats."))
-    for rec in records:
+    for rec, diff in zip(records, diffs):
+        flows = f"{rec['iperf3 flows']} iperf3 flow{'s' if rec['iperf3 flows'] > 1 else ''} on {rec['network apps on']}"
         if rec["storage app"] == "T-app":
-            out.findings.append(f"A T-app with {rec['iperf3 flows']} iperf3 flow{'s' if rec['iperf3 flows'] > 1 else ''} "
-                                f"on {rec['network apps on']} kept {rec['throughput kept %']:.0f} % of its throughput "
-                                f"({rec['MB/s']:.0f} vs {alone.at['T-app', 'bw_bytes'] / 1e6:.0f} MB/s).")
+            kept = stated(diff["bw_bytes"], mbps, f"kept {rec['throughput kept %']:.0f} % of its throughput",
+                          f"{rec['MB/s']:.0f} vs {alone.at['T-app', 'bw_bytes'] / 1e6:.0f} MB/s",
+                          "showed no significant difference in throughput from running alone")
+            out.findings.append(f"A T-app with {flows} {kept}.")
         else:
-            out.findings.append(f"An L-app with {rec['iperf3 flows']} iperf3 flow{'s' if rec['iperf3 flows'] > 1 else ''} "
-                                f"on {rec['network apps on']}: mean latency {times(rec['mean × alone'])} and p99 "
-                                f"{times(rec['p99 × alone'])} its latency alone ({rec['mean (µs)']} µs vs "
-                                f"{alone.at['L-app', 'lat_mean_ns'] / 1e3:.1f} µs).")
-
+            mean = stated(diff["lat_mean_ns"], us, f"{times(rec['mean × alone'])} its latency alone",
+                          f"{rec['mean (µs)']} µs vs {alone.at['L-app', 'lat_mean_ns'] / 1e3:.1f} µs",
+                          "no significant difference from alone")
+            p99 = stated(diff["lat_p99_ns"], us, f"{times(rec['p99 × alone'])} its p99 alone",
+                         f"{rec['p99 (µs)']} µs vs {alone.at['L-app', 'lat_p99_ns'] / 1e3:.1f} µs",
+                         "no significant difference from alone")
+            out.findings.append(f"An L-app with {flows}: mean latency {mean}; p99 {p99}.")
 
 def _network(rows: pd.DataFrame, network: pd.DataFrame, out: StudyResult) -> None:
     flows = network[network["engine"] == "iperf3"]

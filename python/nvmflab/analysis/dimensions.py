@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import excluded_points, missing_leg, study_rows
+from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio, spread, with_knobs
 from .formulas import concurrency
 from .result import Figure, StudyResult, Table
@@ -83,8 +83,15 @@ def _pattern(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
     small = med[med["bs"] == med["bs"].min()]
     if len(small) > 1:
         top, low = small.loc[small["iops"].idxmax()], small.loc[small["iops"].idxmin()]
+
+        def pick(r: pd.Series) -> pd.DataFrame:
+            return data[(data["rw"] == r["rw"]) & (data["bs"] == r["bs"]) & (data["iodepth"] == r["iodepth"])]
+
+        diff = compare_frames(pick(low), pick(top), "iops")
         out.findings.append(f"At {size(top['bs'])}, {top['rw']} reached {kiops(top['iops'])} and {low['rw']} "
-                            f"{kiops(low['iops'])} ({times(ratio(top['iops'], low['iops']))}).")
+                            f"{kiops(low['iops'])}: "
+                            + stated(diff, kiops, f"{times(ratio(top['iops'], low['iops']))} the IOPS",
+                                     same="no significant difference in IOPS") + ".")
 
 
 def _cores(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
@@ -111,9 +118,18 @@ def _cores(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         "Histograms merged over repeats, one line per core count."))
     if len(med) > 1:
         first, last = med.iloc[0], med.iloc[-1]
-        out.findings.append(f"{int(last['cores'])} cores gave {times(ratio(last['iops'], first['iops']))} the IOPS of "
-                            f"{int(first['cores'])} ({kiops(last['iops'])} vs {kiops(first['iops'])}); p99 "
-                            f"{us(last['lat_p99_ns'])} vs {us(first['lat_p99_ns'])}.")
+
+        def pick(r: pd.Series) -> pd.DataFrame:
+            return data[(data["cores"] == r["cores"]) & (data["host_cpus"] == r["host_cpus"])]
+
+        gain = compare_frames(pick(first), pick(last), "iops")
+        tail = compare_frames(pick(first), pick(last), "lat_p99_ns")
+        verb = stated(gain, kiops, f"gave {times(ratio(last['iops'], first['iops']))} the IOPS of {int(first['cores'])}",
+                      f"{kiops(last['iops'])} vs {kiops(first['iops'])}",
+                      f"gave no significant difference in IOPS from {int(first['cores'])}")
+        p99 = stated(tail, us, "higher" if tail.diff > 0 else "lower" if tail.diff < 0 else "the same",
+                     f"{us(last['lat_p99_ns'])} vs {us(first['lat_p99_ns'])}")
+        out.findings.append(f"{int(last['cores'])} cores {verb}; p99 {p99}.")
 
 
 def _concurrency(rows: pd.DataFrame, local: pd.DataFrame, remote: pd.DataFrame, out: StudyResult) -> None:

@@ -16,12 +16,12 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, leg_rows, missing_leg, study_rows
+from .common import compare, contrast, excluded_points, leg_rows, missing_leg, stated, study_rows
 from .formulas import concurrency, overhead_decomposition, peak_ratio
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
-from .text import kiops, pct, size, times, us
+from .text import kiops, mbps, pct, size, times, us
 
 STUDY = "overhead"
 LEGS = ("local", "loopback", "netns")
@@ -97,6 +97,10 @@ def _b_rows(data: pd.DataFrame) -> pd.DataFrame:
     return data[apps == "B-app"]
 
 
+def _us2(ns: float) -> str:
+    return f"{ns / 1e3:.2f} µs"
+
+
 def _t_app(data: pd.DataFrame) -> pd.DataFrame:
     """4 KiB random reads: the L-app (QD1) and T-app (QD sweep) share this selection."""
     selected = data[data["bs"] == L_APP_BS]
@@ -135,21 +139,33 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
                                           "veth hop, not of an emulated link." if veth else "")))
     sentences = []
     network_name = "veth-hop overhead (no emulated link)" if veth else "network overhead"
+    ends = {"software": ("local", "loopback"), "network": ("loopback", "netns"), "total": ("local", "netns")}
     for part, what in zip(parts, ("software overhead", network_name, "total overhead")):
         if not math.isnan(part.delta_us):
-            sentences.append(f"the {what} is {part.delta_us:+.2f} µs ({pct(part.pct)} over "
-                             f"{part.baseline})")
+            base, leg = ends[part.name]
+            d = compare(qd1.loc[base], qd1.loc[leg], "lat_p99_ns")
+            if d.decidable and not d.clear:
+                sentences.append(f"the {what} shows no significant difference from {part.baseline} "
+                                 f"({d.interval(_us2)})")
+            else:
+                sentences.append(f"the {what} is {part.delta_us:+.2f} µs ({pct(part.pct)} over "
+                                 f"{part.baseline}; {d.interval(_us2)})")
     if sentences:
         out.findings.append(f"L-app p99 at QD1: {', '.join(us(p99[leg]) + ' ' + _name(leg, veth) for leg in legs)}; "
                             + "; ".join(sentences) + ".")
     software, network = parts[0].delta_us, parts[1].delta_us
     if not math.isnan(software) and not math.isnan(network):
         hop = "veth hop between the namespaces" if veth else "network"
+        # network − software = (netns − loopback) − (loopback − local), over independent legs
+        d = contrast([(1, qd1.loc["netns"]), (-2, qd1.loc["loopback"]), (1, qd1.loc["local"])], "lat_p99_ns")
         if network > software:
             verdict = f"The {hop} adds more to the tail latency than the NVMe/TCP software stack"
         else:
             verdict = f"The NVMe/TCP software stack adds more to the tail latency than the {hop}"
-        out.findings.append(f"{verdict} ({network:.2f} vs {software:.2f} µs).")
+        same = (f"The {hop} and the NVMe/TCP software stack add to the tail latency with no significant "
+                "difference between them")
+        out.findings.append(stated(d, _us2, verdict, f"{network:.2f} vs {software:.2f} µs; network − software",
+                                   same) + ".")
     for leg in LEGS:
         if leg not in present:
             what = {"netns": "the network share of the overhead (and the total) is unknown",
@@ -176,9 +192,16 @@ def _peaks(agg: pd.DataFrame, out: StudyResult, veth: bool) -> None:
         out.findings.append(f"T-app, {_name(leg, veth)}: a single job {state}.")
     remote = "netns" if "netns" in peaks else "loopback" if "loopback" in peaks else None
     if "local" in peaks and remote:
+        def top_row(leg: str) -> pd.Series:
+            return agg[(agg["leg"] == leg) & (agg["iodepth"] == peaks[leg][3])].iloc[0]
+
+        d = compare(top_row(remote), top_row("local"), "iops")
         out.findings.append(
-            f"One local job delivers {times(peak_ratio(peaks['local'][4], peaks[remote][4]))} the "
-            f"peak IOPS of one NVMe/TCP ({_name(remote, veth)}) job.")
+            f"One local job delivers {times(peak_ratio(peaks['local'][4], peaks[remote][4]))} the peak IOPS of one "
+            f"NVMe/TCP ({_name(remote, veth)}) job ({kiops(peaks['local'][4])} vs {kiops(peaks[remote][4])}; "
+            f"{d.interval(kiops)})." if d.verdict("x") == "x" else
+            f"One local job and one NVMe/TCP ({_name(remote, veth)}) job reach their peak IOPS with no significant "
+            f"difference ({kiops(peaks['local'][4])} vs {kiops(peaks[remote][4])}; {d.interval(kiops)}).")
 
 
 def _concurrency_table(agg: pd.DataFrame, veth: bool) -> pd.DataFrame:
@@ -216,9 +239,16 @@ def _b_app(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
         share = wide[remote] / wide["local"] * 100
         table[f"{_name(remote, veth)} / local (%)"] = share.round(1).values
         low, high = share.idxmin(), share.idxmax()
-        out.findings.append(
-            f"B-app: NVMe/TCP ({_name(remote, veth)}) reaches {share[low]:.1f} % of local bandwidth at "
-            f"{size(low)} (largest gap) and {share[high]:.1f} % at {size(high)} (smallest gap).")
+
+        def at(bs: float, gap: str, what: str) -> str:
+            pick = best[best["bs"] == bs].set_index("leg")
+            d = compare(pick.loc["local"], pick.loc[remote], "bw_bytes")
+            return stated(d, mbps, f"{share[bs]:.1f} %{' ' + what if what else ''} at {size(bs)}",
+                          f"{gap}; {mbps(wide.at[bs, remote])} vs {mbps(wide.at[bs, 'local'])}",
+                          f"no significant difference from local bandwidth at {size(bs)}")
+
+        out.findings.append(f"B-app: NVMe/TCP ({_name(remote, veth)}) reaches {at(low, 'largest gap', 'of local bandwidth')}"
+                            + (f" and {at(high, 'smallest gap', '')}" if high != low else "") + ".")
     out.tables.append(Table("B-app bandwidth per block size", table,
                             "Best bandwidth over queue depths per block size and path."))
 

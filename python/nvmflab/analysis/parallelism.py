@@ -14,7 +14,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import excluded_points, missing_leg, study_rows
+from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio
 from .result import Figure, StudyResult, Table
 from .stats import usable
@@ -88,9 +88,14 @@ def _numjobs(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         ylabel="MB/s | µs"), "Means over repeats."))
     if len(med) > 1:
         a, b = med.iloc[0], med.iloc[-1]
-        out.findings.append(f"{int(b['numjobs'])} jobs gave {mbps(b['bw_bytes'])} vs {mbps(a['bw_bytes'])} with "
-                            f"{int(a['numjobs'])} ({pct(100 * (ratio(b['bw_bytes'], a['bw_bytes']) - 1))}); p99 "
-                            f"{us(b['lat_p99_ns'])} vs {us(a['lat_p99_ns'])}.")
+        first, last = data[data["numjobs"] == a["numjobs"]], data[data["numjobs"] == b["numjobs"]]
+        bw, tail = compare_frames(first, last, "bw_bytes"), compare_frames(first, last, "lat_p99_ns")
+        out.findings.append(
+            f"{int(b['numjobs'])} jobs gave {mbps(b['bw_bytes'])} vs {mbps(a['bw_bytes'])} with {int(a['numjobs'])}: "
+            + stated(bw, mbps, f"bandwidth {pct(100 * (ratio(b['bw_bytes'], a['bw_bytes']) - 1))}",
+                     same="no significant difference in bandwidth")
+            + f"; p99 {us(b['lat_p99_ns'])} vs {us(a['lat_p99_ns'])}: "
+            + stated(tail, us, "higher" if tail.diff > 0 else "lower", same="no significant difference") + ".")
 
 
 def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
@@ -123,8 +128,11 @@ def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
     b = sizes[0]
     extra = 100 * (ratio(mr.at[b, "host_us_per_io"], ml.at[b, "host_us_per_io"]) - 1)
     more = "more" if extra >= 0 else "less"
-    out.findings.append(f"At {size(b)}, remote I/O used {abs(extra):.1f} % {more} host CPU per I/O than local "
-                        f"({mr.at[b, 'host_us_per_io']:.2f} vs {ml.at[b, 'host_us_per_io']:.2f} µs); the kernel's "
+    cost = compare_frames(local[local["bs"] == b], remote[remote["bs"] == b], "host_us_per_io")
+    said = stated(cost, lambda v: f"{v:.2f} µs", f"used {abs(extra):.1f} % {more} host CPU per I/O than local",
+                  f"{mr.at[b, 'host_us_per_io']:.2f} vs {ml.at[b, 'host_us_per_io']:.2f} µs",
+                  "showed no significant difference in host CPU per I/O from local")
+    out.findings.append(f"At {size(b)}, remote I/O {said}; the kernel's "
                         f"share was {ml.at[b, 'kernel_share']:.1f} % local and {mr.at[b, 'kernel_share']:.1f} % remote.")
 
 
@@ -153,8 +161,16 @@ def _depth(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
                                                                   joined["lat_p99_ns_local"])]})))
     if len(joined):
         lo, hi = joined.iloc[0], joined.iloc[-1]
+
+        def at(row: pd.Series) -> str:
+            qd = row["iodepth"]
+            d = compare_frames(local[local["iodepth"] == qd], remote[remote["iodepth"] == qd], "lat_p99_ns")
+            return stated(d, us, f"{ratio(row['lat_p99_ns_remote'], row['lat_p99_ns_local']):.2f}× local",
+                          f"{us(row['lat_p99_ns_remote'])} vs {us(row['lat_p99_ns_local'])}",
+                          "no significant difference from local")
+
         out.findings.append(
-            f"Remote p99 was {ratio(lo['lat_p99_ns_remote'], lo['lat_p99_ns_local']):.2f}× local at QD{int(lo['iodepth'])} "
-            f"and {ratio(hi['lat_p99_ns_remote'], hi['lat_p99_ns_local']):.2f}× at QD{int(hi['iodepth'])} "
-            f"({us(hi['lat_p99_ns_remote'])} vs {us(hi['lat_p99_ns_local'])}); throughput there "
-            f"{kiops(hi['iops_remote'])} vs {kiops(hi['iops_local'])}.")
+            f"Remote p99 at QD{int(lo['iodepth'])}: {at(lo)}"
+            + (f"; at QD{int(hi['iodepth'])}: {at(hi)}" if len(joined) > 1 else "")
+            + f". Throughput at QD{int(hi['iodepth'])}: {kiops(hi['iops_remote'])} remote vs "
+              f"{kiops(hi['iops_local'])} local.")

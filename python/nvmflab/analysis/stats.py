@@ -210,3 +210,27 @@ def diff_interval(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b:
         return diff, 0.0
     dof = se2 ** 2 / ((var_a ** 2 / (n_a - 1) if var_a else 0) + (var_b ** 2 / (n_b - 1) if var_b else 0))
     return diff, t95(max(1.0, dof)) * math.sqrt(se2)
+
+
+def contrast_interval(terms: Sequence[tuple[float, float, float, float]]) -> tuple[float, float]:
+    """(Σ cᵢ·meanᵢ, half-width of its 95 % interval) for terms (cᵢ, meanᵢ, stdᵢ, nᵢ) of independent
+    summaries over repeats: a linear contrast such as (netns − loopback) − (loopback − local).
+
+    Welch–Satterthwaite as in diff_interval (which is the contrast −a + b): the standard error is
+    sqrt(Σ cᵢ²·sᵢ²/nᵢ) and the degrees of freedom are fractional, at least 1. The half-width is NaN
+    when any term has fewer than two repeats.
+    """
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    if not terms or any(missing(mean) for _, mean, _, _ in terms):
+        return math.nan, math.nan
+    value = float(sum(float(c) * float(mean) for c, mean, _, _ in terms))
+    if any(missing(std) or missing(n) or n < 2 for _, _, std, n in terms):
+        return value, math.nan
+    parts = [(float(c) ** 2 * float(std) ** 2 / n, n) for c, _, std, n in terms]
+    se2 = sum(v for v, _ in parts)
+    if se2 == 0:
+        return value, 0.0
+    dof = se2 ** 2 / sum(v ** 2 / (n - 1) for v, n in parts if v)
+    return value, t95(max(1.0, dof)) * math.sqrt(se2)

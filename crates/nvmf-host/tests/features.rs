@@ -1,7 +1,8 @@
 //! Get/Set Features through the host library against the real target (in process): the
 //! features `spdk_nvme_identify`, `nvme id-ctrl` and `nvme get-feature` ask for.
 
-use std::path::Path;
+mod common;
+
 
 use nvmf_host::{default_hostnqn, ConnectOptions, Controller, Error};
 use nvmf_proto::nvme::feature;
@@ -10,22 +11,7 @@ use nvmf_proto::Status;
 const NQN: &str = "nqn.2024-01.io.nvmflab:features";
 
 fn start_target() -> nvmf_target::RunningTarget {
-    let cfg = format!(
-        r#"
-[[port]]
-addr = "127.0.0.1:0"
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-  [[subsystem.namespace]]
-  nsid = 1
-  backend = "null"
-  size = "16MiB"
-"#
-    );
-    let config = nvmf_target::config::toml::parse(&cfg, Path::new("test.toml")).expect("config");
-    nvmf_target::start(config).expect("target starts")
+    common::start_target(NQN, "null", "16MiB")
 }
 
 fn status_of(e: Error) -> Status {

@@ -2,9 +2,10 @@
 //! loopback proxy that the test slows down in the middle of the run. The intervals must show
 //! the change (latency up, IOPS down) and still add up to the totals.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,22 +16,7 @@ use nvmf_host::perf::args::{Cli, Command};
 const NQN: &str = "nqn.2024-01.io.nvmflab:intervals";
 
 fn start_target() -> nvmf_target::RunningTarget {
-    let cfg = format!(
-        r#"
-[[port]]
-addr = "127.0.0.1:0"
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-  [[subsystem.namespace]]
-  nsid = 1
-  backend = "null"
-  size = "64MiB"
-"#
-    );
-    let config = nvmf_target::config::toml::parse(&cfg, Path::new("test.toml")).expect("config");
-    nvmf_target::start(config).expect("target starts")
+    common::start_target(NQN, "null", "64MiB")
 }
 
 /// Forwards every connection to `to`; bytes from the target wait `delay_us` before they go on.

@@ -3,7 +3,8 @@
 //! read-back (`verified_ios`). Their sum must equal, exactly, the commands the real target (in
 //! process) counted for the namespace: the equation the interference study's invariant checks.
 
-use std::path::Path;
+mod common;
+
 
 use clap::Parser;
 use nvmf_host::perf::args::{Cli, Command};
@@ -12,22 +13,7 @@ use serde_json::Value;
 const NQN: &str = "nqn.2024-01.io.nvmflab:ramp-counts";
 
 fn start_target() -> nvmf_target::RunningTarget {
-    let cfg = format!(
-        r#"
-[[port]]
-addr = "127.0.0.1:0"
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-  [[subsystem.namespace]]
-  nsid = 1
-  backend = "ram"
-  size = "16MiB"
-"#
-    );
-    let config = nvmf_target::config::toml::parse(&cfg, Path::new("test.toml")).expect("config");
-    nvmf_target::start(config).expect("target starts")
+    common::start_target(NQN, "ram", "16MiB")
 }
 
 /// I/O commands the target served for NQN's namespaces, over every reactor.

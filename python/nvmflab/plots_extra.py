@@ -14,7 +14,6 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .analysis.stats import histogram_cdf  # noqa: E402
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x values, y values)
 
@@ -70,20 +69,4 @@ def grouped_bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], *
     axes.grid(False, axis="x")
     if len(names) > 1:
         axes.legend(fontsize=9)
-    return figure
-
-
-def cdf(histograms: Mapping[str, object], *, title: str) -> Figure:
-    """Latency CDF, one step line per labelled histogram ([value_ns, count] lists or JSON)."""
-    figure, axes = _new(title)
-    for label, histogram in histograms.items():
-        values, fractions = histogram_cdf(histogram)
-        if len(values):
-            axes.step(values / 1e3, fractions, where="post", label=label)
-    axes.set_xscale("log")
-    axes.set_ylim(0, 1.01)
-    axes.axhline(0.99, color="grey", linestyle=":", linewidth=1, label="p99")
-    axes.set_xlabel("Completion latency (µs, log scale)")
-    axes.set_ylabel("Fraction of I/Os completed (CDF)")
-    axes.legend(fontsize=9)
     return figure

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from .. import plots_extra
+from .. import plots, plots_extra
 from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio, spread, with_knobs
 from .formulas import concurrency
@@ -113,7 +113,7 @@ def _cores(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
                             "distinct cores than asked, fewer are used (host usr/sys/idle are per core used)."))
     hists = {f"{int(n)} core{'s' if n > 1 else ''}": merge_histograms(g["histogram_json"])
              for n, g in data.groupby("cores")}
-    out.figures.append(Figure("dimensions_latency_cdf_per_cores", plots_extra.cdf(
+    out.figures.append(Figure("dimensions_latency_cdf_per_cores", plots.latency_cdf(
         hists, title="Latency CDF per core count (4 KiB random read)"),
         "Histograms merged over repeats, one line per core count."))
     if len(med) > 1:

@@ -1,10 +1,9 @@
 """Figures of the contention, dimensions, busy-poll and parallelism studies: lines of a metric
-against a swept value, grouped bars and latency CDFs, drawn on the Agg backend, never shown."""
+against a swept value and grouped bars, drawn on the Agg backend, never shown (CDFs: plots.latency_cdf)."""
 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -14,16 +13,10 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from .plots import _new  # noqa: E402  (one figure style for every plot)
+
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x values, y values)
-
-
-def _new(title: str) -> tuple[Figure, object]:
-    figure = Figure(figsize=(7.5, 4.6), layout="constrained")
-    axes = figure.add_subplot()
-    axes.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=11)
-    axes.grid(True, which="major", alpha=0.3)
-    return figure, axes
 
 
 def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool = False,

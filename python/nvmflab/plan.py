@@ -43,13 +43,18 @@ class TargetSetup:
 class PerfJob:
     """One load-generator process (nvmf-perf, fio or spdk_nvme_perf, by the host stack)."""
 
-    role: str  # main | fg | bg
+    role: str  # main | fg | bg | lg1, lg2, ... (store.ROLE_CHECK)
     knobs: dict[str, Any]  # flat workload + host knobs, spec names
     cpus: tuple[int, ...]  # physical cores for --cpus_allowed
     nqn: str | None = None  # tcp engine
     local_path: str | None = None  # local engine (--local)
     host: str | None = None  # initiator host by inventory name; None = the topology's first
     hostnqn: str | None = None  # the host NQN to connect with; None = the stack's own default
+
+
+def generator_roles(n: int) -> list[str]:
+    """Roles of a point's n load generators: `main`, then `lg1` ... `lg{n-1}`."""
+    return ["main"] + [f"lg{i}" for i in range(1, n)]
 
 
 # (perf JSON per role, target /stats diff) -> (ok, detail)

@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS points (
 CREATE TABLE IF NOT EXISTS measurements (
     measurement_id INTEGER PRIMARY KEY,
     point_id INTEGER NOT NULL REFERENCES points(point_id) ON DELETE CASCADE,
-    role TEXT NOT NULL CHECK (role IN ('main', 'fg', 'bg')),
+    role TEXT NOT NULL {ROLE_CHECK},
     engine TEXT,
     knobs_json TEXT,
     iops REAL, bw_bytes REAL, read_iops REAL, write_iops REAL,
@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS measurements (
 );
 CREATE INDEX IF NOT EXISTS measurements_point ON measurements(point_id);
 """
+# main: a point's only load generator; fg/bg: the interference study's tenants; lg1, lg2, ...:
+# further load generators of one point (busy-poll placement, contention's many storage apps).
+ROLE_CHECK = "CHECK (role IN ('main', 'fg', 'bg') OR role GLOB 'lg[1-9]*')"
+SCHEMA = SCHEMA.replace("{ROLE_CHECK}", ROLE_CHECK)
 
 METRIC_COLUMNS = [
     "engine", "iops", "bw_bytes", "read_iops", "write_iops", "total_ios", "runtime_ms",
@@ -93,6 +97,8 @@ FRAME_COLUMNS = (
     + APPENDED_COLUMNS
 )
 DONE_STATUSES = ("ok", "invalid", "skipped")
+# Before points could run more than three load generators, roles were limited to these.
+OLD_ROLE_CHECK = "CHECK (role IN ('main', 'fg', 'bg'))"
 
 
 def now() -> str:
@@ -114,6 +120,7 @@ class ResultsStore:
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.executescript(SCHEMA)
         self._add_later_columns()
+        self._widen_roles()
 
     def _add_later_columns(self) -> None:
         for table, columns in LATER_COLUMNS.items():
@@ -122,6 +129,19 @@ class ResultsStore:
                 for column in columns:
                     if column.split()[0] not in have:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+    def _widen_roles(self) -> None:
+        """Stores made when roles were only main/fg/bg get the wider check (extra load generators
+        `lg1`, `lg2`, ...). SQLite cannot alter a CHECK, so the table is rebuilt with its rows."""
+        (sql,) = self._db.execute("SELECT sql FROM sqlite_master WHERE name = 'measurements'").fetchone()
+        if OLD_ROLE_CHECK not in sql:
+            return
+        with self._db:
+            self._db.execute("ALTER TABLE measurements RENAME TO measurements_before_roles")
+            self._db.execute(sql.replace(OLD_ROLE_CHECK, ROLE_CHECK))
+            self._db.execute("INSERT INTO measurements SELECT * FROM measurements_before_roles")
+            self._db.execute("DROP TABLE measurements_before_roles")  # and its index, made again below
+            self._db.execute("CREATE INDEX measurements_point ON measurements(point_id)")
 
     def close(self) -> None:
         self._db.close()

@@ -29,11 +29,13 @@ size = "16MiB"
 """
 SPECS = {
     "contention": 'study = "contention"\n' + HEAD
-                  + '[params]\napps = ["L-app"]\nflows = [1]\nplacements = ["same"]\nflow_slack_s = 0.5\n',
+                  + '[params]\napps = ["L-app"]\nflows = [1]\nplacements = ["same"]\nflow_slack_s = 0.5\n'
+                    'storage_apps = [2]\n',
     "dimensions": 'study = "dimensions"\n' + HEAD
                   + '[params]\npatterns = ["randread"]\nbs = ["4k"]\niodepth = 4\ncores = [1]\n'
                     'concurrency_iodepth = [4]\n',
-    "busy-poll": 'study = "busy-poll"\n' + HEAD + '[params]\ntarget_cores = [1]\nconns_per_core = 1\niodepth = 4\n',
+    # two target cores: placement runs two load generators (roles main and lg1)
+    "busy-poll": 'study = "busy-poll"\n' + HEAD + '[params]\ntarget_cores = [2]\nconns_per_core = 1\niodepth = 4\n',
     "polling": 'study = "polling"\n' + HEAD
                + '[params]\niodepth = [1]\nidle_poll_us = [0]\nhigh_iodepth = 2\nio_queues = []\n',
     "overhead": 'study = "overhead"\n' + HEAD
@@ -51,7 +53,7 @@ LEGS = {
     "overhead": {"local", "loopback"},
     "saturation": None,  # depends on the machine's cores: checked below
     "stacks": {"ours/ours"},
-    "contention": {"isolated", "same_core"},
+    "contention": {"isolated", "same_core", "many_apps"},
     "dimensions": {"pattern", "cores", "local", "concurrency"},
     "busy-poll": {"off", "on"},
     "parallelism": {"numjobs", "size_local", "size_remote", "depth_local", "depth_remote"},
@@ -73,10 +75,14 @@ def test_tiny_study_on_real_binaries(tmp_path, study):
     storage = frame[(frame["role"] == "main") & frame["engine"].isin(["tcp", "local"])]
     assert len(storage) and (storage["status"] == "ok").all(), frame[["leg", "status", "error"]].to_string()
     assert (storage["iops"] > 0).all()
+    if study in ("contention", "busy-poll"):  # the second load generator of a point measured too
+        second = frame[(frame["role"] == "lg1") & (frame["status"] == "ok")]
+        assert len(second) and (second["iops"] > 0).all(), frame[["leg", "role", "status", "error"]].to_string()
     if study == "contention":
         flows = frame[frame["engine"] == "iperf3"]
         if shutil.which("iperf3"):
-            assert len(flows) == 2 and (flows["bw_bytes"] > 0).all()  # alone and beside the L-app
+            # alone, beside the L-app, beside two L-apps together
+            assert len(flows) == 3 and (flows["bw_bytes"] > 0).all()
             assert frame["engine"].fillna("").str.startswith("cpu:").any()
         else:
             assert frame["error"].fillna("").str.contains("iperf3 not found").any()

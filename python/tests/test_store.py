@@ -1,6 +1,8 @@
 import json
 import math
 
+import pytest
+
 from nvmflab.metrics import summarize
 from nvmflab.plan import point_key
 from nvmflab.store import ResultsStore
@@ -74,3 +76,32 @@ def test_max_background_load_is_infinite(tmp_path):
     run = store.start_run("interference", "", {})
     store.save_point(run, "k", "interference", "initiator", KNOBS | {"bg_load_pct": "max"}, 0, "ok", None, [])
     assert store.measurements().iloc[0].bg_load_pct == math.inf
+
+
+def test_a_store_from_before_extra_load_generators_takes_lg_roles_and_keeps_its_rows(tmp_path):
+    import sqlite3
+
+    from nvmflab.store import OLD_ROLE_CHECK, ROLE_CHECK, SCHEMA
+
+    directory = tmp_path / "old"
+    directory.mkdir()
+    db = sqlite3.connect(directory / "results.sqlite")
+    db.executescript(SCHEMA.replace(ROLE_CHECK, OLD_ROLE_CHECK))
+    db.execute("INSERT INTO runs (study, spec_toml, env_json, started_at) VALUES ('s', '', '{}', 'now')")
+    db.execute("INSERT INTO points (run_id, point_key, study, leg, knobs_json, repeat, status) "
+               "VALUES (1, 'k0', 's', 'l', '{}', 0, 'ok')")
+    db.execute("INSERT INTO measurements (point_id, role, iops) VALUES (1, 'fg', 123.0)")
+    db.commit()
+    with pytest.raises(sqlite3.IntegrityError):
+        db.execute("INSERT INTO measurements (point_id, role, iops) VALUES (1, 'lg1', 1.0)")
+    db.close()
+    with ResultsStore(directory) as store:
+        run = store.start_run("s", "", {})
+        store.save_point(run, "k1", "s", "l", {}, 0, "ok", None, [{"role": "main", "iops": 1.0},
+                                                                    {"role": "lg1", "iops": 2.0}])
+        frame = store.measurements()
+        assert sorted(zip(frame["role"], frame["iops"])) == [("fg", 123.0), ("lg1", 2.0), ("main", 1.0)]
+        with pytest.raises(sqlite3.IntegrityError):
+            store.save_point(run, "k2", "s", "l", {}, 0, "ok", None, [{"role": "other", "iops": 1.0}])
+    with ResultsStore(directory) as store:  # opening again changes nothing
+        assert len(store.measurements()) == 3

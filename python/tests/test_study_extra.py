@@ -230,3 +230,55 @@ def test_specs_load_and_plan_with_their_quick_variants(tmp_path, fake_env):
         done = nvmflab("study", name, "--quick", "--plan", env=fake_env)
         assert done.returncode == 0, (name, done.stderr)
         assert "nvmf-perf" in done.stdout
+
+
+def test_contention_many_apps_throughput_latency_and_network(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("contention", 'study = "contention"', {})
+    tapp = {"app": "T-app", "rw": "read", "bs": 131072, "iodepth": 4, "numjobs": 1, "part": "storage",
+            "placement": "one_to_one"}
+    lapp = {"app": "L-app", "rw": "read", "bs": 4096, "iodepth": 1, "numjobs": 1, "part": "storage",
+            "placement": "same"}
+    roles = ["main", "lg1", "lg2", "lg3", "lg4", "lg5", "lg6", "lg7"]
+    for r in range(3):
+        jitter = 1 + 0.01 * r
+        _save(store, run, "contention", "isolated", {"app": "net", "part": "network", "net_flows": 1}, r,
+              [{"role": "bg", "engine": "iperf3", "bw_bytes": 2e9 * jitter}])
+        for flows in (0, 1):
+            # 8 T-apps: the shared-core one drops to 88 % beside the network app, the others don't move
+            _save(store, run, "contention", "many_apps", tapp | {"storage_apps": 8, "net_flows": flows}, r,
+                  [_row((880 if flows and role == "main" else 1000) * jitter, 131072, role=role) for role in roles])
+            _save(store, run, "contention", "many_apps", lapp | {"storage_apps": 1, "net_flows": flows}, r,
+                  [_row(10_000, lat=(30_000.0 if flows else 10_000.0) * jitter)])
+        _save(store, run, "contention", "many_apps", tapp | {"storage_apps": 8, "net_flows": 1, "part": "network"}, r,
+              [{"role": "bg", "engine": "iperf3", "bw_bytes": 1.5e9 * jitter}])
+    result = contention.analyze(store.measurements(), store.runs())
+    text = "\n".join(result.findings)
+    assert "With 8 T-apps, the T-app sharing its core with a network app kept 88 % of its throughput without it" in text
+    assert "the T-apps on other cores showed no significant difference" in text
+    assert "1 L-app sharing a core with a network app: mean latency 3.00× that of 1 L-app alone" in text
+    assert "The network app sharing a core with T-apps (8 in all) kept 75 % of its throughput alone" in text
+    table = next(t for t in result.tables if t.title.startswith("Several storage apps")).frame
+    eight = table[(table["storage app"] == "T-app") & (table["network app"] == "yes")].iloc[0]
+    assert eight["shared-core app MB/s"] == round(880 * 1.01 * 131072 / 1e6, 1)
+    assert {"contention_many_tapps", "contention_many_lapps_latency",
+            "contention_network_vs_storage_apps"} <= {f.name for f in result.figures}
+    # the single-app tables and figures leave the many_apps leg out
+    assert not any("many_apps" in str(t.frame.to_dict()) for t in result.tables if t.title.startswith("Network apps"))
+
+
+def test_busy_poll_adds_up_the_load_generators_of_a_placed_point(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("busy-poll", 'study = "busy-poll"', {})
+    for r in range(2):
+        for n in (1, 4):
+            knobs = {"config": "off", "target_cpus": n, "conns": 3 * n, "rw": "randread", "bs": 4096}
+            _save(store, run, "busy-poll", "off", knobs, r, [_row(50_000.0 * n + r)])
+            roles = ["main"] + [f"lg{i}" for i in range(1, n)]  # one generator per target core
+            _save(store, run, "busy-poll", "on", knobs | {"config": "on"}, r,
+                  [_row(15_000.0 * n + r, lat=80_000.0 + 1000 * i, role=role) for i, role in enumerate(roles)])
+    result = busy_poll.analyze(store.measurements(), store.runs())
+    table = next(t for t in result.tables if t.title.startswith("Configurations")).frame
+    on4 = table[(table["configuration"] == "busy polling and placement on") & (table["target cores"] == 4)].iloc[0]
+    assert on4["KIOPS"] == round((4 * (60_000.0 + 0.5)) / 1e3, 1)  # 4 generators summed, mean over repeats
+    assert on4["mean (µs)"] == 83.0  # the worst generator's latency

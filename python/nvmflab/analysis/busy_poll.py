@@ -12,7 +12,7 @@ from .. import plots_extra
 from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio, spread, with_knobs
 from .result import Figure, StudyResult, Table
-from .stats import usable
+from .stats import merge_generators, usable
 from .text import kiops, pct, us
 
 STUDY = "busy-poll"
@@ -34,7 +34,8 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     rows = study_rows(measurements, STUDY)
     out = StudyResult(STUDY, "Busy polling and queue placement vs target cores (ADQ-style)")
     out.excluded = excluded_points(rows)
-    data = with_knobs(usable(rows), ["config", "target_cpus", "conns", "shares_host_cores"])
+    # placed points run one load generator per target core: together they are the point's T-app
+    data = merge_generators(with_knobs(usable(rows), ["config", "target_cpus", "conns", "shares_host_cores"]))
     if data.empty:
         out.findings.append("The busy-poll study has no usable measurements"
                             + (f": {missing_leg(rows, 'off', 'nothing can be compared')}" if not rows.empty else "."))

@@ -11,13 +11,14 @@ import pandas as pd
 
 from .. import plots_extra
 from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
+from .contention_many import LEG as MANY, analyze_many_apps
 from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
 from .stats import usable
 from .text import mbps, times, us
 
 STUDY = "contention"
-KNOBS = ["app", "net_flows", "placement", "part", "net_shares_storage_core"]
+KNOBS = ["app", "net_flows", "placement", "part", "net_shares_storage_core", "storage_apps"]
 PLACE = {"same_core": "same core", "different_core": "different cores"}
 
 
@@ -36,11 +37,12 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                             + (f": {missing_leg(rows, 'isolated', 'nothing can be compared')}" if not rows.empty else "."))
         return out
     data = data.assign(net_flows=pd.to_numeric(data["net_flows"]))
-    storage = data[(data["part"] == "storage") & (data["role"] == "main")]
+    storage = data[(data["part"] == "storage") & (data["role"] == "main") & (data["leg"] != MANY)]
     network = data[data["part"] == "network"]
     _storage(rows, storage, out)
-    _network(rows, network, out)
+    _network(rows, network[network["leg"] != MANY], out)
     _cpu(network, out)
+    analyze_many_apps(rows, data, out)
     return out
 
 
@@ -161,7 +163,7 @@ def _cpu(network: pd.DataFrame, out: StudyResult) -> None:
         "user %": [r1(v) for v in med["usr_cpu"]], "system %": [r1(v) for v in med["sys_cpu"]]}),
         "From /proc/stat over the flows' lifetime; system includes irq and softirq. On one machine (loopback) "
         "sender and receiver cores belong to the same kernel, so both sides' work shows on both."))
-    top = med[(med["app"] == "T-app")]
+    top = med[(med["app"] == "T-app") & (med["leg"] != MANY)]
     if top.empty:
         top = med
     flows_max = top["net_flows"].max()

@@ -117,6 +117,14 @@ def collapse_jobs(measurements: pd.DataFrame) -> pd.DataFrame:
     return measurements.groupby(keys, as_index=False, sort=False, dropna=False).agg(rules)
 
 
+def merge_generators(measurements: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, point, repeat): every load generator of a point (all roles) adds up as in
+    collapse_jobs, for studies whose roles are parts of one workload rather than tenants."""
+    if measurements.empty:
+        return measurements
+    return collapse_jobs(measurements.assign(role="main"))
+
+
 def aggregate(
     measurements: pd.DataFrame,
     by: Sequence[str] | None = None,

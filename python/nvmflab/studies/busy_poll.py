@@ -8,8 +8,7 @@ For each N in `target_cores` (reactors), the T-app (4 KiB random read at `iodept
 - `on`: busy_poll_us = `busy_poll_us` on target and host sockets, and placement: one subsystem per
   reactor (pinned with `reactor = i`) driven by its own load generator of `conns_per_core` jobs
   pinned to its own host core, so every connection's host thread, socket and reactor stay together
-  (what ADQ's queue groups and symmetric steering give). At most three load generators run per
-  point, so `on` points with N > 3 are stored skipped with that reason;
+  (what ADQ's queue groups and symmetric steering give); their roles are `main`, `lg1`, ...;
 - `busy_only` / `placement_only` (when `factors = true`): each of the two changes alone.
 A stack that cannot busy-poll (the kernel's nvmet target) gets its `on` points stored skipped with
 the stack's own reason. Knobs: `config`, `target_cpus`, `conns` (connections).
@@ -21,12 +20,10 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..plan import PerfJob, Point
+from ..plan import PerfJob, Point, generator_roles
 from ..spec import IoDepth
 from .common import Context, backend_subsystem, logical, point_knobs, target_setup
 from .placing import distinct, perf_knobs, placed_point, stack_refusal
-
-ROLES = ("main", "fg", "bg")  # the load-generator roles the results store knows
 
 
 class Params(BaseModel):
@@ -60,9 +57,6 @@ def execute(ctx: Context, params: Params) -> None:
                 knobs |= {"config": name, "target_cpus": n, "conns": conns, "placement": placed,
                           "host_cpus": len(host_cpus), "shares_host_cores": bool(set(target_cpus) & set(host_cpus))}
                 reason = stack_refusal(ctx, knobs) if busy else None
-                if placed and n > len(ROLES) and reason is None:
-                    reason = (f"placement with {n} target cores needs {n} pinned load generators; a point "
-                              f"runs at most {len(ROLES)}")
                 if len(target_cpus) < n and reason is None:
                     reason = f"{n} target cores asked, this machine has {len(target_cpus)} to give"
                 if placed:
@@ -91,8 +85,8 @@ def _placed(ctx: Context, knobs: dict, repeat: int, n: int, targets: list[int], 
     """One subsystem per reactor, each driven by its own load generator on its own host core."""
     subs = [backend_subsystem(ctx, f"bp{i}", reactor=i) for i in range(n)]
     job_knobs = perf_knobs(knobs) | {"numjobs": params.conns_per_core, "io_queues": params.conns_per_core}
-    jobs = [PerfJob(role, job_knobs, ctx.phys([hosts[i]]), nqn=sub.nqn, hostnqn=ctx.spec.stack.hostnqn)
-            for i, (role, sub) in enumerate(zip(ROLES, subs))]
+    jobs = [PerfJob(role, job_knobs, ctx.phys([hosts[i % len(hosts)]]), nqn=sub.nqn, hostnqn=ctx.spec.stack.hostnqn)
+            for i, (role, sub) in enumerate(zip(generator_roles(n), subs))]
     setup = target_setup(ctx, knobs, subs, targets)
     setup = replace(setup, cores=distinct(ctx.target_phys(targets)))
     return Point(study=ctx.study, leg=knobs["config"], knobs=knobs, repeat=repeat, jobs=jobs, runtime=ctx.spec.runtime,

@@ -9,6 +9,11 @@ core. Legs:
   whose servers run on the target core serving it;
 - `different_core`: the same with flow i on host core i+1 and target core i+1 (logical cores,
   wrapping on small machines; the knob `net_shares_storage_core` says when they coincide).
+- `many_apps` (when `storage_apps` is not empty): 1..8 storage apps of one kind, each its own load
+  generator (roles `main`, `lg1`, ...), with one network app and without it. T-apps run one per
+  host core (one-to-one, wrapping on small machines: knob `apps_share_cores`), L-apps all on the
+  first host core; the network app (one flow) shares the first host core and the first target core
+  with the `main` app, as in the source's "multiple T-apps (L-apps) and a network app".
 Each point with flows stores a companion point (same leg, knob `part = "network"`): one row per
 flow (role bg, engine iperf3, bw_bytes, mean RTT as lat_mean_ns, the client's CPU share) and one
 row per core the experiment uses (engine `cpu:host:<core>` or `cpu:target:<core>`, usr_cpu and
@@ -24,11 +29,12 @@ import json
 import math
 import threading
 import time
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..plan import Point, point_key
+from ..plan import Point, generator_roles, point_key
 from ..store import now
 from ..topology.base import Host, HostError, HostProcess
 from .common import Context, point_knobs, repeated
@@ -45,6 +51,8 @@ class Params(BaseModel):
     flows: list[int] = Field(default=[1, 2, 3, 4], min_length=1)
     placements: list[Literal["same", "different"]] = Field(default=["same", "different"], min_length=1)
     flow_slack_s: float = Field(default=1.5, ge=0)
+    # storage apps run together beside one network app (leg many_apps); [] leaves the leg out
+    storage_apps: list[Annotated[int, Field(ge=1, le=64)]] = [1, 2, 4, 8]
 
 
 def execute(ctx: Context, params: Params) -> None:
@@ -80,6 +88,43 @@ def execute(ctx: Context, params: Params) -> None:
                                          skip_reason=f"network apps skipped: {missing}" if missing else None)
                     runs.append((knobs, r, point, layout))
         _run_with_flows(ctx, leg, runs, params, missing, f"contention: {leg}")
+    if params.storage_apps:
+        _many_apps(ctx, params, missing, app_knobs, storage_target)
+
+
+def _many_apps(ctx: Context, params: Params, missing: str | None, app_knobs, storage_target) -> None:
+    """N storage apps together, without and then with one network app on the first app's cores."""
+    def knobs_for(app: str, count: int, flows: int) -> dict[str, Any]:
+        cores = _app_cores(ctx, app, count)
+        placement = "one_to_one" if app == "T-app" else "same"
+        return app_knobs(app, flows, placement) | {"storage_apps": count,
+                                                   "apps_share_cores": len(set(cores)) < len(cores)}
+
+    def build(knobs: dict[str, Any], repeat: int, skip: str | None = None) -> Point:
+        point = placed_point(ctx, "many_apps", knobs, repeat, ctx.phys(ctx.spec.topology.host_cores[:1]),
+                             storage_target, skip_reason=skip)
+        cores = _app_cores(ctx, knobs["app"], knobs["storage_apps"])
+        point.jobs = [replace(point.jobs[0], role=role, cpus=(core,))
+                      for role, core in zip(generator_roles(len(cores)), cores)]
+        return point
+
+    together = [knobs_for(app, n, 0) for app in params.apps for n in params.storage_apps]
+    ctx.run(repeated(ctx, together, build), "contention: many storage apps together")
+    runs = []
+    for app in params.apps:
+        for n in params.storage_apps:
+            knobs = knobs_for(app, n, 1)
+            for r in range(ctx.spec.repeats):
+                point = build(knobs, r, f"network apps skipped: {missing}" if missing else None)
+                runs.append((knobs, r, point, _layout(ctx, 1, "same")))
+    _run_with_flows(ctx, "many_apps", runs, params, missing, "contention: many storage apps and a network app")
+
+
+def _app_cores(ctx: Context, app: str, count: int) -> list[int]:
+    """Physical host core of each storage app: T-apps one per core from the first host core on,
+    L-apps all on the first host core."""
+    first = ctx.spec.topology.host_cores[0]
+    return list(ctx.phys([first + i for i in range(count)] if app == "T-app" else [first] * count))
 
 
 def _layout(ctx: Context, n: int, placement: str) -> dict[str, Any]:

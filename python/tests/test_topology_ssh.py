@@ -458,3 +458,41 @@ def test_env_describes_every_host_of_an_inventory(bed, inventory, tmp_path):
     broken.write_text('[hosts.x]\nssh = "x"\ndata_ip = "nope"\n')
     failed = nvmflab("env", "--topology", str(broken), env=dict(os.environ))
     assert failed.returncode != 0 and "bad.toml: host x: data_ip: 'nope' is not an IP address" in failed.stderr
+
+
+@needs_bed
+@needs_binaries
+@pytest.mark.parametrize("study", ["contention", "dimensions", "busy-poll", "parallelism"])
+def test_the_newer_studies_run_across_ssh_hosts(bed, inventory, tmp_path, study):
+    """Each study's tiny variant with its target on lab-0 and its load generators (and iperf3
+    clients) on lab-1: the same legs as on loopback, every storage point measured."""
+    from conftest import nvmflab
+    from test_e2e_extra import LEGS, SPECS
+
+    from nvmflab.store import ResultsStore
+
+    ssh = textwrap.dedent("""
+        [topology]
+        kind = "ssh"
+        inventory = "lab.toml"
+        target = "lab-0"
+        initiators = ["lab-1"]
+        target_cores = [0]
+        host_cores = [1]
+    """)
+    text = SPECS[study].replace("[topology]\ntarget_cores = [0]\nhost_cores = [1]\n", ssh)
+    assert 'kind = "ssh"' in text
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    env = dict(os.environ, NVMFLAB_BIN_DIR=str(BIN_DIR))
+    done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=240)
+    assert done.returncode == 0, done.stderr
+    frame = ResultsStore(tmp_path / "r").measurements()
+    assert set(frame["leg"]) == LEGS[study]
+    storage = frame[frame["engine"].isin(["tcp", "local"])]
+    assert len(storage) and (storage["status"] == "ok").all(), frame[["leg", "status", "error"]].to_string()
+    assert (storage["iops"] > 0).all()
+    if study == "contention":  # iperf3 ran from lab-1 to lab-0's data address
+        flows = frame[frame["engine"] == "iperf3"]
+        assert len(flows) == 3 and (flows["bw_bytes"] > 0).all(), frame[["leg", "status", "error"]].to_string()
+    assert ours_left(bed) == []

@@ -122,19 +122,31 @@ def open_hosts(spec: Spec, path: Path, workdir: Path) -> Hosts:
 
 
 def check_points(planned: list[tuple[str, Point]], runner: Runner) -> None:
-    """Every knob of every point against both of its stacks; the first refusal ends the run before it starts."""
+    """Every knob of every point against both of its stacks, then every job and timing; the first
+    refusal ends the run before it starts."""
     defaults = Knobs().model_dump()
-    for _, point in planned:
-        if point.skip_reason:
-            continue
-        try:
-            target_stack, host_stack = runner.stacks_for(point)
-            if point.target is not None:
-                target_stack.check_knobs(point.knobs, "target", defaults)
-            for job in point.jobs:
-                host_stack.check_knobs(job.knobs, "host", defaults)
-        except StackError as error:
-            raise SessionError(f"{point.leg}: {error}; nothing was run") from None
+    points = [point for _, point in planned if not point.skip_reason]
+
+    def knobs(point: Point, target_stack: Stack, host_stack: Stack) -> None:
+        if point.target is not None:
+            target_stack.check_knobs(point.knobs, "target", defaults)
+        for job in point.jobs:
+            host_stack.check_knobs(job.knobs, "host", defaults)
+
+    def jobs(point: Point, target_stack: Stack, host_stack: Stack) -> None:
+        if point.jobs:
+            host_stack.check_timing(point.runtime, point.ramp_time)
+        for job in point.jobs:
+            refusal = host_stack.job_refusal(job)
+            if refusal:
+                raise StackError(f"the {host_stack.name} host cannot run this job: {refusal}")
+
+    for check in (knobs, jobs):
+        for point in points:
+            try:
+                check(point, *runner.stacks_for(point))
+            except StackError as error:
+                raise SessionError(f"{point.leg}: {error}; nothing was run") from None
 
 
 def check_available(target_stack: Stack, host_stack: Stack, hosts: Hosts) -> None:

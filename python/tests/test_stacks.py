@@ -175,3 +175,34 @@ def test_our_target_refuses_a_host_it_does_not_admit(tmp_path):
         assert refused.returncode != 0
     finally:
         target.stop()
+
+
+# -- refusals a study turns into skipped points, and the ones that end a run before it starts -------
+
+def test_spdk_host_refuses_local_jobs_and_fractional_seconds_before_running(tmp_path):
+    from nvmflab.plan import PerfJob, Point
+    from nvmflab.session import SessionError, check_points
+
+    spdk = get_stack("spdk")
+    knobs = DEFAULTS | {"rw": "randread", "bs": 4096, "iodepth": 1, "numjobs": 1, "rwmixread": 50, "completion": "poll"}
+    local = PerfJob("main", knobs, (1,), local_path="/tmp/x.img")
+    remote = PerfJob("main", knobs, (1,), nqn="nqn.x:s")
+    assert "cannot drive a file" in spdk.job_refusal(local)
+    assert spdk.job_refusal(remote) is None
+    assert get_stack("ours").job_refusal(local) is None
+    with pytest.raises(StackError, match="whole seconds"):
+        spdk.check_timing(0.5, 0)
+    spdk.check_timing(2, 1)
+
+    class Planner:  # the one thing check_points asks of a runner
+        def stacks_for(self, point):
+            return get_stack("ours"), spdk
+
+    point = Point(study="s", leg="l", knobs={}, repeat=0, jobs=[remote], runtime=0.3, ramp_time=0)
+    with pytest.raises(SessionError, match="whole seconds.*nothing was run"):
+        check_points([("d", point)], Planner())
+    point.runtime, point.jobs = 1, [local]
+    with pytest.raises(SessionError, match="cannot drive a file"):
+        check_points([("d", point)], Planner())
+    point.skip_reason = "skipped by the study"
+    check_points([("d", point)], Planner())

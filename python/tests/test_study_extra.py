@@ -282,3 +282,18 @@ def test_busy_poll_adds_up_the_load_generators_of_a_placed_point(tmp_path):
     on4 = table[(table["configuration"] == "busy polling and placement on") & (table["target cores"] == 4)].iloc[0]
     assert on4["KIOPS"] == round((4 * (60_000.0 + 0.5)) / 1e3, 1)  # 4 generators summed, mean over repeats
     assert on4["mean (µs)"] == 83.0  # the worst generator's latency
+
+
+def test_a_contention_point_run_again_measures_its_flows_again_and_keeps_only_the_last(monkeypatch):
+    from nvmflab.studies import contention as study
+
+    monkeypatch.setattr(study.time, "sleep", lambda s: None)
+    flows = study.Flows(ctx=None, layout={}, duration=1, omit=0)
+    runs = iter([[{"bw_bytes": 1.0}], [{"bw_bytes": 2.0}]])
+    flows._measure = lambda: flows.rows.extend(next(runs))
+    pending: list = []
+    prepare = study._chain(pending, flows, None, wait_inside=True)
+    prepare()
+    prepare()  # the runner re-runs a noisy point: prepare again
+    assert pending == [flows]
+    assert flows.rows == [{"bw_bytes": 2.0}]

@@ -118,6 +118,14 @@ class Stack(ABC):
         """What one load generator runs on `host`, one line per step (for `--plan`)."""
         return [f"run {self.name} load generator"]
 
+    def check_timing(self, runtime: float, ramp_time: float) -> None:
+        """Refuse a runtime or ramp_time this stack's load generator cannot take (StackError)."""
+
+    def job_refusal(self, job: PerfJob) -> str | None:
+        """Why this stack's load generator cannot run `job` at all (a file where it needs a
+        subsystem, too few cores for its jobs, ...), or None. Checked before anything runs."""
+        return None
+
     # -- both -----------------------------------------------------------------------------------
     def unavailable(self, host: Host, side: Side) -> str | None:
         """None when this side of the stack can run on `host`, else what is missing there."""

@@ -285,6 +285,11 @@ class SpdkTarget(RunningTarget):
 
 # -- host -----------------------------------------------------------------------------------------
 
+def check_whole_seconds(runtime: float, ramp_time: float) -> None:
+    if float(runtime) < 1 or not float(runtime).is_integer() or not float(ramp_time).is_integer():
+        raise StackError(f"spdk_nvme_perf takes whole seconds (runtime {runtime}, ramp_time {ramp_time})")
+
+
 def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: float) -> list[str]:
     """spdk_nvme_perf's options for one job (without binary and memory options)."""
     k = job.knobs
@@ -308,8 +313,7 @@ def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: 
     if queues % numjobs:
         raise StackError(f"io_queues {queues}: spdk_nvme_perf opens the same number of queue pairs (-P) on "
                          f"each of its {numjobs} cores")
-    if float(runtime) < 1 or not float(runtime).is_integer() or not float(ramp_time).is_integer():
-        raise StackError(f"spdk_nvme_perf takes whole seconds (runtime {runtime}, ramp_time {ramp_time})")
+    check_whole_seconds(runtime, ramp_time)
     trid = f"trtype:TCP adrfam:IPv4 traddr:{address} trsvcid:{port} subnqn:{job.nqn}"
     if job.hostnqn:
         trid += f" hostnqn:{job.hostnqn}"
@@ -471,6 +475,16 @@ class SpdkStack(Stack):
         argv = [f"{root}/build/bin/spdk_nvme_perf", *memory_args(host, BASE_MEM_MB),
                 *perf_args(job, address, port, runtime, ramp_time)]
         return [host.describe(argv) + " > perf.txt"]
+
+    def check_timing(self, runtime: float, ramp_time: float) -> None:
+        check_whole_seconds(runtime, ramp_time)
+
+    def job_refusal(self, job: PerfJob) -> str | None:
+        try:
+            perf_args(job, "127.0.0.1", 4420, 1, 0)
+        except StackError as error:
+            return str(error)
+        return None
 
     def unavailable(self, host: Host, side) -> str | None:
         if spdk_dir(host) is None:

@@ -60,6 +60,7 @@ class Context:
         """Run the points; with `repeats = "auto"`, add interleaved rounds until each configuration's
         main metric is stable (see `stability`) or max_repeats is reached. The planning pass runs
         (collects) the given points only: it has no measurements to judge, so it never loops."""
+        self.skip_refused_jobs(points)
         outcomes = self.runner.run(points, description)
         if not self.spec.auto_repeats or self.planning or not points:
             return outcomes
@@ -98,7 +99,21 @@ class Context:
     def run_fixed(self, points: list[Point], description: str) -> list[Outcome]:
         """Run exactly these points, never adding rounds: for points whose `prepare` starts
         companions bound to one repeat (contention's iperf3 flows, stored under their own key)."""
+        self.skip_refused_jobs(points)
         return self.runner.run(points, description)
+
+    def skip_refused_jobs(self, points: list[Point]) -> None:
+        """A study's point whose job the host stack cannot run at all (SPDK's perf on a local file)
+        is stored skipped with the stack's reason, so the rest of the study still runs."""
+        for point in points:
+            if point.skip_reason or point.fail_reason:
+                continue
+            host_stack = self.runner.stacks_for(point)[1]
+            for job in point.jobs:
+                refusal = host_stack.job_refusal(job)
+                if refusal:
+                    point.skip_reason = f"the {host_stack.name} host cannot run this job: {refusal}"
+                    break
 
     def console_note(self, message: str) -> None:
         if self.runner.progress is not None:

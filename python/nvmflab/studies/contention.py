@@ -195,7 +195,8 @@ def _chain(pending: list, flows: "Flows", prepare, wait_inside: bool):
             earlier.join()
         if prepare:
             prepare()
-        pending.append(flows)
+        if flows not in pending:  # a noisy point run again measures its flows again, stored once
+            pending.append(flows)
         flows.start()
         if wait_inside:
             flows.join()
@@ -229,6 +230,8 @@ class Flows:
         self.started = False
 
     def start(self) -> None:
+        self.join()  # a re-run (noisy point) starts over: only the last measurement is kept
+        self.rows, self.raw, self.cpu, self.error, self._procs = [], [], {}, None, []
         self.started, self.started_at = True, now()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

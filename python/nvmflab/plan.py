@@ -48,6 +48,7 @@ class PerfJob:
     cpus: tuple[int, ...]  # physical cores for --cpus_allowed
     nqn: str | None = None  # tcp engine
     local_path: str | None = None  # local engine (--local)
+    local_file_size: int | None = None  # bytes the runner makes local_path (files.place_file) before the point
     host: str | None = None  # initiator host by inventory name; None = the topology's first
     hostnqn: str | None = None  # the host NQN to connect with; None = the stack's own default
 

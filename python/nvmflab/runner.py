@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import counters, procs, sysstat
+from .files import place_file
 from .metrics import summarize
 from .plan import PerfJob, Point, TargetSetup
 from .progress import Tracker
@@ -127,6 +128,7 @@ class Runner:
     # -- one point ---------------------------------------------------------------------------
 
     def _measure(self, point: Point, raw: dict[str, Any]) -> tuple[list[dict[str, Any]], str, str | None]:
+        point = self._with_backing_files(point)
         if point.prepare:
             point.prepare()
         target_stack, host_stack = self.stacks_for(point)
@@ -279,6 +281,21 @@ class Runner:
             self._target = stack.start_target(setup, self._target_host(setup), self.workdir)
             self._target_stack_name = stack.name
         return self._target
+
+    def _with_backing_files(self, point: Point) -> Point:
+        """The point with each backing file made on the host that opens it: a file namespace's on
+        the target host, a local job's on its initiator (paths as they are there)."""
+        work = self.store.dir / "work"
+        target = point.target
+        if target is not None and any(s.backend == "file" and s.path for s in target.subsystems):
+            host = self._target_host(target)
+            target = replace(target, subsystems=tuple(
+                replace(s, path=place_file(host, s.path, s.size, work)) if s.backend == "file" and s.path else s
+                for s in target.subsystems))
+        jobs = [replace(job, local_path=place_file(self.hosts.initiator(job.host), job.local_path,
+                                                   job.local_file_size, work))
+                if job.local_path and job.local_file_size else job for job in point.jobs]
+        return replace(point, target=target, jobs=jobs)
 
     def _target_host(self, setup: TargetSetup) -> Host:
         if setup.netns:  # a leg that built its own namespace on this machine

@@ -10,54 +10,12 @@ from conftest import nvmflab
 
 from nvmflab.store import ResultsStore
 from nvmflab.tools import find_tool
+from tiny_specs import LEGS, SPECS
 
 BINARIES = [find_tool(n) for n in ("nvmf-target", "nvmf-perf")]
 pytestmark = pytest.mark.skipif(
     any(b is None or "fakebin" in str(b) for b in BINARIES),
     reason="nvmf-target/nvmf-perf not built (cargo build --release --workspace --bins, or set NVMFLAB_BIN_DIR)")
-
-HEAD = """
-repeats = 1
-ramp_time = 0
-runtime = 0.3
-[topology]
-target_cores = [0]
-host_cores = [1]
-[backend]
-kind = "ram"
-size = "16MiB"
-"""
-SPECS = {
-    "contention": 'study = "contention"\n' + HEAD
-                  + '[params]\napps = ["L-app"]\nflows = [1]\nplacements = ["same"]\nflow_slack_s = 0.5\n'
-                    'storage_apps = [2]\n',
-    "dimensions": 'study = "dimensions"\n' + HEAD
-                  + '[params]\npatterns = ["randread"]\nbs = ["4k"]\niodepth = 4\ncores = [1]\n'
-                    'concurrency_iodepth = [4]\n',
-    # two target cores: placement runs two load generators (roles main and lg1)
-    "busy-poll": 'study = "busy-poll"\n' + HEAD + '[params]\ntarget_cores = [2]\nconns_per_core = 1\niodepth = 4\n',
-    "polling": 'study = "polling"\n' + HEAD
-               + '[params]\niodepth = [1]\nidle_poll_us = [0]\nhigh_iodepth = 2\nio_queues = []\n',
-    "overhead": 'study = "overhead"\n' + HEAD
-                + '[params]\niodepth = [1]\nbs = ["4k"]\nbapp_iodepth = [1]\nlegs = ["local", "loopback"]\n',
-    "saturation": 'study = "saturation"\n' + HEAD
-                  + '[params]\nnumjobs = [1]\niodepth = [1, 2]\ntarget_core_counts = []\n',
-    "stacks": 'study = "stacks"\n' + HEAD.replace("runtime = 0.3", "runtime = 1")
-              + '[params]\ntargets = ["ours"]\nhosts = ["ours"]\nbaseline = "ours/ours"\niodepth = [1]\n'
-                'bapp_iodepth = 1\n',
-    "parallelism": 'study = "parallelism"\n' + HEAD.replace('"ram"', '"file"')
-                   + '[params]\nnumjobs = [1]\nnumjobs_iodepth = 2\nbs = ["4k"]\nsize_iodepth = 2\niodepth = [1]\n',
-}
-LEGS = {
-    "polling": {"completion", "idle_poll", "matrix"},
-    "overhead": {"local", "loopback"},
-    "saturation": None,  # depends on the machine's cores: checked below
-    "stacks": {"ours/ours"},
-    "contention": {"isolated", "same_core", "many_apps"},
-    "dimensions": {"pattern", "cores", "local", "concurrency"},
-    "busy-poll": {"off", "on"},
-    "parallelism": {"numjobs", "size_local", "size_remote", "depth_local", "depth_remote"},
-}
 
 
 @pytest.mark.parametrize("study", list(SPECS))

@@ -467,7 +467,7 @@ def test_the_newer_studies_run_across_ssh_hosts(bed, inventory, tmp_path, study)
     """Each study's tiny variant with its target on lab-0 and its load generators (and iperf3
     clients) on lab-1: the same legs as on loopback, every storage point measured."""
     from conftest import nvmflab
-    from test_e2e_extra import LEGS, SPECS
+    from tiny_specs import LEGS, SPECS
 
     from nvmflab.store import ResultsStore
 

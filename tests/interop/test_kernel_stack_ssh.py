@@ -276,3 +276,44 @@ def test_kernel_host_on_the_ssh_guest_against_spdk(guest: Guest, tmp_path: Path)
         pytest.skip(f"SPDK's nvmf_tgt is not built here: {missing}")
     with deadline(STEP_LIMIT_S, "the kernel host point against SPDK"):
         _initiator_point(guest, tmp_path, stack, "poll")
+
+
+# ---- whole studies with the kernel stack on both sides, in the guest ----
+
+# legs the kernel stack cannot run here, and the words their reason must contain
+KERNEL_SKIPS = {"busy-poll": {"on": "busy_poll_us"}, "dimensions": {}, "parallelism": {}}
+
+
+@pytest.mark.parametrize("study", list(KERNEL_SKIPS))
+def test_newer_study_with_kernel_target_and_host_on_the_guest(guest: Guest, tmp_path: Path, study: str):
+    """A study's tiny variant through `nvmflab run` with nvmet and nvme-cli + fio both on the guest:
+    every leg measured or skipped with the kernel stack's reason, and nothing left behind."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "python" / "tests"))
+    from tiny_specs import LEGS, SPECS
+
+    topology = (f'[topology]\nkind = "ssh"\ninventory = "{guest.inventory}"\ntarget = "guest"\n'
+                'initiators = ["guest"]\ntarget_cores = [0]\nhost_cores = [1]\n')
+    text = (SPECS[study].replace("\nrepeats", '\nstack = "kernel"\nrepeats', 1).replace("runtime = 0.3", "runtime = 1")
+            .replace("[topology]\ntarget_cores = [0]\nhost_cores = [1]\n", topology))
+    assert 'kind = "ssh"' in text
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    env = dict(os.environ, NVMFLAB_BIN_DIR=str(BIN_DIR), NVMFLAB_NOISE_LIMIT_PCT="off")
+    # configfs, shared memory files and controllers (modules nvme connect loads may stay loaded)
+    state = "find /sys/kernel/config | sort; ls -a /dev/shm; ls /sys/class/nvme/ 2>/dev/null; true"
+    before = guest.ssh(state)
+    with deadline(STEP_LIMIT_S, f"the {study} study with the kernel stack"):
+        done = subprocess.run([str(REPO / ".venv/bin/nvmflab"), "run", str(spec), "--results", str(tmp_path / "r")],
+                              env=env, capture_output=True, text=True, timeout=STEP_LIMIT_S - 5, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    frame = ResultsStore(tmp_path / "r").measurements()
+    assert set(frame["leg"]) == LEGS[study]
+    assert set(frame["target_stack"]) == {"kernel"} and set(frame["host_stack"]) == {"kernel"}
+    for leg, rows in frame.groupby("leg"):
+        if leg in KERNEL_SKIPS[study]:
+            assert (rows["status"] == "skipped").all() and rows["error"].str.contains(KERNEL_SKIPS[study][leg]).all()
+        else:
+            assert (rows["status"] == "ok").all() and (rows["iops"] > 0).all(), rows[["leg", "status", "error"]]
+    assert guest.ssh(state) == before, "the study left something behind on the guest"

@@ -17,7 +17,7 @@ from nvmflab.topology.local import LocalHost
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
-from test_e2e_extra import LEGS, SPECS  # noqa: E402  (the loopback tiny specs, reused)
+from tiny_specs import LEGS, SPECS  # noqa: E402  (the loopback tiny specs, reused)
 
 SKIPPED_WITH = {  # legs SPDK cannot run, and the words its reason must contain
     "busy-poll": {"on": "busy_poll_us"},

@@ -83,7 +83,8 @@ class KernelTarget(RunningTarget):
                 self._allow_host(f"{nvmet}/hosts", sub_dir, hostnqn)
             s._mkdir(self.host, f"{sub_dir}/namespaces/1", self.undo)
             s._write(self.host, f"{sub_dir}/namespaces/1/device_path", device)
-            if sub.backend == "ram":  # nvmet opens files O_DIRECT, which tmpfs refuses
+            # nvmet opens files O_DIRECT, which tmpfs refuses: such files go through the page cache
+            if sub.backend == "ram" or (sub.backend == "file" and not opens_direct(self.host, device)):
                 s._write(self.host, f"{sub_dir}/namespaces/1/buffered_io", "1")
             s._set(self.host, f"{sub_dir}/namespaces/1/enable", "1", self.undo, old="0")
             sub_dirs.append((sub.nqn, sub_dir))
@@ -169,6 +170,7 @@ class KernelSession(HostSession):
     fio: str = "fio"
     engine: str = "io_uring"
     sudo: list[str] = field(default_factory=list)
+    direct: bool = True  # O_DIRECT; off for a local file on a filesystem without it (tmpfs)
     hostnqn: str | None = None  # set once `nvme connect` was attempted
     log_prefix: str | None = None  # fio's per-interval logs (iops, clat) start with this
     preexisting: set[str] = field(default_factory=set)  # controllers with our host NQN before we connected
@@ -177,7 +179,8 @@ class KernelSession(HostSession):
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
         self.log_prefix = log_prefix(output)
-        return self.sudo + fio_argv(self.fio, self.job, self.filename, self.engine, runtime, ramp_time, output)
+        return self.sudo + fio_argv(self.fio, self.job, self.filename, self.engine, runtime, ramp_time, output,
+                                    direct=self.direct)
 
     def parse_output(self, text: str) -> dict[str, Any]:
         report = parse_fio(text)
@@ -233,10 +236,17 @@ def connect_argv(job: PerfJob, address: str, port: int, hostnqn: str, hostid: st
     return argv
 
 
+def opens_direct(host: Host, path: str) -> bool:
+    """Whether `path` on `host` can be read with O_DIRECT (tmpfs files cannot)."""
+    done = host.run(["dd", f"if={path}", "of=/dev/null", "bs=4096", "count=1", "iflag=direct"], check=False,
+                    timeout=30)
+    return done.returncode == 0
+
+
 def fio_argv(fio: str, job: PerfJob, filename: str, engine: str, runtime: float, ramp_time: float,
-             output: str) -> list[str]:
+             output: str, direct: bool = True) -> list[str]:
     k = job.knobs
-    argv = [fio, f"--name={job.role}", f"--filename={filename}", "--direct=1", f"--ioengine={engine}",
+    argv = [fio, f"--name={job.role}", f"--filename={filename}", f"--direct={int(direct)}", f"--ioengine={engine}",
             f"--rw={k['rw']}", f"--bs={k['bs']}", f"--iodepth={k['iodepth']}", f"--numjobs={k['numjobs']}",
             f"--cpus_allowed={cpulist(list(job.cpus))}", "--cpus_allowed_policy=split",
             "--time_based", f"--runtime={_ms(runtime, 1)}", f"--ramp_time={_ms(ramp_time)}",
@@ -438,7 +448,8 @@ class KernelStack(Stack):
         if job.knobs["completion"] == "poll" and engine != "io_uring":
             raise StackError(f"{host.name}: completion = poll needs fio's io_uring engine (hipri); it is unusable here")
         if job.local_path:  # the overhead study's local leg: fio on the file itself, no connect
-            return KernelSession(self, job, host, job.local_path, fio, engine)
+            return KernelSession(self, job, host, job.local_path, fio, engine,
+                                 direct=opens_direct(host, job.local_path))
         if target is None or job.nqn is None:
             raise StackError("a tcp job needs a running target and a subsystem NQN")
         session = KernelSession(self, job, host, "", fio, engine, sudo=self._sudo_for(host))

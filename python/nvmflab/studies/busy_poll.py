@@ -90,12 +90,4 @@ def _placed(ctx: Context, knobs: dict, repeat: int, n: int, targets: list[int], 
     setup = target_setup(ctx, knobs, subs, targets)
     setup = replace(setup, cores=distinct(ctx.target_phys(targets)))
     return Point(study=ctx.study, leg=knobs["config"], knobs=knobs, repeat=repeat, jobs=jobs, runtime=ctx.spec.runtime,
-                 ramp_time=ctx.spec.ramp_time, target=setup, skip_reason=reason,
-                 prepare=_maker(subs))
-
-
-def _maker(subs):
-    from .common import _file_maker
-
-    makers = [m for m in (_file_maker(s) for s in subs) if m is not None]
-    return (lambda: [m() for m in makers]) if makers else None
+                 ramp_time=ctx.spec.ramp_time, target=setup, skip_reason=reason)

@@ -217,38 +217,19 @@ def tcp_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, netns:
     return Point(study=ctx.study, leg=leg, knobs=knobs, repeat=repeat, jobs=[job], runtime=ctx.spec.runtime,
                  ramp_time=ctx.spec.ramp_time,
                  target=target_setup(ctx, knobs, [sub], topo.target_cores, netns, listen_ip),
-                 prepare=prepare or _file_maker(sub), skip_reason=skip_reason)
+                 prepare=prepare, skip_reason=skip_reason)
 
 
 def local_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, path: str, size: int) -> Point:
     """nvmf-perf --local on a file: the same workload with no network stack in between."""
     job = PerfJob(role="main", knobs=_job_knobs(knobs), cpus=ctx.phys(ctx.spec.topology.host_cores),
-                  local_path=path)
+                  local_path=path, local_file_size=size)
     return Point(study=ctx.study, leg=leg, knobs=knobs, repeat=repeat, jobs=[job], runtime=ctx.spec.runtime,
-                 ramp_time=ctx.spec.ramp_time, prepare=lambda: make_file(Path(path), size))
+                 ramp_time=ctx.spec.ramp_time)
 
 
 def _job_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in knobs.items() if k not in EXTRA_KNOBS}
-
-
-def _file_maker(sub: Subsystem) -> Callable[[], None] | None:
-    if sub.backend != "file" or sub.path is None:
-        return None
-    return lambda: make_file(Path(sub.path), sub.size)
-
-
-def make_file(path: Path, size: int) -> None:
-    """A backing file of exactly `size` bytes with written blocks (holes would make reads free)."""
-    if path.exists() and path.stat().st_size == size:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    chunk = bytes(range(256)) * 4096  # 1 MiB
-    with open(path, "wb") as f:
-        remaining = size
-        while remaining > 0:
-            f.write(chunk[: min(len(chunk), remaining)])
-            remaining -= len(chunk)
 
 
 def repeated(ctx: Context, knob_sets: Iterable[dict[str, Any]],

@@ -65,7 +65,9 @@ KNOBS_FROM_OPT = typer.Option(None, "--knobs-from", help="results directory whos
 
 
 @app.command()
-def study(name: StudyName = typer.Argument(..., help="polling, overhead, saturation, interference, stacks or all"),
+def study(name: StudyName = typer.Argument(..., help="a study of studies/ (polling, overhead, saturation, "
+                                           "interference, stacks, contention, dimensions, busy-poll, "
+                                           "parallelism) or all"),
           spec: Optional[Path] = typer.Option(None, "--spec", help="spec file (default: studies/NAME.toml)"),
           quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides (about a minute)"),
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
@@ -103,6 +105,40 @@ def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
     _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan)
     if not plan:
         _report(results)
+
+
+@app.command()
+def soak(minutes: float = typer.Option(2.0, "--minutes", help="how long (0.5 to 1440)"),
+         workdir: Path = typer.Option(Path("results/soak"), "--workdir", help="files, logs and soak.json"),
+         hosts: int = typer.Option(4, "--hosts", help="load generators, each its own workload (1 to 6)"),
+         restart_every: float = typer.Option(30.0, "--restart-every", help="seconds between target restarts "
+                                             "(first half only)"),
+         hostile_per_s: float = typer.Option(4.0, "--hostile-per-s", help="hostile connections per second")) -> None:
+    """Mixed verified load with target restarts and hostile connections; fails on any lost block,
+    crash or growing memory (docs/reliability.md)."""
+    from .soak import run_soak
+    from .tools import ToolMissing
+
+    if restart_every < 5 or not 0 < hostile_per_s <= 100:
+        fail("--restart-every must be at least 5 s and --hostile-per-s between 0 and 100")
+    try:
+        result = run_soak(minutes, workdir, hosts, restart_every, hostile_per_s,
+                          progress=lambda line: print(line, flush=True))
+    except (ValueError, RuntimeError, ToolMissing) as err:
+        fail(str(err))
+    (workdir / "soak.json").write_text(json.dumps(result.to_json(), indent=1))
+    for host in result.hosts:
+        outages = host.get("outages") or []
+        print(f"host {host['index']} {host['workload']}: {host['passes']} passes, {host['ios']} I/Os, "
+              f"{host['verified_ios']} read back and checked, {host['retried_ios']} retried, {len(outages)} "
+              f"outage(s)"
+              + (f" — {host['error']}" if host.get("error") else ""))
+    print(f"target restarts {result.restarts}, crashes {len(result.crashes)}, hostile connections "
+          + ", ".join(f"{k} {v}" for k, v in result.hostile.items()))
+    print(f"memory: {result.memory.get('detail')}")
+    if result.failures:
+        fail("soak failed: " + "; ".join(result.failures))
+    print(f"soak passed ({workdir / 'soak.json'})")
 
 
 @app.command()

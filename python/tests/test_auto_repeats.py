@@ -12,6 +12,7 @@ from conftest import REPO, nvmflab
 from nvmflab.analysis.stats import bootstrap_ci95, ci95_halfwidth, diff_interval, t95
 from nvmflab.runner import Outcome
 from nvmflab.spec import Spec, SpecError, load_spec
+from nvmflab.stacks import get_stack
 from nvmflab.store import ResultsStore
 from nvmflab.studies.common import Context, point_knobs, repeated, tcp_point
 from nvmflab.topology.base import Hosts
@@ -30,6 +31,11 @@ iodepth = [1, 4]
 completion = ["poll"]
 """
 
+
+
+def ours_stacks(point):
+    """What a runner answers for a point's (target, host) stacks: ours on both sides."""
+    return get_stack("ours"), get_stack("ours")
 
 def test_t_quantiles_come_from_scipy():
     assert t95(1) == pytest.approx(12.706, abs=1e-3) and t95(2) == pytest.approx(4.303, abs=1e-3)
@@ -82,7 +88,7 @@ def test_the_planning_pass_does_not_loop(tmp_path):
     spec = Spec.model_validate({"name": "auto", "runtime": 0.2, "ramp_time": 0})
     calls = []
     local = LocalHost()
-    runner = SimpleNamespace(planning=True, progress=None, hosts=Hosts(local, [local]),
+    runner = SimpleNamespace(planning=True, progress=None, hosts=Hosts(local, [local]), stacks_for=ours_stacks,
                              run=lambda points, description: calls.append(points) or
                              [Outcome(p, "planned") for p in points])
     ctx = _context(tmp_path, spec, runner)
@@ -116,7 +122,8 @@ def test_added_rounds_are_interleaved_and_failures_get_none(tmp_path):
             out.append(Outcome(p, "ok"))
         return out
 
-    runner = SimpleNamespace(planning=False, progress=None, hosts=Hosts(local, [local]), run=run)
+    runner = SimpleNamespace(planning=False, progress=None, hosts=Hosts(local, [local]), stacks_for=ours_stacks,
+                             run=run)
     ctx = Context(spec, "auto", runner, store)
     sets = [point_knobs(ctx, {"iodepth": qd}) for qd in (1, 4, 8)]
     outcomes = ctx.run(repeated(ctx, sets, lambda k, r: tcp_point(ctx, "sweep", k, r)), "unit")

@@ -13,6 +13,7 @@ from nvmflab.analysis import polling as polling_analysis
 from nvmflab.analysis import saturation as saturation_analysis
 from nvmflab.runner import Outcome
 from nvmflab.spec import load_spec
+from nvmflab.stacks import get_stack
 from nvmflab.store import ResultsStore
 from nvmflab.studies import common, polling, saturation, study_params
 from nvmflab.studies.common import Context
@@ -21,12 +22,17 @@ from nvmflab.topology.base import Hosts
 from nvmflab.topology.local import LocalHost
 
 
+
+def ours_stacks(point):
+    """What a runner answers for a point's (target, host) stacks: ours on both sides."""
+    return get_stack("ours"), get_stack("ours")
+
 def _legs(monkeypatch, tmp_path, study, cores):
     monkeypatch.setattr(common, "available_cores", lambda: cores)
     spec = load_spec(REPO / "studies" / f"{study}.toml", quick=True)
     legs = {}
     local = LocalHost()
-    runner = SimpleNamespace(planning=True, progress=None, hosts=Hosts(local, [local]),
+    runner = SimpleNamespace(planning=True, progress=None, hosts=Hosts(local, [local]), stacks_for=ours_stacks,
                              run=lambda points, _d: legs.setdefault(points[0].leg, points) and
                              [Outcome(p, "planned") for p in points])
     module = polling if study == "polling" else saturation

@@ -60,3 +60,10 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def ours_stacks(point):
+    """What a fake runner answers for a point's (target, host) stacks: ours on both sides."""
+    from nvmflab.stacks import get_stack
+
+    return get_stack("ours"), get_stack("ours")

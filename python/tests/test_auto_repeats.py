@@ -7,12 +7,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, nvmflab
+from conftest import REPO, nvmflab, ours_stacks
 
 from nvmflab.analysis.stats import bootstrap_ci95, ci95_halfwidth, diff_interval, t95
 from nvmflab.runner import Outcome
 from nvmflab.spec import Spec, SpecError, load_spec
-from nvmflab.stacks import get_stack
 from nvmflab.store import ResultsStore
 from nvmflab.studies.common import Context, point_knobs, repeated, tcp_point
 from nvmflab.topology.base import Hosts
@@ -31,11 +30,6 @@ iodepth = [1, 4]
 completion = ["poll"]
 """
 
-
-
-def ours_stacks(point):
-    """What a runner answers for a point's (target, host) stacks: ours on both sides."""
-    return get_stack("ours"), get_stack("ours")
 
 def test_t_quantiles_come_from_scipy():
     assert t95(1) == pytest.approx(12.706, abs=1e-3) and t95(2) == pytest.approx(4.303, abs=1e-3)

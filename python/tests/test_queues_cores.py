@@ -7,13 +7,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, nvmflab
+from conftest import REPO, nvmflab, ours_stacks
 
 from nvmflab.analysis import polling as polling_analysis
 from nvmflab.analysis import saturation as saturation_analysis
 from nvmflab.runner import Outcome
 from nvmflab.spec import load_spec
-from nvmflab.stacks import get_stack
 from nvmflab.store import ResultsStore
 from nvmflab.studies import common, polling, saturation, study_params
 from nvmflab.studies.common import Context
@@ -21,11 +20,6 @@ from nvmflab.tools import find_tool
 from nvmflab.topology.base import Hosts
 from nvmflab.topology.local import LocalHost
 
-
-
-def ours_stacks(point):
-    """What a runner answers for a point's (target, host) stacks: ours on both sides."""
-    return get_stack("ours"), get_stack("ours")
 
 def _legs(monkeypatch, tmp_path, study, cores):
     monkeypatch.setattr(common, "available_cores", lambda: cores)

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from conftest import REPO, nvmflab
+from conftest import REPO, nvmflab, ours_stacks
 
 from nvmflab.spec import load_spec
 from nvmflab.store import ResultsStore
@@ -51,7 +51,7 @@ def saturation_legs(monkeypatch, tmp_path, cores: list[int]) -> dict[str, list]:
     legs = {}
     local = LocalHost()
     runner = SimpleNamespace(run=lambda points, _description: legs.setdefault(points[0].leg, points), progress=None,
-                             hosts=Hosts(local, [local]))
+                             hosts=Hosts(local, [local]), stacks_for=ours_stacks)
     saturation.execute(Context(spec, "saturation", runner, SimpleNamespace(dir=tmp_path)),
                        study_params("saturation", spec.params))
     return legs

@@ -169,6 +169,9 @@ class Runner:
             rows.append(row)
         if invariant_ok is False:
             return rows, "invalid", invariant_detail
+        lost = outage_text(outputs)
+        if lost:  # the load generator rode through a lost connection: not a steady-state measurement
+            return rows, "failed", lost
         return rows, "ok", None
 
     def _run_perf(self, point: Point, host_stack: Stack, target: RunningTarget | None,
@@ -330,6 +333,18 @@ class PlanningRunner(Runner):
 
     def close(self) -> None:
         pass
+
+
+def outage_text(outputs: dict[str, Any]) -> str | None:
+    """'connection lost ...' when a load generator reported outages (nvmf-perf's nvmflab.outages:
+    it reconnected and retried), else None."""
+    seen = []
+    for role, output in outputs.items():
+        for outage in ((output.get("json") or {}).get("nvmflab") or {}).get("outages") or []:
+            seen.append(f"{role}: {outage.get('duration_ms')} ms ({outage.get('cause')})")
+    if not seen:
+        return None
+    return f"connection lost and re-established during the run ({'; '.join(seen)}); a re-run measures it again"
 
 
 def _one_line(err: Exception) -> str:

@@ -105,3 +105,13 @@ def test_a_store_from_before_extra_load_generators_takes_lg_roles_and_keeps_its_
             store.save_point(run, "k2", "s", "l", {}, 0, "ok", None, [{"role": "other", "iops": 1.0}])
     with ResultsStore(directory) as store:  # opening again changes nothing
         assert len(store.measurements()) == 3
+
+
+def test_a_run_with_an_outage_is_not_a_measurement():
+    from nvmflab.runner import outage_text
+
+    quiet = {"main": {"json": {"nvmflab": {"outages": []}}}}
+    assert outage_text(quiet) is None and outage_text({"main": {"json": {}}}) is None
+    lost = {"main": {"json": {"nvmflab": {"outages": [{"duration_ms": 1206, "cause": "connection reset"}]}}}}
+    assert outage_text(lost) == ("connection lost and re-established during the run "
+                                 "(main: 1206 ms (connection reset)); a re-run measures it again")

@@ -28,6 +28,10 @@ pub struct ConnectOptions {
     pub busy_poll_us: Option<u32>,
     /// Limit for connection set-up and each admin command.
     pub timeout: Duration,
+    /// DH-HMAC-CHAP: the host's secret, used when the controller asks for authentication.
+    pub dhchap_secret: Option<nvmf_proto::auth::Secret>,
+    /// DH-HMAC-CHAP: the controller's secret; set, the host also authenticates the controller.
+    pub dhchap_ctrl_secret: Option<nvmf_proto::auth::Secret>,
 }
 
 impl ConnectOptions {
@@ -44,6 +48,8 @@ impl ConnectOptions {
             tos: None,
             busy_poll_us: None,
             timeout: Duration::from_secs(10),
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 }

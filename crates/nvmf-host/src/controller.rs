@@ -2,6 +2,7 @@
 //! CC.EN and CSTS.RDY), Identify, Set Features, Get Log Page, a Keep Alive thread, clean
 //! shutdown, and the parameters I/O queues need to join the same controller.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -23,10 +24,39 @@ const ADMIN_IN_CAPSULE: usize = 8192;
 /// Largest admin data transfer per command; longer log pages are read in pieces.
 const ADMIN_MAX_XFER: usize = 64 << 10;
 
+/// Raised by the keep-alive thread when a Keep Alive fails or goes unanswered within KATO: the
+/// controller is lost (connection closed or silent). Cheap to check from I/O threads, which have
+/// no other way to notice a target that went silent.
+#[derive(Debug, Default)]
+pub struct LossSignal {
+    raised: AtomicBool,
+    detail: Mutex<Option<(Instant, String)>>,
+}
+
+impl LossSignal {
+    pub fn raise(&self, why: String) {
+        let mut d = self.detail.lock().unwrap_or_else(|e| e.into_inner());
+        if d.is_none() {
+            *d = Some((Instant::now(), why));
+        }
+        self.raised.store(true, Ordering::Release);
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Acquire)
+    }
+
+    /// When the loss was noticed and why.
+    pub fn detail(&self) -> Option<(Instant, String)> {
+        self.detail.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// A connected, enabled controller.
 pub struct Controller {
     admin: Arc<Mutex<QueuePair>>,
     keep_alive: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+    lost: Arc<LossSignal>,
     opts: ConnectOptions,
     subnqn: String,
     cntlid: u16,
@@ -59,6 +89,7 @@ pub(crate) fn connect_cmd(
     conn_q.ensure_buffer(0, data.len());
     conn_q.buffer(0)[..data.len()].copy_from_slice(&data);
     let result = conn_q.execute(sqe, Xfer::WriteInCapsule(data.len()), opts.timeout)?;
+    crate::auth::authenticate_if_asked(conn_q, opts, subnqn, result)?;
     // Connect response DW0 bits 15:0 hold the controller ID.
     Ok(result as u16)
 }
@@ -72,6 +103,7 @@ impl Controller {
         let mut ctrl = Controller {
             admin: Arc::new(Mutex::new(admin)),
             keep_alive: None,
+            lost: Arc::default(),
             opts: opts.clone(),
             subnqn: subnqn.to_string(),
             cntlid,
@@ -139,13 +171,16 @@ impl Controller {
     }
 
     /// Keep Alive every KATO/2 from a background thread (the admin queue is shared under a lock).
+    /// One unanswered within KATO (as Linux times it) or failed raises [`Controller::loss_signal`].
     fn start_keep_alive(&mut self) {
         if self.opts.kato_ms == 0 {
             return;
         }
-        let period = Duration::from_millis(self.opts.kato_ms as u64 / 2);
+        let kato = Duration::from_millis(self.opts.kato_ms as u64);
+        let period = kato / 2;
         let admin = Arc::clone(&self.admin);
-        let timeout = self.opts.timeout;
+        let lost = Arc::clone(&self.lost);
+        let timeout = self.opts.timeout.min(kato);
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("nvmf-keep-alive".into())
@@ -156,7 +191,8 @@ impl Controller {
                 }
                 let mut q = admin.lock().unwrap_or_else(|e| e.into_inner());
                 if let Err(e) = q.execute(Sqe::new(admin_opcode::KEEP_ALIVE, 0), Xfer::None, timeout) {
-                    tracing::warn!("Keep Alive failed, stopping keep-alive: {e}");
+                    tracing::warn!("Keep Alive failed, controller lost: {e}");
+                    lost.raise(format!("Keep Alive: {e}"));
                     return;
                 }
             })
@@ -268,6 +304,11 @@ impl Controller {
             cntlid: self.cntlid,
             in_capsule: self.id.in_capsule_data_size(),
         }
+    }
+
+    /// Raised once the keep-alive thread finds the controller gone or silent.
+    pub fn loss_signal(&self) -> Arc<LossSignal> {
+        Arc::clone(&self.lost)
     }
 
     pub fn cntlid(&self) -> u16 {

@@ -29,9 +29,22 @@ pub enum Error {
     /// The request cannot be carried out with what the controller advertised.
     #[error("{0}")]
     Unsupported(String),
+    /// DH-HMAC-CHAP failed: the controller refused our secret, or we refused the controller.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// Reconnecting failed for longer than `--ctrl-loss-tmo`: the controller is gone for good.
+    #[error("controller lost: {0}")]
+    ControllerLost(String),
 }
 
 impl Error {
+    /// The connection is gone or silent (closed, reset, refused, timed out): reconnecting may
+    /// help. Protocol errors, TermReqs and NVMe status codes are answers, not losses: retrying
+    /// the same thing on a new connection would get the same answer.
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(self, Error::Connect { .. } | Error::Io(_) | Error::Closed | Error::Timeout(_))
+    }
+
     pub(crate) fn decode(what: &'static str, e: impl std::fmt::Display) -> Self {
         Error::Decode { what, detail: e.to_string() }
     }

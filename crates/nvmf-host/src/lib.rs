@@ -2,18 +2,25 @@
 //!
 //! [`Controller`] owns the admin queue (connect, enable, Identify, Set Features, Get Log Page,
 //! Keep Alive, shutdown); [`IoQueue`] is one I/O queue pair on its own TCP connection;
-//! [`discover`] reads a discovery controller's log page. The wire format comes from
-//! `nvmf-proto`; this crate moves the bytes. [`perf`] is the engine behind `nvmf-perf`.
+//! [`discover`] reads a discovery controller's log page; [`Session`] reconnects a lost
+//! controller and its queues ([`ReconnectPolicy`]: nvme-cli's reconnect options). The wire
+//! format comes from `nvmf-proto`; this crate moves the bytes. [`perf`] is the engine behind
+//! `nvmf-perf`.
 
+mod auth;
 pub mod connection;
 pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod perf;
 pub mod queue;
+pub mod reconnect;
+pub mod session;
 
 pub use connection::{default_hostnqn, ConnectOptions};
 pub use controller::{Controller, IoQueueParams};
 pub use discovery::discover;
 pub use error::{Error, Result};
 pub use queue::{Completion, IoQueue, QueuePair, Xfer};
+pub use reconnect::ReconnectPolicy;
+pub use session::{Outage, Session, SessionQueue};

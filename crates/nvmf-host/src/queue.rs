@@ -37,6 +37,8 @@ pub struct Completion {
 struct Slot {
     buf: Vec<u8>,
     active: bool,
+    /// The command as submitted, kept to resubmit it on a new connection after a reconnect.
+    sqe: Sqe,
     opcode: u8,
     /// FCTYPE of a Fabrics command (names it in errors).
     fctype: u8,
@@ -62,6 +64,7 @@ impl QueuePair {
             .map(|_| Slot {
                 buf: vec![0; buf_len],
                 active: false,
+                sqe: Sqe::new(0, 0),
                 opcode: 0,
                 fctype: 0,
                 xfer: Xfer::None,
@@ -125,6 +128,7 @@ impl QueuePair {
             SglDescriptor::transport(len as u32)
         });
         slot.active = true;
+        slot.sqe = sqe;
         slot.opcode = sqe.opcode();
         slot.fctype = sqe.fctype();
         slot.xfer = xfer;
@@ -133,6 +137,25 @@ impl QueuePair {
         let data = if in_capsule { &slot.buf[..len] } else { &[][..] };
         encode_pdu(&mut self.conn.tx, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), data, self.conn.digests);
         Ok(())
+    }
+
+    /// Moves this queue onto `conn` (a new connection already joined to the controller) and
+    /// submits again every command that was in flight on the old one, from its kept SQE and
+    /// buffer: a write may then run twice, which rewrites the same data. Returns how many.
+    pub(crate) fn resubmit_on(&mut self, conn: Connection, in_capsule_max: usize) -> Result<usize> {
+        self.conn = conn;
+        self.in_capsule_max = in_capsule_max;
+        let mut n = 0;
+        for tag in 0..self.slots.len() {
+            let slot = &mut self.slots[tag];
+            if slot.active {
+                slot.active = false;
+                let (sqe, xfer) = (slot.sqe, slot.xfer);
+                self.submit(tag as u16, sqe, xfer)?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Sends what is queued without waiting (the rest goes out during polls).
@@ -300,6 +323,8 @@ pub fn command_name(opcode: u8, fctype: u8, qid: u16) -> &'static str {
             f::PROPERTY_GET => "Property Get",
             f::PROPERTY_SET => "Property Set",
             f::DISCONNECT => "Disconnect",
+            f::AUTH_SEND => "AUTH_Send",
+            f::AUTH_RECV => "AUTH_Receive",
             _ => "Fabrics command",
         };
     }
@@ -331,16 +356,32 @@ pub struct IoQueue {
     qp: QueuePair,
     nsid: u32,
     lba_shift: u32,
+    /// Largest I/O, as asked at connect (a reconnect asks the same).
+    max_io: usize,
+}
+
+/// A new connection for I/O queue `qid`, joined to the controller with Connect, in a queue pair
+/// of `slots` command slots (a reconnect needs only Connect's: it keeps its own).
+fn join_io_queue(params: &crate::IoQueueParams, qid: u16, depth: usize, max_io: usize, slots: usize) -> Result<QueuePair> {
+    let conn = Connection::open(&params.opts, max_io as u32)?;
+    let mut qp = QueuePair::new(conn, qid, slots, max_io.max(1024), params.in_capsule);
+    // SQSIZE is 0's based: depth + 1 entries, so `depth` commands never fill the queue.
+    crate::controller::connect_cmd(&mut qp, &params.opts, &params.subnqn, params.cntlid, depth as u16, 0)?;
+    Ok(qp)
 }
 
 impl IoQueue {
     /// Connects I/O queue `qid` with `depth` command slots, each with a `max_io`-byte buffer.
     pub fn connect(params: &crate::IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        let conn = Connection::open(&params.opts, max_io as u32)?;
-        let mut qp = QueuePair::new(conn, qid, depth.max(1), max_io.max(1024), params.in_capsule);
-        // SQSIZE is 0's based: depth + 1 entries, so `depth` commands never fill the queue.
-        crate::controller::connect_cmd(&mut qp, &params.opts, &params.subnqn, params.cntlid, depth as u16, 0)?;
-        Ok(IoQueue { qp, nsid: 1, lba_shift: 9 })
+        let qp = join_io_queue(params, qid, depth, max_io, depth.max(1))?;
+        Ok(IoQueue { qp, nsid: 1, lba_shift: 9, max_io })
+    }
+
+    /// Joins the same qid to the controller `params` names (after a controller reconnect) on a
+    /// new connection, and resubmits every command in flight there. Returns how many.
+    pub fn reconnect(&mut self, params: &crate::IoQueueParams) -> Result<usize> {
+        let fresh = join_io_queue(params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
+        self.qp.resubmit_on(fresh.conn, params.in_capsule)
     }
 
     /// Namespace the NVM commands address and its logical block size (a power of two).

@@ -34,6 +34,15 @@ pub mod oncs {
     pub const WRITE_ZEROES: u16 = 1 << 3;
 }
 
+/// Identify Controller VWC (byte 525).
+pub mod vwc {
+    /// Bit 0: a volatile write cache is present; Flush makes completed writes durable.
+    pub const PRESENT: u8 = 1;
+    /// Bits 2:1 = 11b: Flush with NSID FFFFFFFFh flushes every namespace (only meaningful,
+    /// and only reported, with PRESENT).
+    pub const FLUSH_ALL_NSID: u8 = 0b11 << 1;
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IdentifyController {
     pub vid: u16,

@@ -8,6 +8,7 @@
 //! Layouts follow the NVMe/TCP Transport Specification 1.0, NVMe over Fabrics 1.1 and NVMe Base 2.0;
 //! all multi-byte fields are little endian.
 
+pub mod auth;
 pub mod digest;
 pub mod discovery;
 pub mod fabrics;

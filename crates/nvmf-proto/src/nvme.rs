@@ -274,6 +274,7 @@ statuses! {
     CONNECT_INVALID_PARAM = (1, 0x82, "Connect Invalid Parameters");
     CONNECT_RESTART_DISC = (1, 0x83, "Connect Restart Discovery");
     CONNECT_INVALID_HOST = (1, 0x84, "Connect Invalid Host");
+    AUTH_REQUIRED = (1, 0x91, "Authentication Required");
 }
 
 impl Status {

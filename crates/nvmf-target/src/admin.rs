@@ -5,7 +5,7 @@ use crate::core::{Controller, Namespace, Outcome, Target, AERL, MAX_IO_QUEUES, M
 use crate::fabrics::VERSION;
 use nvmf_proto::fabrics::DISCOVERY_NQN;
 use nvmf_proto::identify::{
-    cntrltype, encode_ns_descriptors, encode_ns_list, nidt, oncs, sgls, IdentifyController, IdentifyNamespace,
+    cntrltype, encode_ns_descriptors, encode_ns_list, nidt, oncs, sgls, vwc, IdentifyController, IdentifyNamespace,
     NsDescriptor, IDENTIFY_LEN,
 };
 use nvmf_proto::nvme::{admin_opcode, cns, feature, log_page};
@@ -116,7 +116,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         maxcmd: MQES + 1,
         nn,
         oncs: if io { oncs::DSM | oncs::WRITE_ZEROES } else { 0 },
-        vwc: io as u8,
+        vwc: if has_volatile_cache(ctrl) { vwc::PRESENT | vwc::FLUSH_ALL_NSID } else { 0 },
         sgls: sgls::SUPPORTED | sgls::OFFSET,
         subnqn,
         ioccsz: if io { (64 + icds) / 16 } else { 0 },
@@ -125,6 +125,12 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         msdbd: 1,
         ..Default::default()
     }
+}
+
+/// True when a namespace of the controller's subsystem can lose completed writes without a
+/// Flush (a file backend); null and ram namespaces have no cache to flush.
+fn has_volatile_cache(ctrl: &Controller) -> bool {
+    ctrl.subsys.iter().flat_map(|s| s.namespaces.iter()).any(|n| n.backend.volatile_cache())
 }
 
 pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
@@ -174,7 +180,13 @@ fn get_log_page(cx: &AdminContext, sqe: &Sqe) -> Outcome {
         _ => return Outcome::status(Status::INVALID_LOG_PAGE.with_dnr()),
     };
     // The host gets exactly `len` bytes from `offset`; past the end of the page it reads zeroes.
-    let mut out = vec![0u8; len as usize];
+    // `len` is the host's (bounded by MDTS above); without memory only this command fails.
+    let mut out = Vec::new();
+    if out.try_reserve_exact(len as usize).is_err() {
+        tracing::warn!(len, "no memory for a Get Log Page buffer");
+        return Outcome::status(Status::INTERNAL_ERROR);
+    }
+    out.resize(len as usize, 0);
     if offset < page.len() as u64 {
         let from = &page[offset as usize..];
         let n = from.len().min(out.len());
@@ -240,7 +252,7 @@ enum FeatureValue {
 }
 
 /// Get Features with SEL: current, default, saved (= default: nothing is saveable) and
-/// supported capabilities. Answers what Linux nvmet answers (Volatile Write Cache enabled,
+/// supported capabilities. Answers what Linux nvmet answers (Volatile Write Cache, enabled when present,
 /// Number of Queues, Keep Alive Timer in ms, Async Event Configuration, the 128-bit Host
 /// Identifier, refused without EXHID) and, where nvmet has no value, the specification's
 /// defaults for a controller without those mechanisms: Arbitration (no burst limit), Power
@@ -274,7 +286,11 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
             FeatureValue::Dword { current: v, default: v, changeable: false }
         }
         (feature::ERROR_RECOVERY, _) => FeatureValue::Dword { current: 0, default: 0, changeable: false },
-        (feature::VOLATILE_WRITE_CACHE, _) => FeatureValue::Dword { current: 1, default: 1, changeable: false },
+        // Enabled exactly when present (it cannot be turned off), as Identify VWC says.
+        (feature::VOLATILE_WRITE_CACHE, _) => {
+            let on = has_volatile_cache(ctrl) as u32;
+            FeatureValue::Dword { current: on, default: on, changeable: false }
+        }
         (feature::NUMBER_OF_QUEUES, _) => {
             let max = MAX_IO_QUEUES as u32 - 1;
             FeatureValue::Dword { current: ctrl.num_queues.load(Relaxed), default: max << 16 | max, changeable: true }
@@ -307,6 +323,7 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
 mod tests {
     use super::*;
     use crate::config::{BackendConfig, NamespaceConfig, SubsystemConfig, TargetSettings};
+    use crate::core::MAX_TRANSFER;
     use std::sync::Arc;
     use std::time::Instant;
 
@@ -371,16 +388,35 @@ mod tests {
         assert_eq!(get(&c, f, feature::sel::DEFAULT, 0), ok(DEFAULT_OVER_TEMP_K as u64));
     }
 
+    /// A controller of a subsystem with one namespace on `backend`.
+    fn controller_on(backend: BackendConfig) -> (Target, Arc<Controller>) {
+        let mut sub = SubsystemConfig::new("nqn.2024-01.io.nvmflab:vwc");
+        sub.namespaces.push(NamespaceConfig { nsid: 1, backend, block_size: 512, nguid: None, uuid: None });
+        let t = Target::new(TargetSettings::default(), &[sub], &[]).unwrap();
+        let c = t.create_controller(Some(t.subsystems[0].clone()), "nqn.host", HOSTID, 0, Instant::now()).unwrap();
+        (t, c)
+    }
+
     #[test]
-    fn volatile_write_cache_is_present_and_enabled() {
-        let t = {
-            let c = controller(false);
-            assert_eq!(get(&c, feature::VOLATILE_WRITE_CACHE, 0, 0), ok(1));
-            assert_eq!(set(&c, feature::VOLATILE_WRITE_CACHE, 0), invalid_field(), "as nvmet: cannot be turned off");
-            c
-        };
-        let target = Target::new(TargetSettings::default(), &[], &[]).unwrap();
-        assert_eq!(identify_controller(&target, &t).vwc & 1, 1, "Identify says a write cache is present");
+    fn volatile_write_cache_is_reported_only_where_a_flush_matters() {
+        let (t, c) = controller_on(BackendConfig::Ram { size: 1 << 20 });
+        assert_eq!(identify_controller(&t, &c).vwc, 0, "ram: nothing to flush to");
+        assert_eq!(get(&c, feature::VOLATILE_WRITE_CACHE, 0, 0), ok(0));
+        let (t, c) = controller_on(BackendConfig::Null { size: 1 << 20 });
+        assert_eq!(identify_controller(&t, &c).vwc, 0, "null stores nothing");
+
+        let dir = std::env::temp_dir().join(format!("nvmf-target-vwc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("disk.img");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let (t, c) = controller_on(BackendConfig::File { path });
+        let id = identify_controller(&t, &c);
+        assert_eq!(id.vwc & vwc::PRESENT, vwc::PRESENT, "a file has the page cache or the device's cache");
+        assert_eq!(id.vwc & vwc::FLUSH_ALL_NSID, vwc::FLUSH_ALL_NSID, "broadcast Flush supported");
+        assert_eq!(get(&c, feature::VOLATILE_WRITE_CACHE, 0, 0), ok(1));
+        assert_eq!(set(&c, feature::VOLATILE_WRITE_CACHE, 0), invalid_field(), "as nvmet: cannot be turned off");
+        drop((t, c));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -412,6 +448,31 @@ mod tests {
         assert_eq!(get(&c, feature::HOST_IDENTIFIER, 0, 1), Outcome::Data(HOSTID.to_vec()));
         assert_eq!(get(&c, feature::HOST_IDENTIFIER, 0, 0), invalid_field(), "64-bit host identifiers are not supported");
         assert_eq!(set(&c, feature::HOST_IDENTIFIER, 1), Outcome::status(Status::CMD_SEQ_ERROR.with_dnr()));
+    }
+
+    fn log_page(c: &Controller, lid: u8, numd: u64, offset: u64) -> Outcome {
+        let t = Target::new(TargetSettings::default(), &[], &[]).unwrap();
+        let cx = AdminContext { target: &t, ctrl: c, held_aers: 0 };
+        let mut s = sqe(admin_opcode::GET_LOG_PAGE, (((numd - 1) & 0xFFFF) << 16) as u32 | lid as u32, ((numd - 1) >> 16) as u32);
+        s.set_cdw(12, offset as u32);
+        s.set_cdw(13, (offset >> 32) as u32);
+        get_log_page(&cx, &s)
+    }
+
+    #[test]
+    fn get_log_page_sizes_from_the_host_are_bounded() {
+        let c = controller(false);
+        // NUMD at its maximum asks for 16 GiB: refused before anything is allocated.
+        assert_eq!(log_page(&c, log_page::SMART_HEALTH, 1 << 32, 0), invalid_field());
+        assert_eq!(log_page(&c, log_page::SMART_HEALTH, (MAX_TRANSFER as u64 / 4) + 1, 0), invalid_field(), "just over MDTS");
+        match log_page(&c, log_page::SMART_HEALTH, MAX_TRANSFER as u64 / 4, u64::MAX - 3) {
+            Outcome::Data(d) => assert!(d.len() == MAX_TRANSFER as usize && d.iter().all(|b| *b == 0), "past the end: zeroes"),
+            other => panic!("{other:?}"),
+        }
+        match log_page(&c, log_page::SMART_HEALTH, 128, 0) {
+            Outcome::Data(d) => assert_eq!((d.len(), d[3]), (512, 100), "512 bytes, available spare 100%"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

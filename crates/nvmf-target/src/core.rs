@@ -2,12 +2,12 @@
 //! are taken at Connect and teardown only; the data path reads immutable subsystem data and
 //! single atomics (keep-alive time stamp, controller status).
 
-use crate::backend::{Backend, BackendError};
-use crate::config::{PortConfig, SubsystemConfig, TargetSettings};
+use crate::backend::{Backend, BackendError, MemoryBudget};
+use crate::config::{HostAuthConfig, PortConfig, SubsystemConfig, TargetSettings};
 use nvmf_proto::fabrics::{cc, csts};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -173,8 +173,14 @@ pub struct Target {
     pub ports: Vec<Port>,
     /// Time zero for the nanosecond stamps in controllers.
     pub epoch: Instant,
+    /// Command data buffers of every connection together (`settings.buffer_memory`).
+    pub buffers: Arc<MemoryBudget>,
+    /// TCP connections open now, in the acceptor or a reactor (`settings.max_connections`).
+    pub connections: AtomicUsize,
     controllers: Mutex<HashMap<u16, Arc<Controller>>>,
     next_cntlid: Mutex<u16>,
+    /// DH-HMAC-CHAP keys by host NQN (see [`Target::with_host_auth`]).
+    host_auth: HashMap<String, Arc<HostAuthConfig>>,
 }
 
 /// Deterministic 64-bit FNV-1a, used to derive stable namespace identifiers.
@@ -242,14 +248,29 @@ impl Target {
             .enumerate()
             .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone() })
             .collect();
+        let buffer_memory = usize::try_from(settings.buffer_memory_bytes()).unwrap_or(usize::MAX);
         Ok(Target {
             settings,
             subsystems: subs,
             ports,
             epoch: Instant::now(),
+            buffers: Arc::new(MemoryBudget::new(buffer_memory)),
+            connections: AtomicUsize::new(0),
             controllers: Mutex::new(HashMap::new()),
             next_cntlid: Mutex::new(1),
+            host_auth: HashMap::new(),
         })
+    }
+
+    /// Hosts listed here must authenticate (DH-HMAC-CHAP) every queue they connect.
+    pub fn with_host_auth(mut self, hosts: &[HostAuthConfig]) -> Self {
+        self.host_auth = hosts.iter().map(|h| (h.nqn.clone(), Arc::new(h.clone()))).collect();
+        self
+    }
+
+    /// The DH-HMAC-CHAP settings of `hostnqn`, if it must authenticate.
+    pub fn host_auth(&self, hostnqn: &str) -> Option<&Arc<HostAuthConfig>> {
+        self.host_auth.get(hostnqn)
     }
 
     pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
@@ -260,7 +281,9 @@ impl Target {
         now.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
-    /// Creates a controller with a fresh cntlid (1..=0xFFEF, wrapping, skipping live ones).
+    /// Creates a controller with a fresh cntlid (1..=0xFFEF, wrapping, skipping live ones);
+    /// `None` when `settings.max_controllers` exist already or no cntlid is free (the host is
+    /// answered Connect Controller Busy).
     pub fn create_controller(
         &self,
         subsys: Option<Arc<Subsystem>>,
@@ -270,6 +293,10 @@ impl Target {
         now: Instant,
     ) -> Option<Arc<Controller>> {
         let mut ctrls = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
+        if ctrls.len() >= self.settings.max_controllers as usize {
+            tracing::warn!(max = self.settings.max_controllers, %hostnqn, "controller limit reached; refusing Connect");
+            return None;
+        }
         let mut next = self.next_cntlid.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..0xFFEF {
             let cntlid = *next;

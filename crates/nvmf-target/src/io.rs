@@ -5,12 +5,16 @@ use crate::core::{Namespace, Subsystem, MAX_TRANSFER};
 use nvmf_proto::nvme::io_opcode;
 use nvmf_proto::{Sqe, Status};
 
+/// Read/Write CDW12 bit 30: Force Unit Access.
+const CDW12_FUA: u32 = 1 << 30;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoPlan {
     /// Read `len` bytes at byte `offset` and send them to the host.
     Read { ns: usize, offset: u64, len: u32 },
-    /// Receive `len` bytes from the host and write them at `offset`.
-    Write { ns: usize, offset: u64, len: u32 },
+    /// Receive `len` bytes from the host and write them at `offset`; with `fua` (Force Unit
+    /// Access) the write must be durable before it completes.
+    Write { ns: usize, offset: u64, len: u32, fua: bool },
     /// Flush one namespace, or every namespace (`ns = None`, nsid FFFFFFFFh).
     Flush { ns: Option<usize> },
     WriteZeroes { ns: usize, offset: u64, len: u64 },
@@ -52,7 +56,11 @@ pub fn plan(subsys: &Subsystem, sqe: &Sqe) -> Result<IoPlan, Status> {
                 return Err(Status::INVALID_FIELD.with_dnr());
             }
             let len = len as u32;
-            Ok(if op == io_opcode::READ { IoPlan::Read { ns: i, offset, len } } else { IoPlan::Write { ns: i, offset, len } })
+            Ok(if op == io_opcode::READ {
+                IoPlan::Read { ns: i, offset, len }
+            } else {
+                IoPlan::Write { ns: i, offset, len, fua: sqe.cdw(12) & CDW12_FUA != 0 }
+            })
         }
         io_opcode::FLUSH => match sqe.nsid() {
             u32::MAX => Ok(IoPlan::Flush { ns: None }),

@@ -5,6 +5,7 @@
 //! [`RunningTarget`] that reports the real addresses (port 0 binds an ephemeral port).
 
 pub mod admin;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod core;
@@ -112,7 +113,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         bound.push(PortConfig { addr, ..p.clone() });
         listeners.push(mio::net::TcpListener::from_std(l));
     }
-    let target = Arc::new(core::Target::new(config.target.clone(), &config.subsystems, &bound)?);
+    let target = Arc::new(core::Target::new(config.target.clone(), &config.subsystems, &bound)?.with_host_auth(&config.hosts));
     let stop = Arc::new(AtomicBool::new(false));
     let t = &config.target;
     let mut handles = Vec::new();

@@ -21,6 +21,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    raise_fd_limit();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
@@ -44,4 +45,19 @@ fn main() {
     }
     tracing::info!("signal received; shutting down");
     target.shutdown();
+}
+
+/// Every queue is a socket: lift the soft open-file limit to the hard one, so that
+/// `max_connections` rather than a default of 1024 descriptors decides how many hosts fit.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write one rlimit struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
 }

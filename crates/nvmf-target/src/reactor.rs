@@ -82,6 +82,26 @@ fn pin_to_core(core: usize) {
 pub struct Handoff {
     pub stream: TcpStream,
     pub conn: Connection,
+    pub permit: ConnectionPermit,
+}
+
+/// One of `max_connections`: taken at accept, given back when the connection is dropped
+/// (wherever that happens: acceptor, reactor, or a reactor that shut down).
+pub struct ConnectionPermit(Arc<Target>);
+
+impl ConnectionPermit {
+    /// None when `max_connections` are open.
+    pub fn take(target: &Arc<Target>) -> Option<ConnectionPermit> {
+        let max = target.settings.max_connections as usize;
+        let taken = target.connections.fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1));
+        taken.is_ok().then(|| ConnectionPermit(target.clone()))
+    }
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Relaxed);
+    }
 }
 
 /// The acceptor's handle on one reactor.
@@ -124,6 +144,7 @@ struct Entry {
     conn: Connection,
     /// Socket closed; kept only until the backend finishes with the connection's buffers.
     gone: bool,
+    _permit: ConnectionPermit,
 }
 
 /// Reads all available bytes. Returns false when the peer closed or the socket failed.
@@ -241,14 +262,14 @@ impl Reactor {
                     conns.push(None);
                     conns.len() - 1
                 });
-                let Handoff { mut stream, mut conn } = h;
+                let Handoff { mut stream, mut conn, permit } = h;
                 if let Err(e) = self.poll.registry().register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE) {
                     tracing::error!("cannot register connection: {e}");
                     free.push(idx);
                     continue;
                 }
                 conn.attach(idx as u32, &self.stats);
-                conns[idx] = Some(Entry { stream, conn, gone: false });
+                conns[idx] = Some(Entry { stream, conn, gone: false, _permit: permit });
                 touched.push(idx);
             }
 
@@ -293,6 +314,10 @@ impl Reactor {
                 let Some(e) = &mut conns[idx] else { continue };
                 if tick && !e.gone {
                     e.conn.tick(now);
+                    if e.conn.waits_for_memory() {
+                        // Memory may have been freed by another connection: try again.
+                        e.conn.process(now, &mut engine);
+                    }
                 }
                 if !e.gone && !e.conn.output().is_empty() {
                     let was_blocked = e.conn.output().len() >= 8 << 20;
@@ -353,9 +378,27 @@ pub struct Acceptor {
     pub stop: Arc<AtomicBool>,
 }
 
+/// Connections refused over `max_connections`, logged at most once a second.
+struct Refusals {
+    count: u64,
+    logged: Option<Instant>,
+}
+
+impl Refusals {
+    fn note(&mut self, peer: std::net::SocketAddr, max: u32, now: Instant) {
+        self.count += 1;
+        if self.logged.map_or(true, |t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
+            tracing::warn!(%peer, max, refused = self.count, "connection limit reached; closing new connections");
+            self.logged = Some(now);
+            self.count = 0;
+        }
+    }
+}
+
 struct Pending {
     stream: TcpStream,
     conn: Connection,
+    permit: ConnectionPermit,
 }
 
 impl Acceptor {
@@ -373,8 +416,14 @@ impl Acceptor {
         // Connect handling needs no backend I/O; the engine exists for the API.
         let mut engine = IoEngine::new(4);
         let mut pending: Vec<Option<Pending>> = Vec::new();
+        let mut refusals = Refusals { count: 0, logged: None };
         let mut events = Events::with_capacity(256);
         let mut poll = poll;
+        // Connections to visit this round: those with events, or all of them on a tick. Visiting
+        // all every round would cost O(pending) per event, and a flood of half-open connections
+        // would then eat the CPU that connected hosts need.
+        let mut touched: Vec<usize> = Vec::new();
+        let mut last_tick = Instant::now();
         while !self.stop.load(Relaxed) {
             if let Err(e) = poll.poll(&mut events, Some(MAX_SLEEP)) {
                 if e.kind() != ErrorKind::Interrupted {
@@ -382,20 +431,32 @@ impl Acceptor {
                 }
             }
             let now = Instant::now();
+            touched.clear();
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t < n {
-                    self.accept_all(t, &poll, &mut pending, now, &mut engine);
+                    self.accept_all(t, &poll, &mut pending, now, &mut engine, &mut refusals, &mut touched);
                 } else if let Some(Some(p)) = pending.get_mut(t - n) {
                     if !read_all(&mut p.stream, &mut p.conn, now, &mut engine) {
                         p.conn.close();
                     }
+                    touched.push(t - n);
                 }
             }
-            for i in 0..pending.len() {
-                let Some(p) = &mut pending[i] else { continue };
+            let tick = now.duration_since(last_tick) >= TICK;
+            if tick {
+                last_tick = now;
+                touched.clear();
+                touched.extend(0..pending.len());
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            for &i in &touched {
+                let Some(Some(p)) = pending.get_mut(i) else { continue };
                 p.conn.process(now, &mut engine);
-                p.conn.tick(now);
+                if tick {
+                    p.conn.tick(now);
+                }
                 if !write_all(&mut p.stream, &mut p.conn) {
                     p.conn.close();
                 }
@@ -409,7 +470,7 @@ impl Acceptor {
                     let Some(mut p) = pending[i].take() else { continue };
                     let _ = poll.registry().deregister(&mut p.stream);
                     let handle = &self.reactors[r];
-                    if handle.tx.send(Handoff { stream: p.stream, conn: p.conn }).is_ok() {
+                    if handle.tx.send(Handoff { stream: p.stream, conn: p.conn, permit: p.permit }).is_ok() {
                         let _ = handle.waker.wake();
                     }
                 }
@@ -420,7 +481,19 @@ impl Acceptor {
         }
     }
 
-    fn accept_all(&mut self, i: usize, poll: &Poll, pending: &mut Vec<Option<Pending>>, now: Instant, engine: &mut IoEngine) {
+    /// Accepts every waiting connection of listener `i` (over the cap: closes it); each new
+    /// one is read once and its slot added to `touched`.
+    #[allow(clippy::too_many_arguments)] // the acceptor loop's state, passed by piece
+    fn accept_all(
+        &mut self,
+        i: usize,
+        poll: &Poll,
+        pending: &mut Vec<Option<Pending>>,
+        now: Instant,
+        engine: &mut IoEngine,
+        refusals: &mut Refusals,
+        touched: &mut Vec<usize>,
+    ) {
         let n = self.listeners.len();
         loop {
             let (mut stream, peer) = match self.listeners[i].0.accept() {
@@ -433,6 +506,13 @@ impl Acceptor {
                 }
             };
             tracing::debug!(%peer, "accepted");
+            let Some(permit) = ConnectionPermit::take(&self.target) else {
+                // Over the cap: close at once (the host sees the connection end, not a hang in
+                // the listen backlog), and say so at most once a second.
+                refusals.note(peer, self.target.settings.max_connections, now);
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                continue;
+            };
             apply_socket_options(&stream, self.sockopts);
             let slot = pending.iter().position(Option::is_none).unwrap_or_else(|| {
                 pending.push(None);
@@ -447,7 +527,8 @@ impl Acceptor {
             if !read_all(&mut stream, &mut conn, now, engine) {
                 conn.close();
             }
-            pending[slot] = Some(Pending { stream, conn });
+            pending[slot] = Some(Pending { stream, conn, permit });
+            touched.push(slot);
         }
     }
 }

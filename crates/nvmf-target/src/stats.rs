@@ -88,6 +88,9 @@ pub struct ReactorStats {
     pub busy_ns: Counter,
     pub idle_ns: Counter,
     pub wakeups: Counter,
+    /// Commands of queues dropped from `queues` (see [`MAX_IDLE_CLOSED_QUEUES`]), so that the
+    /// reactor's totals stay cumulative.
+    retired_commands: AtomicU64,
     queues: Mutex<Vec<Arc<QueueStats>>>,
     namespaces: Mutex<Vec<Arc<NsStats>>>,
 }
@@ -102,14 +105,34 @@ impl ReactorStats {
             busy_ns: Counter::default(),
             idle_ns: Counter::default(),
             wakeups: Counter::default(),
+            retired_commands: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
             namespaces: Mutex::new(Vec::new()),
         }
     }
 
-    /// Records a queue now served by this reactor (at connection hand-off).
+    /// Records a queue now served by this reactor (at connection hand-off). Closed queues stay
+    /// listed (their counters are cumulative), except closed queues that never did I/O beyond
+    /// [`MAX_IDLE_CLOSED_QUEUES`]: a churn of connections (a flood, discovery polling) would
+    /// otherwise grow the list without bound.
     pub fn add_queue(&self, q: Arc<QueueStats>) {
-        self.queues.lock().unwrap_or_else(|e| e.into_inner()).push(q);
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues.push(q);
+        let idle_closed = |q: &QueueStats| !q.connected.load(Relaxed) && q.bytes_read.get() + q.bytes_written.get() == 0
+            && q.read.get() + q.write.get() + q.flush.get() + q.write_zeroes.get() + q.dsm.get() == 0;
+        let count = queues.iter().filter(|q| idle_closed(q)).count();
+        if count > MAX_IDLE_CLOSED_QUEUES {
+            // Drop the oldest half of the excess at once: the scan then runs rarely.
+            let mut drop = count - MAX_IDLE_CLOSED_QUEUES / 2;
+            queues.retain(|q| {
+                if drop > 0 && idle_closed(q) {
+                    drop -= 1;
+                    self.retired_commands.fetch_add(q.commands.get(), Relaxed);
+                    return false;
+                }
+                true
+            });
+        }
     }
 
     /// This reactor's counters for a namespace, created on first use.
@@ -141,6 +164,9 @@ impl ReactorStats {
     }
 }
 
+/// Closed queues without I/O kept in the listing, per reactor.
+pub const MAX_IDLE_CLOSED_QUEUES: usize = 1024;
+
 pub struct StatsRegistry {
     pub start: Instant,
     pub reactors: Vec<Arc<ReactorStats>>,
@@ -157,7 +183,7 @@ impl StatsRegistry {
                 json!({
                     "index": r.index, "core": r.core, "mode": r.mode.as_str(), "idle_poll_us": r.idle_poll_us,
                     "busy_ns": r.busy_ns.get(), "idle_ns": r.idle_ns.get(), "wakeups": r.wakeups.get(),
-                    "commands": sum(|q| q.commands.get()),
+                    "commands": sum(|q| q.commands.get()) + r.retired_commands.load(Relaxed),
                     "bytes_read": sum(|q| q.bytes_read.get()),
                     "bytes_written": sum(|q| q.bytes_written.get()),
                     "namespaces": r.namespaces().iter().map(|n| json!({
@@ -256,6 +282,9 @@ pub fn serve(
 ) -> Result<StatsServer, String> {
     let server = tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on stats address {addr}: {e}"))?;
     let addr = server.server_addr().to_ip().unwrap_or(addr);
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "stats endpoint is unauthenticated and listens beyond loopback: anyone who reaches it reads every host NQN and counter");
+    }
     let thread = std::thread::Builder::new()
         .name("nvmf-stats".into())
         .spawn(move || {
@@ -278,6 +307,27 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closed_queues_without_io_are_not_kept_forever() {
+        let r = ReactorStats::new(0, 0, ReactorMode::Event, 0);
+        let busy = Arc::new(QueueStats::new("nqn.s", "nqn.h", 1, 1));
+        busy.read.add(1);
+        busy.commands.add(3);
+        busy.connected.store(false, Relaxed);
+        r.add_queue(busy);
+        for i in 0..3 * MAX_IDLE_CLOSED_QUEUES {
+            let q = Arc::new(QueueStats::new("nqn.s", "nqn.h", i as u16, 0));
+            q.commands.add(1); // its Connect
+            q.connected.store(false, Relaxed);
+            r.add_queue(q);
+        }
+        let queues = r.queues();
+        assert!(queues.len() <= MAX_IDLE_CLOSED_QUEUES + 1, "{} queues listed", queues.len());
+        assert!(queues.iter().any(|q| q.read.get() == 1), "a queue that did I/O stays");
+        let total: u64 = queues.iter().map(|q| q.commands.get()).sum::<u64>() + r.retired_commands.load(Relaxed);
+        assert_eq!(total, 3 + 3 * MAX_IDLE_CLOSED_QUEUES as u64, "every Connect is still counted");
+    }
 
     #[test]
     fn json_and_prometheus_have_the_contract_shape() {

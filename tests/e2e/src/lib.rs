@@ -105,6 +105,11 @@ impl Target {
         Target { child, addr, stats, stderr }
     }
 
+    /// The target's process ID (to stop or kill it from a test).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn port(&self) -> String {
         self.addr.port().to_string()
     }

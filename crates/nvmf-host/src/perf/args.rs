@@ -73,6 +73,12 @@ pub struct TargetArgs {
     /// SO_BUSY_POLL in microseconds on every socket.
     #[arg(long = "busy_poll_us")]
     pub busy_poll_us: Option<u32>,
+    /// DH-HMAC-CHAP secret of the host (`DHHC-1:XX:...:`, as `nvme gen-dhchap-key` prints it).
+    #[arg(short = 'S', long = "dhchap-secret")]
+    pub dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP secret of the controller: the host also authenticates the controller.
+    #[arg(short = 'C', long = "dhchap-ctrl-secret")]
+    pub dhchap_ctrl_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -137,6 +143,26 @@ pub struct RunArgs {
     /// Write the report to FILE instead of stdout.
     #[arg(long = "output")]
     pub output: Option<PathBuf>,
+    /// Seconds between reconnect attempts after a lost connection (nvme-cli's option; 1, 0.5,
+    /// 200ms). The first attempt comes this long after the loss.
+    #[arg(long = "reconnect-delay", alias = "reconnect_delay", default_value = "1", value_parser = parse_duration)]
+    pub reconnect_delay: Duration,
+    /// Seconds after a lost connection before giving up and failing the run (nvme-cli's option;
+    /// -1 = retry forever, 0 = no reconnect).
+    #[arg(long = "ctrl-loss-tmo", alias = "ctrl_loss_tmo", default_value = "10", value_parser = parse_loss_tmo, allow_hyphen_values = true)]
+    pub ctrl_loss_tmo: LossTimeout,
+}
+
+/// `--ctrl-loss-tmo`: a duration, or -1 for no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossTimeout(pub Option<Duration>);
+
+fn parse_loss_tmo(s: &str) -> Result<LossTimeout, String> {
+    match s.trim() {
+        "-1" => Ok(LossTimeout(None)),
+        t if t.starts_with('-') => Err(format!("invalid --ctrl-loss-tmo {s:?}: -1 (forever) or a duration")),
+        t => parse_duration(t).map(|d| LossTimeout(Some(d))),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -259,6 +285,27 @@ mod tests {
         assert!(r.target.hdr_digest && r.target.data_digest && r.verify);
         assert_eq!(r.output_format, OutputFormat::Json);
         assert_eq!(r.size, Some(1 << 30));
+    }
+
+    #[test]
+    fn reconnect_options_take_nvme_cli_names_and_minus_one() {
+        let run = |extra: &[&str]| {
+            let mut a = vec!["run", "--local", "/tmp/f"];
+            a.extend_from_slice(extra);
+            match parse(&a).unwrap().command {
+                Command::Run(r) => r,
+                _ => unreachable!("parsed a run command"),
+            }
+        };
+        let r = run(&[]);
+        assert_eq!((r.reconnect_delay, r.ctrl_loss_tmo), (Duration::from_secs(1), LossTimeout(Some(Duration::from_secs(10)))));
+        let r = run(&["--reconnect-delay", "200ms", "--ctrl-loss-tmo", "-1"]);
+        assert_eq!((r.reconnect_delay, r.ctrl_loss_tmo), (Duration::from_millis(200), LossTimeout(None)));
+        let r = run(&["--reconnect_delay", "2", "--ctrl_loss_tmo=0"]);
+        assert_eq!((r.reconnect_delay, r.ctrl_loss_tmo), (Duration::from_secs(2), LossTimeout(Some(Duration::ZERO))));
+        let e = parse(&["run", "--local", "/tmp/f", "--ctrl-loss-tmo", "-5"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("-1 (forever)"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::{Completion, Error, IoQueue};
+use crate::{Completion, Error, SessionQueue};
 
 pub trait Engine {
     /// Tags available: I/Os in flight at most.
@@ -24,30 +24,42 @@ pub trait Engine {
     /// Collects finished I/Os into `done` (cleared first). `wait` zero: only look; otherwise
     /// block up to `wait` for at least one.
     fn reap(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<(), Error>;
+
+    /// True once after the engine reconnected (its I/Os in flight were resubmitted), so the
+    /// job restarts its stall clock instead of counting the outage as a stall.
+    fn take_recovered(&mut self) -> bool {
+        false
+    }
+
+    /// I/Os resubmitted after reconnects.
+    fn retried(&self) -> u64 {
+        0
+    }
 }
 
-/// NVMe/TCP: byte offsets become LBAs of the queue's namespace.
-pub struct TcpEngine {
-    pub queue: IoQueue,
+/// NVMe/TCP: byte offsets become LBAs of the queue's namespace. The queue belongs to a session,
+/// so a lost connection is reconnected under the job's feet (see [`crate::session`]).
+pub struct TcpEngine<'s> {
+    pub queue: SessionQueue<'s>,
     pub lba_shift: u32,
 }
 
-impl Engine for TcpEngine {
+impl Engine for TcpEngine<'_> {
     fn depth(&self) -> usize {
         self.queue.depth()
     }
 
     fn buffer(&mut self, tag: u16) -> &mut [u8] {
-        self.queue.buffer(tag)
+        self.queue.queue().buffer(tag)
     }
 
     fn submit(&mut self, tag: u16, is_read: bool, offset: u64, len: usize) -> Result<(), Error> {
         let slba = offset >> self.lba_shift;
         let nlb = (len >> self.lba_shift) as u32;
         if is_read {
-            self.queue.submit_read(tag, slba, nlb)
+            self.queue.queue().submit_read(tag, slba, nlb)
         } else {
-            self.queue.submit_write(tag, slba, nlb)
+            self.queue.queue().submit_write(tag, slba, nlb)
         }
     }
 
@@ -57,5 +69,13 @@ impl Engine for TcpEngine {
 
     fn reap(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<(), Error> {
         self.queue.poll(wait, done)
+    }
+
+    fn take_recovered(&mut self) -> bool {
+        self.queue.take_recovered()
+    }
+
+    fn retried(&self) -> u64 {
+        self.queue.retried()
     }
 }

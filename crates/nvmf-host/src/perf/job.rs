@@ -145,6 +145,9 @@ pub struct JobResult {
     pub ramp_late_ios: u64,
     /// Blocks read back and checked by the verify phase.
     pub verified_ios: u64,
+    /// I/Os in flight when a connection was lost, resubmitted after the reconnect (each counts
+    /// once in the totals: its completion is the one on the new connection).
+    pub retried_ios: u64,
     /// Per-interval statistics (`--log_avg_msec`), in time order; empty when off.
     pub intervals: Vec<Interval>,
 }
@@ -199,6 +202,7 @@ pub fn run_job<E: Engine>(spec: &JobSpec, engine: E) -> Result<JobResult, Error>
     if !job.written.is_empty() {
         result.verified_ios = job.verify_phase()?;
     }
+    result.retried_ios = job.engine.retried();
     result.usage = ThreadUsage::now().since(&usage0);
     result.wall_ns = job.now_ns();
     Ok(result)
@@ -362,6 +366,10 @@ impl<E: Engine> Job<'_, E> {
         let mut done = std::mem::take(&mut self.done);
         let r = self.engine.reap(wait, &mut done);
         let now = self.now_ns();
+        if self.engine.take_recovered() {
+            // Time spent reconnecting is an outage (reported as such), not a stalled target.
+            self.last_progress_ns = now;
+        }
         if done.is_empty() {
             self.done = done;
             r?;

@@ -13,7 +13,7 @@ pub mod report;
 pub mod verify;
 pub mod workload;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nvmf_proto::Status;
 use serde_json::{json, Map, Value};
@@ -21,8 +21,8 @@ use serde_json::{json, Map, Value};
 use self::args::{RunArgs, TargetArgs};
 use self::engine::TcpEngine;
 use self::job::{run_job, JobResult, JobSpec};
-use self::report::{JobReport, Report};
-use crate::{default_hostnqn, ConnectOptions, Controller, Error, IoQueue};
+use self::report::{JobReport, OutageWindow, Report};
+use crate::{default_hostnqn, ConnectOptions, Controller, Error, ReconnectPolicy, Session};
 
 /// Why a command did not produce a result; decides the exit status.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,11 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
     o.so_priority = t.so_priority;
     o.tos = t.tos;
     o.busy_poll_us = t.busy_poll_us;
+    let secret = |flag: &str, text: &Option<String>| {
+        text.as_deref().map(nvmf_proto::auth::Secret::parse).transpose().map_err(|e| usage(format!("{flag}: {e}")))
+    };
+    o.dhchap_secret = secret("--dhchap-secret", &t.dhchap_secret)?;
+    o.dhchap_ctrl_secret = secret("--dhchap-ctrl-secret", &t.dhchap_ctrl_secret)?;
     Ok(o)
 }
 
@@ -150,6 +155,8 @@ fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<String, Value
     put("tos", json!(t.tos));
     put("busy_poll_us", json!(t.busy_poll_us));
     put("kato", json!(t.kato));
+    put("reconnect_delay", json!(a.reconnect_delay.as_secs_f64()));
+    put("ctrl_loss_tmo", json!(a.ctrl_loss_tmo.0.map_or(-1.0, |d| d.as_secs_f64())));
     put("nsid", json!(a.nsid));
     put("transport", json!(t.transport));
     put("traddr", json!(t.traddr));
@@ -267,21 +274,48 @@ fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
             a.numjobs
         )));
     }
-    let params = ctrl.io_queue_params();
-    let specs = job_specs(a, &plan);
-    let jobs = run_jobs(a, &specs, |spec| {
-        let mut queue = IoQueue::connect(&params, spec.index as u16 + 1, a.iodepth as usize, a.bs as usize)?;
-        queue.set_namespace(a.nsid, block_size);
-        run_job(spec, TcpEngine { queue, lba_shift: block_size.trailing_zeros() })
-    });
     let extra = [
         ("cntlid", json!(ctrl.cntlid())),
-        ("in_capsule_data_size", json!(params.in_capsule)),
+        ("in_capsule_data_size", json!(ctrl.io_queue_params().in_capsule)),
     ];
-    if let Err(e) = ctrl.shutdown() {
-        tracing::warn!("controller shutdown: {e}");
+    let session = reconnecting_session(a, ctrl, ns.nsze, block_size);
+    let specs = job_specs(a, &plan);
+    let started = Instant::now();
+    let jobs = run_jobs(a, &specs, |spec| {
+        let mut queue = session.io_queue(spec.index as u16 + 1, a.iodepth as usize, a.bs as usize)?;
+        queue.queue().set_namespace(a.nsid, block_size);
+        run_job(spec, TcpEngine { queue, lba_shift: block_size.trailing_zeros() })
+    });
+    let outages = session.outages().iter().map(|o| outage_window(o, started)).collect();
+    if let Some(ctrl) = session.into_controller() {
+        if let Err(e) = ctrl.shutdown() {
+            tracing::warn!("controller shutdown: {e}");
+        }
     }
-    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs? })
+    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs?, outages })
+}
+
+/// The controller under `--reconnect-delay` / `--ctrl-loss-tmo`; after a reconnect it must
+/// still grant a queue per job and show the namespace with the size the run planned for.
+fn reconnecting_session(a: &RunArgs, ctrl: Controller, nsze: u64, block_size: u64) -> Session {
+    let policy = ReconnectPolicy { reconnect_delay: a.reconnect_delay, ctrl_loss_tmo: a.ctrl_loss_tmo.0 };
+    let nsid = a.nsid;
+    Session::new(ctrl, policy).with_io_queues(a.numjobs as u16).with_check(Box::new(move |c: &Controller| {
+        let ns = c.identify_namespace(nsid)?;
+        if (ns.nsze, ns.block_size()) != (nsze, block_size) {
+            return Err(Error::Unsupported(format!(
+                "namespace {nsid} changed: {} blocks of {} bytes, was {nsze} of {block_size}",
+                ns.nsze,
+                ns.block_size()
+            )));
+        }
+        Ok(())
+    }))
+}
+
+fn outage_window(o: &crate::Outage, started: Instant) -> OutageWindow {
+    let since = |t: Instant| t.saturating_duration_since(started).as_nanos() as u64;
+    OutageWindow { start_ns: since(o.start), end_ns: o.end.map(since), attempts: o.attempts, cause: o.cause.clone() }
 }
 
 fn run_local(a: &RunArgs, path: &std::path::Path) -> Result<Report, PerfError> {
@@ -295,7 +329,7 @@ fn run_local(a: &RunArgs, path: &std::path::Path) -> Result<Report, PerfError> {
         run_job(spec, engine)
     })?;
     let extra = [("direct", json!(info.direct))];
-    Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs })
+    Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new() })
 }
 
 #[cfg(test)]

@@ -25,6 +25,33 @@ pub struct Report {
     pub knobs: Map<String, Value>,
     pub timestamp: u64,
     pub jobs: Vec<JobReport>,
+    /// Times the controller was unreachable during the run (empty for a run without one).
+    pub outages: Vec<OutageWindow>,
+}
+
+/// One outage of the run: the connection was lost at `start_ns` and every queue that noticed
+/// was back at `end_ns` (None: never; the run failed when ctrl-loss-tmo expired). Times are ns
+/// since the jobs started (the ramp included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutageWindow {
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    pub attempts: u32,
+    pub cause: String,
+}
+
+impl OutageWindow {
+    fn to_json(&self) -> Value {
+        let (start_ms, end_ms) = (self.start_ns / 1_000_000, self.end_ns.map(|e| e / 1_000_000));
+        json!({
+            "start_ms": start_ms,
+            "end_ms": end_ms,
+            // From the rounded ends, so that the three fields always agree.
+            "duration_ms": end_ms.map(|e| e.saturating_sub(start_ms)),
+            "reconnect_attempts": self.attempts,
+            "cause": self.cause,
+        })
+    }
 }
 
 fn dir_json(d: &DirStats, runtime_ns: u64) -> Value {
@@ -131,6 +158,7 @@ impl Report {
                     "ramp_ios": j.result.ramp_ios,
                     "ramp_late_ios": j.result.ramp_late_ios,
                     "verified_ios": j.result.verified_ios,
+                    "retried_ios": j.result.retried_ios,
                 })
             })
             .collect();
@@ -146,6 +174,7 @@ impl Report {
                 "histogram": {"read": buckets(true), "write": buckets(false)},
                 "jobs": per_job,
                 "intervals": self.intervals_json(),
+                "outages": self.outages.iter().map(OutageWindow::to_json).collect::<Vec<_>>(),
             }
         })
     }
@@ -185,6 +214,20 @@ impl Report {
             if r.verified_ios > 0 {
                 out.push_str(&format!("  verify       : {} I/Os read back, all blocks correct\n", r.verified_ios));
             }
+            if r.retried_ios > 0 {
+                out.push_str(&format!("  retried      : {} I/Os resubmitted after reconnecting\n", r.retried_ios));
+            }
+        }
+        for o in &self.outages {
+            let end = o.end_ns.map_or("never reconnected".to_string(), |e| {
+                format!("back at {} ms, {} ms down", e / 1_000_000, (e / 1_000_000).saturating_sub(o.start_ns / 1_000_000))
+            });
+            out.push_str(&format!(
+                "outage: lost at {} ms, {end}, {} reconnect attempt(s); cause: {}\n",
+                o.start_ns / 1_000_000,
+                o.attempts,
+                o.cause
+            ));
         }
         out.push_str("\nRun status (all jobs):\n");
         let runtime_ns = self.jobs.iter().map(|j| j.result.runtime_ns).max().unwrap_or(1);
@@ -268,7 +311,7 @@ mod tests {
         let mut knobs = Map::new();
         knobs.insert("rw".into(), json!("randread"));
         knobs.insert("bs".into(), json!(4096));
-        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0) }] }
+        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0) }], outages: vec![] }
     }
 
     #[test]
@@ -310,6 +353,31 @@ mod tests {
         assert_eq!(n["jobs"][0]["cpu"], 0);
         assert_eq!(n["jobs"][0]["ramp_ios"], 0);
         assert_eq!(n["jobs"][0]["ramp_late_ios"], 0);
+        assert_eq!(n["jobs"][0]["retried_ios"], 0);
+        assert_eq!(n["outages"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn outages_are_reported_with_their_window() {
+        let mut r = sample();
+        r.jobs[0].result.retried_ios = 3;
+        r.outages = vec![
+            OutageWindow { start_ns: 1_500_400_000, end_ns: Some(2_750_300_000), attempts: 2, cause: "the target closed the connection".into() },
+            OutageWindow { start_ns: 4_000_000_000, end_ns: None, attempts: 5, cause: "Keep Alive: timed out".into() },
+        ];
+        let v = r.to_json();
+        let o = &v["nvmflab"]["outages"];
+        assert_eq!(o[0]["start_ms"], 1500);
+        assert_eq!(o[0]["end_ms"], 2750);
+        assert_eq!(o[0]["duration_ms"], 1250, "end_ms - start_ms, though 1249.9 ms passed");
+        assert_eq!(o[0]["reconnect_attempts"], 2);
+        assert_eq!(o[0]["cause"], "the target closed the connection");
+        assert!(o[1]["end_ms"].is_null() && o[1]["duration_ms"].is_null(), "never back: no end");
+        assert_eq!(v["nvmflab"]["jobs"][0]["retried_ios"], 3);
+        let t = r.to_text();
+        assert!(t.contains("outage: lost at 1500 ms, back at 2750 ms, 1250 ms down, 2 reconnect attempt(s)"), "{t}");
+        assert!(t.contains("never reconnected"), "{t}");
+        assert!(t.contains("3 I/Os resubmitted"), "{t}");
     }
 
     #[test]

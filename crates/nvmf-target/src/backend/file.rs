@@ -1,7 +1,11 @@
 //! File backend: a regular file or a block device, read and written through the reactor's
 //! io_uring. Opened with O_DIRECT so the page cache does not hide the device; filesystems that
 //! refuse O_DIRECT (tmpfs, some overlayfs) answer EINVAL, and then the file is opened buffered
-//! with a warning naming the path (reported as a volatile write cache, so Flush is honoured).
+//! with a warning naming the path.
+//!
+//! Durability: Flush is fdatasync (IORING_OP_FSYNC with DATASYNC), a FUA write is a write with
+//! RWF_DSYNC, so each is durable when it completes. [`DurabilityCounters`] count both once the
+//! kernel reports them done, so tests can tell a real flush from a no-op.
 
 use super::{AlignedBuf, BackendError, IoOp, IoRequest};
 use io_uring::{opcode, squeue, types};
@@ -10,6 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// BLKGETSIZE64: the size of a block device in bytes.
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -19,7 +24,17 @@ pub struct FileStore {
     size: u64,
     direct: bool,
     path: PathBuf,
-    syncs: AtomicU64,
+    volatile_cache: bool,
+    counters: Arc<DurabilityCounters>,
+}
+
+/// Durable operations the kernel completed successfully for one file namespace.
+#[derive(Debug, Default)]
+pub struct DurabilityCounters {
+    /// fdatasync calls: Flush commands and shutdown syncs.
+    pub fdatasyncs: AtomicU64,
+    /// Writes issued with RWF_DSYNC (FUA).
+    pub dsync_writes: AtomicU64,
 }
 
 /// The io_uring entry (without user data) for reads, writes and flushes of `fd`; `None` for
@@ -29,6 +44,9 @@ pub(super) fn uring_entry(fd: RawFd, req: &IoRequest) -> Option<squeue::Entry> {
     Some(match req.op {
         IoOp::Read => opcode::Read::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
         IoOp::Write => opcode::Write::new(fd, req.buf, req.len as u32).offset(req.offset).build(),
+        IoOp::WriteFua => {
+            opcode::Write::new(fd, req.buf, req.len as u32).offset(req.offset).rw_flags(libc::RWF_DSYNC).build()
+        }
         IoOp::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
         IoOp::WriteZeroes | IoOp::Deallocate => return None,
     })
@@ -64,7 +82,8 @@ impl FileStore {
             let why = format!("smaller than one {block_size}-byte block; create it first, e.g. truncate -s 1G");
             return Err(BackendError::Unusable { path: path.into(), why });
         }
-        Ok(FileStore { file, size, direct, path: path.into(), syncs: AtomicU64::new(0) })
+        let volatile_cache = has_volatile_cache(&meta, direct);
+        Ok(FileStore { file, size, direct, path: path.into(), volatile_cache, counters: Arc::default() })
     }
 
     pub fn size(&self) -> u64 {
@@ -79,19 +98,28 @@ impl FileStore {
         self.file.as_raw_fd()
     }
 
+    /// Whether completed writes can still be lost on power failure until a Flush (VWC).
+    pub fn volatile_cache(&self) -> bool {
+        self.volatile_cache
+    }
+
+    pub fn counters(&self) -> &Arc<DurabilityCounters> {
+        &self.counters
+    }
+
     /// Makes written data durable (CC.SHN shutdown). Blocking, outside the data path.
     pub fn sync(&self) -> Result<(), i32> {
-        self.syncs.fetch_add(1, Relaxed);
         // SAFETY: the fd is open for the life of self.
         if unsafe { libc::fdatasync(self.file.as_raw_fd()) } == 0 {
+            self.counters.fdatasyncs.fetch_add(1, Relaxed);
             return Ok(());
         }
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
     }
 
-    /// How many times [`sync`](Self::sync) ran (tests and diagnostics).
+    /// How many fdatasyncs completed (Flush commands and shutdown syncs).
     pub fn sync_count(&self) -> u64 {
-        self.syncs.load(Relaxed)
+        self.counters.fdatasyncs.load(Relaxed)
     }
 
     /// Synchronous execution: Write Zeroes and Deallocate always, everything without io_uring.
@@ -101,16 +129,18 @@ impl FileStore {
         let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
         // SAFETY (all calls): fd is open; buf is valid for len bytes (submitter's contract).
         match req.op {
-            IoOp::Read | IoOp::Write => {
+            IoOp::Read | IoOp::Write | IoOp::WriteFua => {
                 let mut done = 0usize;
                 while done < req.len as usize {
                     let rest = req.len as usize - done;
                     let n = unsafe {
                         let p = req.buf.add(done);
-                        if req.op == IoOp::Read {
-                            libc::pread(fd, p as *mut libc::c_void, rest, off + done as libc::off_t)
-                        } else {
-                            libc::pwrite(fd, p as *const libc::c_void, rest, off + done as libc::off_t)
+                        let at = off + done as libc::off_t;
+                        let iov = libc::iovec { iov_base: p as *mut libc::c_void, iov_len: rest };
+                        match req.op {
+                            IoOp::Read => libc::pread(fd, p as *mut libc::c_void, rest, at),
+                            IoOp::WriteFua => libc::pwritev2(fd, &iov, 1, at, libc::RWF_DSYNC),
+                            _ => libc::pwrite(fd, p as *const libc::c_void, rest, at),
                         }
                     };
                     if n <= 0 {
@@ -118,9 +148,12 @@ impl FileStore {
                     }
                     done += n as usize;
                 }
+                if req.op == IoOp::WriteFua {
+                    self.counters.dsync_writes.fetch_add(1, Relaxed);
+                }
                 Ok(())
             }
-            IoOp::Flush => (unsafe { libc::fdatasync(fd) } == 0).then_some(()).ok_or_else(errno),
+            IoOp::Flush => self.sync(),
             IoOp::Deallocate => {
                 // Advisory: a filesystem that cannot punch holes still completes the command.
                 unsafe { libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len) };
@@ -154,4 +187,23 @@ impl FileStore {
         }
         Ok(())
     }
+}
+
+/// Whether writes that completed may still sit in a volatile cache. A buffered file: the page
+/// cache, yes. O_DIRECT bypasses the page cache but not the device's write cache nor the
+/// filesystem's metadata (a write into a hole allocates blocks that only fdatasync commits), so a
+/// regular file is always volatile. A block device opened O_DIRECT is volatile unless the kernel
+/// says its cache is write through (`queue/write_cache` in sysfs).
+fn has_volatile_cache(meta: &std::fs::Metadata, direct: bool) -> bool {
+    if !direct || !meta.file_type().is_block_device() {
+        return true;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    // A partition's queue is its parent disk's: /sys/dev/block/M:m/../queue for partitions.
+    let dev = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    let mode = std::fs::read_to_string(dev.join("queue/write_cache"))
+        .or_else(|_| std::fs::read_to_string(dev.join("../queue/write_cache")));
+    !matches!(mode.as_deref().map(str::trim), Ok("write through"))
 }

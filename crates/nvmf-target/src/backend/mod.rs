@@ -2,19 +2,23 @@
 //! reactor owns an [`IoEngine`] (its io_uring) through which requests are submitted and reaped,
 //! so file I/O overlaps at any queue depth while null and ram complete at once.
 
+mod budget;
 mod buf;
 mod file;
 mod null;
 mod ram;
 
+pub use budget::MemoryBudget;
 pub use buf::{AlignedBuf, AllocError};
-pub use file::FileStore;
+pub use file::{DurabilityCounters, FileStore};
 pub use ram::RamStore;
 
 use crate::config::BackendConfig;
 use io_uring::IoUring;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -57,9 +61,10 @@ impl Backend {
         }
     }
 
-    /// Whether writes may sit in a volatile cache (reported as VWC; Flush then matters).
+    /// Whether completed writes may sit in a volatile cache until a Flush (reported as VWC).
+    /// Null stores nothing and ram has no non-volatile medium to flush to: neither has a cache.
     pub fn volatile_cache(&self) -> bool {
-        matches!(self, Backend::File(f) if !f.is_direct())
+        matches!(self, Backend::File(f) if f.volatile_cache())
     }
 }
 
@@ -67,6 +72,8 @@ impl Backend {
 pub enum IoOp {
     Read,
     Write,
+    /// Write with Force Unit Access: durable when it completes.
+    WriteFua,
     Flush,
     WriteZeroes,
     Deallocate,
@@ -96,6 +103,9 @@ struct Pending {
     req: IoRequest,
     fd: RawFd,
     done: u64,
+    /// Where a completed Flush or FUA write is counted (None for other operations: no
+    /// reference-count traffic on the data path).
+    counters: Option<Arc<DurabilityCounters>>,
 }
 
 /// Per-reactor submission engine. Without io_uring (kernel refuses it) file I/O runs
@@ -165,7 +175,8 @@ impl IoEngine {
                     self.pending.push(None);
                     self.pending.len() - 1
                 });
-                self.pending[id] = Some(Pending { req, fd: f.raw_fd(), done: 0 });
+                let counters = matches!(req.op, IoOp::Flush | IoOp::WriteFua).then(|| f.counters().clone());
+                self.pending[id] = Some(Pending { req, fd: f.raw_fd(), done: 0, counters });
                 self.in_flight += 1;
                 match self.push(id) {
                     Ok(()) => return,
@@ -251,9 +262,12 @@ impl IoEngine {
         let Some(p) = self.pending.get_mut(id).and_then(Option::as_mut) else { return };
         let result = match p.req.op {
             _ if res < 0 => Err(-res),
-            IoOp::Read | IoOp::Write => {
+            IoOp::Read | IoOp::Write | IoOp::WriteFua => {
                 p.done += res as u64;
                 if p.done >= p.req.len {
+                    if let Some(c) = &p.counters {
+                        c.dsync_writes.fetch_add(1, Relaxed);
+                    }
                     Ok(())
                 } else if res == 0 {
                     // No progress (end of file, device gone): a short transfer is an error.
@@ -264,6 +278,12 @@ impl IoEngine {
                         Err(errno) => Err(errno),
                     }
                 }
+            }
+            IoOp::Flush => {
+                if let Some(c) = &p.counters {
+                    c.fdatasyncs.fetch_add(1, Relaxed);
+                }
+                Ok(())
             }
             _ => Ok(()),
         };
@@ -343,6 +363,54 @@ mod tests {
         roundtrip(&b);
         assert_eq!(b.sync(), Ok(()));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn counts(b: &Backend) -> (u64, u64) {
+        let Backend::File(f) = b else { panic!("file backend") };
+        let c = f.counters();
+        (c.fdatasyncs.load(Relaxed), c.dsync_writes.load(Relaxed))
+    }
+
+    /// Flush must reach fdatasync and a FUA write must be a RWF_DSYNC write, counted only once
+    /// the kernel completed them: with a no-op Flush or a plain FUA write these counts stay 0.
+    fn flush_and_fua_are_durable_operations(e: &mut IoEngine, b: &Backend) {
+        let mut w = AlignedBuf::new();
+        w.try_resize(4096).unwrap();
+        w.as_mut_slice().fill(0x5A);
+        run(e, b, IoOp::Write, 0, w.as_mut_slice()).unwrap();
+        assert_eq!(counts(b), (0, 0), "a plain write is neither");
+        run(e, b, IoOp::Flush, 0, &mut []).unwrap();
+        assert_eq!(counts(b), (1, 0), "Flush ran fdatasync");
+        run(e, b, IoOp::WriteFua, 8192, w.as_mut_slice()).unwrap();
+        assert_eq!(counts(b), (1, 1), "FUA write ran with RWF_DSYNC");
+        let mut r = AlignedBuf::new();
+        r.try_resize(4096).unwrap();
+        run(e, b, IoOp::Read, 8192, r.as_mut_slice()).unwrap();
+        assert_eq!(r.as_slice(), w.as_slice(), "FUA write stored its data");
+    }
+
+    #[test]
+    fn file_flush_and_fua_through_io_uring() {
+        let (b, dir) = file_backend("durable-ring");
+        let mut e = IoEngine::new(8);
+        flush_and_fua_are_durable_operations(&mut e, &b);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn file_flush_and_fua_without_io_uring() {
+        let (b, dir) = file_backend("durable-sync");
+        let mut e = IoEngine::new(8);
+        e.ring = None; // as when the kernel refuses io_uring
+        flush_and_fua_are_durable_operations(&mut e, &b);
+        assert!(b.volatile_cache(), "a file namespace reports VWC");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_file_namespaces_have_a_volatile_cache() {
+        assert!(!Backend::Null { size: 4096 }.volatile_cache());
+        assert!(!Backend::Ram(RamStore::new(4096)).volatile_cache());
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl RamStore {
                     unsafe { (req.buf as *mut u64).add(i).write_unaligned(w.load(Relaxed)) };
                 }
             }
-            IoOp::Write => {
+            IoOp::Write | IoOp::WriteFua => {
                 for (i, w) in words.iter().enumerate() {
                     // SAFETY: as above.
                     w.store(unsafe { (req.buf as *const u64).add(i).read_unaligned() }, Relaxed);

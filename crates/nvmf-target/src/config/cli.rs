@@ -51,9 +51,22 @@ pub struct Cli {
     pub tos: Option<u32>,
     #[arg(long = "busy-poll-us")]
     pub busy_poll_us: Option<u32>,
-    /// Stats HTTP endpoint ADDR:PORT
+    /// Stats HTTP endpoint ADDR:PORT, or PORT alone for loopback (unauthenticated: bind a
+    /// non-loopback address only on a trusted network)
     #[arg(long)]
     pub stats: Option<String>,
+    /// Most TCP connections open at once; one more is closed as soon as it is accepted
+    #[arg(long = "max-connections")]
+    pub max_connections: Option<u32>,
+    /// Most controllers at once; one more Connect gets Connect Controller Busy
+    #[arg(long = "max-controllers")]
+    pub max_controllers: Option<u32>,
+    /// Command data buffers of all connections together, e.g. 2GiB (default: a quarter of RAM)
+    #[arg(long = "buffer-memory")]
+    pub buffer_memory: Option<String>,
+    /// Drop a connection stalled mid-PDU (or not reading, or not answering an R2T) this long; 0 = never
+    #[arg(long = "stall-timeout-ms")]
+    pub stall_timeout_ms: Option<u64>,
     /// Block size of --ns namespaces: 512 or 4096
     #[arg(long = "block-size")]
     pub block_size: Option<u32>,
@@ -89,8 +102,13 @@ impl Cli {
             ($($f:ident),*) => { $(if let Some(v) = self.$f { t.$f = v; })* };
         }
         take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us);
+        take!(max_connections, max_controllers, stall_timeout_ms);
         if let Some(s) = &self.stats {
-            t.stats = Some(addr(s, "--stats")?);
+            let parsed = super::parse_stats_addr(s);
+            t.stats = Some(parsed.ok_or_else(|| bad(format!("--stats {s:?}: expected ADDR:PORT or PORT (loopback)")))?);
+        }
+        if let Some(s) = &self.buffer_memory {
+            t.buffer_memory = Some(parse_size(s).ok_or_else(|| bad(format!("--buffer-memory {s:?}: expected a size like 2GiB")))?);
         }
         if !self.listen.is_empty() {
             c.ports = self
@@ -182,6 +200,23 @@ mod tests {
         assert!(!s.allow_any_host);
         assert_eq!(s.reactor, Some(1));
         assert_eq!(c.host_map[0], HostMapEntry { hostnqn: "nqn.h".into(), reactor: 0 });
+    }
+
+    #[test]
+    fn limits_and_a_loopback_stats_port() {
+        let c = cli(&["--stats", "9100", "--max-connections", "10", "--max-controllers", "3", "--buffer-memory", "64MiB",
+            "--stall-timeout-ms", "500"])
+        .unwrap();
+        assert_eq!(c.target.stats, Some("127.0.0.1:9100".parse().unwrap()), "a bare port is loopback");
+        assert_eq!((c.target.max_connections, c.target.max_controllers), (10, 3));
+        assert_eq!(c.target.buffer_memory_bytes(), 64 << 20);
+        assert_eq!(c.target.stall_timeout_ms, 500);
+        let d = cli(&[]).unwrap();
+        assert!(d.target.buffer_memory_bytes() >= 256 << 20, "default sized to the machine");
+        let e = cli(&["--max-controllers", "0"]).unwrap_err().to_string();
+        assert!(e.contains("max_controllers"), "{e}");
+        let e = cli(&["--buffer-memory", "lots"]).unwrap_err().to_string();
+        assert!(e.contains("--buffer-memory"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! no single source can check alone (unique NQNs and nsids, reactor indexes in range, sizes).
 
 pub mod cli;
+pub mod host_auth;
 pub mod nvmetcli;
 pub mod toml;
 
@@ -11,6 +12,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+pub use host_auth::HostAuthConfig;
 
 /// NQNs are at most 223 bytes (NVMe Base 4.5 "NVMe Qualified Names").
 pub const MAX_NQN_LEN: usize = 223;
@@ -25,6 +28,8 @@ pub struct TargetConfig {
     pub ports: Vec<PortConfig>,
     pub subsystems: Vec<SubsystemConfig>,
     pub host_map: Vec<HostMapEntry>,
+    /// DH-HMAC-CHAP keys of the hosts that must authenticate.
+    pub hosts: Vec<HostAuthConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +78,33 @@ pub struct TargetSettings {
     /// KATO used when a host connects with kato = 0 is *not* overridden; this only applies to
     /// hosts that ask for the default (Linux always sends its own value).
     pub kato_default_ms: u32,
+    /// TCP connections open at once (every queue is one); the one beyond is closed at accept.
+    pub max_connections: u32,
+    /// Controllers at once; a Connect beyond gets Connect Controller Busy.
+    pub max_controllers: u32,
+    /// Bytes of command data buffers all connections together may hold; `None`: a quarter of
+    /// the machine's memory ([`default_buffer_memory`]).
+    pub buffer_memory: Option<u64>,
+    /// A connection that stops mid-PDU, leaves an R2T unanswered or stops reading our PDUs for
+    /// this long is dropped (0 = never).
+    pub stall_timeout_ms: u64,
+}
+
+impl TargetSettings {
+    /// The process-wide buffer cap in bytes.
+    pub fn buffer_memory_bytes(&self) -> u64 {
+        self.buffer_memory.unwrap_or_else(default_buffer_memory)
+    }
+}
+
+/// A quarter of MemTotal (at least 256 MiB), or 4 GiB when /proc/meminfo cannot be read.
+pub fn default_buffer_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    });
+    total.map_or(4 << 30, |t| (t / 4).max(256 << 20))
 }
 
 impl Default for TargetSettings {
@@ -88,6 +120,10 @@ impl Default for TargetSettings {
             busy_poll_us: 0,
             stats: None,
             kato_default_ms: 120_000,
+            max_connections: 4096,
+            max_controllers: 1024,
+            buffer_memory: None,
+            stall_timeout_ms: 10_000,
         }
     }
 }
@@ -183,6 +219,16 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+/// Parses the stats endpoint address: `ADDR:PORT`, or a bare `PORT` meaning loopback (the
+/// endpoint is unauthenticated, so it is exposed beyond this machine only when asked).
+pub fn parse_stats_addr(s: &str) -> Option<SocketAddr> {
+    let s = s.trim();
+    match s.parse::<u16>() {
+        Ok(port) => Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => s.parse().ok(),
+    }
+}
+
 /// Parses a core list: `0`, `0,2`, `1-3`, `0,4-5`.
 pub fn parse_core_list(s: &str) -> Option<Vec<usize>> {
     let mut cores = Vec::new();
@@ -222,6 +268,7 @@ impl TargetConfig {
             ports: Vec::new(),
             subsystems: Vec::new(),
             host_map: Vec::new(),
+            hosts: Vec::new(),
         }
     }
 
@@ -246,6 +293,15 @@ impl TargetConfig {
         }
         if t.so_priority > i32::MAX as u32 || t.tos > 255 {
             return bad("target.tos must be 0..=255 and so_priority a non-negative i32".into());
+        }
+        if t.max_connections == 0 || t.max_controllers == 0 || t.max_controllers > 0xFFEF {
+            return bad(format!(
+                "target.max_connections = {} and max_controllers = {}: both must be at least 1, controllers at most 65519",
+                t.max_connections, t.max_controllers
+            ));
+        }
+        if t.buffer_memory.is_some_and(|b| b < 2 << 20) {
+            return bad("target.buffer_memory: at least 2 MiB (one command of MDTS)".into());
         }
         if self.ports.is_empty() {
             return bad("no listen address: add a [[port]] or --listen".into());
@@ -310,6 +366,12 @@ impl TargetConfig {
                     h.reactor,
                     t.cores.len()
                 ));
+            }
+        }
+        let mut host_nqns = HashSet::new();
+        for h in &self.hosts {
+            if !host_nqns.insert(h.nqn.as_str()) {
+                return bad(format!("host {}: DH-HMAC-CHAP keys are given twice", h.nqn));
             }
         }
         Ok(())

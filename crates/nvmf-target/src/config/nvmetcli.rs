@@ -10,9 +10,28 @@ use std::path::{Path, PathBuf};
 #[derive(Deserialize)]
 struct Saved {
     #[serde(default)]
+    hosts: Vec<Host>,
+    #[serde(default)]
     ports: Vec<Port>,
     #[serde(default)]
     subsystems: Vec<Subsystem>,
+}
+
+/// `nvmetcli save` groups a host's `dhchap_*` attributes as `"dhchap": {"key": ...}`; flat
+/// `dhchap_key` fields (configfs names) are taken too.
+#[derive(Deserialize)]
+struct Host {
+    nqn: String,
+    #[serde(default)]
+    dhchap: HashMap<String, serde_json::Value>,
+    #[serde(flatten)]
+    flat: HashMap<String, serde_json::Value>,
+}
+
+impl Host {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.dhchap.get(name).or_else(|| self.flat.get(&format!("dhchap_{name}"))).and_then(|v| v.as_str())
+    }
 }
 
 #[derive(Deserialize)]
@@ -141,6 +160,16 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     if let Some(size) = inline_data_size {
         config.target.in_capsule_data_size = size;
     }
+    for (i, h) in saved.hosts.iter().enumerate() {
+        let fields = super::host_auth::RawHostAuth {
+            key: h.attr("key"),
+            ctrl_key: h.attr("ctrl_key"),
+            hash: h.attr("hash"),
+            dhgroup: h.attr("dhgroup"),
+        };
+        let at = format!("hosts[{i}] ({})", h.nqn);
+        config.hosts.extend(super::HostAuthConfig::from_raw(&origin, &at, &h.nqn, fields)?);
+    }
     for s in saved.subsystems {
         let attr_str = |k: &str| s.attr.get(k).and_then(|v| v.as_str()).map(str::to_string);
         let mut sub = SubsystemConfig::new(s.nqn.clone());
@@ -217,6 +246,30 @@ mod tests {
         );
         let e = parse(&two, Path::new("s.json")).unwrap_err().to_string();
         assert!(e.contains("inline_data_size 16384 and 0"), "{e}");
+    }
+
+    #[test]
+    fn host_dhchap_attributes_become_keys() {
+        let key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let grouped = SAVED.replace(
+            r#"{"nqn": "nqn.host1"}"#,
+            &format!(r#"{{"nqn": "nqn.host1", "dhchap": {{"key": "{key}", "ctrl_key": "", "hash": "hmac(sha384)", "dhgroup": "ffdhe2048"}}}}"#),
+        );
+        let c = parse(&grouped, Path::new("s.json")).unwrap();
+        assert_eq!(c.hosts.len(), 1);
+        assert_eq!(c.hosts[0].dhchap_hash, nvmf_proto::auth::HashId::Sha384);
+        assert_eq!(c.hosts[0].dhchap_dhgroup, nvmf_proto::auth::DhGroup::Ffdhe2048);
+        assert_eq!(c.hosts[0].dhchap_ctrl_key, None, "nvmetcli saves an unset key as \"\"");
+        let flat = SAVED.replace(
+            r#"{"nqn": "nqn.host1"}"#,
+            &format!(r#"{{"nqn": "nqn.host1", "dhchap_key": "{key}", "dhchap_ctrl_key": "{key}"}}"#),
+        );
+        let c = parse(&flat, Path::new("s.json")).unwrap();
+        assert!(c.hosts[0].dhchap_ctrl_key.is_some());
+        assert!(parse(SAVED, Path::new("s.json")).unwrap().hosts.is_empty());
+        let bad = SAVED.replace(r#"{"nqn": "nqn.host1"}"#, r#"{"nqn": "nqn.host1", "dhchap": {"key": "DHHC-1:09:x:"}}"#);
+        let e = parse(&bad, Path::new("s.json")).unwrap_err().to_string();
+        assert!(e.contains("hosts[0] (nqn.host1): dhchap_key"), "{e}");
     }
 
     #[test]

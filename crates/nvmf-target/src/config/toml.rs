@@ -1,7 +1,7 @@
 //! TOML config file (CONTRACTS.md section 2). Unknown keys are errors, reported with file and line.
 
 use super::{
-    parse_hex16, parse_size, BackendConfig, ConfigError, HostMapEntry, NamespaceConfig, PortConfig,
+    parse_hex16, parse_size, BackendConfig, ConfigError, HostAuthConfig, HostMapEntry, NamespaceConfig, PortConfig,
     ReactorMode, SubsystemConfig, TargetConfig, TargetSettings,
 };
 use serde::Deserialize;
@@ -19,6 +19,19 @@ struct RawConfig {
     subsystem: Vec<RawSubsystem>,
     #[serde(default)]
     host_map: Vec<RawHostMap>,
+    /// Per-host DH-HMAC-CHAP keys (nvmet's `hosts/<nqn>/dhchap_*`).
+    #[serde(default)]
+    host: Vec<RawHost>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    nqn: String,
+    dhchap_key: Option<String>,
+    dhchap_ctrl_key: Option<String>,
+    dhchap_hash: Option<String>,
+    dhchap_dhgroup: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -34,6 +47,10 @@ struct RawTarget {
     busy_poll_us: Option<u32>,
     stats: Option<Spanned<String>>,
     kato_default_ms: Option<u32>,
+    max_connections: Option<u32>,
+    max_controllers: Option<u32>,
+    buffer_memory: Option<Spanned<RawSize>>,
+    stall_timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -129,12 +146,18 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         ($($f:ident),*) => { $(if let Some(v) = t.$f { target.$f = v; })* };
     }
     take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us, kato_default_ms);
+    take!(max_connections, max_controllers, stall_timeout_ms);
     if let Some(s) = t.stats {
-        target.stats = Some(
-            s.get_ref()
-                .parse()
-                .map_err(|_| bad_at(s.span(), format!("target.stats = {:?}: expected ADDR:PORT", s.get_ref())))?,
-        );
+        target.stats = Some(super::parse_stats_addr(s.get_ref()).ok_or_else(|| {
+            bad_at(s.span(), format!("target.stats = {:?}: expected ADDR:PORT or PORT (loopback)", s.get_ref()))
+        })?);
+    }
+    if let Some(b) = t.buffer_memory {
+        let bytes = match b.get_ref() {
+            RawSize::Bytes(n) => Some(*n),
+            RawSize::Text(s) => parse_size(s),
+        };
+        target.buffer_memory = Some(bytes.ok_or_else(|| bad_at(b.span(), "target.buffer_memory: expected a size like \"2GiB\"".into()))?);
     }
 
     let mut ports = Vec::new();
@@ -211,7 +234,17 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         .into_iter()
         .map(|h| HostMapEntry { hostnqn: h.hostnqn, reactor: h.reactor })
         .collect();
-    let config = TargetConfig { target, ports, subsystems, host_map };
+    let mut hosts = Vec::new();
+    for (i, h) in raw.host.iter().enumerate() {
+        let fields = super::host_auth::RawHostAuth {
+            key: h.dhchap_key.as_deref(),
+            ctrl_key: h.dhchap_ctrl_key.as_deref(),
+            hash: h.dhchap_hash.as_deref(),
+            dhgroup: h.dhchap_dhgroup.as_deref(),
+        };
+        hosts.extend(HostAuthConfig::from_raw(&origin, &format!("host[{i}] ({})", h.nqn), &h.nqn, fields)?);
+    }
+    let config = TargetConfig { target, ports, subsystems, host_map, hosts };
     config.validate(&origin)?;
     Ok(config)
 }
@@ -227,6 +260,17 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_keys() {
+        let text = "[target]\nstats = \"9100\"\nmax_connections = 5\nmax_controllers = 2\nbuffer_memory = \"64MiB\"\nstall_timeout_ms = 0\n[[port]]\naddr = \"127.0.0.1:4420\"\n";
+        let t = parse(text, Path::new("l.toml")).unwrap().target;
+        assert_eq!(t.stats, Some("127.0.0.1:9100".parse().unwrap()), "a bare port is loopback");
+        assert_eq!((t.max_connections, t.max_controllers, t.stall_timeout_ms), (5, 2, 0));
+        assert_eq!(t.buffer_memory, Some(64 << 20));
+        let e = parse("[target]\nbuffer_memory = \"lots\"\n", Path::new("l.toml")).unwrap_err().to_string();
+        assert!(e.contains("l.toml:2") && e.contains("buffer_memory"), "{e}");
+    }
 
     const EXAMPLE: &str = r#"
 [target]
@@ -311,6 +355,37 @@ reactor = 0
         let text = "[[port]]\naddr = \"127.0.0.1:1\"\nportid = 2\n[[port]]\naddr = \"127.0.0.1:2\"\n";
         let e = parse(text, Path::new("a.toml")).unwrap_err().to_string();
         assert!(e.contains("port[1]") && e.contains("portid 2 is used twice"), "{e}");
+    }
+
+    #[test]
+    fn host_entries_carry_dhchap_keys() {
+        let text = r#"
+[[port]]
+addr = "127.0.0.1:4420"
+
+[[host]]
+nqn = "nqn.host1"
+dhchap_key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+dhchap_ctrl_key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+dhchap_hash = "sha384"
+dhchap_dhgroup = "ffdhe2048"
+
+[[host]]
+nqn = "nqn.host2"
+"#;
+        let c = parse(text, Path::new("a.toml")).unwrap();
+        assert_eq!(c.hosts.len(), 1, "a host without a key needs no authentication");
+        let h = &c.hosts[0];
+        assert_eq!(h.nqn, "nqn.host1");
+        assert_eq!(h.dhchap_hash, nvmf_proto::auth::HashId::Sha384);
+        assert_eq!(h.dhchap_dhgroup, nvmf_proto::auth::DhGroup::Ffdhe2048);
+        assert!(h.dhchap_ctrl_key.is_some());
+        let port = "[[port]]\naddr = \"127.0.0.1:4420\"\n";
+        let e = parse(&format!("{port}[[host]]\nnqn = \"n\"\ndhchap_key = \"DHHC-1:00:AAAA:\"\n"), Path::new("a.toml")).unwrap_err();
+        assert!(e.to_string().contains("host[0] (n): dhchap_key"), "{e}");
+        let twice = "[[host]]\nnqn = \"n\"\ndhchap_key = \"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n";
+        let e = parse(&format!("{port}{twice}{twice}"), Path::new("a.toml")).unwrap_err();
+        assert!(e.to_string().contains("given twice"), "{e}");
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! A command that outlives its capsule (R2T data, backend I/O, a wait for buffer memory) lives
 //! in a slot; the slot index is its R2T transfer tag. Buffers are sized from what the host asks
 //! (up to MDTS) for up to SQSIZE + 1 commands, so without a cap one connection could make the
-//! process allocate gigabytes: every connection gets [`BUFFER_BUDGET`] bytes of slot buffers.
+//! process allocate gigabytes: every connection gets [`BUFFER_BUDGET`] bytes of slot buffers,
+//! and all connections together share the process-wide [`MemoryBudget`].
 
-use crate::backend::{AlignedBuf, AllocError};
+use crate::backend::{AlignedBuf, AllocError, MemoryBudget};
 use crate::io::IoPlan;
 use nvmf_proto::{Sqe, Status};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Slot buffer bytes one connection may hold: 32 commands of MDTS (2 MiB) in flight, more
 /// than a 25 Gb/s link keeps busy on one queue. Commands beyond it wait for memory (reads and
@@ -34,6 +36,8 @@ pub enum Work {
     /// Fabrics Connect whose data comes through R2T (the specification allows it; Linux and SPDK
     /// hosts always send it in the capsule).
     Connect(Sqe),
+    /// AUTH_Send whose message comes through R2T (a host does so when it exceeds IOCCSZ).
+    AuthSend(Sqe),
 }
 
 pub struct Slot {
@@ -56,14 +60,15 @@ pub struct Slots {
     slots: Vec<Slot>,
     free: Vec<u16>,
     held: VecDeque<u16>,
-    /// Capacity of every slot buffer.
+    /// Capacity of every slot buffer (all of it also counted in `process`).
     bytes: usize,
     budget: usize,
+    process: Arc<MemoryBudget>,
 }
 
 impl Slots {
-    pub fn new(budget: usize) -> Slots {
-        Slots { slots: Vec::new(), free: Vec::new(), held: VecDeque::new(), bytes: 0, budget }
+    pub fn new(budget: usize, process: Arc<MemoryBudget>) -> Slots {
+        Slots { slots: Vec::new(), free: Vec::new(), held: VecDeque::new(), bytes: 0, budget, process }
     }
 
     /// A fresh slot for command `cid`, or `None` when `limit` slots are taken.
@@ -93,10 +98,26 @@ impl Slots {
         Some(idx)
     }
 
-    /// Returns a slot to the free list; its buffer stays for reuse until the budget needs it.
+    /// Returns a slot to the free list; its buffer stays for reuse until the budget needs it,
+    /// or goes back at once when the process is short of buffer memory.
     pub fn free(&mut self, idx: u16) {
         self.slots[idx as usize].state = SlotState::Free;
         self.free.push(idx);
+        if self.process.under_pressure() {
+            self.release_buffer(idx);
+        }
+    }
+
+    fn release_buffer(&mut self, idx: u16) {
+        let buf = &mut self.slots[idx as usize].buf;
+        self.bytes -= buf.capacity();
+        self.process.give_back(buf.capacity());
+        buf.release();
+    }
+
+    /// Frees every idle buffer (the process is short of memory, or the connection goes idle).
+    pub fn trim(&mut self) {
+        self.reclaim(usize::MAX);
     }
 
     pub fn get(&self, idx: u16) -> Option<&Slot> {
@@ -112,8 +133,9 @@ impl Slots {
         self.bytes
     }
 
-    /// Sizes slot `idx`'s buffer to its `len`. `Ok(false)`: the budget has no room now (never
-    /// with `over_budget`); `Err`: the allocator failed even after freeing idle buffers.
+    /// Sizes slot `idx`'s buffer to its `len`. `Ok(false)`: the connection's or the process's
+    /// budget has no room now (never with `over_budget`); `Err`: the allocator failed even after
+    /// freeing idle buffers.
     pub fn reserve(&mut self, idx: u16, over_budget: bool) -> Result<bool, AllocError> {
         let len = self.slots[idx as usize].len as usize;
         if len > self.slots[idx as usize].buf.capacity() {
@@ -124,12 +146,22 @@ impl Slots {
             }
         }
         let cap = self.slots[idx as usize].buf.capacity();
-        if len > cap {
-            let after = self.bytes - cap + AlignedBuf::capacity_for(len);
-            if after > self.budget {
-                self.reclaim(after - self.budget);
-            }
-            if self.bytes - cap + AlignedBuf::capacity_for(len) > self.budget && !over_budget {
+        if len <= cap {
+            return self.slots[idx as usize].buf.try_resize(len).map(|()| true);
+        }
+        let new_cap = AlignedBuf::capacity_for(len);
+        let after = (self.bytes - cap).saturating_add(new_cap);
+        if after > self.budget {
+            self.reclaim(after - self.budget);
+        }
+        if (self.bytes - cap).saturating_add(new_cap) > self.budget && !over_budget {
+            return Ok(false);
+        }
+        // The new buffer is counted before it exists and the old one after it is gone: for a
+        // moment both are, which errs on the safe side.
+        if !self.process.try_take(new_cap, over_budget) {
+            self.reclaim(usize::MAX);
+            if !self.process.try_take(new_cap, false) {
                 return Ok(false);
             }
         }
@@ -138,21 +170,29 @@ impl Slots {
             self.reclaim(usize::MAX);
             r = self.slots[idx as usize].buf.try_resize(len);
         }
-        self.bytes = self.bytes - cap + self.slots[idx as usize].buf.capacity();
-        r.map(|()| true)
+        match r {
+            Ok(()) => {
+                self.process.give_back(cap);
+                self.bytes = self.bytes - cap + new_cap;
+                Ok(true)
+            }
+            Err(e) => {
+                self.process.give_back(new_cap);
+                Err(e)
+            }
+        }
     }
 
     /// Frees idle buffers (of free slots) until `want` bytes are released or none is left.
     fn reclaim(&mut self, want: usize) {
         let mut released = 0;
-        for &i in &self.free {
+        for k in 0..self.free.len() {
             if released >= want {
                 break;
             }
-            let buf = &mut self.slots[i as usize].buf;
-            released += buf.capacity();
-            self.bytes -= buf.capacity();
-            buf.release();
+            let i = self.free[k];
+            released += self.slots[i as usize].buf.capacity();
+            self.release_buffer(i);
         }
     }
 
@@ -161,6 +201,11 @@ impl Slots {
     pub fn hold(&mut self, idx: u16) {
         self.slots[idx as usize].state = SlotState::AwaitBuffer;
         self.held.push_back(idx);
+    }
+
+    /// A command waits for H2CData the host owes after our R2T.
+    pub fn awaits_data(&self) -> bool {
+        self.slots.iter().any(|s| s.state == SlotState::AwaitData)
     }
 
     pub fn is_holding(&self) -> bool {
@@ -173,6 +218,12 @@ impl Slots {
 
     pub fn pop_held(&mut self) {
         self.held.pop_front();
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        self.process.give_back(self.bytes);
     }
 }
 

@@ -9,6 +9,7 @@
 
 use crate::admin::{self, AdminContext};
 use super::slots::{SlotState, Slots, Work, BUFFER_BUDGET};
+use super::stall::StallWatch;
 use crate::backend::{IoCompletion, IoEngine, IoOp, IoRequest};
 use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
 use crate::fabrics::{self, ConnectResult};
@@ -24,6 +25,8 @@ use nvmf_proto::{digest, Cqe, Digests, FatalError, Framer, PduHeader, Role, Sqe,
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod auth;
 
 /// A connection that has not finished ICReq + Connect by then is dropped.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,6 +67,8 @@ struct Queue {
     /// read can end with C2HData SUCCESS instead of a CapsuleResp, as Linux nvmet does.
     sqflow_disabled: bool,
     stats: Arc<QueueStats>,
+    /// DH-HMAC-CHAP state when the host must authenticate this queue.
+    auth: Option<crate::auth::QueueAuth>,
 }
 
 pub struct Connection {
@@ -88,6 +93,7 @@ pub struct Connection {
     in_flight: usize,
     created: Instant,
     released: bool,
+    stall: StallWatch,
 }
 
 fn max_data_len(target: &Target) -> u32 {
@@ -99,6 +105,8 @@ impl Connection {
     /// A fresh connection accepted on `port` (None in tests that need no discovery filtering).
     pub fn new(target: Arc<Target>, port: Option<Port>, now: Instant) -> Connection {
         let framer = Framer::new(Role::Target, max_data_len(&target));
+        let slots = Slots::new(BUFFER_BUDGET, target.buffers.clone());
+        let stall = StallWatch::new(target.settings.stall_timeout_ms, now);
         Connection {
             target,
             port,
@@ -113,7 +121,7 @@ impl Connection {
             queue: None,
             attached: false,
             token: 0,
-            slots: Slots::new(BUFFER_BUDGET),
+            slots,
             aers: Vec::new(),
             maxr2t: 1,
             ns_stats: Vec::new(),
@@ -121,6 +129,7 @@ impl Connection {
             in_flight: 0,
             created: now,
             released: false,
+            stall,
         }
     }
 
@@ -163,6 +172,9 @@ impl Connection {
     }
 
     pub fn consume_output(&mut self, n: usize) {
+        if n > 0 {
+            self.stall.progressed();
+        }
         self.out_pos = (self.out_pos + n).min(self.out.len());
         if self.out_pos == self.out.len() {
             self.out.clear();
@@ -240,9 +252,36 @@ impl Connection {
         }
     }
 
-    /// Time passes: enforces the connect timeout and keep-alive.
+    /// Commands wait for buffer memory: processing must be retried even without new input,
+    /// since the memory may be freed by another connection.
+    pub fn waits_for_memory(&self) -> bool {
+        self.slots.is_holding()
+    }
+
+    /// The host owes us the rest of a PDU or the data of an R2T, or has not taken our output.
+    /// A partial PDU that waits because we stopped reading (output backpressure, not yet handed
+    /// to a reactor) is ours to finish, not the host's.
+    fn waiting_on_host(&self) -> bool {
+        let reading = self.output().len() < OUT_HIGH_WATER && (self.attached || self.queue.is_none());
+        (reading && self.in_pos < self.in_len) || self.slots.awaits_data() || !self.output().is_empty()
+    }
+
+    /// Time passes: enforces the stall, connect and keep-alive timeouts; gives idle buffers
+    /// back when the process is short of buffer memory.
     pub fn tick(&mut self, now: Instant) {
-        if matches!(self.phase, Phase::Closed | Phase::Closing) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if self.target.buffers.under_pressure() {
+            self.slots.trim();
+        }
+        if self.stall.expired(self.waiting_on_host(), now) {
+            let ms = self.target.settings.stall_timeout_ms;
+            tracing::warn!(stall_timeout_ms = ms, "dropping connection stalled mid-PDU, on an R2T or on its output");
+            self.close();
+            return;
+        }
+        if self.phase == Phase::Closing {
             return;
         }
         match &self.queue {
@@ -252,7 +291,10 @@ impl Connection {
             }
             None => {}
             Some(q) => {
-                if q.ctrl.dead.load(Relaxed) {
+                if q.auth.as_ref().is_some_and(|a| a.expired(now)) {
+                    tracing::info!(cntlid = q.ctrl.cntlid, qid = q.qid, "closing queue that did not authenticate in time");
+                    self.close();
+                } else if q.ctrl.dead.load(Relaxed) {
                     self.close();
                 } else if q.ctrl.keep_alive_expired(self.target.now_ns(now)) {
                     tracing::warn!(
@@ -289,6 +331,7 @@ impl Connection {
                     let data = &buf[frame.data.clone()];
                     self.handle_pdu(frame.header, data, frame.data_digest_ok, buf, now, engine);
                     self.in_pos += frame.len;
+                    self.stall.progressed();
                 }
             }
         }
@@ -410,6 +453,9 @@ impl Connection {
             return self.fabrics(sqe, data, now);
         }
         let Some(q) = &self.queue else { return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0) };
+        if !auth::allows(q) {
+            return self.respond(cid, Status::AUTH_REQUIRED.with_dnr(), 0);
+        }
         if !q.ctrl.ready() {
             return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0);
         }
@@ -436,6 +482,13 @@ impl Connection {
             },
             (fctype::CONNECT, Some(_)) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
             (_, None) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            (fctype::AUTH_SEND, Some(_)) if sqe.sgl().sgl_type == SGL_TRANSPORT_DATA_BLOCK => {
+                return self.auth_send_via_r2t(sqe)
+            }
+            (fctype::AUTH_SEND | fctype::AUTH_RECV, Some(_)) => return self.auth_command(sqe, data),
+            (fctype::PROPERTY_GET | fctype::PROPERTY_SET, Some(q)) if !auth::allows(q) => {
+                (Status::AUTH_REQUIRED.with_dnr(), 0)
+            }
             (fctype::PROPERTY_GET, Some(q)) if q.qid == 0 => match fabrics::property_get(&q.ctrl, &sqe) {
                 Outcome::Done { status, result } => (status, result),
                 _ => (Status::INTERNAL_ERROR, 0),
@@ -466,9 +519,10 @@ impl Connection {
                 let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
                 stats.commands.add(1);
                 stats.fabrics.add(1);
-                let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 };
+                let auth = self.queue_auth(&ctrl, &hostnqn, now);
+                let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 } | auth::authreq(&auth);
                 let sqflow_disabled = ConnectCmd::from_sqe(sqe).cattr & CATTR_DISABLE_SQFLOW != 0;
-                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, sqflow_disabled, stats });
+                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, sqflow_disabled, stats, auth });
                 (Status::SUCCESS, result)
             }
         }
@@ -698,6 +752,11 @@ impl Connection {
                 };
                 self.respond(sqe.cid(), status, result);
             }
+            (Work::AuthSend(sqe), failed) => {
+                let data = slot.buf.as_slice()[..slot.len as usize].to_vec();
+                self.slots.free(h.ttag);
+                self.auth_send_arrived(sqe, &data, failed);
+            }
             (Work::Io(_), Some(status)) => self.finish(h.ttag, status),
             (Work::Io(_), None) => self.execute(h.ttag, engine),
         }
@@ -718,8 +777,8 @@ impl Connection {
                 reqs[0] = (ns, IoOp::Read, offset, len as u64);
                 &reqs
             }
-            IoPlan::Write { ns, offset, len } => {
-                reqs[0] = (ns, IoOp::Write, offset, len as u64);
+            IoPlan::Write { ns, offset, len, fua } => {
+                reqs[0] = (ns, if fua { IoOp::WriteFua } else { IoOp::Write }, offset, len as u64);
                 &reqs
             }
             IoPlan::WriteZeroes { ns, offset, len } => {

@@ -1,219 +1,159 @@
 #!/usr/bin/env python3
-"""nvmflab benchmark: ratios against baselines measured in the same run.
+"""nvmflab benchmark: our NVMe/TCP stack side by side with SPDK's, as ratios measured in one run.
 
-Machines are shared and noisy, so no absolute number here is a claim. Each comparison runs its
-baseline and its subject back to back, alternating, several times, and reports the ratio of
-medians:
+Suites (--suites, default matrix,scaling,memory):
+  matrix    every target x host pair of {SPDK nvmf_tgt, nvmf-target} x {spdk_nvme_perf, nvmf-perf}
+            on 4 KiB randread QD1/QD32/QD128, 4 KiB randwrite QD32 and 128 KiB randread QD32
+            (null namespace, target busy-polling on one core, host polling on another), in
+            interleaved rounds; each round adds our stack in event mode at QD1 and the busy and
+            blocking TCP ping-pong floors. Prints ratios of medians and issue 9's goals.
+  scaling   our target's IOPS with 1..N reactors (N = half the cores), enough host jobs.
+  memory    the target's RSS with 1, 100 and 1000 I/O queues connected at QD128 (SPDK's up to 100).
+  classic   the older comparisons of our own configurations and fio (nvmfbench/classic.py).
 
-  generator   nvmf-perf --local vs fio (io_uring) on the same file and workload:
-              is our load generator as cheap per I/O as the tool people trust?
-  transport   NVMe/TCP over loopback (RAM namespace) vs nvmf-perf --local on a tmpfs file:
-              what the software stack costs (the thesis's "software overhead").
-  polling     host completion poll vs event, target reactor poll vs event (QD1 p99 and IOPS).
-  fio engine  fio + our external ioengine (libnvmf_fio.so) vs nvmf-perf, same target and workload:
-              what driving our host from fio costs per I/O (`overhead_us_per_io`); skipped
-              without fio or the engine (`make fio-engine`).
+Every run records the CPU time other processes used on its cores meanwhile (nvmflab.sysstat);
+runs above the noise limit (NVMFLAB_NOISE_LIMIT_PCT, default 10 %) are left out of the medians,
+and the output says so. SPDK comes from `make spdk` (NVMFLAB_SPDK_DIR or ~/.cache/nvmflab); without
+a build its pairs are skipped with the reason.
 
-Usage: bench/run.py [--seconds 3] [--rounds 3] [--out bench/results.json]
+Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk]
+                    [--suites matrix,scaling,memory] [--out bench/results.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nvmflab import cores as core_lists  # noqa: E402
+from nvmflab import sysstat  # noqa: E402
+from nvmfbench import floor, matrix, memory, report, scaling  # noqa: E402
+from nvmfbench.stacks import Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("NVMFLAB_BIN_DIR", ROOT / "target" / "release"))
-NQN = "nqn.2024-01.io.nvmflab:bench"
+SUITES = ("matrix", "scaling", "memory", "classic")
+DEFAULT_SUITES = "matrix,scaling,memory"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Target:
-    """An nvmf-target with one RAM namespace, started and stopped around a comparison."""
-
-    def __init__(self, mode: str, size: str = "256MiB"):
-        self.port = free_port()
-        cmd = [str(BIN / "nvmf-target"), "--listen", f"127.0.0.1:{self.port}", "--nqn", NQN,
-               "--ns", f"ram:{size}", "--mode", mode, "--cores", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 10
-        line = self.proc.stdout.readline()
-        if not line.startswith("ready") or time.monotonic() > deadline:
-            self.stop()
-            raise RuntimeError(f"nvmf-target did not start: {line!r} {self.proc.stderr.read()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def perf(args: list[str], seconds: float) -> dict:
-    cmd = [str(BIN / "nvmf-perf"), "run", *args, "--runtime", str(seconds), "--ramp_time", "0.5",
-           "--output-format", "json", "--cpus_allowed", "1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
-    return summarize_fio_json(json.loads(out.stdout))
-
-
-def fio(path: str, rw: str, bs: str, iodepth: int, seconds: float) -> dict:
-    cmd = ["fio", "--name=bench", f"--filename={path}", "--ioengine=io_uring", f"--rw={rw}",
-           f"--bs={bs}", f"--iodepth={iodepth}", "--direct=0", "--time_based", f"--runtime={seconds}",
-           "--ramp_time=0.5", "--cpus_allowed=1", "--output-format=json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
-    if out.returncode != 0:
-        raise RuntimeError(f"fio failed: {out.stderr.strip()}")
-    return summarize_fio_json(json.loads(out.stdout))
-
-
-def summarize_fio_json(doc: dict) -> dict:
-    """IOPS and p99 (µs) summed/maxed over jobs and directions, from fio's JSON layout."""
-    iops, p99 = 0.0, 0.0
-    for job in doc["jobs"]:
-        for d in ("read", "write"):
-            side = job.get(d) or {}
-            if side.get("total_ios", side.get("io_bytes", 0)):
-                iops += side["iops"]
-                pct = side.get("clat_ns", {}).get("percentile", {})
-                p99 = max(p99, pct.get("99.000000", 0) / 1000)
-    return {"iops": iops, "p99_us": p99}
-
-
-def compare(name: str, baseline, subject, rounds: int) -> dict:
-    """Alternates baseline and subject `rounds` times; ratio of medians subject/baseline."""
-    base, subj = [], []
-    for _ in range(rounds):
-        base.append(baseline())
-        subj.append(subject())
-    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-    row = {"comparison": name}
-    for k in ("iops", "p99_us"):
-        b, s = med(base, k), med(subj, k)
-        row[f"{k}_baseline"], row[f"{k}_subject"] = round(b, 1), round(s, 1)
-        row[f"{k}_ratio"] = round(s / b, 3) if b else None
-    return row
-
-
-# -- fio engine: fio + libnvmf_fio.so vs nvmf-perf on the same target (docs/fio-engine.md) ---------
-
-FIO_ENGINE = Path(os.environ.get("NVMFLAB_FIO_ENGINE", BIN / "libnvmf_fio.so"))
-
-
-def fio_engine(port: int, rw: str, bs: str, iodepth: int, seconds: float, extra: tuple[str, ...] = ()) -> dict:
-    """fio driving our host through the external ioengine, pinned like `perf` (one job, CPU 1)."""
-    cmd = ["fio", "--name=bench", f"--ioengine=external:{FIO_ENGINE}", "--traddr=127.0.0.1", f"--trsvcid={port}",
-           f"--subnqn={NQN}", "--filename=ns1", "--thread=1", f"--rw={rw}", f"--bs={bs}", f"--iodepth={iodepth}",
-           "--time_based", f"--runtime={seconds}", "--ramp_time=0.5", "--cpus_allowed=1", "--completion=event",
-           "--output-format=json", *extra]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
-    if out.returncode != 0:
-        raise RuntimeError(f"fio (nvmf engine) failed: {out.stderr.strip()}")
-    text = out.stdout
-    return summarize_fio_json(json.loads(text[text.find("{"):]))
-
-
-def fio_engine_rows(seconds: float, rounds: int) -> list[dict]:
-    """The engine's per-I/O cost: nvmf-perf (baseline) and fio + engine (subject), same target,
-    same workload (4 KiB randread, QD1 and QD32, host completion event), interleaved. Adds
-    `overhead_us_per_io` = 1e6/IOPS(subject) - 1e6/IOPS(baseline): the extra time each I/O costs.
-    fio commits (one send) per I/O by default; nvmf-perf batches, so QD32 is also measured with
-    fio's own batching (iodepth_batch_submit/iodepth_batch_complete_max)."""
-    if not shutil.which("fio"):
-        print("bench: fio not installed, skipping the fio engine comparison", file=sys.stderr)
-        return []
-    help_text = subprocess.run(["fio", f"--enghelp={FIO_ENGINE}"], capture_output=True, text=True, timeout=30)
-    if "traddr" not in help_text.stdout:
-        print(f"bench: {FIO_ENGINE} missing or without fio support (`make fio-engine`), skipping the fio engine "
-              "comparison", file=sys.stderr)
-        return []
-    rows = []
-    target = Target("event")
-    try:
-        batch = ("--iodepth_batch_submit=16", "--iodepth_batch_complete_max=32")
-        for qd, extra in ((1, ()), (32, ()), (32, batch)):
-            remote = lambda qd=qd: perf(["-t", "tcp", "-a", "127.0.0.1", "-s", str(target.port), "-n", NQN,  # noqa: E731
-                                         "--rw", "randread", "--bs", "4k", "--iodepth", str(qd),
-                                         "--completion", "event"], seconds)
-            engine = lambda qd=qd, extra=extra: fio_engine(target.port, "randread", "4k", qd, seconds, extra)  # noqa: E731
-            name = f"fio engine: fio+libnvmf_fio / nvmf-perf, randread 4k QD{qd}" + (", fio batch 16" if extra else "")
-            row = compare(name, remote, engine, rounds)
-            if row["iops_baseline"] and row["iops_subject"]:
-                row["overhead_us_per_io"] = round(1e6 / row["iops_subject"] - 1e6 / row["iops_baseline"], 3)
-            rows.append(row)
-    finally:
-        target.stop()
-    return rows
-
-
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=3)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 1 round of 1 s, no ramp, memory with 1 and 10 queues")
+    ap.add_argument("--seconds", type=int, help="measured seconds per run (whole seconds: spdk_nvme_perf); default 3")
+    ap.add_argument("--ramp", type=int, help="unmeasured warm-up seconds per run; default 1")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds; default 3")
+    ap.add_argument("--stacks", default="ours,spdk", help="stacks in the matrix, as targets and as hosts")
+    ap.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma list of {', '.join(SUITES)}, or all")
+    ap.add_argument("--memory-counts", help="I/O queue counts for the memory suite; default 1,100,1000")
+    ap.add_argument("--target-core", type=int, default=0)
+    ap.add_argument("--host-core", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
-    a = ap.parse_args()
-    for tool in ("nvmf-target", "nvmf-perf"):
-        if not (BIN / tool).exists():
-            print(f"bench: {BIN / tool} not found; run `make build` first", file=sys.stderr)
+    a = ap.parse_args(argv)
+    a.seconds = a.seconds if a.seconds is not None else (1 if a.quick else 3)
+    a.ramp = a.ramp if a.ramp is not None else (0 if a.quick else 1)
+    a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
+    counts = a.memory_counts or ("1,10" if a.quick else ",".join(str(c) for c in memory.COUNTS))
+    suites = SUITES if a.suites == "all" else tuple(s.strip() for s in a.suites.split(",") if s.strip())
+    stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
+    problems = [f"unknown suite {s!r}" for s in suites if s not in SUITES]
+    problems += [f"unknown stack {s!r} (ours, spdk)" for s in stacks if s not in ("ours", "spdk")]
+    if not 1 <= a.seconds <= 600 or not 0 <= a.ramp <= 60 or not 1 <= a.rounds <= 50:
+        problems.append("--seconds must be 1..600, --ramp 0..60, --rounds 1..50")
+    try:
+        a.memory_counts = [int(c) for c in counts.split(",")]
+        if any(not 1 <= c <= 10000 for c in a.memory_counts):
+            raise ValueError
+    except ValueError:
+        problems.append(f"--memory-counts {counts!r}: comma list of 1..10000")
+    if problems:
+        ap.error("; ".join(problems))
+    a.suites, a.stacks = suites, stacks
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    for tool in ("nvmf-target", "nvmf-perf", "nvmf-bench"):
+        try:
+            bench_binary(tool)
+        except BenchError as err:
+            print(f"bench: {err}", file=sys.stderr)
             return 2
+    available = core_lists.available_cores()
+    if a.target_core not in available or a.host_core not in available or a.target_core == a.host_core:
+        print(f"bench: --target-core {a.target_core} and --host-core {a.host_core} must be two different cores of "
+              f"{available}", file=sys.stderr)
+        return 2
+    stacks = list(a.stacks)
+    missing = spdk_missing() if "spdk" in stacks else "left out by --stacks"
+    if "spdk" in stacks and missing:
+        print(f"bench: SPDK skipped: {missing}", file=sys.stderr)
+        stacks.remove("spdk")
+    limit = sysstat.noise_limit()
+    for warning in sysstat.machine_warnings(sample_s=0.5):
+        print(f"bench: note: {warning}", file=sys.stderr)
 
-    rows = []
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    with tempfile.TemporaryDirectory(dir=shm) as tmp:
-        path = str(Path(tmp) / "bench.img")
-        with open(path, "wb") as f:
-            f.truncate(256 << 20)
-        local = lambda qd: perf(["--local", path, "--rw", "randread", "--bs", "4k", "--iodepth", str(qd)], a.seconds)  # noqa: E731
-        if shutil.which("fio"):
-            for qd in (1, 32):
-                rows.append(compare(f"generator: nvmf-perf --local / fio, randread 4k QD{qd}",
-                                    lambda: fio(path, "randread", "4k", qd, a.seconds), lambda: local(qd), a.rounds))
-        else:
-            print("bench: fio not installed, skipping the generator comparison", file=sys.stderr)
+    cfg = matrix.Config(seconds=a.seconds, ramp=a.ramp, rounds=a.rounds, target_core=a.target_core,
+                        host_core=a.host_core, targets=stacks, hosts=stacks)
+    floor_missing = floor.available()
+    cfg.floor = floor_missing is None
+    target_pool, host_pool = scaling.split_cores(available)
+    total = (matrix.planned_runs(cfg) if "matrix" in a.suites else 0) \
+        + (len(target_pool) * a.rounds if "scaling" in a.suites else 0) \
+        + (sum(len(memory.counts_for(s, a.memory_counts)) for s in stacks) if "memory" in a.suites else 0)
+    progress = matrix.Progress(total)
+    runs, floors, scaled, mem, classic = [], [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="nvmflab-bench-") as tmp:
+        bench = Bench(Path(tmp), limit)
+        if "matrix" in a.suites:
+            found = matrix.run_matrix(bench, cfg, progress)
+            runs, floors = found["runs"], found["floor"]
+        if "scaling" in a.suites:
+            for r in range(a.rounds):
+                for n in range(1, len(target_pool) + 1):
+                    run = safely(lambda: scaling.measure(bench, n, target_pool, host_pool, a.seconds, a.ramp))
+                    scaled.append(run | {"reactors": n, "round": r})
+                    progress.step(f"round {r + 1} scaling, {n} reactor(s)", run)
+        if "memory" in a.suites:
+            for stack in stacks:
+                for count in memory.counts_for(stack, a.memory_counts):
+                    point = safely(lambda: memory.measure(bench, stack, count, [a.target_core], a.host_core))
+                    mem.append(point | {"stack": stack, "queues_wanted": count})
+                    print(f"[{progress.done + 1}/{progress.total}] memory, {stack} target, {count} I/O queues: "
+                          + (f"FAILED: {point['error']}" if point.get("error") else
+                             f"RSS {point['rss_bytes'] / (1 << 20):.1f} MiB "
+                             f"(idle {point['rss_idle_bytes'] / (1 << 20):.1f})"), file=sys.stderr, flush=True)
+                    progress.done += 1
+    if "classic" in a.suites:
+        from nvmfbench.classic import run_classic
 
-        for mode in ("event", "poll"):
-            target = Target(mode)
-            try:
-                remote = lambda qd, comp="event": perf(  # noqa: E731
-                    ["-t", "tcp", "-a", "127.0.0.1", "-s", str(target.port), "-n", NQN, "--rw", "randread",
-                     "--bs", "4k", "--iodepth", str(qd), "--completion", comp], a.seconds)
-                for qd in (1, 32):
-                    rows.append(compare(f"transport: tcp loopback (target {mode}) / local, randread 4k QD{qd}",
-                                        lambda: local(qd), lambda: remote(qd), a.rounds))
-                rows.append(compare(f"polling: host poll / host event, target {mode}, QD1",
-                                    lambda: remote(1, "event"), lambda: remote(1, "poll"), a.rounds))
-            finally:
-                target.stop()
+        classic = run_classic(a.seconds, a.rounds)
 
-    rows += fio_engine_rows(a.seconds, a.rounds)
-
-    a.out.write_text(json.dumps({"seconds": a.seconds, "rounds": a.rounds, "rows": rows}, indent=2))
-    width = max(len(r["comparison"]) for r in rows)
-    print(f"{'comparison':<{width}}  {'IOPS ratio':>10}  {'p99 ratio':>9}")
-    for r in rows:
-        print(f"{r['comparison']:<{width}}  {r['iops_ratio']!s:>10}  {r['p99_us_ratio']!s:>9}")
-    print(f"bench: details in {a.out}")
+    config = {"seconds": a.seconds, "ramp": a.ramp, "rounds": a.rounds, "target_core": a.target_core,
+              "host_core": a.host_core, "stacks": stacks, "suites": list(a.suites),
+              "works": [w.name for w in cfg.works], "floor": floor_missing or "nvmf-bench pingpong"}
+    results = report.assemble(runs, floors, config["works"], config, missing, scaled, mem, limit)
+    if classic:
+        results["classic"] = classic
+    text = report.markdown(results)
+    a.out.write_text(json.dumps(results, indent=2))
+    a.out.with_suffix(".md").write_text(text)
+    print(text)
+    print(f"bench: details in {a.out}, tables in {a.out.with_suffix('.md')}", file=sys.stderr)
     return 0
+
+
+def safely(measure) -> dict:
+    """A measurement that failed becomes a record with "error", so the others still run."""
+    try:
+        return measure()
+    except (BenchError, OSError, ValueError) as err:
+        return {"error": str(err)}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""Issue 9's performance goals as rows that say "met" or "missed by X %": the numbers speak,
+the goals do not move. Pure functions on the cells of stats.cells()."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .stats import ratio
+
+QD1, QD32, LARGE = "4k randread QD1", "4k randread QD32", "128k randread QD32"
+
+
+def verdict(value: float | None, op: str, limit: float) -> str:
+    """'met', 'missed by N %' (how far short of, or over, the limit, relative to it), or
+    'not measured'."""
+    if value is None:
+        return "not measured"
+    if op == ">=":
+        return "met" if value >= limit else f"missed by {100 * (1 - value / limit):.1f} %"
+    if op == "<=":
+        return "met" if value <= limit else f"missed by {100 * (value / limit - 1):.1f} %"
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+NOISY = "from noisy runs only"
+
+
+def _row(goal: str, value: float | None, op: str, limit: float, inputs: list[dict[str, Any] | None],
+         why_missing: str = "") -> dict[str, Any]:
+    """One goal; `inputs` are the cells (or floor summaries) the value came from: when any of
+    them had only noisy runs the verdict says so."""
+    status = verdict(value, op, limit)
+    if status == "not measured" and why_missing:
+        status += f" ({why_missing})"
+    elif value is not None and any(c and str(c.get("note", "")).startswith("all ") for c in inputs):
+        status += f" ({NOISY})"
+    return {"goal": goal, "value": None if value is None else round(value, 3), "op": op, "limit": limit,
+            "status": status}
+
+
+def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str, dict[str, Any]],
+              event_qd1: dict[str, Any] | None, spdk_missing: str = "") -> list[dict[str, Any]]:
+    """The goals of issue 9 item 2. `floor` maps "busy" and "blocking" to the ping-pong summary
+    ({"mean_ns", "note"}); `event_qd1` is the cell of QD1 with our target and host both in event
+    mode."""
+    oo, ss, os_, so = ("ours", "ours"), ("spdk", "spdk"), ("ours", "spdk"), ("spdk", "ours")
+    c = lambda pair, work: table.get((*pair, work))  # noqa: E731
+
+    def ratio_of(a: dict | None, b: dict | None, key: str, b_key: str | None = None) -> float | None:
+        return ratio(a.get(key) if a else None, b.get(b_key or key) if b else None)
+
+    def pair_goal(goal: str, subject, baseline, work: str, key: str, op: str, limit: float) -> dict[str, Any]:
+        a, b = c(subject, work), c(baseline, work)
+        return _row(goal, ratio_of(a, b, key), op, limit, [a, b], spdk_missing)
+
+    rows = [
+        pair_goal("128k randread QD32 bandwidth: ours x ours / SPDK x SPDK >= 1.2", oo, ss, LARGE, "bw_bytes", ">=", 1.2),
+        pair_goal("4k randread QD32 IOPS: ours x ours / SPDK x SPDK >= 1.3", oo, ss, QD32, "iops", ">=", 1.3),
+    ]
+    for work, key in ((QD1, "iops"), (QD32, "iops"), (LARGE, "bw_bytes")):
+        label = "bandwidth" if key == "bw_bytes" else "IOPS"
+        rows.append(pair_goal(f"{work} {label} under spdk_nvme_perf: our target / SPDK's >= 1.0", os_, ss, work, key,
+                              ">=", 1.0))
+    for work, key in ((QD1, "iops"), (QD32, "iops"), (LARGE, "bw_bytes")):
+        label = "bandwidth" if key == "bw_bytes" else "IOPS"
+        rows.append(pair_goal(f"{work} {label} on SPDK's target: nvmf-perf / spdk_nvme_perf >= 1.0", so, ss, work,
+                              key, ">=", 1.0))
+    busy, blocking, ours_qd1 = floor.get("busy"), floor.get("blocking"), c(oo, QD1)
+    rows += [
+        _row("4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1",
+             ratio_of(ours_qd1, busy, "lat_mean_ns", "mean_ns"), "<=", 1.1, [ours_qd1, busy]),
+        pair_goal("4k QD1 p99.99 latency: ours x ours / SPDK x SPDK <= 1.0", oo, ss, QD1, "lat_p99_99_ns", "<=", 1.0),
+        _row("event mode 4k QD1 mean latency (ours x ours) / blocking ping-pong mean <= 1.2",
+             ratio_of(event_qd1, blocking, "lat_mean_ns", "mean_ns"), "<=", 1.2, [event_qd1, blocking]),
+    ]
+    return rows

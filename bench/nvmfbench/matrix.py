@@ -1,0 +1,114 @@
+"""The side-by-side matrix: every target x host pair of {SPDK, ours} on every workload, in
+interleaved rounds (each round visits every pair once, alternating the order, so slow drifts of
+a shared machine fall on all pairs alike). Each round also measures our stack in event mode at
+QD1 and the two ping-pong floors, so floors and stacks see the same machine."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import floor
+from .stacks import MATRIX_WORKS, Bench, BenchError, Work
+
+EVENT = "ours-event"  # target/host label of the event-mode runs (reactor and host sleep when idle)
+EVENT_WORK = MATRIX_WORKS[0]
+
+
+@dataclass
+class Config:
+    seconds: int
+    ramp: int
+    rounds: int
+    target_core: int
+    host_core: int
+    targets: list[str]
+    hosts: list[str]
+    works: Sequence[Work] = MATRIX_WORKS
+    event: bool = True
+    floor: bool = True
+
+
+def in_turn(items: Sequence[Any], round_index: int) -> list[Any]:
+    """Forward on even rounds, backward on odd ones."""
+    return list(items) if round_index % 2 == 0 else list(reversed(items))
+
+
+def planned_runs(cfg: Config) -> int:
+    per_round = len(cfg.targets) * len(cfg.hosts) * len(cfg.works) + int(cfg.event) + 2 * int(cfg.floor)
+    return per_round * cfg.rounds
+
+
+@dataclass
+class Progress:
+    """One line per run on stderr: i/N, what, the headline number, noise, time left."""
+
+    total: int
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def step(self, label: str, run: dict[str, Any]) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        left = elapsed / self.done * max(0, self.total - self.done)
+        print(f"[{self.done}/{self.total}] {label}: {headline(run)} ({left:.0f} s left)", file=sys.stderr, flush=True)
+
+
+def headline(run: dict[str, Any]) -> str:
+    if run.get("error"):
+        return f"FAILED: {run['error']}"
+    if "mean_ns" in run:
+        text = f"mean {run['mean_ns'] / 1000:.1f} us"
+    else:
+        text = f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s, mean {run['lat_mean_ns'] / 1000:.1f} us"
+    noise = run.get("noise_pct")
+    if noise is not None:
+        text += f", others {noise:.0f} % of the cores" + (" (noisy)" if run.get("noisy") else "")
+    return text
+
+
+def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[dict[str, Any]]]:
+    """Every round; returns {"runs": stack runs, "floor": ping-pong runs}."""
+    runs: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
+    for r in range(cfg.rounds):
+        for target_stack in in_turn(cfg.targets, r):
+            try:
+                with bench.target(target_stack, [cfg.target_core], "poll") as target:
+                    for host_stack in in_turn(cfg.hosts, r):
+                        for work in cfg.works:
+                            run = bench.measure(host_stack, target, work, "poll", [cfg.host_core], cfg.seconds,
+                                                cfg.ramp)
+                            run |= {"target": target_stack, "host": host_stack, "work": work.name, "round": r}
+                            runs.append(run)
+                            progress.step(f"round {r + 1} {target_stack} target x {host_stack} host, {work.name}", run)
+            except BenchError as err:
+                for host_stack in cfg.hosts:
+                    for work in cfg.works:
+                        run = {"target": target_stack, "host": host_stack, "work": work.name, "round": r,
+                               "error": str(err)}
+                        runs.append(run)
+                        progress.step(f"round {r + 1} {target_stack} target x {host_stack} host, {work.name}", run)
+        if cfg.event:
+            run = event_run(bench, cfg)
+            runs.append(run | {"target": EVENT, "host": EVENT, "work": EVENT_WORK.name, "round": r})
+            progress.step(f"round {r + 1} ours x ours, event mode, {EVENT_WORK.name}", run)
+        if cfg.floor:
+            for mode in in_turn(floor.MODES, r):
+                run = floor.pingpong(bench, mode, cfg.target_core, cfg.host_core, cfg.seconds)
+                floors.append(run | {"mode": mode, "round": r})
+                progress.step(f"round {r + 1} {mode} ping-pong", run)
+    return {"runs": runs, "floor": floors}
+
+
+def event_run(bench: Bench, cfg: Config) -> dict[str, Any]:
+    """Our target and host in event mode (both sleep when idle; the default)."""
+    try:
+        with bench.target("ours", [cfg.target_core], "event") as target:
+            return bench.measure("ours", target, EVENT_WORK, "event", [cfg.host_core], cfg.seconds, cfg.ramp)
+    except BenchError as err:
+        return {"error": str(err)}
+
+

@@ -1,0 +1,247 @@
+"""What a bench run found, as one JSON document (bench/results.json) and as Markdown tables
+(printed, and written beside the JSON for bench/README.md). Pure: takes the runs, gives text."""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import goals, stats
+from .matrix import EVENT, EVENT_WORK
+
+PAIRS = (("spdk", "spdk", "SPDK tgt x spdk_nvme_perf"), ("ours", "ours", "ours x nvmf-perf"),
+         ("ours", "spdk", "ours tgt x spdk_nvme_perf"), ("spdk", "ours", "SPDK tgt x nvmf-perf"))
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers came from."""
+    model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
+
+
+def floor_summary(floor_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for (mode,), runs in stats.group(floor_runs, ("mode",)).items():
+        chosen, note = stats.pick_clean(runs)
+        out[mode] = {"mean_ns": stats.median_of(chosen, "mean_ns"), "p50_ns": stats.median_of(chosen, "p50_ns"),
+                     "p99_99_ns": stats.median_of(chosen, "p99_99_ns"),
+                     "runs": len(runs), "used": len(chosen), "note": note}
+    return out
+
+
+def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works: list[str], config: dict[str, Any],
+             spdk_missing: str | None, scaling: list[dict[str, Any]], memory: list[dict[str, Any]],
+             noise_limit_pct: float | None) -> dict[str, Any]:
+    table = stats.cells(runs)
+    floors = floor_summary(floor_runs)
+    floor_means = {mode: f["mean_ns"] for mode, f in floors.items()}
+    event = table.get((EVENT, EVENT, EVENT_WORK.name), {})
+    qd1 = EVENT_WORK.name
+    multiples = {}
+    for t, h, label in PAIRS:
+        mean = table.get((t, h, qd1), {}).get("lat_mean_ns")
+        multiples[f"{label}, polling: QD1 mean / busy ping-pong"] = _r(stats.ratio(mean, floor_means.get("busy")))
+    multiples["ours x nvmf-perf, event mode: QD1 mean / blocking ping-pong"] = \
+        _r(stats.ratio(event.get("lat_mean_ns"), floor_means.get("blocking")))
+    all_runs = stats.usable(runs + floor_runs + scaling)
+    noisy = sum(1 for r in all_runs if r.get("noisy"))
+    return {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": config,
+        "spdk": spdk_missing or "built",
+        "noise": {"limit_pct": noise_limit_pct, "runs": len(all_runs), "noisy": noisy,
+                  "failed": len(runs + floor_runs + scaling) - len(all_runs)},
+        "matrix": [{"target": k[0], "host": k[1], "work": k[2]} | _rounded(v) for k, v in sorted(table.items())],
+        "ratios": stats.comparison_rows(table, works),
+        "floor": floors,
+        "qd1_over_floor": multiples,
+        "goals": goals.goal_rows(table, floors, event or None, spdk_missing or ""),
+        "scaling": scaling_summary(scaling),
+        "memory": memory_summary(memory),
+        "runs": runs,
+        "floor_runs": floor_runs,
+        "scaling_runs": scaling,
+    }
+
+
+def scaling_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for (reactors,), group in sorted(stats.group(runs, ("reactors",)).items()):
+        c = stats.cell(group)
+        out.append({"reactors": reactors, "numjobs": group[0].get("numjobs"), "iodepth": group[0].get("iodepth"),
+                    "iops": _r(c["iops"], 0), "used": c["used"], "runs": c["runs"], "note": c["note"]})
+    return out
+
+
+def memory_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The points, and bytes per queue for each target stack measured."""
+    from .memory import bytes_per_queue
+
+    slopes = {}
+    for (stack,), group in stats.group(points, ("stack",)).items():
+        ok = [p for p in group if p.get("rss_bytes") is not None and p.get("queues")]
+        slopes[stack] = _r(bytes_per_queue([(p["queues"], p["rss_bytes"]) for p in ok]), 0)
+    return {"points": points, "bytes_per_queue": slopes}
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _rounded(cell: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_r(v, 1) if isinstance(v, float) else v) for k, v in cell.items()}
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+def _fmt_cell(c: dict[str, Any] | None, work: str) -> str:
+    if not c or c.get("iops") is None:
+        return "—"
+    if work.startswith("128k"):
+        text = f"{c['bw_bytes'] / 1e9:.2f} GB/s"
+        lo, hi = c.get("bw_bytes_range") or (None, None)
+        if lo is not None:
+            text += f" ({lo / 1e9:.1f}–{hi / 1e9:.1f})"
+    else:
+        text = f"{c['iops'] / 1000:.0f} K, {c['lat_mean_ns'] / 1000:.1f} µs"
+    if c.get("lat_p99_99_ns") is not None and work.endswith("QD1"):
+        text += f", p99.99 {c['lat_p99_99_ns'] / 1000:.0f} µs"
+    return text + _mark(c)
+
+
+def _mark(c: dict[str, Any]) -> str:
+    """* when every run of the cell was noisy, † when some noisy runs were left out."""
+    if not c.get("noisy"):
+        return ""
+    return " *" if c["noisy"] >= c.get("used", 0) else " †"
+
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """Every section the run has data for, as Markdown."""
+    sections = [_header(results), _matrix(results), _ratios(results), _floor(results), _goals(results),
+                _scaling(results), _memory(results), _classic(results)]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _header(results: dict[str, Any]) -> str:
+    m, cfg, noise = results["machine"], results["config"], results["noise"]
+    text = (f"Measured {results['when']} on {m['cpu']} ({m['cores']} cores, Linux {m['kernel']}); "
+            f"{cfg['rounds']} interleaved rounds of {cfg['seconds']} s (+{cfg['ramp']} s ramp), target busy-polling "
+            f"on core {cfg['target_core']}, host on core {cfg['host_core']}, null namespace. SPDK: {results['spdk']}.\n\n")
+    if noise["limit_pct"] is None:
+        return text + ("Noise: recorded per run, no limit (NVMFLAB_NOISE_LIMIT_PCT=off): every run is in the medians. "
+                       f"Failed runs: {noise['failed']}.")
+    return text + (f"Noise: {noise['noisy']} of {noise['runs']} runs had other processes use more than "
+                   f"{noise['limit_pct']:g} % of the two cores. † noisy runs left out of the median; * every run of "
+                   "the cell was noisy, so the median is over all of them and is the busy machine's number as much "
+                   f"as the stack's. Failed runs: {noise['failed']}.")
+
+
+def _matrix(results: dict[str, Any]) -> str:
+    if not results["matrix"]:
+        return ""
+    cells = {(c["target"], c["host"], c["work"]): c for c in results["matrix"]}
+    lines = ["| work | " + " | ".join(label for *_, label in PAIRS) + " |", "|---|" + "---|" * len(PAIRS)]
+    for work in results["config"]["works"]:
+        lines.append(f"| {work} | " + " | ".join(_fmt_cell(cells.get((t, h, work)), work) for t, h, _ in PAIRS) + " |")
+    event = cells.get((EVENT, EVENT, EVENT_WORK.name))
+    if event:
+        lines += ["", f"Event mode (our reactor and host sleep when idle), {EVENT_WORK.name}: "
+                  f"{_fmt_cell(event, EVENT_WORK.name)}."]
+    failed = sorted({f"{r['target']} x {r['host']}, {r['work']}: {r['error']}" for r in results["runs"]
+                     if r.get("error")})
+    if failed:
+        lines += ["", "Failed runs: " + "; ".join(failed) + "."]
+    return "\n".join(lines)
+
+
+def _ratios(results: dict[str, Any]) -> str:
+    if not results["ratios"]:
+        return ""
+    lines = ["Ratios of medians (subject / baseline; throughput is IOPS and bandwidth alike; for latency below 1 is "
+             "better):", "", "| comparison | work | throughput | mean latency | p99.99 |", "|---|---|---|---|---|"]
+    for r in results["ratios"]:
+        lines.append(f"| {r['comparison']} | {r['work']} | {_x(r['iops_ratio'])} | "
+                     f"{_x(r['lat_mean_ns_ratio'])} | {_x(r['lat_p99_99_ns_ratio'])} |")
+    return "\n".join(lines)
+
+
+def _floor(results: dict[str, Any]) -> str:
+    if not results["floor"]:
+        return ""
+    lines = ["Floor (nvmf-bench pingpong, 72-byte request, 4144-byte reply = a 4 KiB read on the wire):", ""]
+    for mode, f in results["floor"].items():
+        mean = "—" if f["mean_ns"] is None else f"{f['mean_ns'] / 1000:.1f} µs"
+        p50 = "" if f.get("p50_ns") is None else f", p50 {f['p50_ns'] / 1000:.1f} µs"
+        p9999 = "" if f.get("p99_99_ns") is None else f", p99.99 {f['p99_99_ns'] / 1000:.0f} µs"
+        lines.append(f"- {mode} ping-pong: mean {mean}{p50}{p9999}" + (f" ({f['note']})" if f["note"] else ""))
+    lines += ["", "| QD1 mean latency as a multiple of the floor | × |", "|---|---|"]
+    lines += [f"| {label} | {_x(value)} |" for label, value in results["qd1_over_floor"].items()]
+    return "\n".join(lines)
+
+
+def _goals(results: dict[str, Any]) -> str:
+    if not results["matrix"]:
+        return ""
+    lines = ["Issue 9 goals:", "", "| goal | measured | status |", "|---|---|---|"]
+    lines += [f"| {g['goal']} | {_x(g['value'])} | {g['status']} |" for g in results["goals"]]
+    return "\n".join(lines)
+
+
+def _scaling(results: dict[str, Any]) -> str:
+    if not results["scaling"]:
+        return ""
+    lines = ["Scaling (our target, 4 KiB randread, polling):", "", "| reactors | host jobs x depth | IOPS |",
+             "|---|---|---|"]
+    for s in results["scaling"]:
+        iops = "—" if s["iops"] is None else f"{s['iops'] / 1000:.0f} K"
+        lines.append(f"| {s['reactors']} | {s['numjobs']} x {s['iodepth']} | {iops}"
+                     + (f" ({s['note']})" if s["note"] else "") + " |")
+    return "\n".join(lines)
+
+
+def _memory(results: dict[str, Any]) -> str:
+    mem = results["memory"]
+    if not mem["points"]:
+        return ""
+    lines = ["Memory (the target's VmRSS, I/O queues connected at QD128 after one full-depth round; SPDK only up "
+             "to 100 queues, its 1 GiB DPDK heap holds about 250):", "",
+             "| target | I/O queues | RSS idle | RSS with queues |", "|---|---|---|---|"]
+    for p in mem["points"]:
+        if p.get("error"):
+            lines.append(f"| {p['stack']} | {p.get('queues_wanted')} | — | failed: {p['error']} |")
+        else:
+            lines.append(f"| {p['stack']} | {p['queues']} | {_mib(p['rss_idle_bytes'])} | {_mib(p['rss_bytes'])} |")
+    slopes = [f"{stack} {value / 1024:.0f} KiB" for stack, value in mem["bytes_per_queue"].items() if value is not None]
+    if slopes:
+        lines += ["", f"Bytes per queue (least-squares slope of RSS over queues): {', '.join(slopes)}."]
+    return "\n".join(lines)
+
+
+def _classic(results: dict[str, Any]) -> str:
+    rows = results.get("classic") or []
+    if not rows:
+        return ""
+    lines = ["Classic comparisons (subject / baseline):", "", "| comparison | IOPS | p99 |", "|---|---|---|"]
+    lines += [f"| {r['comparison']} | {_x(r.get('iops_ratio'))} | {_x(r.get('p99_us_ratio'))} |" for r in rows]
+    return "\n".join(lines)
+
+
+def _x(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / (1 << 20):.1f} MiB"

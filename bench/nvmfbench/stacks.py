@@ -1,0 +1,169 @@
+"""Targets and load generators of both stacks, started through the harness's own stack drivers
+(nvmflab.stacks: our TOML config and ready line, SPDK's nvmf_tgt over rpc.py with --no-huge,
+spdk_nvme_perf's text report), with each run's noise window from nvmflab.sysstat."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from nvmflab import metrics, sysstat
+from nvmflab.plan import PerfJob, Subsystem, TargetSetup
+from nvmflab.spec import Knobs, Workload
+from nvmflab.stacks import RunningTarget, StackError, get_stack
+from nvmflab.stacks import spdk as spdk_stack
+from nvmflab.topology.base import HostError
+from nvmflab.topology.local import LocalHost
+
+NQN = "nqn.2024-01.io.nvmflab:bench"
+NULL_SIZE = 1 << 30
+GRACE_S = 30.0  # start-up (DPDK init under --no-huge) and tear-down on top of ramp + runtime
+
+
+@dataclass(frozen=True)
+class Work:
+    name: str
+    rw: str
+    bs: int
+    iodepth: int
+    numjobs: int = 1
+
+
+MATRIX_WORKS = (
+    Work("4k randread QD1", "randread", 4096, 1),
+    Work("4k randread QD32", "randread", 4096, 32),
+    Work("4k randread QD128", "randread", 4096, 128),
+    Work("4k randwrite QD32", "randwrite", 4096, 32),
+    Work("128k randread QD32", "randread", 131072, 32),
+)
+
+
+def spdk_missing() -> str | None:
+    """Why SPDK cannot run here, or None when its build is found."""
+    if spdk_stack.spdk_dir(LocalHost()) is None:
+        return f"no SPDK build found; {spdk_stack.BUILD_HINT}"
+    return None
+
+
+class Bench:
+    """This machine, a scratch directory, and a counter naming each run's files."""
+
+    def __init__(self, workdir: Path, noise_limit_pct: float | None):
+        self.workdir = workdir
+        self.host = LocalHost(workdir=workdir)
+        self.noise_limit_pct = noise_limit_pct
+        self.count = 0
+
+    @contextlib.contextmanager
+    def target(self, stack: str, cores: list[int], mode: str) -> Iterator[RunningTarget]:
+        """A target with one null namespace, its reactors on `cores`, stopped on exit."""
+        setup = TargetSetup(cores=tuple(cores), mode=mode, idle_poll_us=0, in_capsule_data_size=8192,
+                            so_priority=0, tos=0, busy_poll_us=0,
+                            subsystems=(Subsystem(NQN, "null", NULL_SIZE),))
+        try:
+            with spdk_queue_depth(SPDK_MAX_QUEUE_DEPTH):
+                running = get_stack(stack).start_target(setup, self.host, self.workdir)
+        except (StackError, HostError) as err:
+            raise BenchError(f"{stack} target did not start: {err}") from None
+        try:
+            yield running
+        finally:
+            running.stop()
+
+    def measure(self, host_stack: str, target: RunningTarget, work: Work, completion: str, cpus: list[int],
+                seconds: int, ramp: int) -> dict[str, Any]:
+        """One load-generator run against `target`; the summary plus the noise of its window.
+        A failed run comes back with "error" set instead of raising, so a round goes on."""
+        self.count += 1
+        knobs = (Workload(rw=work.rw, bs=work.bs, iodepth=work.iodepth, numjobs=work.numjobs).model_dump()
+                 | Knobs(completion=completion).model_dump())
+        job = PerfJob(role="main", knobs=knobs, cpus=tuple(cpus), nqn=NQN)
+        output = str(self.workdir / f"run-{self.count}.out")
+        log = self.workdir / f"run-{self.count}.log"
+        cores = sorted(set(cpus) | set(target.setup.cores))
+        try:
+            session = get_stack(host_stack).open_host(job, target, self.host, self.workdir)
+            argv = session.perf_argv(seconds, ramp, output)
+        except (StackError, HostError) as err:
+            return {"error": str(err)}
+        target_before = target.cpu_seconds() or (0.0, 0.0)
+        before = sysstat.local_snapshot(cores)
+        proc = self.host.spawn(argv, cpus, log)
+        try:
+            code, usr, sys_ = proc.wait(seconds + ramp + GRACE_S)
+        finally:
+            proc.stop()
+            session.close()
+        after = sysstat.local_snapshot(cores)
+        target_after = target.cpu_seconds() or (0.0, 0.0)
+        if code is None:
+            return {"error": f"{Path(argv[0]).name} still running {seconds + ramp + GRACE_S:.0f} s after start"}
+        if code != 0:
+            return {"error": f"{host_stack} host exited {code}: {last_line(log)}"}
+        try:
+            summary = metrics.summarize(session.parse_output(self.host.read_text(output)))
+        except (StackError, HostError, KeyError, ValueError) as err:
+            return {"error": f"{host_stack} host report unreadable: {err}"}
+        experiment = usr + sys_ + sum(target_after) - sum(target_before)
+        noise = self.noise(before, after, cores, experiment,
+                           {"target": sorted(target.setup.cores), "host": sorted(cpus)})
+        measured = {k: summary.get(k) for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns")}
+        cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(sum(target_after) - sum(target_before), 3)}
+        return measured | cpu | noise
+
+    def noise(self, before: sysstat.Snapshot, after: sysstat.Snapshot, cores: list[int], experiment_cpu_s: float,
+              roles: dict[str, list[int]]) -> dict[str, Any]:
+        """The CPU time others used on `cores` in the window, and whether that makes it noisy."""
+        window = sysstat.window(before, after, cores, experiment_cpu_s)
+        found = sysstat.summarize({"local": window}, self.noise_limit_pct, {"local": roles})
+        return {k: found[k] for k in ("noise_pct", "outside_cpu_s", "steal_s", "noisy")}
+
+
+# SPDK's TCP transport defaults to 128 entries per queue (MQES 127), one short of a QD128 queue
+# (SQSIZE = depth + 1 entries); ours allows 1024. The bench asks SPDK for as many entries as it
+# needs so both targets run the same workloads.
+SPDK_MAX_QUEUE_DEPTH = 256
+
+
+@contextlib.contextmanager
+def spdk_queue_depth(depth: int) -> Iterator[None]:
+    """While starting a target, the harness's SPDK configuration also passes
+    `nvmf_create_transport -q depth` (the harness itself keeps SPDK's default)."""
+    original = spdk_stack.target_rpcs
+
+    def with_depth(setup: TargetSetup, port: int) -> list[list[str]]:
+        calls = original(setup, port)
+        for call in calls:
+            if call[0] == "nvmf_create_transport" and "-q" not in call:
+                call += ["-q", str(depth)]
+        return calls
+
+    spdk_stack.target_rpcs = with_depth
+    try:
+        yield
+    finally:
+        spdk_stack.target_rpcs = original
+
+
+class BenchError(Exception):
+    """Something the bench needs did not work; one line."""
+
+
+def last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no output)"
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def bench_binary(name: str) -> Path:
+    """nvmf-bench and friends: $NVMFLAB_BIN_DIR, then target/release of this checkout."""
+    root = Path(__file__).resolve().parents[2]
+    for folder in (os.environ.get("NVMFLAB_BIN_DIR"), root / "target" / "release"):
+        if folder and (Path(folder) / name).is_file():
+            return Path(folder) / name
+    raise BenchError(f"{name} not found (cargo build --release --workspace --bins)")

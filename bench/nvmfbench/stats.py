@@ -1,0 +1,104 @@
+"""Medians over clean runs, ratios of medians, and the run-to-run range: pure functions on run
+records (dicts), no I/O.
+
+A run record holds what one load-generator run measured plus its noise verdict from
+nvmflab.sysstat: {"target", "host", "work", "round", "iops", "bw_bytes", "lat_mean_ns",
+"lat_p99_99_ns", "noise_pct", "noisy", "error"}. A run with an "error" measured nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable
+
+METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_99_ns")
+
+
+def usable(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs that measured something (no error)."""
+    return [r for r in runs if not r.get("error")]
+
+
+def pick_clean(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The runs a median should use, and a note saying what was left out.
+
+    Noisy runs are left out; when every run was noisy the median takes them all rather than
+    nothing, and the note says so (the number is then the machine's, not only the stack's)."""
+    ok = usable(runs)
+    if not ok:
+        return [], "no run finished"
+    clean = [r for r in ok if not r.get("noisy")]
+    noisy = len(ok) - len(clean)
+    if not noisy:
+        return ok, ""
+    if clean:
+        return clean, f"{noisy} of {len(ok)} runs noisy, left out"
+    return ok, f"all {len(ok)} runs noisy: median over noisy runs"
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One (target, host, work) cell: medians over the clean runs, the range over them, counts."""
+    chosen, note = pick_clean(runs)
+    out: dict[str, Any] = {"runs": len(runs), "used": len(chosen), "note": note,
+                           "noisy": sum(1 for r in usable(runs) if r.get("noisy"))}
+    for key in METRICS:
+        out[key] = median_of(chosen, key)
+        values = [float(r[key]) for r in chosen if r.get(key) is not None]
+        out[f"{key}_range"] = [min(values), max(values)] if values else None
+    return out
+
+
+def ratio(subject: float | None, baseline: float | None) -> float | None:
+    """subject / baseline, None when either is missing or the baseline is not positive."""
+    if subject is None or baseline is None or baseline <= 0:
+        return None
+    return subject / baseline
+
+
+def group(runs: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, list[dict[str, Any]]]:
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def cells(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(target, host, work) -> cell()."""
+    return {k: cell(v) for k, v in group(runs, ("target", "host", "work")).items()}
+
+
+# (name, subject pair, baseline pair): pairs are (target stack, host stack). What each says:
+COMPARISONS = (
+    ("ours x ours / SPDK x SPDK", ("ours", "ours"), ("spdk", "spdk")),
+    ("our target / SPDK target, under spdk_nvme_perf", ("ours", "spdk"), ("spdk", "spdk")),
+    ("our target / SPDK target, under nvmf-perf", ("ours", "ours"), ("spdk", "ours")),
+    ("nvmf-perf / spdk_nvme_perf, on SPDK's target", ("spdk", "ours"), ("spdk", "spdk")),
+    ("nvmf-perf / spdk_nvme_perf, on our target", ("ours", "ours"), ("ours", "spdk")),
+)
+
+
+def comparison_rows(table: dict[tuple[str, str, str], dict[str, Any]], works: list[str]) -> list[dict[str, Any]]:
+    """Ratios of medians, subject / baseline, per comparison and workload. For latency a ratio
+    below 1 is better for the subject; for IOPS and bandwidth above 1 is."""
+    rows = []
+    for name, subject, baseline in COMPARISONS:
+        for work in works:
+            s, b = table.get((*subject, work)), table.get((*baseline, work))
+            if s is None or b is None:
+                continue
+            row: dict[str, Any] = {"comparison": name, "work": work}
+            for key in METRICS:
+                row[f"{key}_ratio"] = _round(ratio(s[key], b[key]))
+            notes = [n for n in (s["note"], b["note"]) if n]
+            row["note"] = "; ".join(notes)
+            rows.append(row)
+    return rows
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,53 @@
+"""`bench/run.py --quick` end to end with our stack only (about 15 s): every matrix cell, both
+ping-pong floors, the event-mode run and the memory points come out, in JSON and Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+from nvmfbench.stacks import BenchError, bench_binary  # noqa: E402
+
+
+def _missing() -> str | None:
+    try:
+        for name in ("nvmf-target", "nvmf-perf", "nvmf-bench"):
+            if "fakebin" in str(bench_binary(name)):
+                return f"{name} is the fake"
+    except BenchError as err:
+        return str(err)
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=f"bench binaries not built: {_missing()}")
+
+
+def test_quick_bench_with_our_stack_writes_every_table(tmp_path):
+    out = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--stacks", "ours",
+                           "--suites", "matrix,memory", "--memory-counts", "1,8", "--out", str(out)],
+                          capture_output=True, text=True, timeout=180, cwd=REPO, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    cells = {(c["target"], c["host"], c["work"]): c for c in results["matrix"]}
+    for work in results["config"]["works"]:
+        assert cells[("ours", "ours", work)]["iops"] > 0, work
+    assert cells[("ours-event", "ours-event", "4k randread QD1")]["lat_mean_ns"] > 0
+    assert all(results["floor"][mode]["mean_ns"] > 0 for mode in ("busy", "blocking"))
+    assert not [r for r in results["runs"] + results["floor_runs"] if r.get("error")]
+    mem = {p["queues"]: p for p in results["memory"]["points"] if p["stack"] == "ours"}
+    assert mem[8]["rss_bytes"] > mem[1]["rss_bytes"] > 0  # every queue costs something
+    assert results["memory"]["bytes_per_queue"]["ours"] > 0
+    goals = {g["goal"]: g["status"] for g in results["goals"]}
+    assert goals["4k randread QD32 IOPS: ours x ours / SPDK x SPDK >= 1.3"].startswith("not measured")
+    assert goals["4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1"] != "not measured"
+    assert results["spdk"] == "left out by --stacks"
+    assert "| 4k randread QD1 |" in out.with_suffix(".md").read_text()

@@ -1,0 +1,159 @@
+"""bench/nvmfbench: the arithmetic of `make bench` (medians over clean runs, ratios, goals,
+memory per queue, core split), fed synthetic runs; nothing is started."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from nvmfbench import goals, matrix, memory, report, scaling, stats  # noqa: E402
+from nvmfbench.stacks import Work  # noqa: E402
+
+
+def run(target, host, work, iops, mean_us, noisy=False, bw=None, p9999_us=None, **extra):
+    return {"target": target, "host": host, "work": work, "iops": iops, "bw_bytes": bw if bw is not None else iops * 4096,
+            "lat_mean_ns": mean_us * 1000, "lat_p99_99_ns": None if p9999_us is None else p9999_us * 1000,
+            "noisy": noisy, "noise_pct": 50.0 if noisy else 1.0} | extra
+
+
+def test_noisy_runs_are_left_out_of_the_median_and_counted():
+    runs = [run("ours", "ours", "w", 100, 10), run("ours", "ours", "w", 120, 9),
+            run("ours", "ours", "w", 5, 99, noisy=True)]
+    c = stats.cell(runs)
+    assert c["iops"] == 110  # median of 100 and 120; the noisy 5 would have made it 100
+    assert (c["used"], c["noisy"], c["runs"]) == (2, 1, 3)
+    assert c["note"] == "1 of 3 runs noisy, left out"
+    assert c["iops_range"] == [100, 120]
+
+
+def test_all_noisy_falls_back_to_every_run_and_says_so():
+    runs = [run("s", "s", "w", v, 10, noisy=True) for v in (10, 30, 20)]
+    c = stats.cell(runs)
+    assert c["iops"] == 20 and c["used"] == 3
+    assert c["note"].startswith("all 3 runs noisy")
+
+
+def test_failed_runs_measure_nothing():
+    runs = [{"target": "s", "host": "s", "work": "w", "error": "boom"}, run("s", "s", "w", 7, 1)]
+    c = stats.cell(runs)
+    assert c["iops"] == 7 and c["used"] == 1
+    assert stats.cell([{"error": "x"}])["note"] == "no run finished"
+
+
+def test_ratio_refuses_missing_or_zero_baselines():
+    assert stats.ratio(3.0, 2.0) == 1.5
+    assert stats.ratio(None, 2.0) is None and stats.ratio(3.0, 0.0) is None and stats.ratio(3.0, None) is None
+
+
+def test_comparison_rows_are_ratios_of_medians_per_pair():
+    runs = []
+    for iops_ss, iops_oo, iops_os, iops_so in ((100, 150, 90, 110), (102, 148, 91, 111), (98, 152, 89, 109)):
+        runs += [run("spdk", "spdk", "q", iops_ss, 10), run("ours", "ours", "q", iops_oo, 8),
+                 run("ours", "spdk", "q", iops_os, 11), run("spdk", "ours", "q", iops_so, 9)]
+    rows = {r["comparison"]: r for r in stats.comparison_rows(stats.cells(runs), ["q"])}
+    assert rows["ours x ours / SPDK x SPDK"]["iops_ratio"] == 1.5
+    assert rows["our target / SPDK target, under spdk_nvme_perf"]["iops_ratio"] == 0.9
+    assert rows["nvmf-perf / spdk_nvme_perf, on SPDK's target"]["iops_ratio"] == 1.1
+    assert rows["ours x ours / SPDK x SPDK"]["lat_mean_ns_ratio"] == 0.8
+    assert rows["ours x ours / SPDK x SPDK"]["lat_p99_99_ns_ratio"] is None  # no p99.99 recorded
+
+
+def test_a_pair_that_did_not_run_gives_no_row():
+    rows = stats.comparison_rows(stats.cells([run("ours", "ours", "q", 1, 1)]), ["q"])
+    assert rows == []
+
+
+@pytest.mark.parametrize("value,op,limit,expected", [
+    (1.3, ">=", 1.2, "met"), (1.2, ">=", 1.2, "met"), (0.9, ">=", 1.2, "missed by 25.0 %"),
+    (1.0, "<=", 1.1, "met"), (1.32, "<=", 1.1, "missed by 20.0 %"), (None, "<=", 1.1, "not measured")])
+def test_verdict_says_met_or_by_how_much_it_missed(value, op, limit, expected):
+    assert goals.verdict(value, op, limit) == expected
+
+
+def test_goal_rows_use_the_floor_and_the_pairs():
+    qd1, qd32, large = goals.QD1, goals.QD32, goals.LARGE
+    runs = [run("spdk", "spdk", qd1, 70, 14, p9999_us=40), run("ours", "ours", qd1, 80, 12, p9999_us=50),
+            run("spdk", "spdk", qd32, 500, 60, noisy=True), run("ours", "ours", qd32, 700, 45),
+            run("spdk", "spdk", large, 30, 100, bw=4e9), run("ours", "ours", large, 20, 150, bw=2.4e9)]
+    floor = {"busy": {"mean_ns": 10_000, "note": ""}, "blocking": {"mean_ns": 20_000, "note": "all 3 runs noisy: ..."}}
+    rows = {r["goal"]: r for r in goals.goal_rows(stats.cells(runs), floor, {"lat_mean_ns": 30_000, "note": ""})}
+    big = rows["128k randread QD32 bandwidth: ours x ours / SPDK x SPDK >= 1.2"]
+    assert big["value"] == 0.6 and big["status"] == "missed by 50.0 %"
+    qd32_status = rows["4k randread QD32 IOPS: ours x ours / SPDK x SPDK >= 1.3"]["status"]
+    assert qd32_status == f"met ({goals.NOISY})"  # 1.4, but SPDK's only run was noisy
+    floor = rows["4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1"]
+    assert floor["value"] == 1.2 and floor["status"] == "missed by 9.1 %"
+    assert rows["4k QD1 p99.99 latency: ours x ours / SPDK x SPDK <= 1.0"]["value"] == 1.25
+    event = rows["event mode 4k QD1 mean latency (ours x ours) / blocking ping-pong mean <= 1.2"]
+    assert event["value"] == 1.5 and event["status"] == f"missed by 25.0 % ({goals.NOISY})"  # its floor was noisy
+    foreign = rows["4k randread QD1 IOPS under spdk_nvme_perf: our target / SPDK's >= 1.0"]
+    assert foreign["value"] is None and foreign["status"] == "not measured"
+
+
+def test_vmrss_parsing_and_bytes_per_queue():
+    status = "Name:\tnvmf-target\nVmPeak:\t  9999 kB\nVmRSS:\t    4032 kB\nThreads:\t3\n"
+    assert memory.parse_vmrss(status) == 4032 * 1024
+    assert memory.parse_vmrss("Name: x\n") is None
+    points = [(1, 10_000 + 500), (100, 10_000 + 50_000), (1000, 10_000 + 500_000)]
+    assert memory.bytes_per_queue(points) == pytest.approx(500)
+    assert memory.bytes_per_queue([(5, 1), (5, 2)]) is None
+
+
+def test_scaling_gives_the_target_half_the_cores_and_enough_depth():
+    assert scaling.split_cores([0, 1]) == ([0], [1])
+    assert scaling.split_cores([0, 1, 2, 3, 4, 5, 6, 7]) == ([0, 1, 2, 3], [4, 5, 6, 7])
+    w = scaling.work_for(3, [4, 5, 6, 7])
+    assert w.numjobs == 4 and w.numjobs * w.iodepth >= 3 * scaling.QUEUE_DEPTH_PER_REACTOR
+
+
+def test_rounds_alternate_their_order_and_count_every_run():
+    assert matrix.in_turn(["a", "b"], 0) == ["a", "b"] and matrix.in_turn(["a", "b"], 1) == ["b", "a"]
+    cfg = matrix.Config(seconds=1, ramp=0, rounds=3, target_core=0, host_core=1, targets=["ours", "spdk"],
+                        hosts=["ours", "spdk"], works=[Work("w", "randread", 4096, 1)] * 5)
+    assert matrix.planned_runs(cfg) == 3 * (4 * 5 + 1 + 2)
+
+
+def test_report_tables_carry_the_ratios_and_the_goals():
+    qd1 = goals.QD1
+    runs = [run("spdk", "spdk", qd1, 70_000, 14.0, p9999_us=40), run("ours", "ours", qd1, 84_000, 11.0, p9999_us=30),
+            run(matrix.EVENT, matrix.EVENT, qd1, 30_000, 30.0)]
+    floors = [{"mode": "busy", "mean_ns": 10_000.0, "noisy": False}, {"mode": "blocking", "mean_ns": 28_000.0,
+                                                                      "noisy": True}]
+    config = {"seconds": 3, "ramp": 1, "rounds": 1, "target_core": 0, "host_core": 1, "works": [qd1]}
+    results = report.assemble(runs, floors, [qd1], config, None, [], [{"stack": "ours", "queues": 1, "rss_bytes": 2 << 20,
+                                                                       "rss_idle_bytes": 1 << 20}], 10.0)
+    assert results["qd1_over_floor"]["ours x nvmf-perf, polling: QD1 mean / busy ping-pong"] == 1.1
+    assert results["qd1_over_floor"]["ours x nvmf-perf, event mode: QD1 mean / blocking ping-pong"] == pytest.approx(
+        30 / 28, abs=1e-3)
+    assert results["floor"]["blocking"]["note"].startswith("all 1 runs noisy")
+    assert results["memory"]["bytes_per_queue"] == {"ours": None}  # one point gives no slope
+    text = report.markdown(results)
+    assert "| 4k randread QD1 | 70 K, 14.0 µs, p99.99 40 µs | 84 K, 11.0 µs, p99.99 30 µs | — | — |" in text
+    assert "| ours x ours / SPDK x SPDK | 4k randread QD1 | 1.20× |" in text
+    assert "| 4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1 | 1.10× | met |" in text
+
+
+def test_spdk_transport_gets_the_queue_depth_only_while_the_bench_starts_it():
+    from nvmflab.plan import Subsystem, TargetSetup
+    from nvmflab.stacks import spdk
+
+    from nvmfbench.stacks import spdk_queue_depth
+
+    setup = TargetSetup(cores=(0,), mode="poll", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
+                        busy_poll_us=0, subsystems=(Subsystem("nqn.2024-01.io.nvmflab:t", "null", 1 << 30),))
+
+    def transport(calls):
+        return next(c for c in calls if c[0] == "nvmf_create_transport")
+
+    with spdk_queue_depth(256):
+        assert transport(spdk.target_rpcs(setup, 4420))[-2:] == ["-q", "256"]
+    assert "-q" not in transport(spdk.target_rpcs(setup, 4420))
+
+
+def test_spdk_memory_points_stop_where_its_heap_does():
+    assert memory.counts_for("ours", [1, 100, 1000]) == [1, 100, 1000]
+    assert memory.counts_for("spdk", [1, 100, 1000]) == [1, 100]

@@ -15,6 +15,13 @@ every run.
 
 The kernel is also unpacked from its bzImage into an ELF `vmlinux`: under software emulation
 decompressing xz at every boot costs seconds, and qemu boots the ELF directly (PVH entry).
+
+`build(cache, ssh=True, kernel=Kernel(...))` (the SSH guest only) uses a kernel that is not
+installed (one unpacked from a .deb by `kernels.py`, e.g. Debian's backports kernel with NVMe
+authentication) instead of the newest installed one: its vmlinuz and its module tree under
+`Kernel.root` (`lib/modules/VERSION`, indexed by depmod). Give such a build a cache directory of its own: a build removes the other
+kernels and images of its kind from its cache. A bzImage that is not xz-compressed (Debian's 6.12
+uses zstd) is booted as it is.
 """
 
 from __future__ import annotations
@@ -76,6 +83,16 @@ class BuildError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """A kernel given explicitly: its version, its bzImage, and the directory holding its
+    `lib/modules/<version>` tree (with modules.dep)."""
+
+    version: str
+    vmlinuz: Path
+    root: Path
+
+
+@dataclass(frozen=True)
 class BootFiles:
     kernel: Path
     initrd: Path
@@ -102,11 +119,13 @@ def find_kernel() -> tuple[str, Path]:
     raise BuildError("no kernel with modules in /boot and /lib/modules: install linux-image-amd64")
 
 
-def module_files(version: str, names: list[str] = MODULES) -> list[Path]:
-    """Every module file `names` need, dependencies first, each once."""
+def module_files(version: str, names: list[str] = MODULES, root: Path | None = None) -> list[Path]:
+    """Every module file `names` need, dependencies first, each once (from the module tree under
+    `root` when given, else the installed one)."""
     seen: dict[Path, None] = {}
+    base = ["-d", str(root)] if root is not None else []
     for name in names:
-        out = _run(["modprobe", "-S", version, "--show-depends", name])
+        out = _run(["modprobe", *base, "-S", version, "--show-depends", name])
         for line in out.splitlines():
             parts = line.split()
             if len(parts) >= 2 and parts[0] == "insmod":
@@ -189,17 +208,18 @@ def _populate(tree: Path, modules: list[Path], programs: dict[str, Path]) -> Non
     (tree / "init").chmod(0o755)
 
 
-def _populate_ssh(tree: Path, version: str, modules: list[Path], programs: list[Path]) -> None:
-    """The SSH guest's tree: a small server with the layout the kernel stack expects."""
+def _populate_ssh(tree: Path, version: str, modules: list[Path], programs: list[Path], root: Path = Path("/")) -> None:
+    """The SSH guest's tree: a small server with the layout the kernel stack expects (modules
+    taken from the tree under `root`)."""
     for d in ["bin", "sbin", "usr/sbin", "dev", "proc", "sys", "tmp", "run/sshd", "mnt", "root/.ssh", "etc/ssh"]:
         (tree / d).mkdir(parents=True, exist_ok=True)
     if subprocess.run(["ldd", "/bin/busybox"], capture_output=True).returncode == 0:
         raise BuildError("/bin/busybox is dynamically linked: install busybox-static")
     shutil.copy2("/bin/busybox", tree / "bin/busybox")
     os.symlink("/usr/bin/dash", tree / "bin/sh")  # the other applets are linked by /init
-    moddir = Path("/lib/modules") / version
+    moddir = root / "lib/modules" / version
     for path in modules + [moddir / name for name in MODULE_INDEXES]:
-        dest = tree / path.relative_to("/")
+        dest = tree / path.relative_to(root)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest)
     _run(["depmod", "-b", str(tree), version])
@@ -228,26 +248,41 @@ def _program(name: str) -> Path:
     return Path(found)
 
 
-def build(cache: Path, ssh: bool = False) -> BootFiles:
+def build(cache: Path, ssh: bool = False, kernel: Kernel | None = None) -> BootFiles:
     """Makes (or reuses) the ELF kernel and the initramfs under `cache`: the scenario guest, or
-    with `ssh` the SSH guest (`initramfs-*` and `sshguest-*`, each kept when the other is built)."""
-    version, vmlinuz = find_kernel()
-    modules = module_files(version, SSH_MODULES if ssh else MODULES)
+    with `ssh` the SSH guest (`initramfs-*` and `sshguest-*`, each kept when the other is built).
+    With `kernel`, that kernel and its modules instead of the newest installed ones."""
+    if kernel is None:
+        version, vmlinuz = find_kernel()
+        root = None
+    else:
+        if not ssh:
+            # The scenario guest loads modules with busybox's insmod, untried on compressed
+            # (.ko.xz) modules; kmod in the SSH guest loads them.
+            raise BuildError("an explicit kernel is supported for the SSH guest only (ssh=True)")
+        version, vmlinuz, root = kernel.version, kernel.vmlinuz, kernel.root
+    modules = module_files(version, SSH_MODULES if ssh else MODULES, root)
     programs = {name: _program(name) for name in (SSH_PROGRAMS if ssh else PROGRAMS)}
     libs = [lib for p in programs.values() for lib in shared_libraries(p)]
     init = GUEST_DIR / ("init-sshd" if ssh else "init")
     key = _inputs(version, vmlinuz, modules + list(programs.values()) + libs, init)
     st = vmlinuz.stat()
-    kernel = cache / f"vmlinux-{version}-{st.st_size}-{st.st_mtime_ns}"
+    elf = cache / f"vmlinux-{version}-{st.st_size}-{st.st_mtime_ns}"
     prefix = "sshguest" if ssh else "initramfs"
     initrd = cache / f"{prefix}-{key}.cpio.lz4"
     cache.mkdir(parents=True, exist_ok=True)
-    if not kernel.exists():
+    if not elf.exists():
         for old in cache.glob("vmlinux-*"):
             old.unlink()
-        tmp = cache / f"{kernel.name}.tmp"
-        tmp.write_bytes(unpack_kernel(vmlinuz))
-        tmp.rename(kernel)
+        tmp = cache / f"{elf.name}.tmp"
+        try:
+            image = unpack_kernel(vmlinuz)
+        except BuildError:
+            if kernel is None:
+                raise
+            image = vmlinuz.read_bytes()  # not xz inside: qemu boots the bzImage itself
+        tmp.write_bytes(image)
+        tmp.rename(elf)
     if not initrd.exists():
         for old in cache.glob(f"{prefix}-*.cpio.lz4"):
             old.unlink()
@@ -255,11 +290,11 @@ def build(cache: Path, ssh: bool = False) -> BootFiles:
         shutil.rmtree(tree, ignore_errors=True)
         tree.mkdir()
         if ssh:
-            _populate_ssh(tree, version, modules, list(programs.values()))
+            _populate_ssh(tree, version, modules, list(programs.values()), root or Path("/"))
         else:
             _populate(tree, modules, programs)
         tmp = initrd.with_suffix(".tmp")
         _cpio_from_tree(tree, tmp)
         tmp.rename(initrd)
         shutil.rmtree(tree, ignore_errors=True)
-    return BootFiles(kernel=kernel, initrd=initrd, kernel_version=version)
+    return BootFiles(kernel=elf, initrd=initrd, kernel_version=version)

@@ -7,8 +7,9 @@ self-checking patterns over the region and reads them back (`--verify`), at size
 Meanwhile:
 - the target is restarted on the same port and file (SIGKILL and SIGTERM in turn) during the
   first half; a pass in flight reconnects (`--reconnect-delay`, `--ctrl-loss-tmo`) and retries
-  what was in flight, and the restart shows as an outage window in its report (a pass that was
-  only starting while the target was down, and so could not connect at all, is started again);
+  what was in flight, and the restart shows as an outage window in its report. A restart waits
+  until no pass is in its first two seconds (a first connection is never retried, as with
+  nvme-cli), and a pass that still could not connect because of a restart is started again;
 - hostile clients open connections that send garbage, stop in the middle of a PDU, or never
   speak, a few per second;
 - the target's resident memory is sampled every second. The second half has no restarts, so its
@@ -41,6 +42,7 @@ BLOCK_SIZE = 512
 REGION = 16 << 20  # bytes of the namespace each host owns
 FLAT_SLACK_BYTES = 16 << 20
 FLAT_SLACK_RATIO = 0.20
+CONNECT_GRACE_S = 2.0  # longest a pass's first connection may take before a restart is allowed
 
 # (rw, bs, iodepth, digests): every size from 512 B to 1 MiB, digests on and off
 WORKLOADS = [
@@ -220,6 +222,7 @@ class HostLoop(threading.Thread):
                                         "verified_ios": 0, "retried_ios": 0, "outages": [], "unconnected_passes": 0}
         self.proc: subprocess.Popen | None = None
         self.halt = threading.Event()
+        self.connecting_until = 0.0  # a pass is still making its first connection until then
 
     def run(self) -> None:
         while not self.halt.is_set() and time.monotonic() < self.until - 1:
@@ -227,6 +230,7 @@ class HostLoop(threading.Thread):
                 continue
             restarts_before = self.restarts[0]
             report, log = self.workdir / f"host{self.index}.json", self.workdir / f"host{self.index}.log"
+            self.connecting_until = time.monotonic() + CONNECT_GRACE_S
             with open(log, "w") as out:
                 self.proc = subprocess.Popen(self.argv + ["--output", str(report)], stdout=out,
                                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -298,6 +302,11 @@ def run_soak(minutes: float, workdir: Path, hosts: int = 4, restart_every_s: flo
                 sig = signals[result.restarts % 2]
                 progress(f"soak: {t:.0f} s: restarting the target ({signal.Signals(sig).name})")
                 target_up.clear()
+                # no pass may be in its first connection (never retried, as with nvme-cli): the
+                # restart must hit passes that are running I/O
+                deadline = time.monotonic() + CONNECT_GRACE_S + 1
+                while any(loop.connecting_until > time.monotonic() for loop in loops) and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 restarts[0] += 1
                 target.stop(sig)
                 time.sleep(0.5)

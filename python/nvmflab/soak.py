@@ -8,7 +8,7 @@ Meanwhile:
 - the target is restarted on the same port and file (SIGKILL and SIGTERM in turn) during the
   first half; a pass in flight reconnects (`--reconnect-delay`, `--ctrl-loss-tmo`) and retries
   what was in flight, and the restart shows as an outage window in its report. A restart waits
-  until no pass is in its first two seconds (a first connection is never retried, as with
+  until every pass is past its first half second (a first connection is never retried, as with
   nvme-cli), and a pass that still could not connect because of a restart is started again;
 - hostile clients open connections that send garbage, stop in the middle of a PDU, or never
   speak, a few per second;
@@ -39,19 +39,25 @@ from .tools import require_tool
 
 NQN = "nqn.2024-01.io.nvmflab:soak"
 BLOCK_SIZE = 512
-REGION = 16 << 20  # bytes of the namespace each host owns
-FLAT_SLACK_BYTES = 16 << 20
+MiB = 1 << 20
+FLAT_SLACK_BYTES = 16 * MiB
 FLAT_SLACK_RATIO = 0.20
-CONNECT_GRACE_S = 2.0  # longest a pass's first connection may take before a restart is allowed
+# A restart waits until every pass is this old, so that it hits passes past their first connection
+# (never retried, as with nvme-cli) but still running I/O. A pass that dies before UNCONNECTED_S
+# while a restart happened could only have been connecting: its first reconnect attempt comes
+# --reconnect-delay (0.5 s) after a loss at CONNECT_GRACE_S or later.
+CONNECT_GRACE_S = 0.5
+UNCONNECTED_S = 0.9
 
-# (rw, bs, iodepth, digests): every size from 512 B to 1 MiB, digests on and off
+# (rw, bs, iodepth, digests, region): every size from 512 B to 1 MiB, digests on and off; each host
+# owns `region` bytes of the namespace, enough for passes of seconds that a restart can interrupt
 WORKLOADS = [
-    ("randrw", "512", 8, ()),
-    ("randrw", "4k", 16, ("--hdr_digest", "--data_digest")),
-    ("write", "128k", 4, ("--data_digest",)),
-    ("randrw", "1m", 2, ()),
-    ("randrw", "8k", 32, ("--hdr_digest",)),
-    ("write", "64k", 8, ()),
+    ("randrw", "512", 8, (), 16 * MiB),
+    ("randrw", "4k", 16, ("--hdr_digest", "--data_digest"), 64 * MiB),
+    ("write", "128k", 4, ("--data_digest",), 512 * MiB),
+    ("randrw", "1m", 2, (), 1024 * MiB),
+    ("randrw", "8k", 32, ("--hdr_digest",), 64 * MiB),
+    ("write", "64k", 8, (), 256 * MiB),
 ]
 
 
@@ -212,10 +218,11 @@ class HostLoop(threading.Thread):
         super().__init__(daemon=True)
         self.index, self.perf, self.port, self.until, self.workdir = index, perf, port, until, workdir
         self.target_up, self.restarts = target_up, restarts
-        rw, bs, qd, digests = WORKLOADS[index]
+        rw, bs, qd, digests, region = WORKLOADS[index]
+        offset = sum(w[4] for w in WORKLOADS[:index])
         self.workload = f"{rw} {bs} QD{qd}{' ' + ' '.join(digests) if digests else ''}"
         self.argv = [perf, "run", "-a", "127.0.0.1", "-s", str(port), "-n", NQN, "--rw", rw, "--bs", bs,
-                     "--iodepth", str(qd), "--offset", str(index * REGION), "--size", str(REGION), "--verify",
+                     "--iodepth", str(qd), "--offset", str(offset), "--size", str(region), "--verify",
                      "--reconnect-delay", "0.5", "--ctrl-loss-tmo", "60", "--log_avg_msec", "0", "-o", "json",
                      *digests]
         self.outcome: dict[str, Any] = {"index": index, "workload": self.workload, "passes": 0, "ios": 0,
@@ -230,7 +237,8 @@ class HostLoop(threading.Thread):
                 continue
             restarts_before = self.restarts[0]
             report, log = self.workdir / f"host{self.index}.json", self.workdir / f"host{self.index}.log"
-            self.connecting_until = time.monotonic() + CONNECT_GRACE_S
+            started = time.monotonic()
+            self.connecting_until = started + CONNECT_GRACE_S
             with open(log, "w") as out:
                 self.proc = subprocess.Popen(self.argv + ["--output", str(report)], stdout=out,
                                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -242,8 +250,9 @@ class HostLoop(threading.Thread):
                 self.outcome["error"] = "a pass did not finish within 2 minutes of the soak's end; killed"
                 return
             tail = _last_line(log)
-            if code != 0 and "cannot connect" in tail and self.restarts[0] != restarts_before:
-                self.outcome["unconnected_passes"] += 1  # it started while the target was restarting
+            connecting = time.monotonic() - started < UNCONNECTED_S or "cannot connect" in tail
+            if code != 0 and connecting and self.restarts[0] != restarts_before:
+                self.outcome["unconnected_passes"] += 1  # its first connection met the restart
                 continue
             done = host_outcome(self.index, self.workload, report, code, log)
             self.outcome["passes"] += 1
@@ -271,7 +280,7 @@ def run_soak(minutes: float, workdir: Path, hosts: int = 4, restart_every_s: flo
     target_bin, perf_bin = str(require_tool("nvmf-target")), str(require_tool("nvmf-perf"))
     path = workdir / "soak.img"
     with open(path, "wb") as f:
-        f.truncate(REGION * hosts)
+        f.truncate(sum(w[4] for w in WORKLOADS[:hosts]))
     (workdir / "target.log").write_text("")
     port = free_port()
     target = Target(target_bin, port, path, workdir / "target.log")

@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml | deps
 	  | sed -u -n -E '/^(Collecting|Successfully installed)/s/^/  pip: /p'
 	@touch $@
 
-test: deps-test build venv spdk test-rust test-python test-spdk test-fio test-soak interop
+test: deps-test build venv spdk test-rust test-python test-spdk test-fio test-fuzz test-soak interop
 
 test-rust: build
 	cargo test --release --workspace
@@ -85,6 +85,30 @@ fio-engine:
 test-fio: deps-test build venv fio-engine
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q tests/fio
 bench: fio-engine
+
+# Coverage-guided fuzzing (fuzz/, docs/fuzzing.md): cargo-fuzz + libFuzzer on the stable compiler
+# (RUSTC_BOOTSTRAP=1), built into ~/.cache/nvmflab/fuzz-target so the release build above is untouched. `make fuzz`
+# installs cargo-fuzz if missing and runs every target FUZZ_SECONDS (default 600) each;
+# FUZZ_SANITIZER=none trades AddressSanitizer (memory errors, leaks) for speed.
+.PHONY: fuzz fuzz-smoke test-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_SANITIZER ?= address
+fuzz:
+	FUZZ_SANITIZER=$(FUZZ_SANITIZER) bash fuzz/run.sh --seconds $(FUZZ_SECONDS)
+
+# About a minute of fuzzing in all (12 s per target), after the build.
+fuzz-smoke:
+	FUZZ_SANITIZER=$(FUZZ_SANITIZER) bash fuzz/run.sh --seconds 12
+
+# In `make test`: test-rust already replays fuzz/corpus and fuzz/regressions (cargo test). The live
+# smoke runs where cargo-fuzz is installed, or with NVMFLAB_FUZZ_SMOKE=1 (which installs it: about
+# 4 more minutes on a fresh 2-core machine, mostly the sanitizer build).
+test-fuzz:
+	@if command -v cargo-fuzz >/dev/null 2>&1 || [ "$${NVMFLAB_FUZZ_SMOKE:-0}" = 1 ]; then \
+	  $(MAKE) --no-print-directory fuzz-smoke; \
+	else \
+	  echo "test-fuzz: cargo-fuzz not installed, live smoke skipped (corpus replayed by cargo test; NVMFLAB_FUZZ_SMOKE=1 or make fuzz installs it)"; \
+	fi
 
 # Soak (docs/reliability.md): verified mixed load from several hosts while the target is restarted
 # and hostile clients connect; fails on any lost block, crash or growing memory. MINUTES=30 for the

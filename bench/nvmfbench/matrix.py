@@ -1,7 +1,8 @@
 """The side-by-side matrix: every target x host pair of {SPDK, ours} on every workload, in
 interleaved rounds (each round visits every pair once, alternating the order, so slow drifts of
 a shared machine fall on all pairs alike). Each round also measures our stack in event mode at
-QD1 and the two ping-pong floors, so floors and stacks see the same machine."""
+QD1 and the two ping-pong floors, so floors and stacks see the same machine. Every run is
+bracketed by speed probes (nvmfbench.speed): runs from a slow phase of the machine are noisy."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import floor
+from . import floor, speed
 from .stacks import MATRIX_WORKS, Bench, BenchError, Work
 
 EVENT = "ours-event"  # target/host label of the event-mode runs (reactor and host sleep when idle)
@@ -79,9 +80,10 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
                 with bench.target(target_stack, [cfg.target_core], "poll") as target:
                     for host_stack in in_turn(cfg.hosts, r):
                         for work in cfg.works:
-                            run = bench.measure(host_stack, target, work, "poll", [cfg.host_core], cfg.seconds,
-                                                cfg.ramp)
-                            run |= {"target": target_stack, "host": host_stack, "work": work.name, "round": r}
+                            with speed.Bracket(bench, cfg.target_core, cfg.host_core, target) as probes:
+                                run = bench.measure(host_stack, target, work, "poll", [cfg.host_core], cfg.seconds,
+                                                    cfg.ramp)
+                            run |= probes.fields | {"target": target_stack, "host": host_stack, "work": work.name, "round": r}
                             runs.append(run)
                             progress.step(f"round {r + 1} {target_stack} target x {host_stack} host, {work.name}", run)
             except BenchError as err:
@@ -97,9 +99,14 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
             progress.step(f"round {r + 1} ours x ours, event mode, {EVENT_WORK.name}", run)
         if cfg.floor:
             for mode in in_turn(floor.MODES, r):
-                run = floor.pingpong(bench, mode, cfg.target_core, cfg.host_core, cfg.seconds)
-                floors.append(run | {"mode": mode, "round": r})
+                with speed.Bracket(bench, cfg.target_core, cfg.host_core) as probes:
+                    run = floor.pingpong(bench, mode, cfg.target_core, cfg.host_core, cfg.seconds)
+                floors.append(run | probes.fields | {"mode": mode, "round": r})
                 progress.step(f"round {r + 1} {mode} ping-pong", run)
+    # Last: "slow" is relative to the fastest phase the whole bench saw. With the noise limit
+    # off (NVMFLAB_NOISE_LIMIT_PCT=off) every run stays in the medians, probes only recorded.
+    if bench.noise_limit_pct is not None:
+        speed.mark_slow_phases(runs + floors)
     return {"runs": runs, "floor": floors}
 
 
@@ -107,7 +114,9 @@ def event_run(bench: Bench, cfg: Config) -> dict[str, Any]:
     """Our target and host in event mode (both sleep when idle; the default)."""
     try:
         with bench.target("ours", [cfg.target_core], "event") as target:
-            return bench.measure("ours", target, EVENT_WORK, "event", [cfg.host_core], cfg.seconds, cfg.ramp)
+            with speed.Bracket(bench, cfg.target_core, cfg.host_core, target) as probes:
+                run = bench.measure("ours", target, EVENT_WORK, "event", [cfg.host_core], cfg.seconds, cfg.ramp)
+            return run | probes.fields
     except BenchError as err:
         return {"error": str(err)}
 

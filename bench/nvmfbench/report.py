@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import goals, stats
+from . import goals, speed, stats
 from .matrix import EVENT, EVENT_WORK
 
 PAIRS = (("spdk", "spdk", "SPDK tgt x spdk_nvme_perf"), ("ours", "ours", "ours x nvmf-perf"),
@@ -55,12 +55,15 @@ def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works
         _r(stats.ratio(event.get("lat_mean_ns"), floor_means.get("blocking")))
     all_runs = stats.usable(runs + floor_runs + scaling)
     noisy = sum(1 for r in all_runs if r.get("noisy"))
+    probes = [p for r in all_runs for p in r.get("probe_ns") or []]
     return {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "config": config,
         "spdk": spdk_missing or "built",
         "noise": {"limit_pct": noise_limit_pct, "runs": len(all_runs), "noisy": noisy,
+                  "slow_machine": sum(1 for r in all_runs if r.get("slow_machine")),
+                  "slow_limit": speed.SLOW_LIMIT, "fastest_probe_ns": _r(min(probes), 0) if probes else None,
                   "failed": len(runs + floor_runs + scaling) - len(all_runs)},
         "matrix": [{"target": k[0], "host": k[1], "work": k[2]} | _rounded(v) for k, v in sorted(table.items())],
         "ratios": stats.comparison_rows(table, works),
@@ -143,10 +146,15 @@ def _header(results: dict[str, Any]) -> str:
     if noise["limit_pct"] is None:
         return text + ("Noise: recorded per run, no limit (NVMFLAB_NOISE_LIMIT_PCT=off): every run is in the medians. "
                        f"Failed runs: {noise['failed']}.")
-    return text + (f"Noise: {noise['noisy']} of {noise['runs']} runs had other processes use more than "
-                   f"{noise['limit_pct']:g} % of the two cores. † noisy runs left out of the median; * every run of "
-                   "the cell was noisy, so the median is over all of them and is the busy machine's number as much "
-                   f"as the stack's. Failed runs: {noise['failed']}.")
+    slow = ""
+    if noise.get("fastest_probe_ns"):
+        slow = (f" {noise['slow_machine']} of them ran while the machine itself was more than "
+                f"{noise['slow_limit']:g}x slower than its fastest phase (speed probe: a {speed.PROBE_S:g} s busy "
+                f"ping-pong before and after each run; fastest {noise['fastest_probe_ns'] / 1000:.1f} us).")
+    return text + (f"Noise: {noise['noisy']} of {noise['runs']} runs were noisy: other processes used more than "
+                   f"{noise['limit_pct']:g} % of the two cores, or the machine was slow.{slow} † noisy runs left "
+                   "out of the median; * every run of the cell was noisy, so the median is over all of them and is "
+                   f"the busy machine's number as much as the stack's. Failed runs: {noise['failed']}.")
 
 
 def _matrix(results: dict[str, Any]) -> str:

@@ -157,3 +157,37 @@ def test_spdk_transport_gets_the_queue_depth_only_while_the_bench_starts_it():
 def test_spdk_memory_points_stop_where_its_heap_does():
     assert memory.counts_for("ours", [1, 100, 1000]) == [1, 100, 1000]
     assert memory.counts_for("spdk", [1, 100, 1000]) == [1, 100]
+
+
+def test_runs_from_a_slow_phase_of_the_machine_are_noisy_and_left_out():
+    from nvmfbench import speed
+
+    fast = [run("ours", "ours", "w", 900, 10, probe_ns=[9_000, 9_300]),
+            run("ours", "ours", "w", 880, 10, probe_ns=[9_100, 9_000])]
+    slow = run("ours", "ours", "w", 400, 20, probe_ns=[9_200, 15_000])  # the machine slowed mid-run
+    unprobed = run("spdk", "spdk", "w", 500, 12)
+    fastest = speed.mark_slow_phases(fast + [slow, unprobed])
+    assert fastest == 9_000
+    assert slow["noisy"] and slow["slow_machine"] == round(15_000 / 9_000, 2)
+    assert not any(r["noisy"] for r in fast + [unprobed])
+    assert stats.cell(fast + [slow])["iops"] == 890  # the slow run would have pulled the median to 880
+    assert speed.mark_slow_phases([unprobed]) is None
+
+
+def test_a_target_is_paused_while_the_probe_runs_and_resumed_after():
+    import subprocess
+
+    from nvmfbench import speed
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        with speed.paused(sleeper.pid):
+            state = open(f"/proc/{sleeper.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            assert state == "T"  # stopped
+        state = open(f"/proc/{sleeper.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        assert state in ("S", "R")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with speed.paused(None):  # nothing to pause: a no-op
+        pass

@@ -1,0 +1,113 @@
+"""The machine's own speed, probed around every run.
+
+A shared VM does not run at one speed: on the 2-core machine this bench was written on, a
+busy 4 KiB ping-pong took about 9 us for minutes, then about 15 us for minutes (other tenants
+of the physical cores), with no CPU time of other processes visible inside the VM. A ratio
+of medians that mixes runs from both phases compares the phases, not the stacks. So every
+run is bracketed by a short busy ping-pong on the same two cores (the target paused with
+SIGSTOP meanwhile, so it does not spin on one of them), and a run whose probes show the
+machine slower than its fastest phase by more than SLOW_LIMIT is marked noisy and left out
+of the medians like a run that other processes disturbed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from typing import Any, Iterator
+
+from nvmflab import procs
+
+from .stacks import Bench, BenchError, bench_binary
+
+PROBE_S = 0.3
+PROBE_WARMUP_S = 0.05
+# Run-to-run spread of the probe within one phase was about 5 % (1 s runs, 20 in a row); the
+# two phases were 1.6-1.7x apart.
+SLOW_LIMIT = 1.25
+
+
+@contextlib.contextmanager
+def paused(pid: int | None) -> Iterator[None]:
+    """SIGSTOP `pid` (a busy-polling target) for the duration, SIGCONT after."""
+    if pid is None:
+        yield
+        return
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        pid = None
+    try:
+        yield
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def probe(bench: Bench, server_cpu: int, client_cpu: int, pause_pid: int | None = None) -> float | None:
+    """Mean round trip (ns) of a short busy ping-pong on the two cores; None when it failed."""
+    argv = [str(bench_binary("nvmf-bench")), "pingpong", "--mode", "busy", "--seconds", str(PROBE_S),
+            "--warmup", str(PROBE_WARMUP_S), "--server-cpu", str(server_cpu), "--client-cpu", str(client_cpu)]
+    with paused(pause_pid):
+        proc = procs.spawn(argv, None, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            out, _ = proc.communicate(timeout=PROBE_S + 20)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            procs.stop(proc)
+    if proc.returncode != 0:
+        return None
+    try:
+        mean = json.loads(out).get("mean_ns")
+    except ValueError:
+        return None
+    return float(mean) if isinstance(mean, (int, float)) and mean > 0 else None
+
+
+def target_pid(target: Any) -> int | None:
+    """The target process of a locally started RunningTarget (SPDK's start script execs
+    nvmf_tgt in place, so its Popen pid is nvmf_tgt's)."""
+    proc = getattr(getattr(target, "proc", None), "proc", None)
+    return getattr(proc, "pid", None)
+
+
+class Bracket:
+    """Probes before and after a run: `with Bracket(...) as b: run = ...; run |= b.fields`."""
+
+    def __init__(self, bench: Bench, server_cpu: int, client_cpu: int, target: Any = None):
+        self.args = (bench, server_cpu, client_cpu)
+        self.pid = target_pid(target) if target is not None else None
+        self.fields: dict[str, Any] = {}
+
+    def __enter__(self) -> "Bracket":
+        self.before = self._probe()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = self._probe()
+        self.fields = {"probe_ns": [p for p in (self.before, after) if p is not None]}
+
+    def _probe(self) -> float | None:
+        try:
+            return probe(*self.args, pause_pid=self.pid)
+        except (BenchError, OSError):
+            return None
+
+
+def mark_slow_phases(runs: list[dict[str, Any]], limit: float = SLOW_LIMIT) -> float | None:
+    """Marks every run whose slower probe exceeds `limit` x the fastest probe of the whole bench
+    as noisy (`slow_machine`); returns that fastest probe (ns), None without probes."""
+    probes = [p for r in runs for p in r.get("probe_ns") or []]
+    if not probes:
+        return None
+    fastest = min(probes)
+    for r in runs:
+        mine = r.get("probe_ns") or []
+        if mine and max(mine) > limit * fastest:
+            r["slow_machine"] = round(max(mine) / fastest, 2)
+            r["noisy"] = True
+    return fastest

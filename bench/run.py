@@ -108,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         + (sum(len(memory.counts_for(s, a.memory_counts)) for s in stacks) if "memory" in a.suites else 0)
     progress = matrix.Progress(total)
     runs, floors, scaled, mem, classic = [], [], [], [], []
+    waited = 0.0
     with tempfile.TemporaryDirectory(prefix="nvmflab-bench-") as tmp:
         bench = Bench(Path(tmp), limit)
         if "matrix" in a.suites:
             found = matrix.run_matrix(bench, cfg, progress)
-            runs, floors = found["runs"], found["floor"]
+            runs, floors, waited = found["runs"], found["floor"], found["waited_s"]
         if "scaling" in a.suites:
             for r in range(a.rounds):
                 for n in range(1, len(target_pool) + 1):
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     config = {"seconds": a.seconds, "ramp": a.ramp, "rounds": a.rounds, "target_core": a.target_core,
               "host_core": a.host_core, "stacks": stacks, "suites": list(a.suites),
-              "works": [w.name for w in cfg.works], "floor": floor_missing or "nvmf-bench pingpong"}
+              "works": [w.name for w in cfg.works], "floor": floor_missing or "nvmf-bench pingpong",
+              "waited_for_fast_phase_s": round(waited, 1)}
     results = report.assemble(runs, floors, config["works"], config, missing, scaled, mem, limit)
     if classic:
         results["classic"] = classic

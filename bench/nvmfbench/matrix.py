@@ -74,13 +74,14 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     """Every round; returns {"runs": stack runs, "floor": ping-pong runs}."""
     runs: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []
+    gate = speed.Gate() if bench.noise_limit_pct is not None else None
     for r in range(cfg.rounds):
         for target_stack in in_turn(cfg.targets, r):
             try:
                 with bench.target(target_stack, [cfg.target_core], "poll") as target:
                     for host_stack in in_turn(cfg.hosts, r):
                         for work in cfg.works:
-                            with speed.Bracket(bench, cfg.target_core, cfg.host_core, target) as probes:
+                            with speed.Bracket(bench, cfg.target_core, cfg.host_core, target, gate) as probes:
                                 run = bench.measure(host_stack, target, work, "poll", [cfg.host_core], cfg.seconds,
                                                     cfg.ramp)
                             run |= probes.fields | {"target": target_stack, "host": host_stack, "work": work.name, "round": r}
@@ -94,12 +95,12 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
                         runs.append(run)
                         progress.step(f"round {r + 1} {target_stack} target x {host_stack} host, {work.name}", run)
         if cfg.event:
-            run = event_run(bench, cfg)
+            run = event_run(bench, cfg, gate)
             runs.append(run | {"target": EVENT, "host": EVENT, "work": EVENT_WORK.name, "round": r})
             progress.step(f"round {r + 1} ours x ours, event mode, {EVENT_WORK.name}", run)
         if cfg.floor:
             for mode in in_turn(floor.MODES, r):
-                with speed.Bracket(bench, cfg.target_core, cfg.host_core) as probes:
+                with speed.Bracket(bench, cfg.target_core, cfg.host_core, gate=gate) as probes:
                     run = floor.pingpong(bench, mode, cfg.target_core, cfg.host_core, cfg.seconds)
                 floors.append(run | probes.fields | {"mode": mode, "round": r})
                 progress.step(f"round {r + 1} {mode} ping-pong", run)
@@ -107,14 +108,14 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     # off (NVMFLAB_NOISE_LIMIT_PCT=off) every run stays in the medians, probes only recorded.
     if bench.noise_limit_pct is not None:
         speed.mark_slow_phases(runs + floors)
-    return {"runs": runs, "floor": floors}
+    return {"runs": runs, "floor": floors, "waited_s": gate.waited if gate else 0.0}
 
 
-def event_run(bench: Bench, cfg: Config) -> dict[str, Any]:
+def event_run(bench: Bench, cfg: Config, gate: speed.Gate | None = None) -> dict[str, Any]:
     """Our target and host in event mode (both sleep when idle; the default)."""
     try:
         with bench.target("ours", [cfg.target_core], "event") as target:
-            with speed.Bracket(bench, cfg.target_core, cfg.host_core, target) as probes:
+            with speed.Bracket(bench, cfg.target_core, cfg.host_core, target, gate) as probes:
                 run = bench.measure("ours", target, EVENT_WORK, "event", [cfg.host_core], cfg.seconds, cfg.ramp)
             return run | probes.fields
     except BenchError as err:

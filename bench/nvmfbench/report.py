@@ -127,7 +127,7 @@ def _mark(c: dict[str, Any]) -> str:
     """* when every run of the cell was noisy, † when some noisy runs were left out."""
     if not c.get("noisy"):
         return ""
-    return " *" if c["noisy"] >= c.get("used", 0) else " †"
+    return " *" if str(c.get("note", "")).startswith("all ") else " †"
 
 
 
@@ -150,7 +150,8 @@ def _header(results: dict[str, Any]) -> str:
     if noise.get("fastest_probe_ns"):
         slow = (f" {noise['slow_machine']} of them ran while the machine itself was more than "
                 f"{noise['slow_limit']:g}x slower than its fastest phase (speed probe: a {speed.PROBE_S:g} s busy "
-                f"ping-pong before and after each run; fastest {noise['fastest_probe_ns'] / 1000:.1f} us).")
+                f"ping-pong before and after each run; fastest {noise['fastest_probe_ns'] / 1000:.1f} us; runs waited "
+                f"{results['config'].get('waited_for_fast_phase_s', 0):g} s in all for a fast phase).")
     return text + (f"Noise: {noise['noisy']} of {noise['runs']} runs were noisy: other processes used more than "
                    f"{noise['limit_pct']:g} % of the two cores, or the machine was slow.{slow} † noisy runs left "
                    "out of the median; * every run of the cell was noisy, so the median is over all of them and is "

@@ -7,7 +7,8 @@ of medians that mixes runs from both phases compares the phases, not the stacks.
 run is bracketed by a short busy ping-pong on the same two cores (the target paused with
 SIGSTOP meanwhile, so it does not spin on one of them), and a run whose probes show the
 machine slower than its fastest phase by more than SLOW_LIMIT is marked noisy and left out
-of the medians like a run that other processes disturbed."""
+of the medians like a run that other processes disturbed. The phases lasted tens of seconds,
+so before each run the bench also waits a little for a fast phase (Gate)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import json
 import os
 import signal
 import subprocess
-from typing import Any, Iterator
+import sys
+import time
+from typing import Any, Callable, Iterator
 
 from nvmflab import procs
 
@@ -27,6 +30,10 @@ PROBE_WARMUP_S = 0.05
 # Run-to-run spread of the probe within one phase was about 5 % (1 s runs, 20 in a row); the
 # two phases were 1.6-1.7x apart.
 SLOW_LIMIT = 1.25
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -75,20 +82,67 @@ def target_pid(target: Any) -> int | None:
     return getattr(proc, "pid", None)
 
 
-class Bracket:
-    """Probes before and after a run: `with Bracket(...) as b: run = ...; run |= b.fields`."""
+class Gate:
+    """Holds runs back while the machine is in a slow phase: before a run, a probe slower than
+    SLOW_LIMIT x the fastest probe so far is repeated every WAIT_STEP_S for up to WAIT_PER_RUN_S,
+    out of a budget of WAIT_BUDGET_S for the whole bench (a machine that stays slow is then
+    measured as it is, and mark_slow_phases still says which runs were slow)."""
 
-    def __init__(self, bench: Bench, server_cpu: int, client_cpu: int, target: Any = None):
+    WAIT_STEP_S = 2.0
+    WAIT_PER_RUN_S = 60.0
+    WAIT_BUDGET_S = 600.0
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = _stderr):
+        self.fastest: float | None = None
+        self.budget = self.WAIT_BUDGET_S
+        self.waited = 0.0
+        self._sleep, self._say = sleep, say
+
+    def seen(self, probe_ns: float | None) -> None:
+        if probe_ns is not None and (self.fastest is None or probe_ns < self.fastest):
+            self.fastest = probe_ns
+
+    def is_slow(self, probe_ns: float | None) -> bool:
+        return probe_ns is not None and self.fastest is not None and probe_ns > SLOW_LIMIT * self.fastest
+
+    def wait_for_fast(self, probe_ns: float | None, again: Callable[[], float | None]) -> float | None:
+        """Re-probes with `again` while the machine looks slow and the budgets allow."""
+        self.seen(probe_ns)
+        if not self.is_slow(probe_ns) or self.budget < self.WAIT_STEP_S:
+            return probe_ns
+        self._say(f"bench: machine in a slow phase (probe {probe_ns / 1000:.1f} us, fastest "
+                  f"{self.fastest / 1000:.1f} us): waiting up to {min(self.WAIT_PER_RUN_S, self.budget):.0f} s")
+        waited = 0.0
+        while self.is_slow(probe_ns) and waited + self.WAIT_STEP_S <= min(self.WAIT_PER_RUN_S, self.budget):
+            self._sleep(self.WAIT_STEP_S)
+            waited += self.WAIT_STEP_S
+            probe_ns = again()
+            self.seen(probe_ns)
+        self.budget -= waited
+        self.waited += waited
+        return probe_ns
+
+
+class Bracket:
+    """Probes before and after a run: `with Bracket(...) as b: run = ...; run |= b.fields`.
+    With a Gate, the run waits (within the gate's budgets) for the machine's fast phase."""
+
+    def __init__(self, bench: Bench, server_cpu: int, client_cpu: int, target: Any = None, gate: Gate | None = None):
         self.args = (bench, server_cpu, client_cpu)
         self.pid = target_pid(target) if target is not None else None
+        self.gate = gate
         self.fields: dict[str, Any] = {}
 
     def __enter__(self) -> "Bracket":
         self.before = self._probe()
+        if self.gate is not None:
+            self.before = self.gate.wait_for_fast(self.before, self._probe)
         return self
 
     def __exit__(self, *exc: object) -> None:
         after = self._probe()
+        if self.gate is not None:
+            self.gate.seen(after)
         self.fields = {"probe_ns": [p for p in (self.before, after) if p is not None]}
 
     def _probe(self) -> float | None:

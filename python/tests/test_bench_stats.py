@@ -191,3 +191,32 @@ def test_a_target_is_paused_while_the_probe_runs_and_resumed_after():
         sleeper.wait()
     with speed.paused(None):  # nothing to pause: a no-op
         pass
+
+
+def test_the_gate_waits_for_a_fast_phase_within_its_budgets():
+    from nvmfbench import speed
+
+    slept, said = [], []
+    gate = speed.Gate(sleep=slept.append, say=said.append)
+    assert gate.wait_for_fast(9_000, lambda: 1 / 0) == 9_000  # the first probe sets the pace, no wait
+    probes = iter([15_000, 14_800, 9_100])
+    assert gate.wait_for_fast(15_000, lambda: next(probes)) == 9_100  # waited three steps for it
+    assert slept == [gate.WAIT_STEP_S] * 3 and len(said) == 1 and "slow phase" in said[0]
+    # A machine that stays slow: at most WAIT_PER_RUN_S per run, then it runs anyway.
+    slept.clear()
+    assert gate.wait_for_fast(15_000, lambda: 15_000) == 15_000
+    assert sum(slept) == gate.WAIT_PER_RUN_S
+    # Once the bench-wide budget is spent, nothing waits any more.
+    gate.budget = 0
+    slept.clear()
+    assert gate.wait_for_fast(15_000, lambda: 1 / 0) == 15_000 and not slept
+    assert gate.waited == 3 * gate.WAIT_STEP_S + gate.WAIT_PER_RUN_S
+
+
+def test_a_cell_with_clean_runs_is_marked_as_having_left_noisy_ones_out_not_as_all_noisy():
+    half = stats.cell([run("o", "o", "w", 100, 10), run("o", "o", "w", 110, 10),
+                       run("o", "o", "w", 50, 20, noisy=True), run("o", "o", "w", 40, 20, noisy=True)])
+    assert report._mark(half) == " †"  # two clean runs made the median
+    every = stats.cell([run("o", "o", "w", 50, 20, noisy=True)])
+    assert report._mark(every) == " *"
+    assert report._mark(stats.cell([run("o", "o", "w", 50, 20)])) == ""

@@ -24,6 +24,14 @@ const TICK: Duration = Duration::from_millis(20);
 /// Longest sleep in event mode (bounds keep-alive detection latency and shutdown).
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 const IO_RING_ENTRIES: u32 = 1024;
+/// A polling reactor with at most this many connections reads each of them every turn instead
+/// of asking epoll which are readable, as a busy-polling ping-pong does: an I/O then costs one
+/// receive syscall instead of an epoll_wait and a receive. With more connections it asks epoll,
+/// so idle connections cost nothing per turn.
+const DIRECT_POLL_MAX: usize = 4;
+/// While reading directly, epoll is still drained this often (its edge events are not needed,
+/// but they should not pile up).
+const DIRECT_POLL_EPOLL_EVERY: u32 = 256;
 
 /// Socket options applied to every accepted connection.
 #[derive(Debug, Clone, Copy)]
@@ -147,36 +155,38 @@ struct Entry {
     _permit: ConnectionPermit,
 }
 
-/// Reads all available bytes. Returns false when the peer closed or the socket failed.
+/// Reads all available bytes: how many, or None when the peer closed or the socket failed.
 ///
 /// Readiness is edge-triggered, so the socket must be read until it would block: when the
 /// receive buffer fills first (a burst of H2CData larger than it), the PDUs already in are
 /// processed to make room. Only if that frees nothing (output backpressure, or a connection
 /// that is not attached yet) does reading stop; the reactor reads again once output drains.
-fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> bool {
+fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> Option<usize> {
+    let mut total = 0;
     loop {
         if conn.output().len() >= 8 << 20 {
-            return true; // backpressure: resume once output drains
+            return Some(total); // backpressure: resume once output drains
         }
         if conn.recv_space().is_empty() {
             conn.process(now, engine);
             if conn.recv_space().is_empty() {
-                return true;
+                return Some(total);
             }
         }
         let space = conn.recv_space();
         let want = space.len();
         match stream.read(space) {
-            Ok(0) => return false,
+            Ok(0) => return None,
             Ok(n) => {
                 conn.recv_commit(n);
+                total += n;
                 if n < want {
-                    return true;
+                    return Some(total);
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Some(total),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return false,
+            Err(_) => return None,
         }
     }
 }
@@ -234,15 +244,20 @@ impl Reactor {
         let mut touched: Vec<usize> = Vec::with_capacity(1024);
         let mut last_work = Instant::now();
         let mut last_tick = Instant::now();
+        let mut turn: u32 = 0;
         while !self.stop.load(Relaxed) {
             let loop_start = Instant::now();
+            turn = turn.wrapping_add(1);
+            let direct = self.mode == ReactorMode::Poll && conns.len() - free.len() <= DIRECT_POLL_MAX;
             let timeout = match self.mode {
                 _ if engine.has_completions() => Some(Duration::ZERO),
                 ReactorMode::Poll => Some(Duration::ZERO),
                 ReactorMode::Event if loop_start.duration_since(last_work) < self.idle_poll => Some(Duration::ZERO),
                 ReactorMode::Event => Some(MAX_SLEEP),
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            if direct && turn % DIRECT_POLL_EPOLL_EVERY != 0 {
+                events.clear();
+            } else if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != ErrorKind::Interrupted {
                     tracing::error!("reactor {} poll failed: {e}", self.stats.index);
                 }
@@ -282,10 +297,24 @@ impl Reactor {
                 if e.gone {
                     continue;
                 }
-                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && read_all(&mut e.stream, &mut e.conn, now, &mut engine).is_none() {
                     e.conn.close();
                 }
                 touched.push(idx);
+            }
+            if direct {
+                for (idx, slot) in conns.iter_mut().enumerate() {
+                    let Some(e) = slot else { continue };
+                    if e.gone || !e.conn.is_attached() {
+                        continue;
+                    }
+                    match read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
+                        None => e.conn.close(),
+                        Some(0) => continue,
+                        Some(_) => worked = true,
+                    }
+                    touched.push(idx);
+                }
             }
 
             for &idx in &touched {
@@ -325,7 +354,7 @@ impl Reactor {
                         e.conn.close();
                     } else if was_blocked && e.conn.output().len() < 8 << 20 {
                         // Output drained below the mark: read and process what we held back.
-                        if !read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
+                        if read_all(&mut e.stream, &mut e.conn, now, &mut engine).is_none() {
                             e.conn.close();
                         }
                         e.conn.process(now, &mut engine);
@@ -437,7 +466,7 @@ impl Acceptor {
                 if t < n {
                     self.accept_all(t, &poll, &mut pending, now, &mut engine, &mut refusals, &mut touched);
                 } else if let Some(Some(p)) = pending.get_mut(t - n) {
-                    if !read_all(&mut p.stream, &mut p.conn, now, &mut engine) {
+                    if read_all(&mut p.stream, &mut p.conn, now, &mut engine).is_none() {
                         p.conn.close();
                     }
                     touched.push(t - n);
@@ -524,7 +553,7 @@ impl Acceptor {
             }
             let mut conn = Connection::new(self.target.clone(), Some(self.listeners[i].1.clone()), now);
             // Bytes may already be waiting (edge-triggered: no event would announce them).
-            if !read_all(&mut stream, &mut conn, now, engine) {
+            if read_all(&mut stream, &mut conn, now, engine).is_none() {
                 conn.close();
             }
             pending[slot] = Some(Pending { stream, conn, permit });

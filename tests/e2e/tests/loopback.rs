@@ -223,6 +223,21 @@ fn poll_and_event_modes_both_complete_io() {
 }
 
 #[test]
+fn a_polling_target_verifies_with_few_and_many_connections() {
+    // A polling reactor reads up to 4 connections directly every turn and asks epoll beyond
+    // that: both ways must deliver every byte, R2T writes and 1 MiB reads included.
+    let t = Target::start(&["--nqn", NQN, "--ns", "ram:64MiB", "--mode", "poll"]);
+    for jobs in ["1", "6"] {
+        for bs in ["4k", "1m"] {
+            let extra = ["--rw", "write", "--bs", bs, "--size", "24MiB", "--iodepth", "8", "--numjobs", jobs, "--verify", "--runtime", "10"];
+            let doc = perf_json(&run_args(&t, &extra));
+            assert!(total_ios(&doc, "write") > 0, "{jobs} jobs, bs {bs}: nothing written");
+        }
+    }
+    assert!(!t.log().contains("ERROR"), "target logged an error:\n{}", t.log());
+}
+
+#[test]
 fn rate_limited_run_stays_within_five_percent() {
     let t = Target::start(&["--nqn", NQN, "--ns", "ram:8MiB"]);
     let doc = perf_json(&run_args(&t, &["--rw", "randread", "--bs", "4k", "--rate_iops", "2000", "--runtime", "3", "--ramp_time", "0.5"]));

@@ -243,10 +243,13 @@ impl Reactor {
         let mut done: Vec<IoCompletion> = Vec::with_capacity(1024);
         let mut touched: Vec<usize> = Vec::with_capacity(1024);
         let mut last_work = Instant::now();
-        let mut last_tick = Instant::now();
+        let mut last_tick = last_work;
+        // One clock read per turn while polling (reading the clock was 16 % of a polling
+        // reactor's time in a 4 KiB QD32 profile): a turn starts when the last one ended.
+        let mut turn_end = last_work;
         let mut turn: u32 = 0;
         while !self.stop.load(Relaxed) {
-            let loop_start = Instant::now();
+            let loop_start = turn_end;
             turn = turn.wrapping_add(1);
             let direct = self.mode == ReactorMode::Poll && conns.len() - free.len() <= DIRECT_POLL_MAX;
             let timeout = match self.mode {
@@ -262,8 +265,9 @@ impl Reactor {
                     tracing::error!("reactor {} poll failed: {e}", self.stats.index);
                 }
             }
-            let now = Instant::now();
-            if timeout != Some(Duration::ZERO) {
+            let slept = timeout != Some(Duration::ZERO);
+            let now = if slept { Instant::now() } else { loop_start };
+            if slept {
                 self.stats.idle_ns.add(now.duration_since(loop_start).as_nanos() as u64);
                 self.stats.wakeups.add(1);
             }
@@ -373,11 +377,12 @@ impl Reactor {
             }
             engine.flush();
 
+            turn_end = Instant::now();
             if worked {
-                last_work = Instant::now();
-                self.stats.busy_ns.add(last_work.duration_since(work_start).as_nanos() as u64);
-            } else if timeout == Some(Duration::ZERO) {
-                self.stats.idle_ns.add(Instant::now().duration_since(loop_start).as_nanos() as u64);
+                last_work = turn_end;
+                self.stats.busy_ns.add(turn_end.duration_since(work_start).as_nanos() as u64);
+            } else if !slept {
+                self.stats.idle_ns.add(turn_end.duration_since(loop_start).as_nanos() as u64);
             }
         }
         // Shutdown: close sockets, then let the backend finish with every buffer.

@@ -240,8 +240,9 @@ impl<E: Engine> Job<'_, E> {
         // I/Os still in flight when a timed run ends complete after it; they belong to the last
         // interval, as they belong to the totals.
         let last_t = end_ns.map_or(u64::MAX, |e| (e - ramp_ns).saturating_sub(1));
+        // Each turn starts at the time the last reap took (one clock read per turn).
+        let mut now = self.now_ns();
         loop {
-            let now = self.now_ns();
             let submitting = end_ns.map_or(true, |end| now < end) && (!one_pass || issued < pass);
             let mut paced_until = None;
             if submitting {
@@ -268,7 +269,7 @@ impl<E: Engine> Job<'_, E> {
             }
             let until = if inflight > 0 && (self.free.is_empty() || !submitting) { None } else { paced_until.or(end_ns) };
             let wait = if inflight == 0 && paced_until.is_none() { Duration::ZERO } else { self.wait_for(until, now) };
-            self.reap(wait, &mut |job, slot, now| {
+            now = self.reap(wait, &mut |job, slot, now| {
                 if slot.measured {
                     let d = if slot.is_read { &mut result.read } else { &mut result.write };
                     d.ios += 1;
@@ -304,8 +305,8 @@ impl<E: Engine> Job<'_, E> {
             .flat_map(|(w, &bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| (w * 64 + b) as u64));
         let mut checked = 0;
         let mut exhausted = false;
+        let mut now = self.now_ns();
         loop {
-            let now = self.now_ns();
             while !exhausted {
                 let Some(&tag) = self.free.last() else { break };
                 let Some(unit) = units.next() else {
@@ -321,7 +322,7 @@ impl<E: Engine> Job<'_, E> {
                 return Ok(checked);
             }
             let wait = self.wait_for(None, now);
-            self.reap(wait, &mut |_, _, _| checked += 1)?;
+            now = self.reap(wait, &mut |_, _, _| checked += 1)?;
         }
     }
 
@@ -362,7 +363,9 @@ impl<E: Engine> Job<'_, E> {
     }
 
     /// Waits for completions, checks them and hands each slot to `on_done`.
-    fn reap(&mut self, wait: Duration, on_done: &mut dyn FnMut(&Self, Slot, u64)) -> Result<(), Error> {
+    /// Waits up to `wait` for completions and hands each to `on_done` with the time they were
+    /// seen; returns that time.
+    fn reap(&mut self, wait: Duration, on_done: &mut dyn FnMut(&Self, Slot, u64)) -> Result<u64, Error> {
         let mut done = std::mem::take(&mut self.done);
         let r = self.engine.reap(wait, &mut done);
         let now = self.now_ns();
@@ -380,7 +383,7 @@ impl<E: Engine> Job<'_, E> {
                     IO_TIMEOUT.as_secs()
                 )));
             }
-            return Ok(());
+            return Ok(now);
         }
         self.last_progress_ns = now;
         let mut outcome = r;
@@ -393,7 +396,7 @@ impl<E: Engine> Job<'_, E> {
             self.free.push(d.tag);
         }
         self.done = done;
-        outcome
+        outcome.map(|()| now)
     }
 
     fn complete(&mut self, tag: u16, slot: Slot) -> Result<(), Error> {

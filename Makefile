@@ -88,13 +88,15 @@ bench: fio-engine
 
 # Coverage-guided fuzzing (fuzz/, docs/fuzzing.md): cargo-fuzz + libFuzzer on the stable compiler
 # (RUSTC_BOOTSTRAP=1), built into ~/.cache/nvmflab/fuzz-target so the release build above is untouched. `make fuzz`
-# installs cargo-fuzz if missing and runs every target FUZZ_SECONDS (default 600) each;
-# FUZZ_SANITIZER=none trades AddressSanitizer (memory errors, leaks) for speed.
+# installs cargo-fuzz if missing and runs every target FUZZ_SECONDS (default 600) each, or with
+# FUZZ_RUNS=N until N executions each; FUZZ_SANITIZER=leak (leaks only) or none trades
+# AddressSanitizer (memory errors, leaks) for speed.
 .PHONY: fuzz fuzz-smoke test-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SANITIZER ?= address
+FUZZ_RUNS ?=
 fuzz:
-	FUZZ_SANITIZER=$(FUZZ_SANITIZER) bash fuzz/run.sh --seconds $(FUZZ_SECONDS)
+	FUZZ_SANITIZER=$(FUZZ_SANITIZER) bash fuzz/run.sh $(if $(FUZZ_RUNS),--runs $(FUZZ_RUNS),--seconds $(FUZZ_SECONDS))
 
 # About a minute of fuzzing in all (12 s per target), after the build.
 fuzz-smoke:

@@ -362,9 +362,8 @@ impl<E: Engine> Job<'_, E> {
         self.written.get(u / 64).is_some_and(|w| w & (1 << (u % 64)) != 0)
     }
 
-    /// Waits for completions, checks them and hands each slot to `on_done`.
-    /// Waits up to `wait` for completions and hands each to `on_done` with the time they were
-    /// seen; returns that time.
+    /// Waits up to `wait` for completions, checks them and hands each slot to `on_done` with the
+    /// time they were seen; returns that time.
     fn reap(&mut self, wait: Duration, on_done: &mut dyn FnMut(&Self, Slot, u64)) -> Result<u64, Error> {
         let mut done = std::mem::take(&mut self.done);
         let r = self.engine.reap(wait, &mut done);

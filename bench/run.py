@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=int, help="measured seconds per run (whole seconds: spdk_nvme_perf); default 3")
     ap.add_argument("--ramp", type=int, help="unmeasured warm-up seconds per run; default 1")
     ap.add_argument("--rounds", type=int, help="interleaved rounds; default 3")
+    ap.add_argument("--wait-for-fast", type=float, dest="wait_for_fast",
+                    help="seconds in all the matrix may wait for the machine's fast phase before runs "
+                         "(nvmfbench/speed.py); default 600, 0 with --quick")
     ap.add_argument("--stacks", default="ours,spdk", help="stacks in the matrix, as targets and as hosts")
     ap.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma list of {', '.join(SUITES)}, or all")
     ap.add_argument("--memory-counts", help="I/O queue counts for the memory suite; default 1,100,1000")
@@ -57,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.seconds = a.seconds if a.seconds is not None else (1 if a.quick else 3)
     a.ramp = a.ramp if a.ramp is not None else (0 if a.quick else 1)
     a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
+    a.wait_for_fast = a.wait_for_fast if a.wait_for_fast is not None else (0.0 if a.quick else 600.0)
     counts = a.memory_counts or ("1,10" if a.quick else ",".join(str(c) for c in memory.COUNTS))
     suites = SUITES if a.suites == "all" else tuple(s.strip() for s in a.suites.split(",") if s.strip())
     stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
@@ -64,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     problems += [f"unknown stack {s!r} (ours, spdk)" for s in stacks if s not in ("ours", "spdk")]
     if not 1 <= a.seconds <= 600 or not 0 <= a.ramp <= 60 or not 1 <= a.rounds <= 50:
         problems.append("--seconds must be 1..600, --ramp 0..60, --rounds 1..50")
+    if not 0 <= a.wait_for_fast <= 86400:
+        problems.append("--wait-for-fast must be 0..86400 seconds")
     try:
         a.memory_counts = [int(c) for c in counts.split(",")]
         if any(not 1 <= c <= 10000 for c in a.memory_counts):
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: note: {warning}", file=sys.stderr)
 
     cfg = matrix.Config(seconds=a.seconds, ramp=a.ramp, rounds=a.rounds, target_core=a.target_core,
-                        host_core=a.host_core, targets=stacks, hosts=stacks)
+                        host_core=a.host_core, targets=stacks, hosts=stacks, wait_budget_s=a.wait_for_fast)
     floor_missing = floor.available()
     cfg.floor = floor_missing is None
     target_pool, host_pool = scaling.split_cores(available)

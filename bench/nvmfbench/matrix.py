@@ -30,6 +30,8 @@ class Config:
     works: Sequence[Work] = MATRIX_WORKS
     event: bool = True
     floor: bool = True
+    # Seconds the whole matrix may wait for the machine's fast phase (speed.Gate).
+    wait_budget_s: float = speed.Gate.WAIT_BUDGET_S
 
 
 def in_turn(items: Sequence[Any], round_index: int) -> list[Any]:
@@ -74,7 +76,7 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     """Every round; returns {"runs": stack runs, "floor": ping-pong runs}."""
     runs: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []
-    gate = speed.Gate() if bench.noise_limit_pct is not None else None
+    gate = speed.Gate(cfg.wait_budget_s) if bench.noise_limit_pct is not None else None
     for r in range(cfg.rounds):
         for target_stack in in_turn(cfg.targets, r):
             try:

@@ -36,9 +36,18 @@ def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T, ...), None when the process is gone."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 @contextlib.contextmanager
-def paused(pid: int | None) -> Iterator[None]:
-    """SIGSTOP `pid` (a busy-polling target) for the duration, SIGCONT after."""
+def paused(pid: int | None, settle_s: float = 1.0) -> Iterator[None]:
+    """SIGSTOP `pid` (a busy-polling target) for the duration, SIGCONT after. A signal is
+    delivered asynchronously, so this waits (up to `settle_s`) until the process is stopped."""
     if pid is None:
         yield
         return
@@ -46,6 +55,9 @@ def paused(pid: int | None) -> Iterator[None]:
         os.kill(pid, signal.SIGSTOP)
     except ProcessLookupError:
         pid = None
+    deadline = time.monotonic() + settle_s
+    while pid is not None and process_state(pid) not in ("T", None) and time.monotonic() < deadline:
+        time.sleep(0.001)
     try:
         yield
     finally:
@@ -92,9 +104,10 @@ class Gate:
     WAIT_PER_RUN_S = 60.0
     WAIT_BUDGET_S = 600.0
 
-    def __init__(self, sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = _stderr):
+    def __init__(self, budget_s: float = WAIT_BUDGET_S, sleep: Callable[[float], None] = time.sleep,
+                 say: Callable[[str], None] = _stderr):
         self.fastest: float | None = None
-        self.budget = self.WAIT_BUDGET_S
+        self.budget = budget_s
         self.waited = 0.0
         self._sleep, self._say = sleep, say
 

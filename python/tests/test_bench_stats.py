@@ -176,16 +176,19 @@ def test_runs_from_a_slow_phase_of_the_machine_are_noisy_and_left_out():
 
 def test_a_target_is_paused_while_the_probe_runs_and_resumed_after():
     import subprocess
+    import time
 
     from nvmfbench import speed
 
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         with speed.paused(sleeper.pid):
-            state = open(f"/proc/{sleeper.pid}/stat").read().rsplit(")", 1)[1].split()[0]
-            assert state == "T"  # stopped
-        state = open(f"/proc/{sleeper.pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        assert state in ("S", "R")
+            assert speed.process_state(sleeper.pid) == "T"  # stopped before the probe runs
+        for _ in range(1000):  # SIGCONT is asynchronous too
+            if speed.process_state(sleeper.pid) != "T":
+                break
+            time.sleep(0.001)
+        assert speed.process_state(sleeper.pid) in ("S", "R")
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -198,6 +201,10 @@ def test_the_gate_waits_for_a_fast_phase_within_its_budgets():
 
     slept, said = [], []
     gate = speed.Gate(sleep=slept.append, say=said.append)
+    assert speed.Gate(0).wait_for_fast(9_000, lambda: 1 / 0) == 9_000
+    idle = speed.Gate(0, sleep=slept.append)  # no budget (--quick): never waits
+    idle.seen(9_000)
+    assert idle.wait_for_fast(15_000, lambda: 1 / 0) == 15_000 and not slept
     assert gate.wait_for_fast(9_000, lambda: 1 / 0) == 9_000  # the first probe sets the pace, no wait
     probes = iter([15_000, 14_800, 9_100])
     assert gate.wait_for_fast(15_000, lambda: next(probes)) == 9_100  # waited three steps for it

@@ -108,9 +108,9 @@ impl Peer {
             if self.conn.placement().is_some() && !self.conn.is_attached() {
                 // Connected: the acceptor hands the connection to a reactor, which resumes it.
                 self.conn.attach(self.token, &ReactorStats::new(0, 0, ReactorMode::Event, 0));
-                self.conn.drive(now, engine);
             }
-            self.collect_output();
+            let out = self.conn.drive_and_take_output(now, engine);
+            self.collect_output(&out);
         }
         assert_eq!(self.conn.in_flight(), 0, "backend requests left in flight after drive");
         assert!(self.conn.buffer_bytes() <= BUFFER_BUDGET + 1024 * IN_CAPSULE as usize, "buffers beyond budget");
@@ -122,8 +122,8 @@ impl Peer {
         self.deliver(&b, 0, now, engine);
     }
 
-    fn collect_output(&mut self) {
-        self.rx.extend_from_slice(&self.conn.take_output());
+    fn collect_output(&mut self, out: &[u8]) {
+        self.rx.extend_from_slice(out);
         loop {
             let f = match self.rx_framer.next(&self.rx) {
                 Ok(Some(f)) => f,
@@ -266,7 +266,8 @@ impl<'e> Session<'e> {
                     // Keep-alive and connect timeouts.
                     self.now += Duration::from_secs(s.u8() as u64);
                     p.conn.tick(self.now);
-                    p.collect_output();
+                    let out = p.conn.take_output();
+                    p.collect_output(&out);
                     return;
                 }
             },

@@ -10,7 +10,7 @@ use crate::stats::ReactorStats;
 use crate::transport::tcp::Connection;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
@@ -164,7 +164,7 @@ struct Entry {
 fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> Option<usize> {
     let mut total = 0;
     loop {
-        if conn.output().len() >= 8 << 20 {
+        if conn.output_len() >= 8 << 20 {
             return Some(total); // backpressure: resume once output drains
         }
         if conn.recv_space().is_empty() {
@@ -191,10 +191,16 @@ fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine:
     }
 }
 
-/// Writes as much queued output as the socket takes, many PDUs per syscall.
+/// Writes as much queued output as the socket takes, many PDUs per syscall: one vectored
+/// write gathers headers and responses with read data straight from the command buffers.
 fn write_all(stream: &mut TcpStream, conn: &mut Connection) -> bool {
-    while !conn.output().is_empty() {
-        match stream.write(conn.output()) {
+    while conn.output_len() > 0 {
+        let written = {
+            let mut iov = [IoSlice::new(&[]); 64];
+            let n = conn.output_slices(&mut iov);
+            stream.write_vectored(&iov[..n])
+        };
+        match written {
             Ok(0) => return false,
             Ok(n) => conn.consume_output(n),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
@@ -352,16 +358,21 @@ impl Reactor {
                         e.conn.process(now, &mut engine);
                     }
                 }
-                if !e.gone && !e.conn.output().is_empty() {
-                    let was_blocked = e.conn.output().len() >= 8 << 20;
+                if !e.gone && e.conn.output_len() > 0 {
+                    let was_blocked = e.conn.output_len() >= 8 << 20;
+                    let holding = e.conn.waits_for_memory();
                     if !write_all(&mut e.stream, &mut e.conn) {
                         e.conn.close();
-                    } else if was_blocked && e.conn.output().len() < 8 << 20 {
-                        // Output drained below the mark: read and process what we held back.
-                        if read_all(&mut e.stream, &mut e.conn, now, &mut engine).is_none() {
+                    } else {
+                        let drained = was_blocked && e.conn.output_len() < 8 << 20;
+                        // Output drained below the mark: read what we held back.
+                        if drained && read_all(&mut e.stream, &mut e.conn, now, &mut engine).is_none() {
                             e.conn.close();
                         }
-                        e.conn.process(now, &mut engine);
+                        // That input, and commands waiting for the buffers written data freed.
+                        if drained || holding {
+                            e.conn.process(now, &mut engine);
+                        }
                     }
                 }
                 if !e.gone && e.conn.should_close() {

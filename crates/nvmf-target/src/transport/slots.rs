@@ -27,6 +27,8 @@ pub enum SlotState {
     AwaitData,
     /// Backend requests in flight.
     Executing,
+    /// Done; its read data waits in the connection's output to be written from this buffer.
+    Sending,
 }
 
 /// What a slot's command does once its data is in.

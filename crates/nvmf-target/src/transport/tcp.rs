@@ -36,6 +36,10 @@ const OUT_HIGH_WATER: usize = 8 << 20;
 const RECV_CHUNK: usize = 256 << 10;
 /// Largest C2HData PDU we send.
 const C2H_CHUNK: usize = 128 << 10;
+/// Reads at least this large are written from their command buffer (vectored write); smaller
+/// ones are copied into the output buffer, which was cheaper for 4 KiB (one contiguous write:
+/// 753 K against 698 K IOPS at QD32), while 128 KiB gained 29 % from not copying.
+const SEND_FROM_SLOT_MIN: usize = 16 << 10;
 /// Cap on MAXR2T we honour per command, whatever the host offers.
 const MAX_R2T_PER_CMD: u32 = 16;
 /// Byte offsets reported as FEI.
@@ -80,8 +84,15 @@ pub struct Connection {
     inbuf: Vec<u8>,
     in_pos: usize,
     in_len: usize,
+    /// Output, in order: the bytes of `out` from `out_pos`, with read data segments (still in
+    /// their slots' buffers, written from there: no copy) spliced in where `sends` says.
     out: Vec<u8>,
     out_pos: usize,
+    sends: std::collections::VecDeque<DataSend>,
+    /// Bytes of the first of `sends` already written.
+    send_pos: usize,
+    /// Bytes of all of `sends` (written ones included).
+    send_bytes: usize,
     queue: Option<Queue>,
     attached: bool,
     token: u32,
@@ -94,6 +105,15 @@ pub struct Connection {
     created: Instant,
     released: bool,
     stall: StallWatch,
+}
+
+/// Read data sent from a slot's buffer, `start..end`, once `out` has been written up to `at`.
+#[derive(Debug, Clone, Copy)]
+struct DataSend {
+    at: usize,
+    slot: u16,
+    start: usize,
+    end: usize,
 }
 
 fn max_data_len(target: &Target) -> u32 {
@@ -118,6 +138,9 @@ impl Connection {
             in_len: 0,
             out: Vec::with_capacity(64 << 10),
             out_pos: 0,
+            sends: std::collections::VecDeque::new(),
+            send_pos: 0,
+            send_bytes: 0,
             queue: None,
             attached: false,
             token: 0,
@@ -167,24 +190,90 @@ impl Connection {
 
     // ---- bytes out ----
 
-    pub fn output(&self) -> &[u8] {
-        &self.out[self.out_pos..]
+    /// Bytes queued for the host and not yet written.
+    pub fn output_len(&self) -> usize {
+        self.out.len() - self.out_pos + self.send_bytes - self.send_pos
     }
 
-    pub fn consume_output(&mut self, n: usize) {
+    /// The queued output as slices in order, for one vectored write: fills `iov` from the start
+    /// and returns how many it filled (fewer than the output holds when `iov` is short).
+    pub fn output_slices<'a>(&'a self, iov: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        let mut pos = self.out_pos;
+        let mut skip = self.send_pos;
+        for d in &self.sends {
+            let data = &self.slots[d.slot].buf.as_slice()[d.start + skip..d.end];
+            for bytes in [&self.out[pos..d.at], data] {
+                if n == iov.len() {
+                    return n;
+                }
+                if !bytes.is_empty() {
+                    iov[n] = std::io::IoSlice::new(bytes);
+                    n += 1;
+                }
+            }
+            pos = d.at;
+            skip = 0;
+        }
+        if n < iov.len() && pos < self.out.len() {
+            iov[n] = std::io::IoSlice::new(&self.out[pos..]);
+            n += 1;
+        }
+        n
+    }
+
+    /// `n` bytes of the output were written. A slot whose data has all been written is free.
+    pub fn consume_output(&mut self, mut n: usize) {
         if n > 0 {
             self.stall.progressed();
         }
-        self.out_pos = (self.out_pos + n).min(self.out.len());
-        if self.out_pos == self.out.len() {
+        while n > 0 {
+            let next_at = self.sends.front().map_or(self.out.len(), |d| d.at);
+            if self.out_pos < next_at {
+                let k = n.min(next_at - self.out_pos);
+                self.out_pos += k;
+                n -= k;
+                continue;
+            }
+            let Some(d) = self.sends.front().copied() else { break };
+            let k = n.min(d.end - d.start - self.send_pos);
+            self.send_pos += k;
+            n -= k;
+            if self.send_pos == d.end - d.start {
+                self.sends.pop_front();
+                self.send_pos = 0;
+                self.send_bytes -= d.end - d.start;
+                if !self.sends.iter().any(|o| o.slot == d.slot) {
+                    self.slots.free(d.slot);
+                }
+            }
+        }
+        if self.out_pos == self.out.len() && self.sends.is_empty() {
             self.out.clear();
             self.out_pos = 0;
         }
     }
 
+    /// Test and fuzz convenience, as a reactor turn does it: drives the connection and takes
+    /// everything queued, again while writing it freed buffers that held commands wait for.
+    pub fn drive_and_take_output(&mut self, now: Instant, engine: &mut IoEngine) -> Vec<u8> {
+        let mut all = Vec::new();
+        loop {
+            self.drive(now, engine);
+            let out = self.take_output();
+            let wrote = !out.is_empty();
+            all.extend_from_slice(&out);
+            if !(wrote && self.waits_for_memory()) {
+                return all;
+            }
+        }
+    }
+
     /// Takes everything queued for the host (tests).
     pub fn take_output(&mut self) -> Vec<u8> {
-        let v = self.output().to_vec();
+        let mut iov = vec![std::io::IoSlice::new(&[]); self.sends.len() * 2 + 1];
+        let n = self.output_slices(&mut iov);
+        let v: Vec<u8> = iov[..n].iter().flat_map(|s| s.iter().copied()).collect();
         self.consume_output(v.len());
         v
     }
@@ -193,7 +282,7 @@ impl Connection {
 
     /// True when the socket should be closed now.
     pub fn should_close(&self) -> bool {
-        self.phase == Phase::Closed || (self.phase == Phase::Closing && self.output().is_empty())
+        self.phase == Phase::Closed || (self.phase == Phase::Closing && self.output_len() == 0)
     }
 
     /// Backend requests submitted and not yet completed: the connection (and its buffers) must
@@ -262,8 +351,8 @@ impl Connection {
     /// A partial PDU that waits because we stopped reading (output backpressure, not yet handed
     /// to a reactor) is ours to finish, not the host's.
     fn waiting_on_host(&self) -> bool {
-        let reading = self.output().len() < OUT_HIGH_WATER && (self.attached || self.queue.is_none());
-        (reading && self.in_pos < self.in_len) || self.slots.awaits_data() || !self.output().is_empty()
+        let reading = self.output_len() < OUT_HIGH_WATER && (self.attached || self.queue.is_none());
+        (reading && self.in_pos < self.in_len) || self.slots.awaits_data() || self.output_len() > 0
     }
 
     /// Time passes: enforces the stall, connect and keep-alive timeouts; gives idle buffers
@@ -317,7 +406,7 @@ impl Connection {
     pub fn process(&mut self, now: Instant, engine: &mut IoEngine) {
         let inbuf = std::mem::take(&mut self.inbuf);
         while matches!(self.phase, Phase::AwaitIcReq | Phase::Ready)
-            && self.output().len() < OUT_HIGH_WATER
+            && self.output_len() < OUT_HIGH_WATER
             && (self.attached || self.queue.is_none())
         {
             let buf = &inbuf[self.in_pos..self.in_len];
@@ -417,9 +506,9 @@ impl Connection {
         encode_pdu(&mut self.out, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
     }
 
-    /// C2HData PDUs carrying `data`. With `success` the last one also completes the command;
-    /// otherwise the caller sends the response.
-    fn send_data(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8], success: bool) {
+    /// C2HData PDUs carrying a copy of `data` (admin and authentication replies). With `success`
+    /// the last one also completes the command; otherwise the caller sends the response.
+    fn send_copied(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8], success: bool) {
         let mut datao = 0;
         for chunk in data.chunks(C2H_CHUNK) {
             let last = datao + chunk.len() == data.len();
@@ -436,6 +525,35 @@ impl Connection {
                 out.extend_from_slice(&digest::data_digest(chunk).to_le_bytes());
             }
             datao += chunk.len();
+        }
+    }
+
+    /// C2HData PDUs carrying slot `idx`'s buffer, sent from the buffer itself (the slot stays
+    /// Sending until it is written). With `success` the last one also completes the command;
+    /// otherwise the caller sends the response.
+    fn send_slot_data(&mut self, idx: u16, success: bool) {
+        let slot = &mut self.slots[idx];
+        slot.state = SlotState::Sending;
+        let (cid, len) = (slot.cid, slot.buf.as_slice().len());
+        let mut datao = 0;
+        while datao < len {
+            let chunk = C2H_CHUNK.min(len - datao);
+            let last = datao + chunk == len;
+            let hdr = PduHeader::C2HData(C2HData {
+                cccid: cid,
+                datao: datao as u32,
+                datal: chunk as u32,
+                last,
+                success: success && last,
+            });
+            encode_pdu_header(&mut self.out, &hdr, chunk, self.digests);
+            self.sends.push_back(DataSend { at: self.out.len(), slot: idx, start: datao, end: datao + chunk });
+            self.send_bytes += chunk;
+            if self.digests.data {
+                let digest = digest::data_digest(&self.slots[idx].buf.as_slice()[datao..datao + chunk]);
+                self.out.extend_from_slice(&digest.to_le_bytes());
+            }
+            datao += chunk;
         }
     }
 
@@ -579,7 +697,7 @@ impl Connection {
                 }
                 let n = data.len().min(sgl.length as usize);
                 if n > 0 {
-                    Self::send_data(&mut self.out, self.digests, cid, &data[..n], false);
+                    Self::send_copied(&mut self.out, self.digests, cid, &data[..n], false);
                 }
                 self.respond(cid, Status::SUCCESS, 0);
             }
@@ -860,11 +978,17 @@ impl Connection {
                 }
             }
             let success_flag = read > 0 && self.queue.as_ref().is_some_and(|q| q.sqflow_disabled);
-            if read > 0 {
-                Self::send_data(&mut self.out, self.digests, cid, slot.buf.as_slice(), success_flag);
+            let from_slot = read as usize >= SEND_FROM_SLOT_MIN;
+            if from_slot {
+                self.send_slot_data(idx, success_flag);
+            } else if read > 0 {
+                Self::send_copied(&mut self.out, self.digests, cid, slot.buf.as_slice(), success_flag);
             }
             if !success_flag {
                 self.respond(cid, status, 0);
+            }
+            if from_slot {
+                return; // the slot is freed once its data is written (consume_output)
             }
         }
         self.slots.free(idx);

@@ -80,8 +80,7 @@ impl Queue {
 
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         self.conn.feed(bytes);
-        self.conn.drive(self.now, &mut self.engine);
-        self.rx.extend_from_slice(&self.conn.take_output());
+        self.rx.extend_from_slice(&self.conn.drive_and_take_output(self.now, &mut self.engine));
     }
 
     pub fn send(&mut self, hdr: PduHeader, data: &[u8]) {
@@ -119,7 +118,6 @@ impl Queue {
     pub fn advance(&mut self, by: Duration) {
         self.now += by;
         self.conn.tick(self.now);
-        self.conn.drive(self.now, &mut self.engine);
-        self.rx.extend_from_slice(&self.conn.take_output());
+        self.rx.extend_from_slice(&self.conn.drive_and_take_output(self.now, &mut self.engine));
     }
 }

@@ -45,7 +45,8 @@ def test_quick_bench_with_our_stack_writes_every_table(tmp_path):
     assert not [r for r in results["runs"] + results["floor_runs"] if r.get("error")]
     # Every run is bracketed by two speed probes, taken with the busy-polling target paused.
     assert all(len(r["probe_ns"]) == 2 and min(r["probe_ns"]) > 0 for r in results["runs"] + results["floor_runs"])
-    assert 0 < results["noise"]["fastest_probe_ns"] <= min(p for r in results["runs"] for p in r["probe_ns"])
+    probes = [p for r in results["runs"] + results["floor_runs"] for p in r["probe_ns"]]
+    assert results["noise"]["fastest_probe_ns"] == round(min(probes))  # reported in whole ns
     mem = {p["queues"]: p for p in results["memory"]["points"] if p["stack"] == "ours"}
     assert mem[8]["rss_bytes"] > mem[1]["rss_bytes"] > 0  # every queue costs something
     assert results["memory"]["bytes_per_queue"]["ours"] > 0

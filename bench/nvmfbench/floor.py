@@ -14,10 +14,17 @@ from .stacks import Bench, BenchError, bench_binary
 MODES = ("busy", "blocking")
 
 
-def pingpong(bench: Bench, mode: str, server_cpu: int, client_cpu: int, seconds: float) -> dict[str, Any]:
-    """One ping-pong run: its JSON report (mean_ns, p99_99_ns, ...) plus noise, or "error"."""
+def pingpong_argv(mode: str, server_cpu: int, client_cpu: int, seconds: float,
+                  warmup: float | None = None) -> list[str]:
+    """`nvmf-bench pingpong` on the two cores; its own warm-up unless `warmup` is given."""
     argv = [str(bench_binary("nvmf-bench")), "pingpong", "--mode", mode, "--seconds", str(seconds),
             "--server-cpu", str(server_cpu), "--client-cpu", str(client_cpu)]
+    return argv if warmup is None else argv + ["--warmup", str(warmup)]
+
+
+def pingpong(bench: Bench, mode: str, server_cpu: int, client_cpu: int, seconds: float) -> dict[str, Any]:
+    """One ping-pong run: its JSON report (mean_ns, p99_99_ns, ...) plus noise, or "error"."""
+    argv = pingpong_argv(mode, server_cpu, client_cpu, seconds)
     cores = sorted({server_cpu, client_cpu})
     out = bench.workdir / f"pingpong-{mode}.json"
     before = sysstat.local_snapshot(cores)

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterator
 
 from nvmflab import procs
 
-from .stacks import Bench, BenchError, bench_binary
+from . import floor
+from .stacks import Bench, BenchError
 
 PROBE_S = 0.3
 PROBE_WARMUP_S = 0.05
@@ -68,8 +69,7 @@ def paused(pid: int | None, settle_s: float = 1.0) -> Iterator[None]:
 
 def probe(bench: Bench, server_cpu: int, client_cpu: int, pause_pid: int | None = None) -> float | None:
     """Mean round trip (ns) of a short busy ping-pong on the two cores; None when it failed."""
-    argv = [str(bench_binary("nvmf-bench")), "pingpong", "--mode", "busy", "--seconds", str(PROBE_S),
-            "--warmup", str(PROBE_WARMUP_S), "--server-cpu", str(server_cpu), "--client-cpu", str(client_cpu)]
+    argv = floor.pingpong_argv("busy", server_cpu, client_cpu, PROBE_S, warmup=PROBE_WARMUP_S)
     with paused(pause_pid):
         proc = procs.spawn(argv, None, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         try:

@@ -315,7 +315,7 @@ impl Reactor {
             if direct {
                 for (idx, slot) in conns.iter_mut().enumerate() {
                     let Some(e) = slot else { continue };
-                    if e.gone || !e.conn.is_attached() {
+                    if e.gone {
                         continue;
                     }
                     match read_all(&mut e.stream, &mut e.conn, now, &mut engine) {

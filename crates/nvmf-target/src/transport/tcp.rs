@@ -243,7 +243,8 @@ impl Connection {
                 self.sends.pop_front();
                 self.send_pos = 0;
                 self.send_bytes -= d.end - d.start;
-                if !self.sends.iter().any(|o| o.slot == d.slot) {
+                // A slot's sends are queued back to back: it is written once the next is another's.
+                if self.sends.front().map_or(true, |next| next.slot != d.slot) {
                     self.slots.free(d.slot);
                 }
             }

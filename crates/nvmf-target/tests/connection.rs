@@ -318,6 +318,33 @@ fn in_capsule_write_then_read() {
 }
 
 #[test]
+fn null_reads_are_zero_after_writes_through_the_same_buffers() {
+    // A null read skips zeroing a buffer nothing wrote since it was last zeroed: a write's data
+    // must never show through.
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = Host::new(t.clone());
+    h.icreq(false, false);
+    assert_eq!(h.connect(SUB_A, HOST, 1, cntlid).status, Status::SUCCESS);
+    h.attach();
+    let null_sqe = |opcode, sgl| {
+        let mut s = rw_sqe(opcode, 3, 1, sgl);
+        s.set_nsid(2);
+        s
+    };
+    for round in 0..4u8 {
+        let (read, cqe) = h.command(null_sqe(io_opcode::READ, SglDescriptor::transport(4096)), &[]);
+        assert_eq!(cqe.status, Status::SUCCESS);
+        assert!(read.len() == 4096 && read.iter().all(|b| *b == 0), "round {round}: read before the write");
+        let (_, cqe) = h.command(null_sqe(io_opcode::WRITE, SglDescriptor::in_capsule(0, 4096)), &[0xA5 ^ round; 4096]);
+        assert_eq!(cqe.status, Status::SUCCESS);
+        let (read, _) = h.command(null_sqe(io_opcode::READ, SglDescriptor::transport(4096)), &[]);
+        assert!(read.iter().all(|b| *b == 0), "round {round}: the written data showed through");
+    }
+}
+
+#[test]
 fn r2t_flow_for_a_1mib_write() {
     let t = target(); // maxh2cdata 128 KiB by default
     let mut a = Host::new(t.clone());

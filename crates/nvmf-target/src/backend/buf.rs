@@ -15,6 +15,9 @@ pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
     cap: usize,
+    /// Leading bytes known to be zero: a null namespace's read then costs nothing. Any mutable
+    /// access clears it, since the caller may write.
+    zeroed: usize,
 }
 
 // SAFETY: the buffer is plain owned memory, like Vec<u8>.
@@ -29,7 +32,7 @@ impl Default for AlignedBuf {
 impl AlignedBuf {
     /// An empty buffer; allocates nothing.
     pub const fn new() -> AlignedBuf {
-        AlignedBuf { ptr: std::ptr::null_mut(), len: 0, cap: 0 }
+        AlignedBuf { ptr: std::ptr::null_mut(), len: 0, cap: 0, zeroed: 0 }
     }
 
     /// The capacity a buffer of `len` bytes occupies (saturating: absurd sizes fail to allocate).
@@ -55,6 +58,7 @@ impl AlignedBuf {
             self.release();
             self.ptr = ptr;
             self.cap = cap;
+            self.zeroed = cap;
         }
         self.len = len;
         Ok(())
@@ -69,6 +73,7 @@ impl AlignedBuf {
         self.ptr = std::ptr::null_mut();
         self.len = 0;
         self.cap = 0;
+        self.zeroed = 0;
     }
 
     pub fn len(&self) -> usize {
@@ -91,13 +96,26 @@ impl AlignedBuf {
         if self.ptr.is_null() {
             return &mut [];
         }
+        self.zeroed = 0;
         // SAFETY: as above, and we hold &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
     /// Null while nothing is allocated (only for zero-length requests).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.zeroed = 0;
         self.ptr
+    }
+
+    /// Makes the first `len` bytes (at most the length) zero, writing them only when they may
+    /// not be: after a read of a null namespace the next one finds the buffer still zero.
+    pub fn zero_prefix(&mut self, len: usize) {
+        let len = len.min(self.len);
+        if self.zeroed < len {
+            // SAFETY: ptr is valid for len <= self.len bytes (len > 0 means it is allocated).
+            unsafe { std::ptr::write_bytes(self.ptr, 0, len) };
+            self.zeroed = len;
+        }
     }
 }
 
@@ -137,5 +155,22 @@ mod tests {
         assert_eq!(r, Err(AllocError), "allocator says no");
         assert_eq!(b.capacity(), 0);
         b.try_resize(10).unwrap();
+    }
+
+    #[test]
+    fn zero_prefix_writes_only_what_may_have_been_written() {
+        let mut b = AlignedBuf::new();
+        b.try_resize(8192).unwrap();
+        b.zero_prefix(8192);
+        assert!(b.as_slice().iter().all(|x| *x == 0));
+        b.as_mut_slice()[100] = 7;
+        b.zero_prefix(4096);
+        assert_eq!(b.as_slice()[100], 0, "written through as_mut_slice, so zeroed again");
+        // SAFETY: in bounds; as_mut_ptr is how a backend gets the buffer.
+        unsafe { *b.as_mut_ptr().add(5000) = 9 };
+        b.zero_prefix(8192);
+        assert_eq!(b.as_slice()[5000], 0, "written through as_mut_ptr, so zeroed again");
+        b.zero_prefix(1 << 20);
+        assert_eq!(b.len(), 8192, "never beyond the length");
     }
 }

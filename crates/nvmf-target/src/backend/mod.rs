@@ -61,6 +61,11 @@ impl Backend {
         }
     }
 
+    /// Whether every read returns zeroes (null): a buffer already zero needs no backend work.
+    pub fn reads_zeroes(&self) -> bool {
+        matches!(self, Backend::Null { .. })
+    }
+
     /// Whether completed writes may sit in a volatile cache until a Flush (reported as VWC).
     /// Null stores nothing and ram has no non-volatile medium to flush to: neither has a cache.
     pub fn volatile_cache(&self) -> bool {
@@ -159,6 +164,12 @@ impl IoEngine {
     /// CQEs taken while submitting): a poller must not sleep on the ring fd while this holds.
     pub fn has_completions(&self) -> bool {
         !self.done.is_empty() || !self.cqes.is_empty()
+    }
+
+    /// Reports `tag` done at the next [`reap`](Self::reap) with no backend work: for a request
+    /// the submitter could finish itself (a null read into a buffer it zeroed).
+    pub fn complete_now(&mut self, tag: u64, result: Result<(), i32>) {
+        self.done.push(IoCompletion { tag, result });
     }
 
     /// Starts `req`. Null and ram complete immediately (seen at the next [`reap`](Self::reap)).

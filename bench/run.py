@@ -17,7 +17,7 @@ and the output says so. SPDK comes from `make spdk` (NVMFLAB_SPDK_DIR or ~/.cach
 a build its pairs are skipped with the reason.
 
 Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk]
-                    [--suites matrix,scaling,memory] [--out bench/results.json]
+                    [--works all] [--suites matrix,scaling,memory] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvmflab import cores as core_lists  # noqa: E402
 from nvmflab import sysstat  # noqa: E402
 from nvmfbench import floor, matrix, memory, report, scaling  # noqa: E402
-from nvmfbench.stacks import Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
+from nvmfbench.stacks import MATRIX_WORKS, Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ("matrix", "scaling", "memory", "classic")
@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="seconds in all the matrix may wait for the machine's fast phase before runs "
                          "(nvmfbench/speed.py); default 600, 0 with --quick")
     ap.add_argument("--stacks", default="ours,spdk", help="stacks in the matrix, as targets and as hosts")
+    ap.add_argument("--works", default="all",
+                    help="comma list of the matrix's workloads, or all: " + ", ".join(w.key for w in MATRIX_WORKS))
     ap.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma list of {', '.join(SUITES)}, or all")
     ap.add_argument("--memory-counts", help="I/O queue counts for the memory suite; default 1,100,1000")
     ap.add_argument("--target-core", type=int, default=0)
@@ -66,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
     problems = [f"unknown suite {s!r}" for s in suites if s not in SUITES]
     problems += [f"unknown stack {s!r} (ours, spdk)" for s in stacks if s not in ("ours", "spdk")]
+    keys = [k.strip() for k in a.works.split(",") if k.strip()] if a.works != "all" else [w.key for w in MATRIX_WORKS]
+    known = {w.key: w for w in MATRIX_WORKS}
+    problems += [f"unknown workload {k!r} ({', '.join(known)})" for k in keys if k not in known]
+    if not keys:
+        problems.append("--works names no workload")
     if not 1 <= a.seconds <= 600 or not 0 <= a.ramp <= 60 or not 1 <= a.rounds <= 50:
         problems.append("--seconds must be 1..600, --ramp 0..60, --rounds 1..50")
     if not 0 <= a.wait_for_fast <= 86400:
@@ -79,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if problems:
         ap.error("; ".join(problems))
     a.suites, a.stacks = suites, stacks
+    a.works = tuple(w for w in MATRIX_WORKS if w.key in keys)
     return a
 
 
@@ -105,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: note: {warning}", file=sys.stderr)
 
     cfg = matrix.Config(seconds=a.seconds, ramp=a.ramp, rounds=a.rounds, target_core=a.target_core,
-                        host_core=a.host_core, targets=stacks, hosts=stacks, wait_budget_s=a.wait_for_fast)
+                        host_core=a.host_core, targets=stacks, hosts=stacks, works=a.works,
+                        wait_budget_s=a.wait_for_fast)
     floor_missing = floor.available()
     cfg.floor = floor_missing is None
     target_pool, host_pool = scaling.split_cores(available)

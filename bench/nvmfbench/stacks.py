@@ -31,6 +31,11 @@ class Work:
     iodepth: int
     numjobs: int = 1
 
+    @property
+    def key(self) -> str:
+        """The short name `--works` takes, e.g. 4k-randread-qd32."""
+        return f"{self.bs // 1024}k-{self.rw}-qd{self.iodepth}"
+
 
 MATRIX_WORKS = (
     Work("4k randread QD1", "randread", 4096, 1),

@@ -16,7 +16,7 @@ runs above the noise limit (NVMFLAB_NOISE_LIMIT_PCT, default 10 %) are left out 
 and the output says so. SPDK comes from `make spdk` (NVMFLAB_SPDK_DIR or ~/.cache/nvmflab); without
 a build its pairs are skipped with the reason.
 
-Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk]
+Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk,spdk-spec]
                     [--works all] [--suites matrix,scaling,memory] [--out bench/results.json]
 """
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvmflab import cores as core_lists  # noqa: E402
 from nvmflab import sysstat  # noqa: E402
 from nvmfbench import floor, matrix, memory, report, scaling  # noqa: E402
-from nvmfbench.stacks import MATRIX_WORKS, Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
+from nvmfbench.stacks import MATRIX_WORKS, SPDK_SPEC, Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ("matrix", "scaling", "memory", "classic")
@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--wait-for-fast", type=float, dest="wait_for_fast",
                     help="seconds in all the matrix may wait for the machine's fast phase before runs "
                          "(nvmfbench/speed.py); default 600, 0 with --quick")
-    ap.add_argument("--stacks", default="ours,spdk", help="stacks in the matrix, as targets and as hosts")
+    ap.add_argument("--stacks", default=f"ours,spdk,{SPDK_SPEC}",
+                    help=f"stacks in the matrix, as targets and as hosts; {SPDK_SPEC} is a target only: SPDK's "
+                         "with C2HData SUCCESS only as the specification allows it")
     ap.add_argument("--works", default="all",
                     help="comma list of the matrix's workloads, or all: " + ", ".join(w.key for w in MATRIX_WORKS))
     ap.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma list of {', '.join(SUITES)}, or all")
@@ -67,7 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     suites = SUITES if a.suites == "all" else tuple(s.strip() for s in a.suites.split(",") if s.strip())
     stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
     problems = [f"unknown suite {s!r}" for s in suites if s not in SUITES]
-    problems += [f"unknown stack {s!r} (ours, spdk)" for s in stacks if s not in ("ours", "spdk")]
+    problems += [f"unknown stack {s!r} (ours, spdk, {SPDK_SPEC})" for s in stacks if s not in ("ours", "spdk", SPDK_SPEC)]
+    if stacks and all(s == SPDK_SPEC for s in stacks):
+        problems.append(f"--stacks {SPDK_SPEC} needs a host: add ours or spdk")
     keys = [k.strip() for k in a.works.split(",") if k.strip()] if a.works != "all" else [w.key for w in MATRIX_WORKS]
     known = {w.key: w for w in MATRIX_WORKS}
     problems += [f"unknown workload {k!r} ({', '.join(known)})" for k in keys if k not in known]
@@ -104,23 +108,25 @@ def main(argv: list[str] | None = None) -> int:
               f"{available}", file=sys.stderr)
         return 2
     stacks = list(a.stacks)
-    missing = spdk_missing() if "spdk" in stacks else "left out by --stacks"
-    if "spdk" in stacks and missing:
+    wants_spdk = "spdk" in stacks or SPDK_SPEC in stacks
+    missing = spdk_missing() if wants_spdk else "left out by --stacks"
+    if wants_spdk and missing:
         print(f"bench: SPDK skipped: {missing}", file=sys.stderr)
-        stacks.remove("spdk")
+        stacks = [s for s in stacks if s not in ("spdk", SPDK_SPEC)]
+    hosts = [s for s in stacks if s != SPDK_SPEC]
     limit = sysstat.noise_limit()
     for warning in sysstat.machine_warnings(sample_s=0.5):
         print(f"bench: note: {warning}", file=sys.stderr)
 
     cfg = matrix.Config(seconds=a.seconds, ramp=a.ramp, rounds=a.rounds, target_core=a.target_core,
-                        host_core=a.host_core, targets=stacks, hosts=stacks, works=a.works,
+                        host_core=a.host_core, targets=stacks, hosts=hosts, works=a.works,
                         wait_budget_s=a.wait_for_fast)
     floor_missing = floor.available()
     cfg.floor = floor_missing is None
     target_pool, host_pool = scaling.split_cores(available)
     total = (matrix.planned_runs(cfg) if "matrix" in a.suites else 0) \
         + (len(target_pool) * a.rounds if "scaling" in a.suites else 0) \
-        + (sum(len(memory.counts_for(s, a.memory_counts)) for s in stacks) if "memory" in a.suites else 0)
+        + (sum(len(memory.counts_for(s, a.memory_counts)) for s in hosts) if "memory" in a.suites else 0)
     progress = matrix.Progress(total)
     runs, floors, scaled, mem, classic = [], [], [], [], []
     waited = 0.0
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     scaled.append(run | {"reactors": n, "round": r})
                     progress.step(f"round {r + 1} scaling, {n} reactor(s)", run)
         if "memory" in a.suites:
-            for stack in stacks:
+            for stack in hosts:
                 for count in memory.counts_for(stack, a.memory_counts):
                     point = safely(lambda: memory.measure(bench, stack, count, [a.target_core], a.host_core))
                     mem.append(point | {"stack": stack, "queues_wanted": count})

@@ -11,9 +11,19 @@ from typing import Any
 
 from . import goals, speed, stats
 from .matrix import EVENT, EVENT_WORK
+from .stacks import SPDK_SPEC
 
 PAIRS = (("spdk", "spdk", "SPDK tgt x spdk_nvme_perf"), ("ours", "ours", "ours x nvmf-perf"),
          ("ours", "spdk", "ours tgt x spdk_nvme_perf"), ("spdk", "ours", "SPDK tgt x nvmf-perf"))
+# SPDK's target with C2HData SUCCESS only where the specification allows it (stacks.SPDK_SPEC):
+# shown when the bench ran it.
+SPEC_PAIRS = ((SPDK_SPEC, "spdk", "SPDK-spec tgt x spdk_nvme_perf"), (SPDK_SPEC, "ours", "SPDK-spec tgt x nvmf-perf"))
+
+
+def pairs_run(table: dict[tuple[str, str, str], Any]) -> tuple[tuple[str, str, str], ...]:
+    """The matrix's columns: the four pairs always, the SPDK-spec ones when they ran."""
+    ran = {(t, h) for t, h, _ in table}
+    return PAIRS + tuple(p for p in SPEC_PAIRS if (p[0], p[1]) in ran)
 
 
 def machine() -> dict[str, Any]:
@@ -48,7 +58,7 @@ def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works
     event = table.get((EVENT, EVENT, EVENT_WORK.name), {})
     qd1 = EVENT_WORK.name
     multiples = {}
-    for t, h, label in PAIRS:
+    for t, h, label in pairs_run(table):
         mean = table.get((t, h, qd1), {}).get("lat_mean_ns")
         multiples[f"{label}, polling: QD1 mean / busy ping-pong"] = _r(stats.ratio(mean, floor_means.get("busy")))
     multiples["ours x nvmf-perf, event mode: QD1 mean / blocking ping-pong"] = \
@@ -162,9 +172,10 @@ def _matrix(results: dict[str, Any]) -> str:
     if not results["matrix"]:
         return ""
     cells = {(c["target"], c["host"], c["work"]): c for c in results["matrix"]}
-    lines = ["| work | " + " | ".join(label for *_, label in PAIRS) + " |", "|---|" + "---|" * len(PAIRS)]
+    pairs = pairs_run(cells)
+    lines = ["| work | " + " | ".join(label for *_, label in pairs) + " |", "|---|" + "---|" * len(pairs)]
     for work in results["config"]["works"]:
-        lines.append(f"| {work} | " + " | ".join(_fmt_cell(cells.get((t, h, work)), work) for t, h, _ in PAIRS) + " |")
+        lines.append(f"| {work} | " + " | ".join(_fmt_cell(cells.get((t, h, work)), work) for t, h, _ in pairs) + " |")
     event = cells.get((EVENT, EVENT, EVENT_WORK.name))
     if event:
         lines += ["", f"Event mode (our reactor and host sleep when idle), {EVENT_WORK.name}: "

@@ -69,8 +69,8 @@ class Bench:
                             so_priority=0, tos=0, busy_poll_us=0,
                             subsystems=(Subsystem(NQN, "null", NULL_SIZE),))
         try:
-            with spdk_queue_depth(SPDK_MAX_QUEUE_DEPTH):
-                running = get_stack(stack).start_target(setup, self.host, self.workdir)
+            with spdk_transport_args(spdk_transport_extra(stack)):
+                running = get_stack(SPDK if stack == SPDK_SPEC else stack).start_target(setup, self.host, self.workdir)
         except (StackError, HostError) as err:
             raise BenchError(f"{stack} target did not start: {err}") from None
         try:
@@ -127,26 +127,42 @@ class Bench:
         return {k: found[k] for k in ("noise_pct", "outside_cpu_s", "steal_s", "noisy")}
 
 
+SPDK = "spdk"
+# SPDK's target with C2HData SUCCESS as the NVMe/TCP specification allows it: only to a host that
+# disabled SQ flow control in Connect. SPDK's default (c2h_success) sets it on every read that ends
+# without a result, which spares each read a CapsuleResp. Our target and Linux nvmet follow the
+# specification, and neither spdk_nvme_perf nor nvmf-perf disables SQ flow control, so this target
+# shows how much of a gap is that shortcut. A target only: its hosts are the usual two.
+SPDK_SPEC = "spdk-spec"
+
 # SPDK's TCP transport defaults to 128 entries per queue (MQES 127), one short of a QD128 queue
 # (SQSIZE = depth + 1 entries); ours allows 1024. The bench asks SPDK for as many entries as it
 # needs so both targets run the same workloads.
 SPDK_MAX_QUEUE_DEPTH = 256
 
 
+def spdk_transport_extra(stack: str) -> list[str]:
+    """What the bench adds to SPDK's `nvmf_create_transport` for `stack` (nothing for ours)."""
+    if stack not in (SPDK, SPDK_SPEC):
+        return []
+    return ["-q", str(SPDK_MAX_QUEUE_DEPTH)] + (["--c2h-success"] if stack == SPDK_SPEC else [])
+
+
 @contextlib.contextmanager
-def spdk_queue_depth(depth: int) -> Iterator[None]:
-    """While starting a target, the harness's SPDK configuration also passes
-    `nvmf_create_transport -q depth` (the harness itself keeps SPDK's default)."""
+def spdk_transport_args(extra: list[str]) -> Iterator[None]:
+    """While starting a target, the harness's SPDK configuration also passes `extra` to
+    `nvmf_create_transport` (the harness itself keeps SPDK's defaults). rpc.py's
+    `--c2h-success` switch turns the SUCCESS shortcut off."""
     original = spdk_stack.target_rpcs
 
-    def with_depth(setup: TargetSetup, port: int) -> list[list[str]]:
+    def with_extra(setup: TargetSetup, port: int) -> list[list[str]]:
         calls = original(setup, port)
         for call in calls:
             if call[0] == "nvmf_create_transport" and "-q" not in call:
-                call += ["-q", str(depth)]
+                call += extra
         return calls
 
-    spdk_stack.target_rpcs = with_depth
+    spdk_stack.target_rpcs = with_extra
     try:
         yield
     finally:

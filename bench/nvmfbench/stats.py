@@ -79,6 +79,10 @@ COMPARISONS = (
     ("our target / SPDK target, under nvmf-perf", ("ours", "ours"), ("spdk", "ours")),
     ("nvmf-perf / spdk_nvme_perf, on SPDK's target", ("spdk", "ours"), ("spdk", "spdk")),
     ("nvmf-perf / spdk_nvme_perf, on our target", ("ours", "ours"), ("ours", "spdk")),
+    # SPDK-spec: SPDK's target sending C2HData SUCCESS only as the specification allows, as ours does.
+    ("ours x ours / SPDK-spec x SPDK", ("ours", "ours"), ("spdk-spec", "spdk")),
+    ("our target / SPDK-spec target, under spdk_nvme_perf", ("ours", "spdk"), ("spdk-spec", "spdk")),
+    ("SPDK-spec target / SPDK target, under spdk_nvme_perf", ("spdk-spec", "spdk"), ("spdk", "spdk")),
 )
 
 

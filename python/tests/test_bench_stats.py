@@ -137,11 +137,29 @@ def test_report_tables_carry_the_ratios_and_the_goals():
     assert "| 4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1 | 1.10× | met |" in text
 
 
+def test_the_spec_following_spdk_target_gets_its_columns_and_ratios_only_when_it_ran():
+    qd32 = goals.QD32
+    config = {"seconds": 3, "ramp": 1, "rounds": 1, "target_core": 0, "host_core": 1, "works": [qd32]}
+    base = [run("spdk", "spdk", qd32, 600_000, 50.0), run("ours", "spdk", qd32, 540_000, 55.0)]
+    without = report.markdown(report.assemble(base, [], [qd32], config, None, [], [], 10.0))
+    assert "SPDK-spec" not in without
+    spec = [run("spdk-spec", "spdk", qd32, 450_000, 66.0)]
+    results = report.assemble(base + spec, [], [qd32], config, None, [], [], 10.0)
+    rows = {r["comparison"]: r for r in results["ratios"]}
+    assert rows["our target / SPDK-spec target, under spdk_nvme_perf"]["iops_ratio"] == pytest.approx(1.2)
+    assert rows["SPDK-spec target / SPDK target, under spdk_nvme_perf"]["iops_ratio"] == pytest.approx(0.75)
+    text = report.markdown(results)
+    header = next(line for line in text.splitlines() if line.startswith("| work |"))
+    assert header.endswith("| SPDK-spec tgt x spdk_nvme_perf |"), "only the pair that ran gets a column"
+    row = next(line for line in text.splitlines() if line.startswith(f"| {qd32} |"))
+    assert row.split(" | ")[-1].startswith("450 K")
+
+
 def test_spdk_transport_gets_the_queue_depth_only_while_the_bench_starts_it():
     from nvmflab.plan import Subsystem, TargetSetup
     from nvmflab.stacks import spdk
 
-    from nvmfbench.stacks import spdk_queue_depth
+    from nvmfbench.stacks import SPDK_SPEC, spdk_transport_args, spdk_transport_extra
 
     setup = TargetSetup(cores=(0,), mode="poll", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
                         busy_poll_us=0, subsystems=(Subsystem("nqn.2024-01.io.nvmflab:t", "null", 1 << 30),))
@@ -149,9 +167,14 @@ def test_spdk_transport_gets_the_queue_depth_only_while_the_bench_starts_it():
     def transport(calls):
         return next(c for c in calls if c[0] == "nvmf_create_transport")
 
-    with spdk_queue_depth(256):
+    with spdk_transport_args(spdk_transport_extra("spdk")):
         assert transport(spdk.target_rpcs(setup, 4420))[-2:] == ["-q", "256"]
     assert "-q" not in transport(spdk.target_rpcs(setup, 4420))
+    # The specification's SUCCESS rule: rpc.py's --c2h-success switch turns SPDK's shortcut off.
+    with spdk_transport_args(spdk_transport_extra(SPDK_SPEC)):
+        assert transport(spdk.target_rpcs(setup, 4420))[-3:] == ["-q", "256", "--c2h-success"]
+    assert "--c2h-success" not in transport(spdk.target_rpcs(setup, 4420))
+    assert spdk_transport_extra("ours") == []
 
 
 def test_spdk_memory_points_stop_where_its_heap_does():

@@ -6,7 +6,9 @@ Suites (--suites, default matrix,scaling,memory):
             on 4 KiB randread QD1/QD32/QD128, 4 KiB randwrite QD32 and 128 KiB randread QD32
             (null namespace, target busy-polling on one core, host polling on another), in
             interleaved rounds; each round adds our stack in event mode at QD1 and the busy and
-            blocking TCP ping-pong floors. Prints ratios of medians and issue 9's goals.
+            blocking TCP ping-pong floors. Prints ratios of medians and issue 9's goals. With SPDK
+            built, SPDK's target also runs as spdk-spec: C2HData SUCCESS only where the
+            specification allows it (as ours), to show what SPDK's shortcut is worth.
   scaling   our target's IOPS with 1..N reactors (N = half the cores), enough host jobs.
   memory    the target's RSS with 1, 100 and 1000 I/O queues connected at QD128 (SPDK's up to 100).
   classic   the older comparisons of our own configurations and fio (nvmfbench/classic.py).

@@ -345,6 +345,43 @@ fn null_reads_are_zero_after_writes_through_the_same_buffers() {
 }
 
 #[test]
+fn the_output_buffer_a_burst_grew_is_given_back_after_a_quiet_tick() {
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 31, 1);
+    let burst = |h: &mut Host| {
+        let mut batch = Vec::new();
+        for cid in 1..=30u16 {
+            let mut sqe = rw_sqe(io_opcode::READ, 8 * cid as u64, 8, SglDescriptor::transport(4096));
+            sqe.set_cid(cid);
+            encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], h.dg);
+        }
+        h.conn.feed(&batch);
+        h.conn.drive(h.now, &mut h.engine);
+        assert!(h.conn.output_len() > 30 * 4096, "30 reads' data queued at once");
+        let out = h.conn.take_output();
+        h.rx.extend_from_slice(&out);
+        for _ in 0..30 {
+            assert!(matches!(h.recv(), Some((PduHeader::C2HData(_), _))));
+            assert!(matches!(h.recv(), Some((PduHeader::CapsuleResp(c), _)) if c.cqe.status.is_success()));
+        }
+    };
+    burst(&mut h);
+    assert!(h.conn.output_buffer_bytes() > 64 << 10, "the burst grew the output buffer");
+    h.conn.tick(h.now);
+    assert!(h.conn.output_buffer_bytes() > 64 << 10, "kept through the tick that saw the burst");
+    h.conn.tick(h.now);
+    assert_eq!(h.conn.output_buffer_bytes(), 64 << 10, "given back after a tick without need");
+    // Under steady load the buffer stays: every tick sees a burst.
+    burst(&mut h);
+    h.conn.tick(h.now);
+    burst(&mut h);
+    h.conn.tick(h.now);
+    assert!(h.conn.output_buffer_bytes() > 64 << 10);
+}
+
+#[test]
 fn r2t_flow_for_a_1mib_write() {
     let t = target(); // maxh2cdata 128 KiB by default
     let mut a = Host::new(t.clone());

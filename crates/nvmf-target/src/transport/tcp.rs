@@ -34,6 +34,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const OUT_HIGH_WATER: usize = 8 << 20;
 /// Read buffer growth step.
 const RECV_CHUNK: usize = 256 << 10;
+/// Output buffer capacity kept between bursts; more is given back after a tick without need.
+const OUT_KEEP: usize = 64 << 10;
 /// Largest C2HData PDU we send.
 const C2H_CHUNK: usize = 128 << 10;
 /// Reads at least this large are written from their command buffer (vectored write); smaller
@@ -88,6 +90,9 @@ pub struct Connection {
     /// their slots' buffers, written from there: no copy) spliced in where `sends` says.
     out: Vec<u8>,
     out_pos: usize,
+    /// The most output bytes queued at once since the last tick: an output buffer grown by a
+    /// burst is given back once a tick passes with no need for it.
+    out_high: usize,
     sends: std::collections::VecDeque<DataSend>,
     /// Bytes of the first of `sends` already written.
     send_pos: usize,
@@ -136,7 +141,8 @@ impl Connection {
             inbuf: vec![0; RECV_CHUNK],
             in_pos: 0,
             in_len: 0,
-            out: Vec::with_capacity(64 << 10),
+            out: Vec::with_capacity(OUT_KEEP),
+            out_high: 0,
             out_pos: 0,
             sends: std::collections::VecDeque::new(),
             send_pos: 0,
@@ -250,6 +256,7 @@ impl Connection {
             }
         }
         if self.out_pos == self.out.len() && self.sends.is_empty() {
+            self.out_high = self.out_high.max(self.out.len());
             self.out.clear();
             self.out_pos = 0;
         }
@@ -290,6 +297,12 @@ impl Connection {
     /// live until this is 0, even after its socket closed.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Bytes the output buffer has allocated: it grows with a burst of responses and goes back
+    /// to 64 KiB once a tick passes without one.
+    pub fn output_buffer_bytes(&self) -> usize {
+        self.out.capacity()
     }
 
     /// Bytes of command data buffers this connection holds (bounded by [`BUFFER_BUDGET`]).
@@ -365,6 +378,10 @@ impl Connection {
         if self.target.buffers.under_pressure() {
             self.slots.trim();
         }
+        if self.output_len() == 0 && self.out_high <= OUT_KEEP && self.out.capacity() > OUT_KEEP {
+            self.out = Vec::with_capacity(OUT_KEEP);
+        }
+        self.out_high = 0;
         if self.stall.expired(self.waiting_on_host(), now) {
             let ms = self.target.settings.stall_timeout_ms;
             tracing::warn!(stall_timeout_ms = ms, "dropping connection stalled mid-PDU, on an R2T or on its output");

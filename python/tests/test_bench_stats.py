@@ -3,6 +3,7 @@ memory per queue, core split), fed synthetic runs; nothing is started."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -250,3 +251,17 @@ def test_a_cell_with_clean_runs_is_marked_as_having_left_noisy_ones_out_not_as_a
     every = stats.cell([run("o", "o", "w", 50, 20, noisy=True)])
     assert report._mark(every) == " *"
     assert report._mark(stats.cell([run("o", "o", "w", 50, 20)])) == ""
+
+
+def test_the_command_line_checks_workloads_and_stacks_before_anything_runs(capsys):
+    spec = importlib.util.spec_from_file_location("bench_run", Path(__file__).resolve().parents[2] / "bench" / "run.py")
+    run_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_py)
+    a = run_py.parse_args(["--works", "128k-randread-qd32,4k-randread-qd1"])
+    assert [w.key for w in a.works] == ["4k-randread-qd1", "128k-randread-qd32"], "in the matrix's order"
+    assert len(run_py.parse_args([]).works) == 5
+    for argv, says in ((["--works", "4k-qd1"], "unknown workload '4k-qd1'"), (["--works", ","], "names no workload"),
+                       (["--stacks", "spdk-spec"], "needs a host"), (["--stacks", "kernel"], "unknown stack 'kernel'")):
+        with pytest.raises(SystemExit):
+            run_py.parse_args(argv)
+        assert says in capsys.readouterr().err, argv

@@ -324,10 +324,7 @@ fn null_reads_are_zero_after_writes_through_the_same_buffers() {
     let t = target();
     let mut a = Host::new(t.clone());
     let cntlid = a.admin_ready(SUB_A);
-    let mut h = Host::new(t.clone());
-    h.icreq(false, false);
-    assert_eq!(h.connect(SUB_A, HOST, 1, cntlid).status, Status::SUCCESS);
-    h.attach();
+    let mut h = io_queue(&t, cntlid, 31, 1);
     let null_sqe = |opcode, sgl| {
         let mut s = rw_sqe(opcode, 3, 1, sgl);
         s.set_nsid(2);

@@ -175,6 +175,9 @@ pub struct Target {
     pub epoch: Instant,
     /// Command data buffers of every connection together (`settings.buffer_memory`).
     pub buffers: Arc<MemoryBudget>,
+    /// Memory alignment of command data buffers: the strictest any namespace's backend needs,
+    /// and at least a cache line.
+    pub buffer_align: usize,
     /// TCP connections open now, in the acceptor or a reactor (`settings.max_connections`).
     pub connections: AtomicUsize,
     controllers: Mutex<HashMap<u16, Arc<Controller>>>,
@@ -182,6 +185,9 @@ pub struct Target {
     /// DH-HMAC-CHAP keys by host NQN (see [`Target::with_host_auth`]).
     host_auth: HashMap<String, Arc<HostAuthConfig>>,
 }
+
+/// Buffers are aligned at least this far, so data copies start on a cache line.
+const CACHE_LINE: usize = 64;
 
 /// Deterministic 64-bit FNV-1a, used to derive stable namespace identifiers.
 fn fnv1a(parts: &[&[u8]]) -> u64 {
@@ -249,12 +255,18 @@ impl Target {
             .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone() })
             .collect();
         let buffer_memory = usize::try_from(settings.buffer_memory_bytes()).unwrap_or(usize::MAX);
+        let buffer_align = subs
+            .iter()
+            .flat_map(|s| s.namespaces.iter())
+            .map(|n| n.backend.buffer_align())
+            .fold(CACHE_LINE, usize::max);
         Ok(Target {
             settings,
             subsystems: subs,
             ports,
             epoch: Instant::now(),
             buffers: Arc::new(MemoryBudget::new(buffer_memory)),
+            buffer_align,
             connections: AtomicUsize::new(0),
             controllers: Mutex::new(HashMap::new()),
             next_cntlid: Mutex::new(1),

@@ -61,6 +61,15 @@ impl Backend {
         }
     }
 
+    /// The memory alignment this backend's I/O buffers need: what O_DIRECT asks of a file's
+    /// memory, nothing for null and ram (they are read and written with plain copies).
+    pub fn buffer_align(&self) -> usize {
+        match self {
+            Backend::File(f) => f.memory_align(),
+            Backend::Null { .. } | Backend::Ram(_) => 1,
+        }
+    }
+
     /// Whether every read returns zeroes (null): a buffer already zero needs no backend work.
     pub fn reads_zeroes(&self) -> bool {
         matches!(self, Backend::Null { .. })

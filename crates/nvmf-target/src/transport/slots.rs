@@ -66,11 +66,13 @@ pub struct Slots {
     bytes: usize,
     budget: usize,
     process: Arc<MemoryBudget>,
+    /// Memory alignment every buffer gets: the strictest the target's backends need.
+    align: usize,
 }
 
 impl Slots {
-    pub fn new(budget: usize, process: Arc<MemoryBudget>) -> Slots {
-        Slots { slots: Vec::new(), free: Vec::new(), held: VecDeque::new(), bytes: 0, budget, process }
+    pub fn new(budget: usize, process: Arc<MemoryBudget>, align: usize) -> Slots {
+        Slots { slots: Vec::new(), free: Vec::new(), held: VecDeque::new(), bytes: 0, budget, process, align }
     }
 
     /// A fresh slot for command `cid`, or `None` when `limit` slots are taken.
@@ -82,7 +84,7 @@ impl Slots {
                     state: SlotState::Free,
                     cid: 0,
                     work,
-                    buf: AlignedBuf::new(),
+                    buf: AlignedBuf::with_align(self.align),
                     len: 0,
                     received: 0,
                     r2t_upto: 0,
@@ -143,7 +145,7 @@ impl Slots {
         if len > self.slots[idx as usize].buf.capacity() {
             // An idle buffer big enough is taken over: no allocation, no change to the count.
             if let Some(&j) = self.free.iter().find(|&&j| self.slots[j as usize].buf.capacity() >= len) {
-                let big = std::mem::take(&mut self.slots[j as usize].buf);
+                let big = std::mem::replace(&mut self.slots[j as usize].buf, AlignedBuf::with_align(self.align));
                 self.slots[j as usize].buf = std::mem::replace(&mut self.slots[idx as usize].buf, big);
             }
         }

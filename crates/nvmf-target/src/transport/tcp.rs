@@ -130,7 +130,7 @@ impl Connection {
     /// A fresh connection accepted on `port` (None in tests that need no discovery filtering).
     pub fn new(target: Arc<Target>, port: Option<Port>, now: Instant) -> Connection {
         let framer = Framer::new(Role::Target, max_data_len(&target));
-        let slots = Slots::new(BUFFER_BUDGET, target.buffers.clone());
+        let slots = Slots::new(BUFFER_BUDGET, target.buffers.clone(), target.buffer_align);
         let stall = StallWatch::new(target.settings.stall_timeout_ms, now);
         Connection {
             target,

@@ -104,6 +104,25 @@ impl Queue {
         self.cid
     }
 
+    /// Sends a command and collects its C2H data (in order) and its response.
+    pub fn command_with_data(&mut self, sqe: Sqe, data: &[u8]) -> (Vec<u8>, Cqe) {
+        let cid = self.submit(sqe, data);
+        let mut read = Vec::new();
+        loop {
+            let f = self.framer.next(&self.rx).unwrap().expect("a response");
+            let bytes = self.rx[f.data.clone()].to_vec();
+            self.rx.drain(..f.len);
+            match f.header {
+                PduHeader::C2HData(d) => {
+                    assert_eq!((d.cccid, d.datao as usize), (cid, read.len()));
+                    read.extend_from_slice(&bytes);
+                }
+                PduHeader::CapsuleResp(r) => return (read, r.cqe),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
     pub fn command(&mut self, sqe: Sqe, data: &[u8]) -> Cqe {
         self.submit(sqe, data);
         loop {

@@ -42,8 +42,13 @@ $(VENV)/.installed: pyproject.toml | deps
 
 test: deps-test build venv spdk test-rust test-python test-spdk test-fio test-fuzz test-soak interop
 
+# clippy where the toolchain has it (rustup's does; Debian's rustc-web does not).
 test-rust: build
 	cargo test --release --workspace
+	@if cargo clippy --version >/dev/null 2>&1; then \
+	  echo "clippy: cargo clippy --all-targets -D warnings"; \
+	  cargo clippy --release --workspace --all-targets --quiet -- -D warnings; \
+	else echo "clippy: not in this toolchain, lint skipped"; fi
 
 test-python: deps-test build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests

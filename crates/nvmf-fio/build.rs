@@ -34,7 +34,7 @@ fn main() {
             println!("cargo:rustc-env=NVMF_FIO_HEADERS={}", src.display());
         }
         Err(why) => {
-            if env::var("NVMFLAB_FIO_REQUIRE").map_or(false, |v| v == "1") {
+            if env::var("NVMFLAB_FIO_REQUIRE").is_ok_and(|v| v == "1") {
                 panic!("nvmf-fio: cannot build the fio engine: {why}");
             }
             println!("cargo:warning=nvmf-fio: built as a stub without fio support: {why}");

@@ -243,7 +243,7 @@ impl<'e> Session<'e> {
         let op = s.u8();
         let mut pdu = Vec::new();
         match op % 8 {
-            0 | 1 | 2 => {
+            0..=2 => {
                 let (sqe, data) = capsule(s);
                 encode_pdu(&mut pdu, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &data, p.dg);
             }

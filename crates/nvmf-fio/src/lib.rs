@@ -399,7 +399,7 @@ impl Job {
                 return Ok(self.events.len());
             }
             let now = Instant::now();
-            if deadline.map_or(false, |d| now >= d) && !first {
+            if deadline.is_some_and(|d| now >= d) && !first {
                 return Ok(self.events.len());
             }
             if now.duration_since(last_progress) >= STALL_LIMIT {
@@ -495,8 +495,10 @@ impl Job {
     }
 }
 
+/// (target address, subsystem NQN, NSID) of a namespace.
+type NamespaceKey = (String, String, u32);
 /// Namespace sizes already asked for, so that `numjobs=N` asks once.
-static SIZES: Mutex<Option<HashMap<(String, String, u32), u64>>> = Mutex::new(None);
+static SIZES: Mutex<Option<HashMap<NamespaceKey, u64>>> = Mutex::new(None);
 
 /// The size of `filename`'s namespace: from the open job, else with a short-lived connection.
 pub fn file_size(job: Option<&mut Job>, settings: &Settings, filename: &str) -> Result<u64, Failure> {

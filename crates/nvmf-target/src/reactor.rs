@@ -349,8 +349,8 @@ impl Reactor {
             if tick {
                 last_tick = now;
             }
-            for idx in 0..conns.len() {
-                let Some(e) = &mut conns[idx] else { continue };
+            for (idx, slot) in conns.iter_mut().enumerate() {
+                let Some(e) = slot else { continue };
                 if tick && !e.gone {
                     e.conn.tick(now);
                     if e.conn.waits_for_memory() {
@@ -382,7 +382,7 @@ impl Reactor {
                     e.gone = true;
                 }
                 if e.gone && e.conn.in_flight() == 0 {
-                    conns[idx] = None;
+                    *slot = None;
                     free.push(idx);
                 }
             }

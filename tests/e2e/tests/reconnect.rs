@@ -12,10 +12,13 @@ use nvmf_e2e::{args, bin, Target, TempDir};
 
 const NQN: &str = "nqn.2024-01.io.nvmflab:reconnect";
 
+type Reader = JoinHandle<Vec<u8>>;
+
 /// nvmf-perf running in the background; killed if the test ends first.
 struct Perf {
     child: Child,
-    out: Option<(JoinHandle<Vec<u8>>, JoinHandle<Vec<u8>>)>,
+    /// Readers of its stdout and stderr.
+    out: Option<(Reader, Reader)>,
 }
 
 impl Perf {

@@ -5,6 +5,7 @@ spdk_nvme_perf's text report), with each run's noise window from nvmflab.sysstat
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,8 @@ class Bench:
         noise = self.noise(before, after, cores, experiment,
                            {"target": sorted(target.setup.cores), "host": sorted(cpus)})
         measured = {k: summary.get(k) for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns")}
+        # The whole histogram, so that a cell's p99.99 can be taken over all its runs' samples.
+        measured["histogram"] = json.loads(summary.get("histogram_json") or "[]")
         cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(sum(target_after) - sum(target_before), 3)}
         return measured | cpu | noise
 

@@ -31,6 +31,25 @@ def test_noisy_runs_are_left_out_of_the_median_and_counted():
     assert c["iops_range"] == [100, 120]
 
 
+def test_p99_99_is_taken_over_every_clean_sample_not_as_a_median_of_runs():
+    # One run of three had ten 500 µs outliers in 10,000 I/Os. Per run, p99.99 is 500, 10 and 10
+    # µs, whose median (10) hides the tail; over all 30,000 samples the 10 outliers are p99.99.
+    calm = [[10_000, 10_000]]
+    tail = [[10_000, 9_990], [500_000, 10]]
+    runs = [run("o", "o", "w", 100, 10, p9999_us=500, histogram=tail),
+            run("o", "o", "w", 100, 10, p9999_us=10, histogram=calm),
+            run("o", "o", "w", 100, 10, p9999_us=10, histogram=calm),
+            run("o", "o", "w", 100, 10, noisy=True, p9999_us=9000, histogram=[[9_000_000, 10_000]])]
+    c = stats.cell(runs)
+    assert c["lat_p99_99_pooled"] is True
+    assert c["lat_p99_99_ns"] == 500_000, "the noisy run's 9 ms is left out, the clean tail is kept"
+    assert c["lat_p99_99_ns_range"] == [10_000, 500_000]
+    # Without a histogram in every clean run, the median of the runs' own values stands.
+    runs[1].pop("histogram")
+    c = stats.cell(runs)
+    assert (c["lat_p99_99_pooled"], c["lat_p99_99_ns"]) == (False, 10_000)
+
+
 def test_all_noisy_falls_back_to_every_run_and_says_so():
     runs = [run("s", "s", "w", v, 10, noisy=True) for v in (10, 30, 20)]
     c = stats.cell(runs)

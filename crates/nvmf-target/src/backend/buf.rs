@@ -124,6 +124,11 @@ impl AlignedBuf {
         self.ptr
     }
 
+    /// How many leading bytes are known to be zero.
+    pub fn known_zero(&self) -> usize {
+        self.zeroed.min(self.len)
+    }
+
     /// Makes the first `len` bytes (at most the length) zero, writing them only when they may
     /// not be: after a read of a null namespace the next one finds the buffer still zero.
     pub fn zero_prefix(&mut self, len: usize) {
@@ -194,7 +199,9 @@ mod tests {
         b.try_resize(8192).unwrap();
         b.zero_prefix(8192);
         assert!(b.as_slice().iter().all(|x| *x == 0));
+        assert_eq!(b.known_zero(), 8192);
         b.as_mut_slice()[100] = 7;
+        assert_eq!(b.known_zero(), 0, "a mutable borrow may have written anywhere");
         b.zero_prefix(4096);
         assert_eq!(b.as_slice()[100], 0, "written through as_mut_slice, so zeroed again");
         // SAFETY: in bounds; as_mut_ptr is how a backend gets the buffer.

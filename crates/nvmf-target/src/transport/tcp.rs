@@ -526,7 +526,7 @@ impl Connection {
 
     /// C2HData PDUs carrying a copy of `data` (admin and authentication replies). With `success`
     /// the last one also completes the command; otherwise the caller sends the response.
-    fn send_copied(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8], success: bool) {
+    fn send_copied(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8], zeros: bool, success: bool) {
         let mut datao = 0;
         for chunk in data.chunks(C2H_CHUNK) {
             let last = datao + chunk.len() == data.len();
@@ -538,7 +538,11 @@ impl Connection {
                 success: success && last,
             });
             encode_pdu_header(out, &hdr, chunk.len(), digests);
-            out.extend_from_slice(chunk);
+            if zeros {
+                out.resize(out.len() + chunk.len(), 0); // a write-only fill, no source to read
+            } else {
+                out.extend_from_slice(chunk);
+            }
             if digests.data {
                 out.extend_from_slice(&digest::data_digest(chunk).to_le_bytes());
             }
@@ -715,7 +719,7 @@ impl Connection {
                 }
                 let n = data.len().min(sgl.length as usize);
                 if n > 0 {
-                    Self::send_copied(&mut self.out, self.digests, cid, &data[..n], false);
+                    Self::send_copied(&mut self.out, self.digests, cid, &data[..n], false, false);
                 }
                 self.respond(cid, Status::SUCCESS, 0);
             }
@@ -1009,7 +1013,8 @@ impl Connection {
             if from_slot {
                 self.send_slot_data(idx, success_flag);
             } else if read > 0 {
-                Self::send_copied(&mut self.out, self.digests, cid, slot.buf.as_slice(), success_flag);
+                let zeros = slot.buf.known_zero() == slot.buf.len();
+                Self::send_copied(&mut self.out, self.digests, cid, slot.buf.as_slice(), zeros, success_flag);
             }
             if !success_flag {
                 self.respond(cid, status, 0);

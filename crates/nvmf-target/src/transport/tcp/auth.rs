@@ -84,7 +84,7 @@ impl Connection {
     fn auth_done(&mut self, cid: u16, result: Result<Option<Vec<u8>>, Status>) {
         match result {
             Ok(Some(message)) => {
-                Self::send_copied(&mut self.out, self.digests, cid, &message, false);
+                Self::send_copied(&mut self.out, self.digests, cid, &message, false, false);
                 self.respond(cid, Status::SUCCESS, 0);
             }
             Ok(None) => self.respond(cid, Status::SUCCESS, 0),

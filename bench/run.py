@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nvmflab import cores as core_lists  # noqa: E402
 from nvmflab import sysstat  # noqa: E402
-from nvmfbench import floor, matrix, memory, report, scaling  # noqa: E402
+from nvmfbench import floor, matrix, memory, report, scaling, speed  # noqa: E402
 from nvmfbench.stacks import MATRIX_WORKS, SPDK_SPEC, Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,11 +138,19 @@ def main(argv: list[str] | None = None) -> int:
             found = matrix.run_matrix(bench, cfg, progress)
             runs, floors, waited = found["runs"], found["floor"], found["waited_s"]
         if "scaling" in a.suites:
+            probing = bench.noise_limit_pct is not None
+            gate = speed.Gate(max(0.0, a.wait_for_fast - waited)) if probing else None
+            for probe_ns in (p for r in runs + floors for p in r.get("probe_ns") or []):
+                gate.seen(probe_ns)  # the matrix's fastest phase sets the pace
             for r in range(a.rounds):
                 for n in range(1, len(target_pool) + 1):
-                    run = safely(lambda: scaling.measure(bench, n, target_pool, host_pool, a.seconds, a.ramp))
+                    run = safely(lambda: scaling.measure(bench, n, target_pool, host_pool, a.seconds, a.ramp, gate))
                     scaled.append(run | {"reactors": n, "round": r})
                     progress.step(f"round {r + 1} scaling, {n} reactor(s)", run)
+            if probing:
+                # Slow relative to the fastest phase any run of the bench saw.
+                speed.mark_slow_phases(runs + floors + scaled)
+                waited += gate.waited
         if "memory" in a.suites:
             for stack in hosts:
                 for count in memory.counts_for(stack, a.memory_counts):

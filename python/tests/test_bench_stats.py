@@ -239,6 +239,31 @@ def test_a_target_is_paused_while_the_probe_runs_and_resumed_after():
         pass
 
 
+def test_scaling_runs_are_probed_and_one_from_a_slow_phase_is_left_out(monkeypatch):
+    import contextlib
+
+    from nvmfbench import speed
+
+    probes = iter([9_000, 9_100, 9_000, 16_000, 9_200, 9_000])  # the second run ends slow
+    monkeypatch.setattr(speed, "probe", lambda *a, **k: next(probes))
+    iops = iter([1_100_000, 400_000, 1_000_000])
+
+    class FakeBench:
+        @contextlib.contextmanager
+        def target(self, stack, cores, mode):
+            yield None
+
+        def measure(self, host, target, work, mode, cpus, seconds, ramp):
+            return {"iops": next(iops), "noisy": False}
+
+    runs = [scaling.measure(FakeBench(), 1, [0], [1], 1, 0) for _ in range(3)]
+    assert [r["probe_ns"] for r in runs] == [[9_000, 9_100], [9_000, 16_000], [9_200, 9_000]]
+    speed.mark_slow_phases(runs)
+    assert [r["noisy"] for r in runs] == [False, True, False]
+    row = report.scaling_summary([r | {"reactors": 1} for r in runs])[0]
+    assert (row["iops"], row["used"], row["runs"]) == (1_050_000, 2, 3)
+
+
 def test_the_gate_waits_for_a_fast_phase_within_its_budgets():
     from nvmfbench import speed
 

@@ -9,7 +9,8 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 /// Alignment of buffers made with [`AlignedBuf::new`]: a page, enough for any O_DIRECT.
 const PAGE_ALIGN: usize = 4096;
-/// Capacities are whole multiples of this, so a buffer serves any length up to a page.
+/// Capacities are rounded up to a multiple of this, so a kept buffer also serves commands of
+/// other lengths up to its capacity.
 const CAPACITY_STEP: usize = 4096;
 
 /// The allocator had no memory for a buffer (or the size was absurd).

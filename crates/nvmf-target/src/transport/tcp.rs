@@ -524,8 +524,10 @@ impl Connection {
         encode_pdu(&mut self.out, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
     }
 
-    /// C2HData PDUs carrying a copy of `data` (admin and authentication replies). With `success`
-    /// the last one also completes the command; otherwise the caller sends the response.
+    /// C2HData PDUs carrying a copy of `data` (admin and authentication replies, reads under 16
+    /// KiB). `zeros` says `data` is known to be all zeros (a null read): the output is then
+    /// filled, not copied into. With `success` the last PDU also completes the command;
+    /// otherwise the caller sends the response.
     fn send_copied(out: &mut Vec<u8>, digests: Digests, cid: u16, data: &[u8], zeros: bool, success: bool) {
         let mut datao = 0;
         for chunk in data.chunks(C2H_CHUNK) {

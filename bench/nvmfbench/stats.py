@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable
 
-from nvmflab.metrics import histogram_percentile
+from nvmflab.metrics import histogram_percentile, merge_histograms
 
 METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_99_ns")
 
@@ -52,11 +52,7 @@ def pooled_percentile(runs: list[dict[str, Any]], pct: float) -> float | None:
     merged); None unless every run brought a histogram."""
     if not runs or any(not r.get("histogram") for r in runs):
         return None
-    counts: dict[int, int] = {}
-    for r in runs:
-        for value, count in r["histogram"]:
-            counts[int(value)] = counts.get(int(value), 0) + int(count)
-    merged = [[v, counts[v]] for v in sorted(counts) if counts[v] > 0]
+    merged = merge_histograms(r["histogram"] for r in runs)
     return histogram_percentile(merged, pct) if merged else None
 
 

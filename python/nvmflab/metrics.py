@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -16,13 +16,19 @@ _FIO_KEYS = {"lat_p50_ns": "50.000000", "lat_p90_ns": "90.000000", "lat_p99_ns":
              "lat_p99_9_ns": "99.900000", "lat_p99_99_ns": "99.990000"}
 
 
-def merged_histogram(perf: dict[str, Any]) -> list[list[int]]:
-    """Read and write histograms merged into one sorted [[value_ns, count], ...]."""
+def merge_histograms(histograms: Iterable[Iterable[Iterable[int]]]) -> list[list[int]]:
+    """Histograms ([[value_ns, count], ...] each) summed into one sorted histogram."""
     counts: dict[int, int] = {}
-    for direction in ("read", "write"):
-        for value, count in perf.get("nvmflab", {}).get("histogram", {}).get(direction, []):
+    for histogram in histograms:
+        for value, count in histogram:
             counts[int(value)] = counts.get(int(value), 0) + int(count)
     return [[v, counts[v]] for v in sorted(counts) if counts[v] > 0]
+
+
+def merged_histogram(perf: dict[str, Any]) -> list[list[int]]:
+    """Read and write histograms merged into one sorted [[value_ns, count], ...]."""
+    sides = perf.get("nvmflab", {}).get("histogram", {})
+    return merge_histograms(sides.get(direction, []) for direction in ("read", "write"))
 
 
 def histogram_percentile(histogram: list[list[int]], pct: float) -> float:

@@ -21,11 +21,7 @@ fn null_and_ram_namespaces_align_buffers_to_a_cache_line() {
 
 #[test]
 fn a_file_namespace_reads_back_what_was_written_through_its_buffers() {
-    let dir = std::env::temp_dir().join(format!("nvmf-align-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("disk.img");
-    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
-    let t = common::target(BackendConfig::File { path }, |_| {});
+    let (t, dir) = common::file_target("align");
     let Backend::File(f) = &t.subsystems[0].namespaces[0].backend else { panic!("file namespace") };
     assert!(f.memory_align().is_power_of_two());
     assert!(t.buffer_align >= f.memory_align().max(64), "{} < {}", t.buffer_align, f.memory_align());

@@ -5,23 +5,12 @@
 
 mod common;
 
-use common::Queue;
+use common::{file_target, Queue};
 use nvmf_proto::nvme::{io_opcode, SglDescriptor};
 use nvmf_proto::{Cqe, Sqe, Status};
 use nvmf_target::backend::Backend;
-use nvmf_target::config::BackendConfig;
 use nvmf_target::core::Target;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-
-fn file_target(name: &str) -> (Arc<Target>, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("nvmf-durable-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("disk.img");
-    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
-    (common::target(BackendConfig::File { path }, |_| {}), dir)
-}
 
 /// (fdatasyncs, RWF_DSYNC writes) of the namespace.
 fn counts(t: &Target) -> (u64, u64) {
@@ -42,7 +31,7 @@ fn write(q: &mut Queue, fua: bool) -> Cqe {
 
 #[test]
 fn flush_of_a_file_namespace_completes_after_fdatasync() {
-    let (t, dir) = file_target("flush");
+    let (t, dir) = file_target("durable-flush");
     let (_admin, mut q) = Queue::admin_and_io(&t);
     assert_eq!(write(&mut q, false).status, Status::SUCCESS);
     assert_eq!(counts(&t), (0, 0));
@@ -57,7 +46,7 @@ fn flush_of_a_file_namespace_completes_after_fdatasync() {
 
 #[test]
 fn fua_write_completes_after_a_dsync_write() {
-    let (t, dir) = file_target("fua");
+    let (t, dir) = file_target("durable-fua");
     let (_admin, mut q) = Queue::admin_and_io(&t);
     assert_eq!(write(&mut q, true).status, Status::SUCCESS);
     assert_eq!(counts(&t), (0, 1), "FUA: one RWF_DSYNC write, no separate fdatasync");

@@ -30,6 +30,16 @@ pub fn target(backend: BackendConfig, settings: impl FnOnce(&mut TargetSettings)
     Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap())
 }
 
+/// A target with one file namespace on a fresh 1 MiB file in its own temporary directory
+/// (named after `name` and the process); returns the directory for the test to remove.
+pub fn file_target(name: &str) -> (Arc<Target>, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("nvmf-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("disk.img");
+    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+    (target(BackendConfig::File { path }, |_| {}), dir)
+}
+
 pub struct Queue {
     pub conn: Connection,
     pub engine: IoEngine,

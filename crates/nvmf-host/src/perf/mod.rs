@@ -434,9 +434,13 @@ mod tests {
                 (i["lat_p50_ns"].as_f64().unwrap(), i["lat_p99_ns"].as_f64().unwrap(), i["lat_p99_9_ns"].as_f64().unwrap());
             assert!(p50 > 0.0 && p50 <= p99 && p99 <= p999, "{i}");
             assert!(i["lat_mean_ns"].as_f64().unwrap() > 0.0);
-            // Two jobs capped at 2000 IOPS each: never above the cap (a loaded machine may fall short).
+            // Two jobs capped at 2000 IOPS each. The limiter keeps absolute deadlines, so after a
+            // stall one interval may catch up above the cap; what was done by the end of each
+            // interval never is (counting from the start of the 300 ms ramp, plus one slot per job).
             let iops = i["iops"].as_f64().unwrap();
-            assert!(iops > 0.0 && iops <= 5000.0, "{i}");
+            assert!(iops > 0.0, "{i}");
+            let cap = 2.0 * 2000.0 * (0.3 + t as f64 / 1e3) + 2.0;
+            assert!(sum <= cap * 1.01, "{sum} I/Os done by {t} ms, over the cap {cap}: {iv:?}");
         }
         assert_eq!(prev_t, 2000);
         assert!((sum - total as f64).abs() <= 0.01 * total as f64 + 2.0, "intervals sum to {sum}, total {total}");

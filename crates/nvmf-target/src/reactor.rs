@@ -354,8 +354,13 @@ impl Reactor {
                 if tick && !e.gone {
                     e.conn.tick(now);
                     if e.conn.waits_for_memory() {
-                        // Memory may have been freed by another connection: try again.
+                        // Memory may have been freed by another connection: try again, and
+                        // read what waited in the socket while the input buffer was full.
                         e.conn.process(now, &mut engine);
+                        match read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
+                            None => e.conn.close(),
+                            Some(_) => e.conn.process(now, &mut engine),
+                        }
                     }
                 }
                 if !e.gone && e.conn.output_len() > 0 {

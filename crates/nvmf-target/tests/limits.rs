@@ -1,13 +1,14 @@
 //! Limits under abuse, in process with a clock the test moves: stalled connections are dropped,
-//! the process-wide buffer cap makes commands wait (not fail, not allocate), and a Connect over
-//! the controller cap is answered Connect Controller Busy.
+//! the process-wide buffer cap makes commands wait (not fail, not allocate) and bounds the
+//! output a host leaves unread, and a Connect over the controller cap is answered Connect
+//! Controller Busy.
 
 mod common;
 
 use common::Queue;
 use nvmf_proto::fabrics::CNTLID_DYNAMIC;
 use nvmf_proto::nvme::{io_opcode, SglDescriptor};
-use nvmf_proto::pdu::{encode_pdu, H2CData, IcReq};
+use nvmf_proto::pdu::{encode_pdu, CapsuleCmd, H2CData, IcReq};
 use nvmf_proto::{Digests, PduHeader, Sqe, Status};
 use nvmf_target::config::BackendConfig;
 use std::time::Duration;
@@ -119,6 +120,68 @@ fn commands_wait_for_the_process_buffer_cap_then_run() {
     assert!(t.buffers.used() < big as usize, "A's buffer went back to the process (it was under pressure)");
     b.advance(20 * MS);
     assert!(matches!(b.recv(), Some(PduHeader::R2T(_))), "B's write got its memory on the next tick");
+}
+
+/// A 4 KiB read at LBA 0.
+fn read_4k() -> Sqe {
+    let mut r = Sqe::new(io_opcode::READ, 0);
+    r.set_nsid(1);
+    r.set_nlb(7);
+    r.set_sgl(SglDescriptor::transport(4096));
+    r
+}
+
+#[test]
+fn output_a_host_leaves_unread_counts_against_the_process_buffer_cap() {
+    const CAP: usize = 2 << 20; // the least allowed: one command of MDTS
+    // Flushes: they need no buffer memory, so only the output rule can hold them back. 24 bytes
+    // of answer each: 400 000 of them would pass the 8 MiB per-connection high-water mark.
+    const COMMANDS: u32 = 400_000;
+    let t = common::target(RAM, |s| s.buffer_memory = Some(CAP as u64));
+    let (_admin, cntlid) = Queue::admin(&t);
+    let (mut greedy, _) = Queue::open(&t, 1, cntlid);
+    let (mut other, _) = Queue::open(&t, 2, cntlid);
+    let read = |q: &mut Queue| {
+        let (data, cqe) = q.command_with_data(read_4k(), &[]);
+        assert_eq!((cqe.status, data.len()), (Status::SUCCESS, 4096));
+    };
+    read(&mut other);
+
+    // The greedy host keeps its 32 commands outstanding as the target frees their slots, and
+    // takes none of the answers.
+    let mut sent = 0u32;
+    while sent < COMMANDS && !greedy.conn.waits_for_memory() {
+        let mut burst = Vec::new();
+        for _ in 0..32 {
+            sent += 1;
+            let mut sqe = Sqe::new(io_opcode::FLUSH, sent as u16);
+            sqe.set_nsid(1);
+            encode_pdu(&mut burst, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], Digests::default());
+        }
+        greedy.conn.feed(&burst);
+        greedy.conn.drive(greedy.now, &mut greedy.engine);
+    }
+    let queued = greedy.conn.output_len();
+    assert!(t.buffers.full(), "its output filled the cap: {} of {CAP} bytes, {queued} queued", t.buffers.used());
+    assert!(queued < 3 * CAP, "it stopped at the cap, not at the 8 MiB mark: {queued} bytes queued");
+    assert!(greedy.conn.waits_for_memory(), "the rest of its commands wait");
+    read(&mut other); // a connection with little output queued goes on
+
+    // Once the host reads, the commands held back run, every one answered once.
+    let mut answered = 0;
+    for _ in 0..2 {
+        greedy.advance(MS);
+        while let Some(pdu) = greedy.recv() {
+            if let PduHeader::CapsuleResp(r) = pdu {
+                assert_eq!(r.cqe.status, Status::SUCCESS);
+                answered += 1;
+            }
+        }
+    }
+    assert_eq!(answered, sent as usize);
+    assert!(t.buffers.used() < CAP / 4, "the output's memory went back: {} bytes used", t.buffers.used());
+    drop((greedy, other, _admin));
+    assert_eq!(t.buffers.used(), 0, "and the rest with the connections");
 }
 
 #[test]

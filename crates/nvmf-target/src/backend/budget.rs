@@ -49,6 +49,12 @@ impl MemoryBudget {
         self.used.fetch_sub(n, Relaxed);
     }
 
+    /// True once the cap is reached: connections then hold back new commands while their
+    /// output waits (see `Connection::reads_input`).
+    pub fn full(&self) -> bool {
+        self.used() >= self.limit
+    }
+
     /// True above half the cap: connections then free buffers they are not using instead of
     /// caching them, so memory flows to the connections that wait for it.
     pub fn under_pressure(&self) -> bool {

@@ -35,6 +35,8 @@ const OUT_HIGH_WATER: usize = 8 << 20;
 /// Read buffer growth step.
 const RECV_CHUNK: usize = 256 << 10;
 /// Output buffer capacity kept between bursts; more is given back after a tick without need.
+/// Capacity above it counts against the process's buffer cap, and a connection may always
+/// queue this much output, so none starves while others hold the memory.
 const OUT_KEEP: usize = 64 << 10;
 /// Largest C2HData PDU we send.
 const C2H_CHUNK: usize = 128 << 10;
@@ -93,6 +95,12 @@ pub struct Connection {
     /// The most output bytes queued at once since the last tick: an output buffer grown by a
     /// burst is given back once a tick passes with no need for it.
     out_high: usize,
+    /// Bytes of `out`'s capacity above [`OUT_KEEP`] taken from the process's buffer cap: a host
+    /// that does not read its responses makes us hold them, with many connections together
+    /// more than the machine has.
+    out_charged: usize,
+    /// Whole or partial PDUs wait in `inbuf` because [`Connection::reads_input`] said no.
+    input_held: bool,
     sends: std::collections::VecDeque<DataSend>,
     /// Bytes of the first of `sends` already written.
     send_pos: usize,
@@ -143,6 +151,8 @@ impl Connection {
             in_len: 0,
             out: Vec::with_capacity(OUT_KEEP),
             out_high: 0,
+            out_charged: 0,
+            input_held: false,
             out_pos: 0,
             sends: std::collections::VecDeque::new(),
             send_pos: 0,
@@ -355,17 +365,38 @@ impl Connection {
         }
     }
 
-    /// Commands wait for buffer memory: processing must be retried even without new input,
-    /// since the memory may be freed by another connection.
+    /// Commands wait for buffer memory, or input waits for the process to be under its buffer
+    /// cap: processing (and reading) must be retried even without new input, since the memory
+    /// may be freed by another connection.
     pub fn waits_for_memory(&self) -> bool {
-        self.slots.is_holding()
+        self.slots.is_holding() || self.input_held
+    }
+
+    /// New PDUs may be read and handled: the output queued is under the high-water mark and,
+    /// while the process is at its buffer cap, under [`OUT_KEEP`]. Otherwise input waits, and
+    /// the host meets TCP backpressure, until it takes its output or memory is freed.
+    pub fn reads_input(&self) -> bool {
+        let queued = self.output_len();
+        queued < OUT_HIGH_WATER && (queued < OUT_KEEP || !self.target.buffers.full())
+    }
+
+    /// Charges the output buffer's growth to the process's buffer cap, or gives back what it
+    /// shrank by. Growth is charged even over the cap: those bytes are already queued.
+    fn charge_output(&mut self) {
+        let now = self.out.capacity().saturating_sub(OUT_KEEP);
+        if now > self.out_charged {
+            self.target.buffers.try_take(now - self.out_charged, true);
+        } else if now < self.out_charged {
+            self.target.buffers.give_back(self.out_charged - now);
+        }
+        self.out_charged = now;
     }
 
     /// The host owes us the rest of a PDU or the data of an R2T, or has not taken our output.
     /// A partial PDU that waits because we stopped reading (output backpressure, not yet handed
     /// to a reactor) is ours to finish, not the host's.
     fn waiting_on_host(&self) -> bool {
-        let reading = self.output_len() < OUT_HIGH_WATER && (self.attached || self.queue.is_none());
+        let reading = self.reads_input() && (self.attached || self.queue.is_none());
         (reading && self.in_pos < self.in_len) || self.slots.awaits_data() || self.output_len() > 0
     }
 
@@ -375,11 +406,13 @@ impl Connection {
         if self.phase == Phase::Closed {
             return;
         }
-        if self.target.buffers.under_pressure() {
+        let pressure = self.target.buffers.under_pressure();
+        if pressure {
             self.slots.trim();
         }
-        if self.output_len() == 0 && self.out_high <= OUT_KEEP && self.out.capacity() > OUT_KEEP {
+        if self.output_len() == 0 && (self.out_high <= OUT_KEEP || pressure) && self.out.capacity() > OUT_KEEP {
             self.out = Vec::with_capacity(OUT_KEEP);
+            self.charge_output();
         }
         self.out_high = 0;
         if self.stall.expired(self.waiting_on_host(), now) {
@@ -424,7 +457,7 @@ impl Connection {
     pub fn process(&mut self, now: Instant, engine: &mut IoEngine) {
         let inbuf = std::mem::take(&mut self.inbuf);
         while matches!(self.phase, Phase::AwaitIcReq | Phase::Ready)
-            && self.output_len() < OUT_HIGH_WATER
+            && self.reads_input()
             && (self.attached || self.queue.is_none())
         {
             let buf = &inbuf[self.in_pos..self.in_len];
@@ -439,11 +472,14 @@ impl Connection {
                     self.handle_pdu(frame.header, data, frame.data_digest_ok, buf, now, engine);
                     self.in_pos += frame.len;
                     self.stall.progressed();
+                    self.charge_output();
                 }
             }
         }
         self.inbuf = inbuf;
         self.admit_held(engine);
+        self.charge_output();
+        self.input_held = self.in_pos < self.in_len && !self.reads_input();
     }
 
     fn fatal_error(&mut self, e: FatalError, buf: &[u8]) {
@@ -989,6 +1025,7 @@ impl Connection {
             let status = slot.status;
             self.finish(idx, status);
             self.admit_held(engine);
+            self.charge_output();
         }
     }
 
@@ -1053,5 +1090,6 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.release();
+        self.target.buffers.give_back(self.out_charged);
     }
 }

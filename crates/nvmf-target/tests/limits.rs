@@ -168,17 +168,16 @@ fn output_a_host_leaves_unread_counts_against_the_process_buffer_cap() {
     read(&mut other); // a connection with little output queued goes on
 
     // Once the host reads, the commands held back run, every one answered once.
+    greedy.advance(MS);
     let mut answered = 0;
-    for _ in 0..2 {
-        greedy.advance(MS);
-        while let Some(pdu) = greedy.recv() {
-            if let PduHeader::CapsuleResp(r) = pdu {
-                assert_eq!(r.cqe.status, Status::SUCCESS);
-                answered += 1;
-            }
+    while let Some(pdu) = greedy.recv() {
+        if let PduHeader::CapsuleResp(r) = pdu {
+            assert_eq!(r.cqe.status, Status::SUCCESS);
+            answered += 1;
         }
     }
     assert_eq!(answered, sent as usize);
+    greedy.advance(MS); // a tick with nothing queued gives the grown output buffer back
     assert!(t.buffers.used() < CAP / 4, "the output's memory went back: {} bytes used", t.buffers.used());
     drop((greedy, other, _admin));
     assert_eq!(t.buffers.used(), 0, "and the rest with the connections");

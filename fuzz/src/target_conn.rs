@@ -12,7 +12,8 @@
 //! What must hold whatever the input: no panic; everything the target sends frames cleanly
 //! for a host with the negotiated digests, with correct data digests; nothing follows a
 //! C2HTermReq and the connection closes once it is written; buffers stay within the budget and
-//! no backend request is left in flight; and the other connection still answers afterwards.
+//! all go back to the process when the connections drop; no backend request is left in
+//! flight; and the other connection still answers afterwards.
 
 use crate::script::{pattern, Script};
 use nvmf_proto::fabrics::{
@@ -237,6 +238,9 @@ impl<'e> Session<'e> {
             cqe.is_some_and(|c| c.status.is_success() && c.cid == 9),
             "the bystander connection stopped answering: {cqe:?}"
         );
+        drop(bystander);
+        // Every buffer, output buffers included, went back to the process's cap.
+        assert_eq!(self.target.buffers.used(), 0, "buffer memory left charged after both connections dropped");
     }
 
     fn step(&mut self, p: &mut Peer, s: &mut Script) {

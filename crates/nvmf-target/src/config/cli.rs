@@ -61,7 +61,8 @@ pub struct Cli {
     /// Most controllers at once; one more Connect gets Connect Controller Busy
     #[arg(long = "max-controllers")]
     pub max_controllers: Option<u32>,
-    /// Command data buffers of all connections together, e.g. 2GiB (default: a quarter of RAM)
+    /// Command data buffers and queued output of all connections together, e.g. 2GiB (default:
+    /// a quarter of RAM)
     #[arg(long = "buffer-memory")]
     pub buffer_memory: Option<String>,
     /// Drop a connection stalled mid-PDU (or not reading, or not answering an R2T) this long; 0 = never

@@ -82,8 +82,9 @@ pub struct TargetSettings {
     pub max_connections: u32,
     /// Controllers at once; a Connect beyond gets Connect Controller Busy.
     pub max_controllers: u32,
-    /// Bytes of command data buffers all connections together may hold; `None`: a quarter of
-    /// the machine's memory ([`default_buffer_memory`]).
+    /// Bytes of command data buffers and queued output (beyond 64 KiB a connection) all
+    /// connections together may hold; `None`: a quarter of the machine's memory
+    /// ([`default_buffer_memory`]).
     pub buffer_memory: Option<u64>,
     /// A connection that stops mid-PDU, leaves an R2T unanswered or stops reading our PDUs for
     /// this long is dropped (0 = never).

@@ -373,11 +373,13 @@ impl Connection {
     }
 
     /// New PDUs may be read and handled: the output queued is under the high-water mark and,
-    /// while the process is at its buffer cap, under [`OUT_KEEP`]. Otherwise input waits, and
-    /// the host meets TCP backpressure, until it takes its output or memory is freed.
+    /// while the process is at its buffer cap, what waits in the output buffer is under
+    /// [`OUT_KEEP`] (read data sent from slot buffers is not: those are charged already).
+    /// Otherwise input waits, and the host meets TCP backpressure, until it takes its output or
+    /// memory is freed.
     pub fn reads_input(&self) -> bool {
-        let queued = self.output_len();
-        queued < OUT_HIGH_WATER && (queued < OUT_KEEP || !self.target.buffers.full())
+        self.output_len() < OUT_HIGH_WATER
+            && (self.out.len() - self.out_pos < OUT_KEEP || !self.target.buffers.full())
     }
 
     /// Charges the output buffer's growth to the process's buffer cap, or gives back what it

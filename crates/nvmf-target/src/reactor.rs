@@ -354,9 +354,9 @@ impl Reactor {
                 if tick && !e.gone {
                     e.conn.tick(now);
                     if e.conn.waits_for_memory() {
-                        // Memory may have been freed by another connection: try again, and
-                        // read what waited in the socket while the input buffer was full.
-                        e.conn.process(now, &mut engine);
+                        // Memory may have been freed by another connection: read what waited in
+                        // the socket while the input buffer was full (read_all processes first
+                        // when it is), then try again.
                         match read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
                             None => e.conn.close(),
                             Some(_) => e.conn.process(now, &mut engine),

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .stats import collapse_jobs, contrast_interval, diff_interval, usable, usable_mask
+from .decide import holm
+from .stats import collapse_jobs, contrast_test, diff_test, usable, usable_mask
 
 
 def study_rows(measurements: pd.DataFrame, study: str) -> pd.DataFrame:
@@ -79,8 +80,11 @@ class Difference:
     """B minus A for one metric over repeats, with the 95 % interval of that difference (Welch)."""
 
     diff: float
-    half: float  # NaN when either side has fewer than two repeats
+    half: float  # NaN when either side has fewer than two repeats or zero spread
     n: int  # the smaller repeat count of the two sides
+    p: float = math.nan  # Welch's two-sided p value (NaN where no interval)
+    family: int = 1  # how many comparisons Holm's correction was taken over (1: none)
+    holm: bool = True  # False when Holm's correction over the family does not reject this one
 
     @property
     def decidable(self) -> bool:
@@ -88,8 +92,14 @@ class Difference:
 
     @property
     def clear(self) -> bool:
-        """True when the interval of the difference excludes zero."""
-        return self.decidable and abs(self.diff) > self.half
+        """True when the interval of the difference excludes zero and, in a family, Holm's
+        correction keeps it."""
+        return self.decidable and abs(self.diff) > self.half and self.holm
+
+    @property
+    def lost_to_holm(self) -> bool:
+        """The interval alone excludes zero, but not after Holm's correction over the family."""
+        return self.decidable and abs(self.diff) > self.half and not self.holm
 
     def text(self, fmt: Callable[[float], str]) -> str:
         """'+3.10 ± 2.40 µs' (or '+3.10 µs, no interval' with fewer than two repeats)."""
@@ -97,20 +107,30 @@ class Difference:
             return "n/a"
         sign = "+" if self.diff >= 0 else "−"
         if not self.decidable:
-            return f"{sign}{fmt(abs(self.diff))} (no interval: {self.n} repeat(s))"
-        return f"{sign}{fmt(abs(self.diff))} ± {fmt(self.half)}"
+            why = f"{self.n} repeat(s)" if self.n < 2 else "no spread over the repeats"
+            return f"{sign}{fmt(abs(self.diff))} (no interval: {why})"
+        held = " (not clear after Holm)" if self.lost_to_holm else ""
+        return f"{sign}{fmt(abs(self.diff))} ± {fmt(self.half)}{held}"
 
     def interval(self, fmt: Callable[[float], str]) -> str:
         """'95 % interval of the difference +1.2 to +3.4 µs', or 'one repeat: no interval'."""
         if math.isnan(self.diff):
             return "no difference could be formed"
         if not self.decidable:
+            if self.n >= 2:
+                return f"{_repeats(self.n)} without spread: no interval"
             return f"{_repeats(self.n)}: no interval"
         low, high = signed(self.diff - self.half, fmt), signed(self.diff + self.half, fmt)
         unit = low.rsplit(" ", 1)[1] if " " in low else None
         if unit and high.endswith(" " + unit):
             low = low[: -len(unit) - 1]  # '−3.1 to +0.4 µs', the unit once
-        return f"95 % interval of the difference {low} to {high}"
+        return f"95 % interval of the difference {low} to {high}{self.holm_note()}"
+
+    def holm_note(self) -> str:
+        """', not clear after Holm's correction over N comparisons' where that applies."""
+        if self.lost_to_holm:
+            return f", not clear after Holm's correction over {self.family} comparisons"
+        return ""
 
     def verdict(self, effect: str, same: str = "no significant difference") -> str:
         """`effect` (a ratio or percentage) when the interval excludes zero or none could be formed
@@ -154,8 +174,8 @@ def _summary(values: Sequence[float]) -> tuple[float, float, int]:
 def compare_values(a: Sequence[float], b: Sequence[float]) -> Difference:
     """Difference mean(b) − mean(a) of two samples over repeats, with its 95 % Welch interval."""
     (ma, sa, na), (mb, sb, nb) = _summary(a), _summary(b)
-    diff, half = diff_interval(ma, sa, na, mb, sb, nb)
-    return Difference(diff, half, min(na, nb))
+    diff, half, p = diff_test(ma, sa, na, mb, sb, nb)
+    return Difference(diff, half, min(na, nb), p)
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> Difference:
@@ -170,9 +190,9 @@ def contrast(terms: Sequence[tuple[float, pd.Series | dict]], metric: str) -> Di
         return math.nan if value is None else float(value)
 
     rows = [(c, get(r, "mean"), get(r, "std"), get(r, "n")) for c, r in terms]
-    value, half = contrast_interval(rows)
+    value, half, p = contrast_test(rows)
     n = int(min((0 if math.isnan(n) else n) for _, _, _, n in rows)) if rows else 0
-    return Difference(value, half, n)
+    return Difference(value, half, n, p)
 
 
 def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference:
@@ -182,9 +202,21 @@ def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference
         return math.nan if value is None else float(value)
 
     n_a, n_b = get(a, "n"), get(b, "n")
-    diff, half = diff_interval(get(a, "mean"), get(a, "std"), n_a, get(b, "mean"), get(b, "std"), n_b)
+    diff, half, p = diff_test(get(a, "mean"), get(a, "std"), n_a, get(b, "mean"), get(b, "std"), n_b)
     n = int(min(n_a if not math.isnan(n_a) else 0, n_b if not math.isnan(n_b) else 0))
-    return Difference(diff, half, n)
+    return Difference(diff, half, n, p)
+
+
+def corrected(diffs: Sequence[Difference]) -> list[Difference]:
+    """The family of differences with Holm's correction applied (for a finding that picks among
+    several candidates or tests many cells): each keeps its own 95 % interval, and one whose
+    interval excludes zero but that Holm does not reject is no longer `clear`."""
+    if not diffs:
+        return []
+    rejected = holm([d.p for d in diffs])
+    family = sum(1 for d in diffs if d.decidable)
+    return [Difference(d.diff, d.half, d.n, d.p, family=family, holm=bool(keep)) if d.decidable else d
+            for d, keep in zip(diffs, rejected)]
 
 
 def within_spread(values: list[float], halfwidths: list[float]) -> bool:

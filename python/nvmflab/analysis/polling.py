@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from .. import plots
-from .common import Difference, compare, excluded_points, first, leg_rows, missing_leg, study_rows
+from .common import Difference, compare, corrected, excluded_points, first, leg_rows, missing_leg, study_rows
+from .decide import pick_shortest_summary
 from .formulas import change_pct
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -122,22 +124,39 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
             f"({deepest['event']:,.0f} → {deepest['poll']:,.0f})."
         )
     # Lower p99 for the L-app decides; when its interval includes zero, a clear peak IOPS gain does;
-    # otherwise nothing is recommended and the default stays.
-    p99 = compare(event["_qd1"], poll["_qd1"], "lat_p99_ns")
-    peak = compare(event["_peak_row"], poll["_peak_row"], "iops")
+    # otherwise nothing is recommended and the default stays. The two tests are one family (Holm),
+    # so the rule declares a winner in at most 5 % of runs where the modes do not differ.
+    p99, peak = corrected([compare(event["_qd1"], poll["_qd1"], "lat_p99_ns"),
+                           compare(event["_peak_row"], poll["_peak_row"], "iops")])
     qd = f"QD{poll['lowest iodepth']}"
     evidence = (f"p99 at {qd}: poll − event = {p99.text(_us)}; peak IOPS: poll − event = {peak.text(_kiops)}")
-    if not p99.decidable:
-        choice, decision = DEFAULTS["completion"], CANNOT_DECIDE
-    elif p99.clear:
-        choice, decision = ("poll" if p99.diff < 0 else "event"), CHOSEN + f" (lower p99 at {qd})"
-    elif peak.clear:
-        choice, decision = ("poll" if peak.diff > 0 else "event"), CHOSEN + " (p99 tie; higher peak IOPS)"
-    else:
-        choice, decision = DEFAULTS["completion"], NO_WINNER
+    choice, decision = completion_choice(p99, peak)
+    if decision == CHOSEN:
+        decision += f" (lower p99 at {qd})" if p99.clear else " (p99 tie; higher peak IOPS)"
     recommend.append({"knob": "completion (host completion polling)", "suggested value": choice,
                       "decision": decision, "evidence": evidence, "leg": "completion",
                       "_knob": "completion", "_value": choice, "_decided": decision.startswith(CHOSEN)})
+
+
+def completion_choice(p99: Difference, peak: Difference) -> tuple[str, str]:
+    """(mode, decision) of the completion leg from the Holm-corrected p99 and peak differences
+    (poll − event): the clearly lower p99 wins, else the clearly higher peak, else the default."""
+    if not p99.decidable:
+        return DEFAULTS["completion"], CANNOT_DECIDE
+    if p99.clear:
+        return ("poll" if p99.diff < 0 else "event"), CHOSEN
+    if peak.clear:
+        return ("poll" if peak.diff > 0 else "event"), CHOSEN
+    return DEFAULTS["completion"], NO_WINNER
+
+
+def idle_poll_choice(base, candidates) -> int:
+    """Index of the chosen idle poll period among `candidates` (aggregate rows ordered from the
+    shortest period), −1 for none: `decide.pick_shortest_summary` on their p99."""
+    def summ(rows):
+        return tuple(np.array([float(r.get(f"lat_p99_ns_{k}", math.nan)) for r in rows]) for k in ("mean", "std", "n"))
+
+    return int(pick_shortest_summary(tuple(v[0] for v in summ([base])), summ(candidates), lower_is_better=True))
 
 
 def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
@@ -193,10 +212,11 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
         base = low.loc[0]
         diffs = {p: compare(base, low.loc[p], "lat_p99_ns") for p in low.index if p != 0}
         if diffs and all(d.decidable for d in diffs.values()):
-            better = [p for p, d in diffs.items() if d.clear and d.diff < 0]
-            if better:
-                top = min(better, key=lambda p: low.at[p, "lat_p99_ns_mean"])
-                best = min(p for p in better if p == top or not compare(low.loc[top], low.loc[p], "lat_p99_ns").clear)
+            periods = sorted(diffs)
+            pick = idle_poll_choice(base, [low.loc[p] for p in periods])
+            diffs = dict(zip(periods, corrected([diffs[p] for p in periods])))
+            if pick >= 0:
+                best = periods[pick]
                 decision = CHOSEN + " (shortest period whose p99 is not clearly worse than the best)"
             else:
                 decision = NO_WINNER
@@ -206,7 +226,8 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
         else:
             decision = "cannot decide (only 0 µs measured): keep the default"
     if high_qd != low_qd and not math.isnan(base_iops):
-        iops_diffs = {p: compare(high.loc[0], high.loc[p], "iops") for p in high.index if p != 0}
+        periods = [p for p in high.index if p != 0]
+        iops_diffs = dict(zip(periods, corrected([compare(high.loc[0], high.loc[p], "iops") for p in periods])))
         iops_changes = [change_pct(base_iops, v) for p, v in high["iops_mean"].items() if p != 0]
         if iops_changes:
             clear = [p for p, d in iops_diffs.items() if d.clear]
@@ -358,12 +379,14 @@ def _io_queues(rows: pd.DataFrame, out: StudyResult) -> None:
     out.tables.append(Table("I/O queue count (one job per queue)", table,
                             "Means over repeats with the 95 % interval; the jobs of a point add up (IOPS), "
                             "p99 is the worst job's. Queue count and job count move together here."))
+    cells = []
     for qd, group in agg.groupby("iodepth"):
         group = group.sort_values("io_queues")
-        if len(group) < 2:
-            continue
-        low, high = group.iloc[0], group.iloc[-1]
-        d = compare(low, high, "iops")
+        if len(group) >= 2:
+            cells.append((qd, group.iloc[0], group.iloc[-1]))
+    # One comparison per queue depth: a family, so Holm's correction over the depths.
+    diffs = corrected([compare(low, high, "iops") for _, low, high in cells])
+    for (qd, low, high), d in zip(cells, diffs):
         what = f"At QD{int(qd)}, {int(high['io_queues'])} I/O queues vs {int(low['io_queues'])}"
         if not d.decidable:
             out.findings.append(f"{what}: {d.text(_kiops)} (fewer than two repeats, so no interval: not a decision).")

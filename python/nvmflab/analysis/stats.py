@@ -202,22 +202,31 @@ def diff_interval(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b:
                   n_b: float) -> tuple[float, float]:
     """(mean_b − mean_a, half-width of its 95 % interval) from two summaries over repeats.
 
-    Welch's interval: the standard error is sqrt(s_a²/n_a + s_b²/n_b) and the degrees of freedom
-    come from the Welch–Satterthwaite formula (fractional, at least 1). The half-width is NaN
-    when either side has fewer than two repeats, so no interval can be formed.
+    Welch's interval (`decide.welch_summary`): the standard error is sqrt(s_a²/n_a + s_b²/n_b) and
+    the degrees of freedom come from the Welch–Satterthwaite formula (fractional, at least 1). The
+    half-width is NaN when either side has fewer than two repeats or repeats that are all equal
+    (zero spread is no interval, not certainty).
     """
-    values = (mean_a, std_a, n_a, mean_b, std_b, n_b)
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (mean_a, mean_b)):
-        return math.nan, math.nan
+    diff, half, _ = diff_test(mean_a, std_a, n_a, mean_b, std_b, n_b)
+    return diff, half
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def diff_test(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b: float,
+              n_b: float) -> tuple[float, float, float]:
+    """diff_interval plus Welch's two-sided p value (NaN where no interval)."""
+    from .decide import welch_summary
+
+    if _missing(mean_a) or _missing(mean_b):
+        return math.nan, math.nan, math.nan
     diff = float(mean_b) - float(mean_a)
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values) or n_a < 2 or n_b < 2:
-        return diff, math.nan
-    var_a, var_b = float(std_a) ** 2 / n_a, float(std_b) ** 2 / n_b
-    se2 = var_a + var_b
-    if se2 == 0:
-        return diff, 0.0
-    dof = se2 ** 2 / ((var_a ** 2 / (n_a - 1) if var_a else 0) + (var_b ** 2 / (n_b - 1) if var_b else 0))
-    return diff, t95(max(1.0, dof)) * math.sqrt(se2)
+    if any(_missing(v) for v in (std_a, n_a, std_b, n_b)):
+        return diff, math.nan, math.nan
+    _, half, p, _ = welch_summary(mean_a, std_a, n_a, mean_b, std_b, n_b)
+    return diff, float(half), float(p)
 
 
 def contrast_interval(terms: Sequence[tuple[float, float, float, float]]) -> tuple[float, float]:
@@ -226,19 +235,24 @@ def contrast_interval(terms: Sequence[tuple[float, float, float, float]]) -> tup
 
     Welch–Satterthwaite as in diff_interval (which is the contrast −a + b): the standard error is
     sqrt(Σ cᵢ²·sᵢ²/nᵢ) and the degrees of freedom are fractional, at least 1. The half-width is NaN
-    when any term has fewer than two repeats.
+    when any term has fewer than two repeats or zero spread.
     """
-    def missing(v) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v))
+    value, half, _ = contrast_test(terms)
+    return value, half
 
-    if not terms or any(missing(mean) for _, mean, _, _ in terms):
-        return math.nan, math.nan
+
+def contrast_test(terms: Sequence[tuple[float, float, float, float]]) -> tuple[float, float, float]:
+    """contrast_interval plus the two-sided p value of the contrast (NaN where no interval)."""
+    if not terms or any(_missing(mean) for _, mean, _, _ in terms):
+        return math.nan, math.nan, math.nan
     value = float(sum(float(c) * float(mean) for c, mean, _, _ in terms))
-    if any(missing(std) or missing(n) or n < 2 for _, _, std, n in terms):
-        return value, math.nan
+    if any(_missing(std) or _missing(n) or n < 2 or (float(c) != 0 and float(std) == 0)
+           for c, _, std, n in terms):
+        return value, math.nan, math.nan
     parts = [(float(c) ** 2 * float(std) ** 2 / n, n) for c, _, std, n in terms]
     se2 = sum(v for v, _ in parts)
     if se2 == 0:
-        return value, 0.0
-    dof = se2 ** 2 / sum(v ** 2 / (n - 1) for v, n in parts if v)
-    return value, t95(max(1.0, dof)) * math.sqrt(se2)
+        return value, math.nan, math.nan
+    dof = max(1.0, se2 ** 2 / sum(v ** 2 / (n - 1) for v, n in parts if v))
+    se = math.sqrt(se2)
+    return value, t95(dof) * se, float(2 * _student_t.sf(abs(value) / se, dof))

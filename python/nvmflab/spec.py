@@ -132,9 +132,9 @@ class Spec(_Strict):
     repeats: Annotated[int, Field(ge=1, le=100)] | Literal["auto"] = "auto"
     min_repeats: int = Field(default=3, ge=2, le=100)
     max_repeats: int = Field(default=10, ge=2, le=100)
-    ci_within_pct: float = Field(default=5.0, gt=0, le=100)
-    ramp_time: float = Field(default=2.0, ge=0)
-    runtime: float = Field(default=10.0, gt=0)
+    ci_within_pct: float = Field(default=5.0, gt=0, le=100, allow_inf_nan=False)
+    ramp_time: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+    runtime: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     quick: dict[str, Any] = {}
     _auto_repeats: bool = PrivateAttr(default=False)
 
@@ -165,12 +165,34 @@ class Spec(_Strict):
             for value in values:
                 base = self.base_knobs() | {key: value}
                 validate_knobs(base, where=f"sweep.{key}")
+        self._check_sizes()
         if self.knobs.io_queues is not None and self.knobs.io_queues != self.workload.numjobs:
             raise ValueError(
                 "knobs.io_queues: nvmf-perf opens one I/O queue pair per job, so io_queues must "
                 f"equal workload.numjobs ({self.workload.numjobs}) or be left out"
             )
         return self
+
+    def _check_sizes(self) -> None:
+        """Block sizes that are whole blocks of the backend, regions that fit in it."""
+        block, capacity = self.backend.block_size, self.backend.size
+        if capacity % block:
+            raise ValueError(f"backend.size: {capacity} bytes is not a multiple of backend.block_size ({block})")
+        sources = [("workload", self.workload.bs, self.workload.size)]
+        sources += [(f"sweep.bs", parse_size(v), None) for v in self.sweep.get("bs", [])]
+        sources += [(f"sweep.size", None, parse_size(v)) for v in self.sweep.get("size", []) if v is not None]
+        for where, bs, size in sources:
+            field = where if where.startswith("sweep") else f"{where}.bs"
+            if bs is not None and bs % block:
+                raise ValueError(f"{field}: {bs} bytes is not a multiple of backend.block_size ({block})")
+            if bs is not None and bs > capacity:
+                raise ValueError(f"{field}: {bs} bytes is larger than backend.size ({capacity} bytes)")
+            field = where if where.startswith("sweep") else f"{where}.size"
+            if size is not None and size > capacity:
+                raise ValueError(f"{field}: {size} bytes is larger than backend.size ({capacity} bytes); "
+                                 "a job cannot touch more than the namespace holds")
+            if size is not None and size % block:
+                raise ValueError(f"{field}: {size} bytes is not a multiple of backend.block_size ({block})")
 
     def base_knobs(self) -> dict[str, Any]:
         """Workload and knob fields in one flat dict (the point coordinates before sweeping)."""
@@ -216,14 +238,21 @@ def load_spec(path: Path, quick: bool = False, study: str | None = None) -> Spec
     checked for it), a spec naming another study is refused.
     """
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory, not a spec file")
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as err:
         raise SpecError(f"{path}: cannot read spec ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a spec: the file is not UTF-8 text (a TOML spec is)") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"{path}: not valid TOML: {err}") from None
+        raise SpecError(f"{path}: not valid TOML: {' '.join(str(err).split())}") from None
+    if not raw:
+        raise SpecError(f"{path}: the spec is empty; it would run the default point only. Write what to "
+                        "measure (a [workload], [knobs] or [sweep] table, or `study = ...`; docs/harness.md)")
     if study is not None and raw.setdefault("study", study) != study:
         raise SpecError(f"{path}{_line_suffix(text, ('study',))}: study: this spec is for {raw['study']!r}, "
                         f"but `nvmflab study {study}` was asked")
@@ -246,39 +275,72 @@ def parse_spec(raw: dict[str, Any], text: str, path: Path) -> Spec:
     if spec.study is not None:
         from .studies import study_module  # studies depend on spec, not the other way round
 
-        params_model = study_module(spec.study).Params
+        module = study_module(spec.study)
+        params_model = module.Params
         try:
             params_model.model_validate(spec.params)
         except ValidationError as err:
             raise SpecError(_describe(err, text, path, model=params_model, within=("params",))) from None
+        # Fields the study would ignore are refused rather than silently not applied.
+        for loc, why in getattr(module, "unused_fields", lambda _spec: [])(spec):
+            raise SpecError(f"{path}{_line_suffix(text, loc)}: {'.'.join(loc)}: {why}")
     return spec
+
+
+# Parts of a pydantic location that name a type, not a field: the member of a union that was tried
+# (`repeats.constrained-int`, `repeats.literal['auto']`), a validator (`function-after[...]`).
+_TYPE_TAG = re.compile(r"^(?:constrained-)?(?:int|float|str|bool|bytes|list|dict|tuple|set|none|decimal)$|[\[\]-]")
+
+
+def spec_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """A pydantic location with its type tags left out: the field as the spec names it. The first
+    part is always a field (a spec may not name a field after a type)."""
+    return tuple(p for i, p in enumerate(loc) if i == 0 or isinstance(p, int) or not _TYPE_TAG.search(p))
 
 
 def field_name(loc: tuple[str | int, ...]) -> str:
     """A pydantic location as a person writes it: `params.iodepth[1]`."""
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in spec_loc(loc)).lstrip(".")
 
 
 def problem(error: dict[str, Any]) -> str:
     """What is wrong with one value: a validator's own sentence, or pydantic's with the value given."""
     if error["type"] == "value_error" and "ctx" in error:
         return str(error["ctx"]["error"])
-    return f"{error['msg']} (got {error.get('input')!r})"
+    text = " ".join(str(error["msg"]).split())
+    return f"{text} (got {_shown(error.get('input'))})"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _first_error(err: ValidationError) -> tuple[tuple[str | int, ...], dict[str, Any], str]:
+    """The first error's field (spec names) and message; the members of a union that all failed
+    at that field are said together (`must be ... or ...`)."""
+    errors = err.errors()
+    first = errors[0]
+    loc = spec_loc(tuple(first["loc"]))
+    same = [e for e in errors if spec_loc(tuple(e["loc"])) == loc]
+    if len(same) > 1 and len(first["loc"]) > len(loc):  # a union: every member refused the value
+        messages = list(dict.fromkeys(" ".join(str(e["msg"]).split()) for e in same))
+        return loc, first, " or ".join(messages) + f" (got {_shown(first.get('input'))})"
+    return loc, first, problem(first)
 
 
 def _describe(err: ValidationError, text: str, path: Path, model: type[BaseModel] | None = None,
               within: tuple[str, ...] = ()) -> str:
     """One line for the first error: file:line, the field, what is allowed."""
-    first = err.errors()[0]
-    loc = within + tuple(first["loc"])
+    loc, first, message = _first_error(err)
+    loc = within + loc
     if first["type"] == "extra_forbidden":
         allowed = list(model.model_fields) if model else _allowed_fields(loc[:-1])
         message = f"unknown field; allowed: {', '.join(allowed)}"
     else:
-        message = problem(first)
         # Spec-level checks start their message with the field they are about (`sweep.iodepth: ...`).
-        match = re.match(r"(sweep(?:\.\w+)?): ", message) if not loc else None
-        if match:
+        match = re.match(r"([a-z_]+(?:\.\w+)?): ", message) if not loc else None
+        if match and match.group(1).split(".")[0] in Spec.model_fields:
             loc = tuple(match.group(1).split("."))
             message = message[match.end():]
     return f"{path}{_line_suffix(text, loc)}: {field_name(loc) or 'spec'}: {message}"

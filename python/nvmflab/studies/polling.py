@@ -36,6 +36,22 @@ class Params(BaseModel):
     io_queues: list[Annotated[int, Field(ge=1, le=256)]] = Field(default=[1, 2, 4, 8])
 
 
+def unused_fields(spec) -> list[tuple[tuple[str, ...], str]]:
+    """[workload] fields the study would not apply: it runs the T-app (4 KiB randread, 1 job) and
+    takes its iodepths from [params]; a spec asking otherwise is refused, not silently ignored."""
+    out = []
+    workload = spec.workload
+    for name in sorted(workload.model_fields_set):
+        value = getattr(workload, name)
+        if name in TAPP and value != TAPP[name]:
+            out.append((("workload", name), f"the polling study runs the T-app (4k randread, 1 job) and does not "
+                                            f"use {name} = {value!r}; remove it (the sweep study takes any workload)"))
+        elif name == "iodepth":
+            out.append((("workload", name), "the polling study takes its iodepths from [params] iodepth and "
+                                            "high_iodepth; remove it"))
+    return out
+
+
 def execute(ctx: Context, params: Params) -> None:
     def run_leg(leg: str, knob_sets: list[dict]) -> None:
         sets = [point_knobs(ctx, TAPP | k) for k in knob_sets]

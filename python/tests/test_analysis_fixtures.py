@@ -1,7 +1,8 @@
 """Synthetic measurements shaped like ResultsStore.measurements(), shared by the analysis tests.
 
-Each point is repeated three times at -1 %, 0 % and +1 % of the given values, so the mean over
-repeats is exactly the value given and findings can be asserted to the digit.
+Each point is repeated three times at -1 %, 0 % and +1 % of the given values (in another order for
+points with a background load), so the mean over repeats is exactly the value given and findings can
+be asserted to the digit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import math
 import pandas as pd
 
 REPEAT_FACTORS = (0.99, 1.0, 1.01)
+# Points with a background load take the same factors in another order: the means stay exact, but a
+# per-repeat ratio (loaded repeat over the same round's isolated repeat) keeps a spread instead of
+# being identical in every round, which would be no interval at all.
+LOADED_FACTORS = (1.01, 0.99, 1.0)
 
 DEFAULTS = {
     "status": "ok", "error": None, "engine": "tcp", "rw": "randread", "bs": 4096,
@@ -37,7 +42,8 @@ def rows(study: str, leg: str, points: list[dict], run_id: str = "run1") -> list
         p99 = point.pop("p99_ns", 100_000.0)
         ctx = point.pop("ctx", 1000.0)
         point_id = point.pop("point_id", f"{leg}-{index}")
-        for repeat, factor in enumerate(REPEAT_FACTORS):
+        loaded = point.get("bg_load_pct") is not None and not math.isnan(float(point["bg_load_pct"]))
+        for repeat, factor in enumerate(LOADED_FACTORS if loaded else REPEAT_FACTORS):
             row = {**DEFAULTS, **point, "run_id": run_id, "study": study, "leg": leg,
                    "point_id": point_id, "point_key": json.dumps(point, sort_keys=True, default=str),
                    "repeat": repeat}

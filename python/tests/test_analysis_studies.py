@@ -172,7 +172,10 @@ def test_interference_curves_guidelines_and_invalid_points():
     guide = result.recommendations.set_index(["resource", "application"])
     limit = "keep background load at or below"
     assert guide.at[("shared target core", "L-app"), limit] == "20 %"
-    assert guide.at[("shared target core", "T-app (QD128)"), limit] == "40 %"
+    # 40 % sustains exactly the 90 % limit on average: its interval reaches below it, so it is not
+    # safe; by the means alone it would be (the thesis's reading).
+    assert guide.at[("shared target core", "T-app (QD128)"), limit] == "20 %"
+    assert guide.at[("shared target core", "T-app (QD128)"), "by the means alone"] == "40 %"
     assert guide.at[("shared initiator core", "L-app"), limit] == "none"
     text = " ".join(result.findings)
     assert "1 point(s) broke a sanity invariant" in text

@@ -69,7 +69,7 @@ def _store(tmp_path, values):
 def test_ratios_are_of_medians_against_the_baseline_pair(tmp_path):
     values = {
         ("spdk/spdk", "L-app", 1, 4096): [50_000, 50_000, 50_000],
-        ("spdk/spdk", "T-app", 32, 4096): [100_000, 100_000, 100_000],
+        ("spdk/spdk", "T-app", 32, 4096): [99_000, 100_000, 101_000],
         ("spdk/spdk", "B-app", 32, 131072): [10_000, 10_000, 10_000],
         ("ours/spdk", "L-app", 1, 4096): [40_000, 40_000, 40_000],
         ("ours/spdk", "T-app", 32, 4096): [110_000, 109_000, 111_000],
@@ -82,7 +82,7 @@ def test_ratios_are_of_medians_against_the_baseline_pair(tmp_path):
     store = _store(tmp_path, values)
     result = stacks.analyze(store.measurements(), store.runs())
     assert any(f.startswith("ours target × spdk host: 1.10× the IOPS of spdk target × spdk host at QD32 "
-                            "(110.0 KIOPS vs 100.0 KIOPS; difference +10.0 KIOPS, 95 % interval +9.0 to +11.0)")
+                            "(110.0 KIOPS vs 100.0 KIOPS; difference +10.0 KIOPS, Welch's 95 % interval +7.7 to +12.3)")
                for f in result.findings), result.findings
     assert any(f.startswith("ours target × ours host: no significant difference in IOPS from spdk target × spdk "
                             "host at QD32") for f in result.findings), result.findings
@@ -97,3 +97,9 @@ def test_ratios_are_of_medians_against_the_baseline_pair(tmp_path):
                for f in result.findings), result.findings
     assert any(f.startswith("With the ours target, no significant difference between the spdk and ours hosts")
                for f in result.findings), result.findings
+    # identical repeats are no interval, not certainty: the stacks study cannot decide on them
+    values[("spdk/spdk", "T-app", 32, 4096)] = [100_000, 100_000, 100_000]
+    values[("ours/spdk", "T-app", 32, 4096)] = [110_000, 110_000, 110_000]
+    flat = stacks.analyze(*(lambda s: (s.measurements(), s.runs()))(_store(tmp_path / "flat", values))).findings
+    assert any(f.startswith("With the spdk host, cannot decide whether the ours or the spdk target limits")
+               and "repeats without spread" in f for f in flat), flat

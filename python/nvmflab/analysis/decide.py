@@ -103,19 +103,18 @@ def holm(p, alpha: float = ALPHA) -> np.ndarray:
     return out
 
 
-def fieller(base, loaded, confidence: float = 0.95):
-    """(ratio, low, high): mean(loaded) / mean(base) with Fieller's interval for two independent
-    samples (the baseline's variance included). high is +inf where the baseline's mean is not
-    clearly non-zero (the interval is unbounded); all three bounds NaN where either side has fewer
-    than two repeats or zero spread."""
-    mb, sb, nb = summary(base)
-    ml, sl, nl = summary(loaded)
-    with np.errstate(invalid="ignore", divide="ignore"):
+def fieller_summary(mean_b, std_b, n_b, mean_l, std_l, n_l, confidence: float = 0.95):
+    """(ratio, low, high) of mean_l / mean_b from summaries of two independent samples, with
+    Fieller's interval (the baseline's variance included), vectorised. high is +inf (low −inf)
+    where the baseline's mean is not clearly non-zero, so the interval is unbounded; low and high
+    are NaN where either side has fewer than two repeats or zero spread."""
+    mb, sb, nb, ml, sl, nl = (np.asarray(v, dtype=float) for v in (mean_b, std_b, n_b, mean_l, std_l, n_l))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         ratio = ml / mb
         vb, vl = sb ** 2 / nb, sl ** 2 / nl
-        formed = (nb >= 2) & (nl >= 2) & (vb > 0) & (vl > 0) & ~np.isnan(ratio)
+        formed = (nb >= 2) & (nl >= 2) & (vb > 0) & (vl > 0) & np.isfinite(ratio)
         # Welch–Satterthwaite degrees of freedom of loaded − ratio × base.
-        r2 = np.where(np.isfinite(ratio), ratio ** 2, 0.0)
+        r2 = np.where(formed, ratio ** 2, 0.0)
         dof = (vl + r2 * vb) ** 2 / (vl ** 2 / (nl - 1) + r2 ** 2 * vb ** 2 / (nb - 1))
         t = _student_t.ppf(1 - (1 - confidence) / 2, np.where(formed, np.maximum(dof, 1.0), 1.0))
         denom = mb ** 2 - t ** 2 * vb
@@ -127,6 +126,11 @@ def fieller(base, loaded, confidence: float = 0.95):
     low = np.where(formed, low, np.nan)
     high = np.where(formed, high, np.nan)
     return ratio, low, high
+
+
+def fieller(base, loaded, confidence: float = 0.95):
+    """fieller_summary of two samples (repeats on the last axis): mean(loaded) / mean(base)."""
+    return fieller_summary(*summary(base), *summary(loaded), confidence=confidence)
 
 
 def safe_upto(bounds, limit: float, higher_is_worse: bool = True) -> np.ndarray:

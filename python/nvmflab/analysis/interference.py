@@ -16,10 +16,11 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import Difference, compare, excluded_points, missing_leg, study_rows, within_spread
+from .common import Difference, compare, corrected, excluded_points, missing_leg, study_rows, within_spread
+from .decide import fieller_summary
 from .formulas import latency_interference, throughput_sustained
 from .result import Figure, StudyResult, Table
-from .stats import aggregate, collapse_jobs, diff_interval, merge_histograms, usable
+from .stats import aggregate, collapse_jobs, diff_test, merge_histograms, usable
 from .text import kiops, times, us
 
 STUDY = "interference"
@@ -153,6 +154,8 @@ def _curves(rows: pd.DataFrame) -> pd.DataFrame:
         base_p99 = iso.get("lat_p99_ns_mean", math.nan)
         base_iops = iso.get("iops_mean", math.nan)
         got = row["achieved_pct"]
+        _, lat_low, lat_high = ratio_interval(iso, row, "lat_p99_ns")
+        _, sus_low, sus_high = ratio_interval(iso, row, "iops")
         records.append({
             "leg": row["leg"], "completion": row["completion"], "app": app_name(row["iodepth"]),
             "iodepth": row["iodepth"],
@@ -166,17 +169,36 @@ def _curves(rows: pd.DataFrame) -> pd.DataFrame:
             "latency_interference_ci95": latency_interference(row["lat_p99_ns_ci95"], base_p99),
             "throughput_sustained": throughput_sustained(row["iops_mean"], base_iops),
             "throughput_sustained_ci95": throughput_sustained(row["iops_ci95"], base_iops),
+            "latency_interference_low": lat_low, "latency_interference_high": lat_high,
+            "throughput_sustained_low": sus_low, "throughput_sustained_high": sus_high,
             "repeats": row["iops_n"],
             "p99_diff": compare(iso, row, "lat_p99_ns"), "iops_diff": compare(iso, row, "iops"),
         })
     return pd.DataFrame(records).sort_values(["leg", "completion", "iodepth", "load"])
 
 
+def ratio_interval(iso, row, metric: str) -> tuple[float, float, float]:
+    """(ratio, low, high): loaded / isolated mean of `metric` from two aggregate() rows, with
+    Fieller's 95 % interval, which includes the isolated baseline's variance (decide.fieller_summary).
+    NaN bounds where either side has fewer than two repeats or no spread."""
+    def get(r, suffix):
+        value = r.get(f"{metric}_{suffix}", math.nan) if r is not None else math.nan
+        return math.nan if value is None else float(value)
+
+    ratio, low, high = fieller_summary(get(iso, "mean"), get(iso, "std"), get(iso, "n"),
+                                       get(row, "mean"), get(row, "std"), get(row, "n"))
+    return float(ratio), float(low), float(high)
+
+
 def highest_safe_load(curve: pd.DataFrame, metric: str, ok) -> float | None:
     """Highest achieved load up to which `ok(metric)` holds at every load; None if the first fails.
 
     Loads are those the background achieved (`load`), so a guideline never names a load the
-    background did not reach.
+    background did not reach. The guideline passes the interval's bound as `metric`
+    (`latency_interference_high`, `throughput_sustained_low`): a load is safe only when its whole
+    95 % interval is on the good side of the limit, and a load without an interval is not safe.
+    Each load is one one-sided test at 2.5 %; requiring every load up to the guideline to pass is
+    an intersection-union test, so the family needs no further correction.
     """
     column = "load" if "load" in curve else "bg_load_pct"
     safe = None
@@ -241,7 +263,7 @@ def _control(curve: pd.DataFrame, what: str, app: str) -> str:
     jobs = "" if math.isnan(row["bg_jobs"]) else f"{row['bg_jobs']:g} job(s), "
     bg = f"a background of {jobs}{kiops(row['bg_iops'])} uncapped" if not math.isnan(row["bg_iops"]) else \
         "an uncapped background"
-    p99, iops = row["p99_diff"], row["iops_diff"]
+    p99, iops = corrected([row["p99_diff"], row["iops_diff"]])  # one family: Holm over p99 and IOPS
     head = (f"Control ({what}), {app}: with {bg}, latency interference {times(row['latency_interference'])}, "
             f"throughput sustained {row['throughput_sustained'] * 100:.0f} % "
             f"(p99 difference {p99.text(lambda v: f'{v / 1e3:.2f} µs')}, IOPS difference "
@@ -294,17 +316,28 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                     f"{what.capitalize()}, {app} (isolated {kiops(base['isolated_iops'])}): "
                     f"throughput sustained {_describe(curve, metric, '%')}{achieved_text}.")
                 rule = f"throughput sustained at least {sus_limit * 100:g} %"
-            safe = highest_safe_load(curve, metric, ok)
+            bound = "latency_interference_high" if metric == "latency_interference" else "throughput_sustained_low"
+            safe = highest_safe_load(curve, bound, ok)
+            by_mean = highest_safe_load(curve, metric, ok)
             jump = largest_jump(curve, metric)
             reached = curve["load"][~curve["load"].map(math.isinf)].max()
             measured_all = safe is not None and not math.isnan(reached) and safe >= reached
             limit = f"{safe:.0f} %" if safe is not None else "none"
+            capped = curve[~curve["load"].map(math.isinf)].sort_values("load")
+            no_interval = not capped.empty and math.isnan(capped.iloc[0][bound])
             guidelines.append({"resource": LEGS[leg], "completion": mode, "application": app, "criterion": rule,
                                "keep background load at or below": limit,
+                               "by the means alone": f"{by_mean:.0f} %" if by_mean is not None else "none",
                                "highest load reached": "n/a" if math.isnan(reached) else f"{reached:.0f} %",
                                "largest jump": _jump_text(jump, metric)})
             lowest = curve.iloc[0]["load_label"]
-            if safe is None:
+            if safe is None and no_interval:
+                out.findings.append(f"Guideline ({what}, {app}): no load can be called safe ({rule}): the lowest "
+                                    f"background load tried ({lowest}) has no 95 % interval of its ratio (fewer "
+                                    "than two repeats, or repeats without spread)"
+                                    + (f"; by the means alone it would be {by_mean:.0f} %" if by_mean is not None
+                                       else "") + ".")
+            elif safe is None:
                 out.findings.append(f"Guideline ({what}, {app}): even the lowest background load "
                                     f"tried ({lowest}) broke the limit ({rule}); do "
                                     "not share this resource with a background tenant.")
@@ -312,7 +345,8 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                 beyond = (f"; the background reached no more than {reached:.0f} %, so nothing is known "
                           "about higher loads" if measured_all else "")
                 out.findings.append(f"Guideline ({what}, {app}): keep the achieved background load at or "
-                                    f"below {limit} to keep {rule}{beyond}.")
+                                    f"below {limit} to keep {rule} (the whole 95 % interval of the ratio, "
+                                    f"isolated baseline's variance included){beyond}.")
             if jump is not None:
                 out.findings.append(f"Largest jump ({what}, {app}): {_jump_text(jump, metric)}.")
 
@@ -364,8 +398,8 @@ def mode_difference(samples: pd.DataFrame, metric: str) -> Difference:
     """poll − event of `metric` over repeats (Welch's 95 % interval of the difference)."""
     ev = _summary(samples.loc[samples["completion"] == "event", metric])
     po = _summary(samples.loc[samples["completion"] == "poll", metric])
-    diff, half = diff_interval(ev[0], ev[1], ev[2], po[0], po[1], po[2])
-    return Difference(diff, half, min(ev[2], po[2]))
+    diff, half, p = diff_test(ev[0], ev[1], ev[2], po[0], po[1], po[2])
+    return Difference(diff, half, min(ev[2], po[2]), p)
 
 
 def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "initiator") -> tuple[str, pd.DataFrame]:
@@ -387,6 +421,7 @@ def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "ini
     samples = _per_repeat(rows)
     samples = samples[samples["leg"] == leg] if not samples.empty else samples
     table, worse, better, undecided, clear_rows = [], 0, 0, 0, 0
+    cells = []
     for (app, load), cell in mine.groupby(["app", "bg_load_pct"], sort=True):
         if set(cell["completion"]) < {"event", "poll"}:
             continue
@@ -395,6 +430,10 @@ def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "ini
         sel = samples[(samples["iodepth"] == iodepth) & (samples["bg_load_pct"] == load)] if not samples.empty \
             else samples
         d = mode_difference(sel, metric) if not sel.empty else Difference(math.nan, math.nan, 0)
+        cells.append((app, load, cell, metric, d))
+    # Every (application, load) cell is one test of the same hypothesis: Holm over the cells.
+    fixed = corrected([d for *_, d in cells])
+    for (app, load, cell, metric, _), d in zip(cells, fixed):
         by_mode = cell.set_index("completion")
         bad = d.diff > 0 if metric == "latency_interference" else d.diff < 0
         if not d.decidable:
@@ -433,7 +472,7 @@ def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "ini
     if worse and not better:
         return (f"supported: {THESIS_CLAIM} is supported by this run: with polling, interference was "
                 f"clearly worse at {worse} of {tested} (application, load) points (the 95 % interval of "
-                f"poll − event excludes zero) and clearly better at none{level}.", frame)
+                f"poll − event excludes zero, Holm-corrected over the points) and clearly better at none{level}.", frame)
     if better and not worse:
         return (f"contradicted: {THESIS_CLAIM} is contradicted by this run: interference was clearly "
                 f"lower with polling at {better} of {tested} (application, load) points and clearly "

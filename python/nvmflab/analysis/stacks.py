@@ -2,8 +2,11 @@
 
 The L-app is 4 KiB random read at QD1 (latency), the T-app the same over queue depths (IOPS), the
 B-app large random reads (bandwidth). Ratios are of medians over the interleaved repeats, which a
-noisy repeat moves less than a mean. Comparing pairs that share a host (or a target) tells which
-side limits: with the host fixed, a faster pair has the faster target.
+noisy repeat moves less than a mean. Whether two pairs differ is decided on the means of the
+per-repeat IOPS with Welch's interval (cannot decide below two repeats a side or without spread),
+Holm-corrected over the pairs compared with the baseline, and over every pair that shares a host
+(or a target) when telling which side limits: with the host fixed, a faster pair has the faster
+target.
 """
 
 from __future__ import annotations
@@ -11,11 +14,10 @@ from __future__ import annotations
 import math
 import tomllib
 
-import numpy as np
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, study_rows
+from .common import Difference, compare_values, corrected, excluded_points, study_rows
 from .result import Figure, StudyResult, Table
 from .stats import collapse_jobs, usable
 from .text import kiops, mbps, size, times, us
@@ -50,30 +52,23 @@ def medians(data: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def median_difference(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
-    """median(b) − median(a) with its 95 % percentile-bootstrap interval (each side resampled on
-    its own); None with fewer than two repeats on a side, where no interval can be formed."""
-    a, b = [float(v) for v in a if not math.isnan(v)], [float(v) for v in b if not math.isnan(v)]
-    if len(a) < 2 or len(b) < 2:
-        return None
-    diff = float(np.median(b) - np.median(a))
-    if len(set(a)) == 1 and len(set(b)) == 1:
-        return diff, diff, diff
-    from scipy.stats import bootstrap
-
-    result = bootstrap((np.array(a), np.array(b)),
-                       lambda x, y, axis: np.median(y, axis=axis) - np.median(x, axis=axis),
-                       n_resamples=2000, method="percentile", vectorized=True, random_state=np.random.default_rng(0))
-    return diff, float(result.confidence_interval.low), float(result.confidence_interval.high)
+def welch_difference(a: list[float], b: list[float]) -> Difference:
+    """mean(b) − mean(a) of the per-repeat IOPS with Welch's 95 % interval and p value; no interval
+    with fewer than two repeats on a side or repeats without spread ("cannot decide")."""
+    return compare_values(a, b)
 
 
-def _difference_text(diff: tuple[float, float, float] | None) -> tuple[bool | None, str]:
-    """(significant, words): None when there is no interval (one repeat)."""
-    if diff is None:
-        return None, "one repeat on a side, so no interval"
-    value, low, high = diff
-    text = f"difference {value / 1e3:+.1f} KIOPS, 95 % interval {low / 1e3:+.1f} to {high / 1e3:+.1f}"
-    return not (low <= 0 <= high), text
+def _difference_text(d: Difference) -> tuple[bool | None, str]:
+    """(significant, words): None when there is no interval."""
+    if not d.decidable:
+        if math.isnan(d.diff):
+            return None, "no repeats to compare"
+        why = "fewer than two repeats on a side" if d.n < 2 else "repeats without spread"
+        return None, f"difference {d.diff / 1e3:+.1f} KIOPS; cannot decide ({why}, so no interval)"
+    low, high = d.diff - d.half, d.diff + d.half
+    text = (f"difference {d.diff / 1e3:+.1f} KIOPS, Welch's 95 % interval {low / 1e3:+.1f} to {high / 1e3:+.1f}"
+            + d.holm_note())
+    return d.clear, text
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -149,6 +144,10 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
     b_bw = _value(med, baseline, "B-app", "bw_bytes")
     tapp = med[med["bs"] == 4096]
     b_iops = _tapp_iops(tapp, baseline, ref_qd) if ref_qd else math.nan
+    others = [leg for leg in pairs if leg != baseline]
+    # Every pair against the baseline: one family, Holm over the pairs.
+    family = dict(zip(others, corrected([welch_difference(samples.get(baseline, []), samples.get(leg, []))
+                                         for leg in others])))
     for leg in pairs:
         lat = _value(med, leg, "L-app", "lat_mean_ns")
         iops = _tapp_iops(tapp, leg, ref_qd) if ref_qd else math.nan
@@ -162,7 +161,7 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
             "repeats": int(med[med["leg"] == leg]["repeats"].min()),
         })
         if leg != baseline and not math.isnan(iops / b_iops):
-            significant, words = _difference_text(median_difference(samples.get(baseline, []), samples.get(leg, [])))
+            significant, words = _difference_text(family[leg])
             if significant is False:
                 head = (f"{pair_label(leg)}: no significant difference in IOPS from {pair_label(baseline)} at "
                         f"QD{ref_qd} ({kiops(iops)} vs {kiops(b_iops)}; {words})")
@@ -206,9 +205,18 @@ def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, samples: dict[str
             (best, top), (worst, low) = ranked[0], ranked[-1]
             other = "target" if side == "host" else "host"
             pick = 0 if other == "target" else 2
-            significant, words = _difference_text(median_difference(samples.get(worst, []), samples.get(best, [])))
+            # Picking the best and the worst of several is a choice among candidates: every pair of
+            # them is compared, Holm over the pairs, and the best-vs-worst pair is read from that.
+            legs_ranked = [l for l, _ in ranked]
+            pairs_of = [(i, j) for i in range(len(legs_ranked)) for j in range(i + 1, len(legs_ranked))]
+            diffs = corrected([welch_difference(samples.get(legs_ranked[j], []), samples.get(legs_ranked[i], []))
+                               for i, j in pairs_of])
+            significant, words = _difference_text(diffs[pairs_of.index((0, len(legs_ranked) - 1))])
             a, b = best.partition('/')[pick], worst.partition('/')[pick]
-            if significant is False:
+            if significant is None:
+                out.findings.append(f"With the {fixed} {side}, cannot decide whether the {a} or the {b} {other} "
+                                    f"limits at QD{qd} ({kiops(top)} vs {kiops(low)}; {words}).")
+            elif significant is False:
                 out.findings.append(f"With the {fixed} {side}, no significant difference between the {a} and {b} "
                                     f"{other}s at QD{qd} ({words}).")
             else:

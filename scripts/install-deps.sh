@@ -68,11 +68,13 @@ done
 # Rust: a rustup toolchain in ~/.cargo if there is one; otherwise Debian's. Debian 12's `cargo`
 # (1.63) is older than the workspace's rust-version, so take `cargo-web`/`rustc-web` (newer
 # toolchains Debian ships for its browsers; they install /usr/bin/cargo and /usr/bin/rustc).
-MIN_RUST=1.75
+# The minimum is the workspace's rust-version (Cargo.toml), the one place it is stated.
+MIN_RUST=$(sed -n -E 's/^rust-version *= *"([0-9.]+)".*/\1/p' "$(dirname "$0")/../Cargo.toml" | head -1)
+version_at_least() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }
 rust_ok() {
   local v
   v=$(PATH="$HOME/.cargo/bin:$PATH" rustc --version 2>/dev/null | awk '{print $2}') || return 1
-  [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$MIN_RUST" "$v" | sort -V | head -1)" = "$MIN_RUST" ]
+  [ -n "$v" ] && version_at_least "$MIN_RUST" "$v"
 }
 if ! rust_ok; then
   say "will install rustc-web cargo-web -- no Rust >= $MIN_RUST found (Debian's plain cargo is 1.63)"
@@ -89,5 +91,22 @@ if [ ${#missing[@]} -gt 0 ]; then
     | sed -u -n -E '/^(Get:|Setting up )/s/^/  apt: /p'
 else
   say "nothing to install for '$purpose'"
+fi
+# Testing: Debian 12's own Rust at the workspace's rust-version, beside any rustup toolchain, so
+# `make test-msrv` proves the lockfile builds where no rustup exists (a debootstrap root without
+# bookworm-security gets exactly this rustc-web). Downgrades a newer rustc-web if one is installed.
+if [ "$purpose" = test ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  [ -n "$(apt-cache madison rustc-web 2>/dev/null)" ] || $SUDO apt-get update -qq
+  have=$(dpkg-query -W -f='${Version}' rustc-web 2>/dev/null || true)
+  want=$(apt-cache madison rustc-web | awk -v m="$MIN_RUST" '$3 ~ "^" m "\\." {print $3}' | sort -V | tail -1)
+  if [ -z "$want" ]; then
+    say "no rustc-web $MIN_RUST.x in the apt sources; make test-msrv will say so and fail"
+  elif [ "$have" != "$want" ] || [ "$(dpkg-query -W -f='${Version}' cargo-web 2>/dev/null)" != "$want" ]; then
+    pkgs=(rustc-web="$want" cargo-web="$want" libstd-rust-web-dev="$want" "libstd-rust-web-$MIN_RUST=$want")
+    say "will install ${pkgs[*]} -- Debian's Rust at the workspace's rust-version, for make test-msrv"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends --allow-downgrades "${pkgs[@]}" \
+      | sed -u -n -E '/^(Get:|Setting up )/s/^/  apt: /p'
+  fi
 fi
 say "ok ($purpose)"

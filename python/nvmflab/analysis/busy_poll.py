@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
+from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio, spread, with_knobs
 from .result import Figure, StudyResult, Table
 from .stats import merge_generators, usable
@@ -97,16 +97,21 @@ def _near_best(data: pd.DataFrame, med: pd.DataFrame, config: str, cores: int, b
 def _compare(data: pd.DataFrame, med: pd.DataFrame, out: StudyResult) -> None:
     on, off = med[med["config"] == "on"], med[med["config"] == "off"]
     common = sorted(set(on["target_cpus"]) & set(off["target_cpus"]))
-    for n in common:
+
+    def rows_of(config, n):
+        return data[(data["config"] == config) & (data["target_cpus"] == n)]
+
+    # One comparison per core count and metric: Holm over the core counts, per metric.
+    iops_d = corrected([compare_frames(rows_of("off", n), rows_of("on", n), "iops") for n in common])
+    mean_d = corrected([compare_frames(rows_of("off", n), rows_of("on", n), "lat_mean_ns") for n in common])
+    for n, d_iops, d_mean in zip(common, iops_d, mean_d):
         a, b = on[on["target_cpus"] == n].iloc[0], off[off["target_cpus"] == n].iloc[0]
-        rows_on = data[(data["config"] == "on") & (data["target_cpus"] == n)]
-        rows_off = data[(data["config"] == "off") & (data["target_cpus"] == n)]
         gain = 100 * (ratio(a["iops"], b["iops"]) - 1)
         lat = 100 * (ratio(a["lat_mean_ns"], b["lat_mean_ns"]) - 1)
-        iops = stated(compare_frames(rows_off, rows_on, "iops"), kiops, f"IOPS {pct(gain)}",
+        iops = stated(d_iops, kiops, f"IOPS {pct(gain)}",
                       f"{kiops(a['iops'])} vs {kiops(b['iops'])}",
                       "no significant difference in IOPS")
-        mean = stated(compare_frames(rows_off, rows_on, "lat_mean_ns"), us, f"mean latency {pct(lat)}",
+        mean = stated(d_mean, us, f"mean latency {pct(lat)}",
                       f"{us(a['lat_mean_ns'])} vs {us(b['lat_mean_ns'])}",
                       "no significant difference in mean latency")
         out.findings.append(f"{int(n)} target core{'s' if n != 1 else ''}: on vs off: {iops}, {mean}, "

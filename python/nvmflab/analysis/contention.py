@@ -10,7 +10,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
+from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
 from .contention_many import LEG as MANY, analyze_many_apps
 from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
@@ -95,6 +95,10 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult) -> Non
             "mean": [alone.at["L-app", "lat_mean_ns"] / 1e3] + list(lapp["lat_mean_ns"] / 1e3),
             "p99": [alone.at["L-app", "lat_p99_ns"] / 1e3] + list(lapp["lat_p99_ns"] / 1e3)},
             title="L-app latency alone and beside iperf3 flows", ylabel="latency (µs)"), "Means over repeats."))
+    # Every (app, placement, flows) cell against the app alone is one family per metric: Holm.
+    for metric in ("bw_bytes", "lat_mean_ns", "lat_p99_ns"):
+        for diff, fixed in zip(diffs, corrected([d[metric] for d in diffs])):
+            diff[metric] = fixed
     for rec, diff in zip(records, diffs):
         flows = f"{rec['iperf3 flows']} iperf3 flow{'s' if rec['iperf3 flows'] > 1 else ''} on {rec['network apps on']}"
         if rec["storage app"] == "T-app":

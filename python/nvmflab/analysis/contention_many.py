@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import compare_values, missing_leg, stated
+from .common import corrected, compare_values, missing_leg, stated
 from .extra import r1, ratio
 from .result import Figure, StudyResult, Table
 from .text import mbps, times, us
@@ -123,12 +123,16 @@ def _latency(points: pd.DataFrame, med: pd.DataFrame, out: StudyResult) -> None:
         return
     base = one_alone.iloc[0]
     n0 = int(base["storage_apps"])
-    for _, r in lapps[lapps["net_flows"] == 1].iterrows():
+    shared = [r for _, r in lapps[lapps["net_flows"] == 1].iterrows()]
+    # One comparison per L-app count and metric: Holm over the counts, per metric.
+    means_d = corrected([compare_values(_values(points, "L-app", n0, 0, "lat_mean_ns"),
+                                        _values(points, "L-app", int(r["storage_apps"]), 1, "lat_mean_ns"))
+                         for r in shared])
+    p99s_d = corrected([compare_values(_values(points, "L-app", n0, 0, "lat_p99_ns"),
+                                       _values(points, "L-app", int(r["storage_apps"]), 1, "lat_p99_ns"))
+                        for r in shared])
+    for r, mean, p99 in zip(shared, means_d, p99s_d):
         count = int(r["storage_apps"])
-        mean = compare_values(_values(points, "L-app", n0, 0, "lat_mean_ns"),
-                              _values(points, "L-app", count, 1, "lat_mean_ns"))
-        p99 = compare_values(_values(points, "L-app", n0, 0, "lat_p99_ns"),
-                             _values(points, "L-app", count, 1, "lat_p99_ns"))
         alone = f"{n0} L-app alone" if n0 == 1 else f"{n0} L-apps alone"
         out.findings.append(
             f"{count} L-app{'s' if count > 1 else ''} sharing a core with a network app: mean latency "

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from .. import plots
-from .common import compare, differs, excluded_points, leg_rows, missing_leg, study_rows
+from .common import compare, corrected, excluded_points, leg_rows, missing_leg, study_rows
+from .decide import fewest_not_below_summary
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -50,6 +52,7 @@ def saturation_point(agg: pd.DataFrame, tolerance: float = 0.05) -> dict:
             "numjobs": point["numjobs"], "iodepth": point["iodepth"],
             "confirmed": plateau_confirmed(loads, iops, tolerance),
             "peak": top["iops_mean"], "peak_ci95": top["iops_ci95"], "peak_numjobs": top["numjobs"],
+            "peak_std": top.get("iops_std", math.nan), "peak_n": top.get("iops_n", math.nan),
             "peak_iodepth": top["iodepth"], "points": len(agg)}
 
 
@@ -103,14 +106,17 @@ def order_finding(found: dict[str, dict]) -> str:
     (a, pa), (b, pb) = sorted(found.items(), key=lambda item: item[1]["peak"])
     name_a, name_b = RESOURCES[a].lower(), RESOURCES[b].lower()
     if pa["confirmed"] and pb["confirmed"]:
-        verdict = differs(pa["peak"], pa["peak_ci95"], pb["peak"], pb["peak_ci95"])
-        if verdict is None:
+        d = compare({"iops_mean": pa["peak"], "iops_std": pa.get("peak_std", math.nan),
+                     "iops_n": pa.get("peak_n", math.nan)},
+                    {"iops_mean": pb["peak"], "iops_std": pb.get("peak_std", math.nan),
+                     "iops_n": pb.get("peak_n", math.nan)}, "iops")
+        if not d.decidable:
             return (f"The {name_a} saturates first: peak {kiops(pa['peak'])} vs {kiops(pb['peak'])} for the "
-                    f"{name_b} (fewer than two repeats, so no interval: not a decision).")
-        if not verdict:
+                    f"{name_b} (fewer than two repeats or no spread, so no interval: not a decision).")
+        if not d.clear:
             return (f"No significant difference between the peaks ({name_a} {kiops(pa['peak'])} ± "
                     f"{pa['peak_ci95'] / 1e3:.1f}, {name_b} {kiops(pb['peak'])} ± {pb['peak_ci95'] / 1e3:.1f}: "
-                    "the 95 % intervals overlap), so which saturates first is unknown.")
+                    f"Welch's {d.interval(kiops)} includes zero), so which saturates first is unknown.")
         return (f"The {name_a} saturates first: peak {kiops(pa['peak'])} ± {pa['peak_ci95'] / 1e3:.1f} vs "
                 f"{kiops(pb['peak'])} ± {pb['peak_ci95'] / 1e3:.1f} for the {name_b} (95 % intervals).")
     if not pa["confirmed"] and not pb["confirmed"]:
@@ -236,28 +242,30 @@ def _target_cores(rows: pd.DataFrame, out: StudyResult) -> None:
                                ylabel=plots.KIOPS_LABEL, scale=1e-3, log2x=False)
     out.figures.append(Figure("saturation_target_cores", figure,
                               "Throughput per number of target cores, 95 % intervals over repeats."))
+    # The fewest cores whose IOPS is not clearly below the best's, Holm over the comparisons with the
+    # best (decide.fewest_not_below_summary); the same rule the A/A check measures.
     best = agg.loc[agg["iops_mean"].idxmax()]
     best_n = int(best["target_core_count"])
-    enough, d = best, None
-    for _, row in agg.iterrows():  # fewest cores first
-        if int(row["target_core_count"]) == best_n:
-            break
-        d = compare(row, best, "iops")
-        if not d.decidable:
-            out.findings.append(f"Target cores: {best_n} gave the most IOPS ({kiops(best['iops_mean'])}); fewer "
-                                "than two repeats, so no interval decides whether fewer cores would do.")
-            return
-        if not d.clear:
-            enough = row
-            break
+    configs = [row for _, row in agg.iterrows()]
+    diffs = corrected([compare(row, best, "iops") for row in configs if int(row["target_core_count"]) != best_n])
+    if any(not d.decidable for d in diffs):
+        out.findings.append(f"Target cores: {best_n} gave the most IOPS ({kiops(best['iops_mean'])}); fewer "
+                            "than two repeats (or no spread), so no interval decides whether fewer cores would do.")
+        return
+    pick = int(fewest_not_below_summary(tuple(np.array([float(r[f"iops_{k}"]) for r in configs])
+                                              for k in ("mean", "std", "n"))))
+    enough = configs[pick]
+    others = [r for r in configs if int(r["target_core_count"]) != best_n]
+    d = next((dd for r, dd in zip(others, diffs) if r is enough), None)
     n = int(enough["target_core_count"])
     if n != best_n:
         tail = (f"; {best_n} cores gave no significant difference ({kiops(best['iops_mean'])}, difference "
-                f"{d.text(kiops)}: the 95 % interval includes zero)")
+                f"{d.text(kiops)}: the 95 % interval includes zero, or Holm over the {len(diffs)} comparisons "
+                "with the best does not exclude it)")
     elif best_n == int(agg["target_core_count"].max()):
         tail = " — the largest count measured, so the target may scale further"
     else:
         tail = "; more cores gave no more throughput"
-    fewer = "" if n == int(agg["target_core_count"].min()) else "; every smaller count was significantly slower"
+    fewer = "" if n == int(agg["target_core_count"].min()) else "; every smaller count was significantly slower (Holm-corrected)"
     out.findings.append(f"{n} target core(s) reach the highest throughput measured ({kiops(enough['iops_mean'])} "
                         f"± {enough['iops_ci95'] / 1e3:.1f}K, 95 % interval){fewer}{tail}.")

@@ -68,7 +68,7 @@ pub struct Port {
 
 impl Port {
     pub fn exports(&self, nqn: &str) -> bool {
-        self.subsystems.as_ref().map_or(true, |s| s.iter().any(|n| n == nqn))
+        self.subsystems.as_ref().is_none_or(|s| s.iter().any(|n| n == nqn))
     }
 }
 

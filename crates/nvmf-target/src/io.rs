@@ -41,7 +41,7 @@ fn namespace(subsys: &Subsystem, nsid: u32) -> Result<(usize, &Namespace), Statu
 fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     let slba = sqe.slba();
     let nlb = sqe.nlb() as u64 + 1;
-    if slba.checked_add(nlb).map_or(true, |end| end > ns.nlb) {
+    if slba.checked_add(nlb).is_none_or(|end| end > ns.nlb) {
         return Err(Status::LBA_OUT_OF_RANGE.with_dnr());
     }
     Ok((slba << ns.lbads, nlb << ns.lbads))
@@ -85,7 +85,7 @@ pub fn dsm_ranges(ns: &Namespace, data: &[u8], out: &mut Vec<(u64, u64)>) -> Res
     for r in data.chunks_exact(16) {
         let nlb = u32::from_le_bytes(r[4..8].try_into().expect("4 bytes")) as u64;
         let slba = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
-        if slba.checked_add(nlb).map_or(true, |end| end > ns.nlb) {
+        if slba.checked_add(nlb).is_none_or(|end| end > ns.nlb) {
             return Err(Status::LBA_OUT_OF_RANGE.with_dnr());
         }
         if nlb > 0 {

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod auth;
 pub mod backend;
+pub mod command;
 pub mod config;
 pub mod core;
 pub mod discovery;

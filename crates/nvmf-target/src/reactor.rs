@@ -4,6 +4,7 @@
 //! reactor the placement policy picks (subsystem and host NQN are known only after Connect).
 
 use crate::backend::{IoCompletion, IoEngine};
+use crate::command::BackendRequest;
 use crate::config::{ReactorMode, TargetConfig};
 use crate::core::{Port, Target};
 use crate::stats::ReactorStats;
@@ -161,14 +162,14 @@ struct Entry {
 /// receive buffer fills first (a burst of H2CData larger than it), the PDUs already in are
 /// processed to make room. Only if that frees nothing (output backpressure, or a connection
 /// that is not attached yet) does reading stop; the reactor reads again once output drains.
-fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> Option<usize> {
+fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant) -> Option<usize> {
     let mut total = 0;
     loop {
-        if conn.output_len() >= 8 << 20 {
+        if !conn.wants().read {
             return Some(total); // backpressure: resume once output drains
         }
         if conn.recv_space().is_empty() {
-            conn.process(now, engine);
+            conn.process(now);
             if conn.recv_space().is_empty() {
                 return Some(total);
             }
@@ -187,6 +188,19 @@ fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant, engine:
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Some(total),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return None,
+        }
+    }
+}
+
+/// Submits the backend requests the connection queued (the state machine makes none itself).
+pub fn submit(conn: &mut Connection, engine: &mut IoEngine) {
+    for r in conn.backend_requests() {
+        match r {
+            // SAFETY: the command layer keeps each request's buffer valid and unmoved until its
+            // completion is handed back, and the reactor keeps a closed connection until
+            // in_flight() is 0.
+            BackendRequest::Submit(backend, req) => unsafe { engine.submit(backend, req) },
+            BackendRequest::Done(tag) => engine.complete_now(tag, Ok(())),
         }
     }
 }
@@ -307,7 +321,7 @@ impl Reactor {
                 if e.gone {
                     continue;
                 }
-                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && read_all(&mut e.stream, &mut e.conn, now, &mut engine).is_none() {
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && read_all(&mut e.stream, &mut e.conn, now).is_none() {
                     e.conn.close();
                 }
                 touched.push(idx);
@@ -318,7 +332,7 @@ impl Reactor {
                     if e.gone {
                         continue;
                     }
-                    match read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
+                    match read_all(&mut e.stream, &mut e.conn, now) {
                         None => e.conn.close(),
                         Some(0) => continue,
                         Some(_) => worked = true,
@@ -330,8 +344,9 @@ impl Reactor {
             for &idx in &touched {
                 if let Some(Some(e)) = conns.get_mut(idx) {
                     if !e.gone {
-                        e.conn.process(now, &mut engine);
+                        e.conn.process(now);
                     }
+                    submit(&mut e.conn, &mut engine);
                 }
             }
             engine.flush();
@@ -339,7 +354,7 @@ impl Reactor {
             for c in done.drain(..) {
                 let idx = (c.tag >> 32) as usize;
                 if let Some(Some(e)) = conns.get_mut(idx) {
-                    e.conn.complete_io(c, &mut engine);
+                    e.conn.complete_io(c);
                     touched.push(idx);
                 }
                 worked = true;
@@ -353,33 +368,33 @@ impl Reactor {
                 let Some(e) = slot else { continue };
                 if tick && !e.gone {
                     e.conn.tick(now);
-                    if e.conn.waits_for_memory() {
+                    if e.conn.wants().hold {
                         // Memory may have been freed by another connection: read what waited in
                         // the socket while the input buffer was full (read_all processes first
                         // when it is), then try again.
-                        match read_all(&mut e.stream, &mut e.conn, now, &mut engine) {
+                        match read_all(&mut e.stream, &mut e.conn, now) {
                             None => e.conn.close(),
-                            Some(_) => e.conn.process(now, &mut engine),
+                            Some(_) => e.conn.process(now),
                         }
                     }
                 }
-                if !e.gone && e.conn.output_len() > 0 {
-                    let was_blocked = e.conn.output_len() >= 8 << 20;
-                    let holding = e.conn.waits_for_memory();
+                let wants = e.conn.wants();
+                if !e.gone && wants.write {
                     if !write_all(&mut e.stream, &mut e.conn) {
                         e.conn.close();
                     } else {
-                        let drained = was_blocked && e.conn.output_len() < 8 << 20;
+                        let drained = !wants.read && e.conn.wants().read;
                         // Output drained below the mark: read what we held back.
-                        if drained && read_all(&mut e.stream, &mut e.conn, now, &mut engine).is_none() {
+                        if drained && read_all(&mut e.stream, &mut e.conn, now).is_none() {
                             e.conn.close();
                         }
                         // That input, and commands waiting for the buffers written data freed.
-                        if drained || holding {
-                            e.conn.process(now, &mut engine);
+                        if drained || wants.hold {
+                            e.conn.process(now);
                         }
                     }
                 }
+                submit(&mut e.conn, &mut engine);
                 if !e.gone && e.conn.should_close() {
                     e.conn.close();
                     let _ = self.poll.registry().deregister(&mut e.stream);
@@ -411,7 +426,8 @@ impl Reactor {
             engine.reap(&mut done);
             for c in done.drain(..) {
                 if let Some(Some(e)) = conns.get_mut((c.tag >> 32) as usize) {
-                    e.conn.complete_io(c, &mut engine);
+                    e.conn.complete_io(c);
+                    submit(&mut e.conn, &mut engine);
                 }
             }
         }
@@ -437,7 +453,7 @@ struct Refusals {
 impl Refusals {
     fn note(&mut self, peer: std::net::SocketAddr, max: u32, now: Instant) {
         self.count += 1;
-        if self.logged.map_or(true, |t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
+        if self.logged.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
             tracing::warn!(%peer, max, refused = self.count, "connection limit reached; closing new connections");
             self.logged = Some(now);
             self.count = 0;
@@ -463,8 +479,6 @@ impl Acceptor {
                 tracing::error!("cannot register listener: {e}");
             }
         }
-        // Connect handling needs no backend I/O; the engine exists for the API.
-        let mut engine = IoEngine::new(4);
         let mut pending: Vec<Option<Pending>> = Vec::new();
         let mut refusals = Refusals { count: 0, logged: None };
         let mut events = Events::with_capacity(256);
@@ -485,9 +499,9 @@ impl Acceptor {
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t < n {
-                    self.accept_all(t, &poll, &mut pending, now, &mut engine, &mut refusals, &mut touched);
+                    self.accept_all(t, &poll, &mut pending, now, &mut refusals, &mut touched);
                 } else if let Some(Some(p)) = pending.get_mut(t - n) {
-                    if read_all(&mut p.stream, &mut p.conn, now, &mut engine).is_none() {
+                    if read_all(&mut p.stream, &mut p.conn, now).is_none() {
                         p.conn.close();
                     }
                     touched.push(t - n);
@@ -503,7 +517,7 @@ impl Acceptor {
             touched.dedup();
             for &i in &touched {
                 let Some(Some(p)) = pending.get_mut(i) else { continue };
-                p.conn.process(now, &mut engine);
+                p.conn.process(now);
                 if tick {
                     p.conn.tick(now);
                 }
@@ -533,14 +547,12 @@ impl Acceptor {
 
     /// Accepts every waiting connection of listener `i` (over the cap: closes it); each new
     /// one is read once and its slot added to `touched`.
-    #[allow(clippy::too_many_arguments)] // the acceptor loop's state, passed by piece
     fn accept_all(
         &mut self,
         i: usize,
         poll: &Poll,
         pending: &mut Vec<Option<Pending>>,
         now: Instant,
-        engine: &mut IoEngine,
         refusals: &mut Refusals,
         touched: &mut Vec<usize>,
     ) {
@@ -574,7 +586,7 @@ impl Acceptor {
             }
             let mut conn = Connection::new(self.target.clone(), Some(self.listeners[i].1.clone()), now);
             // Bytes may already be waiting (edge-triggered: no event would announce them).
-            if read_all(&mut stream, &mut conn, now, engine).is_none() {
+            if read_all(&mut stream, &mut conn, now).is_none() {
                 conn.close();
             }
             pending[slot] = Some(Pending { stream, conn, permit });

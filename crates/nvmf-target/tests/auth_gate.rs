@@ -11,7 +11,6 @@ use nvmf_proto::fabrics::{
 use nvmf_proto::nvme::{admin_opcode, cns, SglDescriptor};
 use nvmf_proto::pdu::{encode_pdu, CapsuleCmd, H2CData, IcReq};
 use nvmf_proto::{Cqe, Digests, Framer, PduHeader, Role, Sqe, Status};
-use nvmf_target::backend::IoEngine;
 use nvmf_target::config::{BackendConfig, HostAuthConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
 use nvmf_target::core::Target;
 use nvmf_target::transport::tcp::Connection;
@@ -50,7 +49,6 @@ fn target() -> Arc<Target> {
 
 struct Host {
     conn: Connection,
-    engine: IoEngine,
     framer: Framer,
     now: Instant,
     rx: Vec<u8>,
@@ -61,14 +59,14 @@ impl Host {
     fn new(target: Arc<Target>) -> Host {
         let now = Instant::now();
         let conn = Connection::new(target, None, now);
-        Host { conn, engine: IoEngine::new(8), framer: Framer::new(Role::Host, 1 << 20), now, rx: Vec::new(), cid: 0 }
+        Host { conn, framer: Framer::new(Role::Host, 1 << 20), now, rx: Vec::new(), cid: 0 }
     }
 
     fn send_pdu(&mut self, hdr: PduHeader, data: &[u8]) {
         let mut b = Vec::new();
         encode_pdu(&mut b, &hdr, data, Digests::default());
         self.conn.feed(&b);
-        self.conn.process(self.now, &mut self.engine);
+        self.conn.process(self.now);
         self.rx.extend_from_slice(&self.conn.take_output());
     }
 

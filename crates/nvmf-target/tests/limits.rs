@@ -150,7 +150,7 @@ fn output_a_host_leaves_unread_counts_against_the_process_buffer_cap() {
     // The greedy host keeps its 32 commands outstanding as the target frees their slots, and
     // takes none of the answers.
     let mut sent = 0u32;
-    while sent < COMMANDS && !greedy.conn.waits_for_memory() {
+    while sent < COMMANDS && !greedy.conn.wants().hold {
         let mut burst = Vec::new();
         for _ in 0..32 {
             sent += 1;
@@ -164,7 +164,7 @@ fn output_a_host_leaves_unread_counts_against_the_process_buffer_cap() {
     let queued = greedy.conn.output_len();
     assert!(t.buffers.full(), "its output filled the cap: {} of {CAP} bytes, {queued} queued", t.buffers.used());
     assert!(queued < 3 * CAP, "it stopped at the cap, not at the 8 MiB mark: {queued} bytes queued");
-    assert!(greedy.conn.waits_for_memory(), "the rest of its commands wait");
+    assert!(greedy.conn.wants().hold, "the rest of its commands wait");
     read(&mut other); // a connection with little output queued goes on
 
     // Once the host reads, the commands held back run, every one answered once.

@@ -7,8 +7,8 @@
 //! and all connections together share the process-wide [`MemoryBudget`].
 
 use crate::backend::{AlignedBuf, AllocError, MemoryBudget};
-use crate::io::IoPlan;
-use nvmf_proto::{Sqe, Status};
+use crate::command::Work;
+use nvmf_proto::Status;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -29,17 +29,6 @@ pub enum SlotState {
     Executing,
     /// Done; its read data waits in the connection's output to be written from this buffer.
     Sending,
-}
-
-/// What a slot's command does once its data is in.
-#[derive(Debug, Clone, Copy)]
-pub enum Work {
-    Io(IoPlan),
-    /// Fabrics Connect whose data comes through R2T (the specification allows it; Linux and SPDK
-    /// hosts always send it in the capsule).
-    Connect(Sqe),
-    /// AUTH_Send whose message comes through R2T (a host does so when it exceeds IOCCSZ).
-    AuthSend(Sqe),
 }
 
 pub struct Slot {

@@ -2,34 +2,29 @@
 //! backend requests out, completions in, time in. No sockets or threads here, so tests and
 //! fuzzers drive the real protocol logic directly.
 //!
-//! Flow: ICReq → ICResp; CapsuleCmd → command handling; writes (and Connect) get their data in
+//! Only NVMe/TCP lives here: framing, ICReq, R2T/H2CData, C2HData, digests, TermReq, and the
+//! buffers that hold command data. What a command means is the command layer's
+//! ([`crate::command`]): each capsule goes there and comes back as an [`Action`] to carry out.
+//!
+//! Flow: ICReq → ICResp; CapsuleCmd → command layer; writes (and Connect) get their data in
 //! the capsule or through R2T/H2CData; reads answer with C2HData then CapsuleResp. Commands
 //! whose buffer does not fit the connection's budget wait in a FIFO (see `slots`). Fatal
 //! protocol errors queue a C2HTermReq and the connection closes once it is written.
 
-use crate::admin::{self, AdminContext};
-use super::slots::{SlotState, Slots, Work, BUFFER_BUDGET};
+use super::slots::{SlotState, Slots, BUFFER_BUDGET};
 use super::stall::StallWatch;
-use crate::backend::{IoCompletion, IoEngine, IoOp, IoRequest};
-use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
-use crate::fabrics::{self, ConnectResult};
-use crate::io::{self, IoPlan};
-use crate::stats::{NsStats, QueueStats, ReactorStats};
-use nvmf_proto::fabrics::{fctype, ConnectCmd, CATTR_DISABLE_SQFLOW, CONNECT_DATA_LEN};
-use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK};
+use crate::backend::{IoCompletion, IoEngine};
+use crate::command::{Action, BackendRequest, Commands, Work};
+use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
+use crate::stats::ReactorStats;
+use nvmf_proto::nvme::SGL_TRANSPORT_DATA_BLOCK;
 use nvmf_proto::pdu::{
     encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
     TERM_REQ_MAX_HEADER,
 };
 use nvmf_proto::{digest, Cqe, Digests, FatalError, Framer, PduHeader, Role, Sqe, Status};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-mod auth;
-
-/// A connection that has not finished ICReq + Connect by then is dropped.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+use std::time::Instant;
 /// Stop reading PDUs while this much output waits for the socket (backpressure).
 const OUT_HIGH_WATER: usize = 8 << 20;
 /// Read buffer growth step.
@@ -66,22 +61,22 @@ enum Phase {
     Closed,
 }
 
-struct Queue {
-    ctrl: Arc<Controller>,
-    qid: u16,
-    sqsize: u16,
-    sqhd: u16,
-    /// The host disabled SQ flow control (Connect CATTR bit 2): it ignores SQHD, so a successful
-    /// read can end with C2HData SUCCESS instead of a CapsuleResp, as Linux nvmet does.
-    sqflow_disabled: bool,
-    stats: Arc<QueueStats>,
-    /// DH-HMAC-CHAP state when the host must authenticate this queue.
-    auth: Option<crate::auth::QueueAuth>,
+/// What the connection needs from its reactor now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wants {
+    /// Read the socket: the output queued is under the high-water mark. When false, input waits
+    /// in the kernel (TCP backpressure on the host) until the output drains.
+    pub read: bool,
+    /// Output is queued for the socket.
+    pub write: bool,
+    /// Commands or input wait for buffer memory: process again on the next tick, even without
+    /// new input, since another connection may have freed it.
+    pub hold: bool,
 }
 
 pub struct Connection {
     target: Arc<Target>,
-    port: Option<Port>,
+    cmd: Commands,
     framer: Framer,
     digests: Digests,
     phase: Phase,
@@ -106,17 +101,10 @@ pub struct Connection {
     send_pos: usize,
     /// Bytes of all of `sends` (written ones included).
     send_bytes: usize,
-    queue: Option<Queue>,
     attached: bool,
     token: u32,
     slots: Slots,
-    aers: Vec<u16>,
     maxr2t: u32,
-    ns_stats: Vec<Arc<NsStats>>,
-    ranges: Vec<(u64, u64)>,
-    in_flight: usize,
-    created: Instant,
-    released: bool,
     stall: StallWatch,
 }
 
@@ -141,8 +129,8 @@ impl Connection {
         let slots = Slots::new(BUFFER_BUDGET, target.buffers.clone(), target.buffer_align);
         let stall = StallWatch::new(target.settings.stall_timeout_ms, now);
         Connection {
+            cmd: Commands::new(target.clone(), port, SGL_TRANSPORT_DATA_BLOCK, now),
             target,
-            port,
             framer,
             digests: Digests::default(),
             phase: Phase::AwaitIcReq,
@@ -157,17 +145,10 @@ impl Connection {
             sends: std::collections::VecDeque::new(),
             send_pos: 0,
             send_bytes: 0,
-            queue: None,
             attached: false,
             token: 0,
             slots,
-            aers: Vec::new(),
             maxr2t: 1,
-            ns_stats: Vec::new(),
-            ranges: Vec::new(),
-            in_flight: 0,
-            created: now,
-            released: false,
             stall,
         }
     }
@@ -260,7 +241,7 @@ impl Connection {
                 self.send_pos = 0;
                 self.send_bytes -= d.end - d.start;
                 // A slot's sends are queued back to back: it is written once the next is another's.
-                if self.sends.front().map_or(true, |next| next.slot != d.slot) {
+                if self.sends.front().is_none_or(|next| next.slot != d.slot) {
                     self.slots.free(d.slot);
                 }
             }
@@ -281,7 +262,7 @@ impl Connection {
             let out = self.take_output();
             let wrote = !out.is_empty();
             all.extend_from_slice(&out);
-            if !(wrote && self.waits_for_memory()) {
+            if !(wrote && self.wants().hold) {
                 return all;
             }
         }
@@ -306,7 +287,7 @@ impl Connection {
     /// Backend requests submitted and not yet completed: the connection (and its buffers) must
     /// live until this is 0, even after its socket closed.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.cmd.in_flight()
     }
 
     /// Bytes the output buffer has allocated: it grows with a burst of responses and goes back
@@ -323,30 +304,13 @@ impl Connection {
     /// The peer went away or the reactor closes us: release the queue and controller.
     pub fn close(&mut self) {
         self.phase = Phase::Closed;
-        self.release();
-    }
-
-    fn release(&mut self) {
-        if self.released {
-            return;
-        }
-        self.released = true;
-        if let Some(q) = &self.queue {
-            q.stats.connected.store(false, Relaxed);
-            if q.qid == 0 {
-                self.target.remove_controller(q.ctrl.cntlid);
-                tracing::info!(cntlid = q.ctrl.cntlid, hostnqn = %q.ctrl.hostnqn, "controller removed");
-            } else {
-                q.ctrl.remove_io_queue(q.qid);
-            }
-        }
+        self.cmd.release();
     }
 
     /// Once Connect succeeded and before [`attach`](Self::attach): (subsystem NQN or the
     /// discovery NQN, host NQN) for the placement policy.
     pub fn placement(&self) -> Option<(&str, &str)> {
-        let q = self.queue.as_ref()?;
-        Some((&q.stats.subnqn, &q.stats.hostnqn))
+        self.cmd.placement()
     }
 
     pub fn is_attached(&self) -> bool {
@@ -357,19 +321,13 @@ impl Connection {
     pub fn attach(&mut self, token: u32, reactor: &ReactorStats) {
         self.attached = true;
         self.token = token;
-        if let Some(q) = &self.queue {
-            reactor.add_queue(q.stats.clone());
-            if let Some(s) = &q.ctrl.subsys {
-                self.ns_stats = s.namespaces.iter().map(|n| reactor.namespace(&s.nqn, n.nsid)).collect();
-            }
-        }
+        self.cmd.attach(reactor);
     }
 
-    /// Commands wait for buffer memory, or input waits for the process to be under its buffer
-    /// cap: processing (and reading) must be retried even without new input, since the memory
-    /// may be freed by another connection.
-    pub fn waits_for_memory(&self) -> bool {
-        self.slots.is_holding() || self.input_held
+    /// What the reactor should do for this connection now.
+    pub fn wants(&self) -> Wants {
+        let out = self.output_len();
+        Wants { read: out < OUT_HIGH_WATER, write: out > 0, hold: self.slots.is_holding() || self.input_held }
     }
 
     /// New PDUs may be read and handled: the output queued is under the high-water mark and,
@@ -398,7 +356,7 @@ impl Connection {
     /// A partial PDU that waits because we stopped reading (output backpressure, not yet handed
     /// to a reactor) is ours to finish, not the host's.
     fn waiting_on_host(&self) -> bool {
-        let reading = self.reads_input() && (self.attached || self.queue.is_none());
+        let reading = self.reads_input() && (self.attached || self.cmd.queue().is_none());
         (reading && self.in_pos < self.in_len) || self.slots.awaits_data() || self.output_len() > 0
     }
 
@@ -423,32 +381,8 @@ impl Connection {
             self.close();
             return;
         }
-        if self.phase == Phase::Closing {
-            return;
-        }
-        match &self.queue {
-            None if now.saturating_duration_since(self.created) > CONNECT_TIMEOUT => {
-                tracing::info!("closing connection that did not connect within {CONNECT_TIMEOUT:?}");
-                self.close();
-            }
-            None => {}
-            Some(q) => {
-                if q.auth.as_ref().is_some_and(|a| a.expired(now)) {
-                    tracing::info!(cntlid = q.ctrl.cntlid, qid = q.qid, "closing queue that did not authenticate in time");
-                    self.close();
-                } else if q.ctrl.dead.load(Relaxed) {
-                    self.close();
-                } else if q.ctrl.keep_alive_expired(self.target.now_ns(now)) {
-                    tracing::warn!(
-                        cntlid = q.ctrl.cntlid,
-                        hostnqn = %q.ctrl.hostnqn,
-                        kato_ms = q.ctrl.kato_ms.load(Relaxed),
-                        "keep-alive timeout: tearing down controller"
-                    );
-                    self.target.remove_controller(q.ctrl.cntlid);
-                    self.close();
-                }
-            }
+        if self.phase != Phase::Closing && self.cmd.expired(now) {
+            self.close();
         }
     }
 
@@ -456,11 +390,11 @@ impl Connection {
 
     /// Handles every whole PDU received so far. Before [`attach`](Self::attach), stops after a
     /// successful Connect so the connection can move to its reactor.
-    pub fn process(&mut self, now: Instant, engine: &mut IoEngine) {
+    pub fn process(&mut self, now: Instant) {
         let inbuf = std::mem::take(&mut self.inbuf);
         while matches!(self.phase, Phase::AwaitIcReq | Phase::Ready)
             && self.reads_input()
-            && (self.attached || self.queue.is_none())
+            && (self.attached || self.cmd.queue().is_none())
         {
             let buf = &inbuf[self.in_pos..self.in_len];
             match self.framer.next(buf) {
@@ -471,7 +405,7 @@ impl Connection {
                 }
                 Ok(Some(frame)) => {
                     let data = &buf[frame.data.clone()];
-                    self.handle_pdu(frame.header, data, frame.data_digest_ok, buf, now, engine);
+                    self.handle_pdu(frame.header, data, frame.data_digest_ok, buf, now);
                     self.in_pos += frame.len;
                     self.stall.progressed();
                     self.charge_output();
@@ -479,7 +413,7 @@ impl Connection {
             }
         }
         self.inbuf = inbuf;
-        self.admit_held(engine);
+        self.admit_held();
         self.charge_output();
         self.input_held = self.in_pos < self.in_len && !self.reads_input();
     }
@@ -494,7 +428,7 @@ impl Connection {
         let hdr = PduHeader::C2HTermReq(TermReq { fes, fei, header });
         encode_pdu(&mut self.out, &hdr, &[], self.digests);
         self.phase = Phase::Closing;
-        self.release();
+        self.cmd.release();
     }
 
     fn handle_pdu(
@@ -504,7 +438,6 @@ impl Connection {
         data_ok: bool,
         raw: &[u8],
         now: Instant,
-        engine: &mut IoEngine,
     ) {
         let hlen = raw.len().min(TERM_REQ_MAX_HEADER).min(header.pdu_type().hlen() as usize);
         match (self.phase, header) {
@@ -513,24 +446,15 @@ impl Connection {
                 tracing::info!(fes = t.fes, fei = t.fei, "host sent H2CTermReq; closing");
                 self.close();
             }
-            (Phase::Ready, PduHeader::CapsuleCmd(c)) if data.len() > self.in_capsule_limit(&c.sqe) as usize => {
+            (Phase::Ready, PduHeader::CapsuleCmd(c)) if data.len() > self.cmd.in_capsule_limit(&c.sqe) as usize => {
                 // A PDU larger than negotiated (IOCCSZ): fatal, FES Data Transfer Limit Exceeded.
                 // (Linux nvmet answers SGL Invalid Offset; it never accepts the bytes either.)
                 tracing::warn!(len = data.len(), "in-capsule data beyond IOCCSZ; sending C2HTermReq");
                 self.term_req(fes::DATA_LIMIT_EXCEEDED, 0, raw[..hlen].to_vec());
             }
-            (Phase::Ready, PduHeader::CapsuleCmd(c)) => self.capsule(c.sqe, data, data_ok, now, engine),
-            (Phase::Ready, PduHeader::H2CData(h)) => self.h2c_data(h, data, data_ok, &raw[..hlen], now, engine),
+            (Phase::Ready, PduHeader::CapsuleCmd(c)) => self.capsule(c.sqe, data, data_ok, now),
+            (Phase::Ready, PduHeader::H2CData(h)) => self.h2c_data(h, data, data_ok, &raw[..hlen], now),
             _ => self.term_req(fes::PDU_SEQ_ERR, 0, raw[..hlen].to_vec()),
-        }
-    }
-
-    /// In-capsule data a command may carry: IOCCSZ's share on I/O queues; 8 KiB on the admin
-    /// queue and for Fabrics commands (Connect's data), as SPDK allows.
-    fn in_capsule_limit(&self, sqe: &Sqe) -> u32 {
-        match &self.queue {
-            Some(q) if q.qid > 0 && sqe.opcode() != admin_opcode::FABRICS => self.target.settings.in_capsule_data_size,
-            _ => ADMIN_IN_CAPSULE,
         }
     }
 
@@ -557,7 +481,7 @@ impl Connection {
     }
 
     fn respond(&mut self, cid: u16, status: Status, result: u64) {
-        let (sqid, sqhd) = self.queue.as_ref().map_or((0, 0), |q| (q.qid, q.sqhd));
+        let (sqid, sqhd) = self.cmd.sq_ids();
         let cqe = Cqe { result, sqhd, sqid, cid, status };
         encode_pdu(&mut self.out, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
     }
@@ -619,211 +543,60 @@ impl Connection {
         }
     }
 
-    fn capsule(&mut self, sqe: Sqe, data: &[u8], data_ok: bool, now: Instant, engine: &mut IoEngine) {
+    fn capsule(&mut self, sqe: Sqe, data: &[u8], data_ok: bool, now: Instant) {
         let cid = sqe.cid();
-        if let Some(q) = &mut self.queue {
-            q.ctrl.touch(self.target.now_ns(now));
-            q.sqhd = if q.sqhd >= q.sqsize { 0 } else { q.sqhd + 1 };
-            q.stats.commands.add(1);
-        }
-        if !data_ok {
-            return self.respond(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0);
-        }
-        if sqe.opcode() == admin_opcode::FABRICS {
-            return self.fabrics(sqe, data, now);
-        }
-        let Some(q) = &self.queue else { return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0) };
-        if !auth::allows(q) {
-            return self.respond(cid, Status::AUTH_REQUIRED.with_dnr(), 0);
-        }
-        if !q.ctrl.ready() {
-            return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0);
-        }
-        if q.qid == 0 {
-            q.stats.admin.add(1);
-            self.admin(sqe);
-        } else {
-            self.io(sqe, data, engine);
+        let connected = self.cmd.queue().is_some();
+        let action = self.cmd.command(&sqe, data, data_ok, now);
+        self.act(cid, action);
+        if !connected {
+            self.log_connected();
         }
     }
 
-    fn fabrics(&mut self, sqe: Sqe, data: &[u8], now: Instant) {
-        let cid = sqe.cid();
-        if let Some(q) = &self.queue {
-            q.stats.fabrics.add(1);
-        }
-        let (status, result) = match (sqe.fctype(), &self.queue) {
-            (fctype::CONNECT, None) if sqe.sgl().sgl_type == SGL_TRANSPORT_DATA_BLOCK => {
-                return self.connect_via_r2t(sqe);
-            }
-            (fctype::CONNECT, None) => match self.in_capsule(&sqe, data, ADMIN_IN_CAPSULE) {
-                Err(status) => (status, 0),
-                Ok(d) => self.connect(&sqe, d, now),
-            },
-            (fctype::CONNECT, Some(_)) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
-            (_, None) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
-            (fctype::AUTH_SEND, Some(_)) if sqe.sgl().sgl_type == SGL_TRANSPORT_DATA_BLOCK => {
-                return self.auth_send_via_r2t(sqe)
-            }
-            (fctype::AUTH_SEND | fctype::AUTH_RECV, Some(_)) => return self.auth_command(sqe, data),
-            (fctype::PROPERTY_GET | fctype::PROPERTY_SET, Some(q)) if !auth::allows(q) => {
-                (Status::AUTH_REQUIRED.with_dnr(), 0)
-            }
-            (fctype::PROPERTY_GET, Some(q)) if q.qid == 0 => match fabrics::property_get(&q.ctrl, &sqe) {
-                Outcome::Done { status, result } => (status, result),
-                _ => (Status::INTERNAL_ERROR, 0),
-            },
-            (fctype::PROPERTY_SET, Some(q)) if q.qid == 0 => match fabrics::property_set(&q.ctrl, &sqe) {
-                Outcome::Done { status, result } => (status, result),
-                _ => (Status::INTERNAL_ERROR, 0),
-            },
-            (fctype::DISCONNECT, Some(_)) => {
-                self.respond(cid, Status::SUCCESS, 0);
-                self.phase = Phase::Closing;
-                self.release();
-                return;
-            }
-            _ => (Status::INVALID_OPCODE.with_dnr(), 0),
-        };
-        self.respond(cid, status, result);
-    }
-
-    /// Runs a Connect whose data is in; on success this connection becomes that queue.
-    fn connect(&mut self, sqe: &Sqe, data: &[u8], now: Instant) -> (Status, u64) {
-        match fabrics::connect(&self.target, self.port.as_ref(), sqe, data, now) {
-            ConnectResult::Rejected { status, result } => (status, result),
-            ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
-                let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
-                let (hdgst, ddgst) = (self.digests.header, self.digests.data);
-                tracing::info!(cntlid = ctrl.cntlid, qid, sqsize, hdgst, ddgst, %subnqn, %hostnqn, "queue connected");
-                let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
-                stats.commands.add(1);
-                stats.fabrics.add(1);
-                let auth = self.queue_auth(&ctrl, &hostnqn, now);
-                let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 } | auth::authreq(&auth);
-                let sqflow_disabled = ConnectCmd::from_sqe(sqe).cattr & CATTR_DISABLE_SQFLOW != 0;
-                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, sqflow_disabled, stats, auth });
-                (Status::SUCCESS, result)
-            }
-        }
-    }
-
-    /// Connect with SGL transport data block: fetch its data with R2T (allowed by the
-    /// specification, though Linux and SPDK hosts send it in the capsule), then
-    /// [`connect`](Self::connect).
-    fn connect_via_r2t(&mut self, sqe: Sqe) {
-        let (cid, len) = (sqe.cid(), sqe.sgl().length);
-        if !(CONNECT_DATA_LEN as u32..=ADMIN_IN_CAPSULE).contains(&len) {
-            return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
-        }
-        // Before Connect there is one slot: a second Connect while the first awaits its data.
-        let Some(idx) = self.slots.alloc(1, cid, Work::Connect(sqe), len) else {
-            return self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0);
-        };
-        if self.slots.reserve(idx, true).is_err() {
-            self.slots.free(idx);
-            return self.respond(cid, NO_MEMORY, 0);
-        }
-        self.slots[idx].state = SlotState::AwaitData;
-        self.send_r2ts(idx);
-    }
-
-    /// The in-capsule data an SGL data block descriptor points at.
-    fn in_capsule<'d>(&self, sqe: &Sqe, data: &'d [u8], limit: u32) -> Result<&'d [u8], Status> {
-        let sgl = sqe.sgl();
-        if sgl.sgl_type != SGL_DATA_BLOCK_OFFSET {
-            return Err(Status::SGL_INVALID_TYPE.with_dnr());
-        }
-        if sgl.length > limit {
-            return Err(Status::SGL_INVALID_DATA_LEN.with_dnr());
-        }
-        let end = sgl.addr.checked_add(sgl.length as u64).filter(|e| *e <= data.len() as u64);
-        match end {
-            Some(end) => Ok(&data[sgl.addr as usize..end as usize]),
-            None if sgl.addr >= data.len() as u64 && sgl.addr > 0 => Err(Status::SGL_INVALID_OFFSET.with_dnr()),
-            None => Err(Status::SGL_INVALID_DATA_LEN.with_dnr()),
-        }
-    }
-
-    fn admin(&mut self, sqe: Sqe) {
-        let cid = sqe.cid();
-        let Some(q) = &self.queue else { return };
-        let cx = AdminContext { target: &self.target, ctrl: &q.ctrl, held_aers: self.aers.len() };
-        match admin::execute(&cx, &sqe) {
-            Outcome::Done { status, result } => self.respond(cid, status, result),
-            Outcome::Hold => self.aers.push(cid),
-            Outcome::Data(data) => {
-                let sgl = sqe.sgl();
-                if sgl.sgl_type != SGL_TRANSPORT_DATA_BLOCK {
-                    return self.respond(cid, Status::SGL_INVALID_TYPE.with_dnr(), 0);
-                }
-                let n = data.len().min(sgl.length as usize);
-                if n > 0 {
-                    Self::send_copied(&mut self.out, self.digests, cid, &data[..n], false, false);
-                }
+    /// Carries out what the command layer asked for command `cid`.
+    fn act(&mut self, cid: u16, action: Action) {
+        match action {
+            Action::Respond(status, result) => self.respond(cid, status, result),
+            Action::Send(data) => {
+                Self::send_copied(&mut self.out, self.digests, cid, &data, false, false);
                 self.respond(cid, Status::SUCCESS, 0);
             }
+            Action::Hold => {}
+            Action::Buffer { work, len, in_capsule } => self.buffer(cid, work, len, in_capsule),
+        }
+        if self.cmd.take_ending() {
+            self.phase = Phase::Closing;
         }
     }
 
-    fn io(&mut self, sqe: Sqe, data: &[u8], engine: &mut IoEngine) {
-        let cid = sqe.cid();
-        let Some(q) = &self.queue else { return };
-        let Some(subsys) = q.ctrl.subsys.clone() else {
-            return self.respond(cid, Status::INVALID_OPCODE.with_dnr(), 0);
-        };
-        let stats = &q.stats;
-        match sqe.opcode() {
-            io_opcode::READ => stats.read.add(1),
-            io_opcode::WRITE => stats.write.add(1),
-            io_opcode::FLUSH => stats.flush.add(1),
-            io_opcode::WRITE_ZEROES => stats.write_zeroes.add(1),
-            io_opcode::DATASET_MANAGEMENT => stats.dsm.add(1),
-            _ => {}
+    fn log_connected(&self) {
+        if let Some(q) = self.cmd.queue() {
+            let (cntlid, qid, sqsize, hdgst, ddgst) = (q.ctrl.cntlid, q.qid, q.sqsize, self.digests.header, self.digests.data);
+            let (subnqn, hostnqn) = (&q.stats.subnqn, &q.stats.hostnqn);
+            tracing::info!(cntlid, qid, sqsize, hdgst, ddgst, %subnqn, %hostnqn, "queue connected");
         }
-        let plan = match io::plan(&subsys, &sqe) {
-            Ok(p) => p,
-            Err(status) => return self.respond(cid, status, 0),
+    }
+
+    /// A command that needs a buffer: from the capsule's data, through R2T, or for the backend
+    /// to fill (reads). I/O commands wait for buffer memory when the budget is short; Connect
+    /// and AUTH_Send take it over the budget (they are small and rare).
+    fn buffer(&mut self, cid: u16, work: Work, buf_len: u32, in_capsule: Option<&[u8]>) {
+        let Some(idx) = self.slots.alloc(self.cmd.slot_limit(), cid, work, buf_len) else {
+            return match work {
+                // More commands outstanding than the queue has entries: the host broke SQSIZE.
+                Work::Io(_) => self.term_req(fes::PDU_SEQ_ERR, 0, Vec::new()),
+                // Before Connect there is one slot: a second Connect while the first awaits data.
+                _ => self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            };
         };
-        if let IoPlan::Read { ns, .. } | IoPlan::Write { ns, .. } | IoPlan::WriteZeroes { ns, .. } | IoPlan::Dsm { ns, .. } = plan {
-            if let Some(n) = self.ns_stats.get(ns) {
-                n.commands.add(1);
-                match plan {
-                    IoPlan::Read { .. } => n.reads.add(1),
-                    IoPlan::Write { .. } => n.writes.add(1),
-                    _ => n.other.add(1),
-                }
+        if !matches!(work, Work::Io(_)) {
+            if self.slots.reserve(idx, true).is_err() {
+                self.slots.free(idx);
+                return self.respond(cid, NO_MEMORY, 0);
             }
+            self.slots[idx].state = SlotState::AwaitData;
+            return self.send_r2ts(idx);
         }
-        let sgl = sqe.sgl();
-        let host_len = plan.host_data_len();
-        let (buf_len, in_capsule) = match plan {
-            IoPlan::Read { len, .. } => {
-                if sgl.sgl_type != SGL_TRANSPORT_DATA_BLOCK {
-                    return self.respond(cid, Status::SGL_INVALID_TYPE.with_dnr(), 0);
-                }
-                if sgl.length != len {
-                    return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
-                }
-                (len, None)
-            }
-            _ if host_len > 0 => match sgl.sgl_type {
-                SGL_DATA_BLOCK_OFFSET => match self.in_capsule(&sqe, data, self.target.settings.in_capsule_data_size) {
-                    Ok(d) if d.len() == host_len as usize => (host_len, Some(d)),
-                    Ok(_) => return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
-                    Err(status) => return self.respond(cid, status, 0),
-                },
-                SGL_TRANSPORT_DATA_BLOCK if sgl.length == host_len => (host_len, None),
-                SGL_TRANSPORT_DATA_BLOCK => return self.respond(cid, Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
-                _ => return self.respond(cid, Status::SGL_INVALID_TYPE.with_dnr(), 0),
-            },
-            _ => (0, None),
-        };
-        let limit = self.queue.as_ref().map_or(1, |q| q.sqsize as usize + 1);
-        let Some(idx) = self.slots.alloc(limit, cid, Work::Io(plan), buf_len) else {
-            // More commands outstanding than the queue has entries: the host broke SQSIZE.
-            return self.term_req(fes::PDU_SEQ_ERR, 0, Vec::new());
-        };
         match in_capsule {
             Some(d) => {
                 // The data already arrived, so waiting for the budget would save nothing.
@@ -834,13 +607,13 @@ impl Connection {
                 let slot = &mut self.slots[idx];
                 slot.buf.as_mut_slice().copy_from_slice(d);
                 slot.received = buf_len;
-                self.execute(idx, engine);
+                self.execute(idx);
             }
-            None if buf_len == 0 => self.execute(idx, engine),
+            None if buf_len == 0 => self.execute(idx),
             // Behind commands already waiting for memory, so that none starves.
             None if self.slots.is_holding() => self.slots.hold(idx),
             None => match self.slots.reserve(idx, false) {
-                Ok(true) => self.start_transfer(idx, engine),
+                Ok(true) => self.start_transfer(idx),
                 Ok(false) => self.slots.hold(idx),
                 Err(_) => {
                     tracing::warn!(cid, buf_len, "no memory for a command buffer");
@@ -851,26 +624,26 @@ impl Connection {
     }
 
     /// A command with its buffer: ask for the host's data, or run it (reads).
-    fn start_transfer(&mut self, idx: u16, engine: &mut IoEngine) {
+    fn start_transfer(&mut self, idx: u16) {
         let slot = &mut self.slots[idx];
         match slot.work {
             Work::Io(plan) if plan.host_data_len() > 0 => {
                 slot.state = SlotState::AwaitData;
                 self.send_r2ts(idx);
             }
-            _ => self.execute(idx, engine),
+            _ => self.execute(idx),
         }
     }
 
     /// Starts the commands waiting for buffer memory, in arrival order, while the budget has room.
-    fn admit_held(&mut self, engine: &mut IoEngine) {
+    fn admit_held(&mut self) {
         while self.phase == Phase::Ready {
             let Some(idx) = self.slots.first_held() else { return };
             match self.slots.reserve(idx, false) {
                 Ok(false) => return,
                 Ok(true) => {
                     self.slots.pop_held();
-                    self.start_transfer(idx, engine);
+                    self.start_transfer(idx);
                 }
                 Err(_) => {
                     self.slots.pop_held();
@@ -894,7 +667,7 @@ impl Connection {
         }
     }
 
-    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], now: Instant, engine: &mut IoEngine) {
+    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], now: Instant) {
         let check = match self.slots.get(h.ttag) {
             // A PDU larger than the MAXH2CDATA we advertised.
             _ if h.datal > self.target.settings.maxh2cdata => Err((fes::DATA_LIMIT_EXCEEDED, 0)),
@@ -923,110 +696,55 @@ impl Connection {
         }
         slot.state = SlotState::Executing;
         match (slot.work, slot.failed) {
-            (Work::Connect(sqe), failed) => {
-                let data = slot.buf.as_slice().to_vec();
-                self.slots.free(h.ttag);
-                let (status, result) = match failed {
-                    Some(status) => (status, 0),
-                    None => self.connect(&sqe, &data, now),
-                };
-                self.respond(sqe.cid(), status, result);
-            }
-            (Work::AuthSend(sqe), failed) => {
-                let data = slot.buf.as_slice()[..slot.len as usize].to_vec();
-                self.slots.free(h.ttag);
-                self.auth_send_arrived(sqe, &data, failed);
-            }
             (Work::Io(_), Some(status)) => self.finish(h.ttag, status),
-            (Work::Io(_), None) => self.execute(h.ttag, engine),
+            (Work::Io(_), None) => self.execute(h.ttag),
+            (work, failed) => {
+                let (cid, data) = (slot.cid, slot.buf.as_slice()[..slot.len as usize].to_vec());
+                self.slots.free(h.ttag);
+                let action = self.cmd.data_in(work, &data, failed, now);
+                self.act(cid, action);
+                if matches!(work, Work::Connect(_)) {
+                    self.log_connected();
+                }
+            }
         }
     }
 
-    /// Submits the backend work of a command whose data (if any) is in its buffer.
-    fn execute(&mut self, idx: u16, engine: &mut IoEngine) {
-        let Some(subsys) = self.queue.as_ref().and_then(|q| q.ctrl.subsys.clone()) else { return };
+    /// Hands a command whose data (if any) is in its buffer to the command layer, which queues
+    /// its backend requests.
+    fn execute(&mut self, idx: u16) {
+        let tag = ((self.token as u64) << 32) | idx as u64;
         let slot = &mut self.slots[idx];
         slot.state = SlotState::Executing;
         let Work::Io(plan) = slot.work else { return self.finish(idx, Status::INTERNAL_ERROR) };
-        let tag = ((self.token as u64) << 32) | idx as u64;
-        if let IoPlan::Read { ns, len, .. } = plan {
-            if subsys.namespaces[ns].backend.reads_zeroes() {
-                // A null read: the buffer is written only if something wrote it since the last.
-                slot.buf.zero_prefix(len as usize);
-                slot.pending = 1;
-                self.in_flight += 1;
-                return engine.complete_now(tag, Ok(()));
-            }
-        }
-        let mut reqs: [(usize, IoOp, u64, u64); 1] = [(0, IoOp::Flush, 0, 0)];
-        let ops: Vec<(usize, IoOp, u64, u64)>;
-        let list: &[(usize, IoOp, u64, u64)] = match plan {
-            IoPlan::Read { ns, offset, len } => {
-                reqs[0] = (ns, IoOp::Read, offset, len as u64);
-                &reqs
-            }
-            IoPlan::Write { ns, offset, len, fua } => {
-                reqs[0] = (ns, if fua { IoOp::WriteFua } else { IoOp::Write }, offset, len as u64);
-                &reqs
-            }
-            IoPlan::WriteZeroes { ns, offset, len } => {
-                reqs[0] = (ns, IoOp::WriteZeroes, offset, len);
-                &reqs
-            }
-            IoPlan::Flush { ns: Some(ns) } => {
-                reqs[0] = (ns, IoOp::Flush, 0, 0);
-                &reqs
-            }
-            IoPlan::Flush { ns: None } => {
-                ops = (0..subsys.namespaces.len()).map(|i| (i, IoOp::Flush, 0, 0)).collect();
-                &ops
-            }
-            IoPlan::Dsm { ns, deallocate, .. } => {
-                self.ranges.clear();
-                let r = io::dsm_ranges(&subsys.namespaces[ns], slot.buf.as_slice(), &mut self.ranges);
-                if let Err(status) = r {
-                    return self.finish(idx, status);
-                }
-                if !deallocate {
-                    return self.finish(idx, Status::SUCCESS);
-                }
-                ops = self.ranges.iter().map(|&(o, l)| (ns, IoOp::Deallocate, o, l)).collect();
-                &ops
-            }
-        };
-        if list.is_empty() {
-            return self.finish(idx, Status::SUCCESS);
-        }
-        slot.pending = list.len() as u32;
-        self.in_flight += list.len();
-        let buf = slot.buf.as_mut_ptr();
-        for &(ns, op, offset, len) in list {
-            let req = IoRequest { op, offset, len, buf, tag };
-            // SAFETY: the slot's buffer is neither freed nor resized while `pending > 0`
-            // (slots are reused only after completion, and the reactor keeps a closed
-            // connection until in_flight() is 0).
-            unsafe { engine.submit(&subsys.namespaces[ns].backend, req) };
+        match self.cmd.execute(plan, &mut slot.buf, tag) {
+            Ok(0) => self.finish(idx, Status::SUCCESS),
+            Ok(n) => slot.pending = n,
+            Err(status) => self.finish(idx, status),
         }
     }
 
-    /// A backend request finished. `tag` is the one given at submission. The engine is for
-    /// commands that were waiting for the memory this one frees.
-    pub fn complete_io(&mut self, c: IoCompletion, engine: &mut IoEngine) {
+    /// Backend requests for the reactor to submit (see [`Commands::backend_requests`]).
+    pub fn backend_requests(&mut self) -> impl Iterator<Item = BackendRequest<'_>> {
+        self.cmd.backend_requests()
+    }
+
+    /// A backend request finished. `tag` is the one given at submission.
+    pub fn complete_io(&mut self, c: IoCompletion) {
         let idx = (c.tag & 0xFFFF) as u16;
         let Some(slot) = self.slots.get_mut(idx) else { return };
         if slot.state != SlotState::Executing || slot.pending == 0 {
             return;
         }
-        self.in_flight -= 1;
         slot.pending -= 1;
-        if let Err(errno) = c.result {
-            tracing::warn!(errno, cid = slot.cid, "backend I/O failed");
-            slot.status = Status::DATA_TRANSFER_ERROR;
+        let status = self.cmd.request_done(c.result, slot.cid);
+        if !status.is_success() {
+            slot.status = status;
         }
         if slot.pending == 0 {
             let status = slot.status;
             self.finish(idx, status);
-            self.admit_held(engine);
+            self.admit_held();
             self.charge_output();
         }
     }
@@ -1036,20 +754,11 @@ impl Connection {
         let slot = &self.slots[idx];
         let cid = slot.cid;
         if !matches!(self.phase, Phase::Closed | Phase::Closing) {
-            let (ns, read, written) = match slot.work {
-                Work::Io(IoPlan::Read { ns, len, .. }) if status.is_success() => (Some(ns), len as u64, 0),
-                Work::Io(IoPlan::Write { ns, len, .. }) if status.is_success() => (Some(ns), 0, len as u64),
-                _ => (None, 0, 0),
+            let read = match slot.work {
+                Work::Io(plan) => self.cmd.io_done(plan, status),
+                _ => 0,
             };
-            if let (Some(ns), Some(q)) = (ns, &self.queue) {
-                q.stats.bytes_read.add(read);
-                q.stats.bytes_written.add(written);
-                if let Some(n) = self.ns_stats.get(ns) {
-                    n.bytes_read.add(read);
-                    n.bytes_written.add(written);
-                }
-            }
-            let success_flag = read > 0 && self.queue.as_ref().is_some_and(|q| q.sqflow_disabled);
+            let success_flag = read > 0 && self.cmd.queue().is_some_and(|q| q.sqflow_disabled);
             let from_slot = read as usize >= SEND_FROM_SLOT_MIN;
             if from_slot {
                 self.send_slot_data(idx, success_flag);
@@ -1067,12 +776,13 @@ impl Connection {
         self.slots.free(idx);
     }
 
-    /// Convenience for tests and single-threaded use: process input, then run backend
-    /// completions until nothing is left to do.
+    /// Test and fuzz convenience, as a reactor turn does it: process input, submit the backend
+    /// requests, then run completions until nothing is left to do.
     pub fn drive(&mut self, now: Instant, engine: &mut IoEngine) {
         let mut done = Vec::new();
         loop {
-            self.process(now, engine);
+            self.process(now);
+            crate::reactor::submit(self, engine);
             engine.flush();
             engine.reap(&mut done);
             if done.is_empty() {
@@ -1083,7 +793,7 @@ impl Connection {
                 continue;
             }
             for c in done.drain(..) {
-                self.complete_io(c, engine);
+                self.complete_io(c);
             }
         }
     }
@@ -1091,7 +801,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.release();
+        self.cmd.release();
         self.target.buffers.give_back(self.out_charged);
     }
 }

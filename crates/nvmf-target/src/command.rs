@@ -1,0 +1,524 @@
+//! The command layer of one queue, the same for every transport: Linux nvmet's request path
+//! (`core.c`, with `fabrics-cmd.c`, `admin-cmd.c` and `io-cmd-*.c` behind it). It routes each
+//! command to fabrics, admin or I/O handling, turns I/O plans into backend requests, keeps the
+//! queue's per-opcode counters, and ends the queue on Disconnect or failed authentication.
+//!
+//! A transport (`transport/tcp`) moves capsules, data and responses and owns the command
+//! buffers; it carries out the [`Action`] each command asks for. Backend requests wait in
+//! [`Commands::backend_requests`] until the reactor submits them: nothing here calls io_uring.
+
+use crate::admin::{self, AdminContext};
+use crate::auth::QueueAuth;
+use crate::backend::{AlignedBuf, Backend, IoOp, IoRequest};
+use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
+use crate::fabrics::{self, ConnectResult};
+use crate::io::{self, IoPlan};
+use crate::stats::{NsStats, QueueStats, ReactorStats};
+use nvmf_proto::fabrics::{fctype, ConnectCmd, CATTR_DISABLE_SQFLOW, CONNECT_DATA_LEN};
+use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET};
+use nvmf_proto::{Sqe, Status};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod auth;
+
+/// A connection that has not finished Connect by then is dropped.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connected queue.
+pub struct Queue {
+    pub ctrl: Arc<Controller>,
+    pub qid: u16,
+    pub sqsize: u16,
+    sqhd: u16,
+    /// The host disabled SQ flow control (Connect CATTR bit 2): it ignores SQHD, so a successful
+    /// read can end with its data instead of a response, as Linux nvmet does.
+    pub sqflow_disabled: bool,
+    pub stats: Arc<QueueStats>,
+    /// DH-HMAC-CHAP state when the host must authenticate this queue.
+    auth: Option<QueueAuth>,
+}
+
+/// What a command that needs a data buffer does once its data is in.
+#[derive(Debug, Clone, Copy)]
+pub enum Work {
+    Io(IoPlan),
+    /// Fabrics Connect whose data the transport fetches (NVMe/TCP: through R2T; the
+    /// specification allows it, though Linux and SPDK hosts always send it in the capsule).
+    Connect(Sqe),
+    /// AUTH_Send whose message the transport fetches (a host does so when it exceeds IOCCSZ).
+    AuthSend(Sqe),
+}
+
+/// What the transport does with a command.
+#[derive(Debug)]
+pub enum Action<'d> {
+    /// Complete now with this status and DW0/DW1.
+    Respond(Status, u64),
+    /// Send this data to the host (already cut to the command's length), then complete
+    /// successfully.
+    Send(Vec<u8>),
+    /// Keep the command outstanding (Asynchronous Event Request).
+    Hold,
+    /// The command needs a `len`-byte buffer, filled from `in_capsule`, or by the transport from
+    /// the host when `work` takes host data, or by the backend (reads). Then the transport calls
+    /// [`Commands::data_in`] (Connect, AUTH_Send) or [`Commands::execute`] (I/O).
+    Buffer { work: Work, len: u32, in_capsule: Option<&'d [u8]> },
+}
+
+/// A backend request for the reactor to submit.
+pub enum BackendRequest<'a> {
+    Submit(&'a Backend, IoRequest),
+    /// Done without backend work (a null read into a buffer zeroed here): report it complete.
+    Done(u64),
+}
+
+/// A backend request kept until the reactor takes it: namespace index and request.
+enum Queued {
+    Submit(usize, IoRequest),
+    Done(u64),
+}
+
+// SAFETY: a request's buffer pointer points into a command buffer of the same connection, which
+// moves between threads (acceptor to reactor) together with it, never shared.
+unsafe impl Send for Queued {}
+
+/// The command layer of one connection: its queue once connected, and what its commands asked
+/// of the backends.
+pub struct Commands {
+    target: Arc<Target>,
+    port: Option<Port>,
+    /// SGL descriptor type of data the transport moves itself (NVMe/TCP: transport data block).
+    transfer_sgl: u8,
+    queue: Option<Queue>,
+    aers: Vec<u16>,
+    ns_stats: Vec<Arc<NsStats>>,
+    ranges: Vec<(u64, u64)>,
+    queued: Vec<Queued>,
+    in_flight: usize,
+    created: Instant,
+    released: bool,
+    /// Disconnect or failed authentication: the transport closes once the response is out.
+    ending: bool,
+}
+
+impl Commands {
+    pub fn new(target: Arc<Target>, port: Option<Port>, transfer_sgl: u8, now: Instant) -> Commands {
+        Commands {
+            target,
+            port,
+            transfer_sgl,
+            queue: None,
+            aers: Vec::new(),
+            ns_stats: Vec::new(),
+            ranges: Vec::new(),
+            queued: Vec::new(),
+            in_flight: 0,
+            created: now,
+            released: false,
+            ending: false,
+        }
+    }
+
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
+    pub fn queue(&self) -> Option<&Queue> {
+        self.queue.as_ref()
+    }
+
+    /// SQ ID and SQ head for a response.
+    pub fn sq_ids(&self) -> (u16, u16) {
+        self.queue.as_ref().map_or((0, 0), |q| (q.qid, q.sqhd))
+    }
+
+    /// Commands a transport may hold at once: SQSIZE + 1 once connected, one before.
+    pub fn slot_limit(&self) -> usize {
+        self.queue.as_ref().map_or(1, |q| q.sqsize as usize + 1)
+    }
+
+    /// In-capsule data a command may carry: IOCCSZ's share on I/O queues; 8 KiB on the admin
+    /// queue and for Fabrics commands (Connect's data), as SPDK allows.
+    pub fn in_capsule_limit(&self, sqe: &Sqe) -> u32 {
+        match &self.queue {
+            Some(q) if q.qid > 0 && sqe.opcode() != admin_opcode::FABRICS => self.target.settings.in_capsule_data_size,
+            _ => ADMIN_IN_CAPSULE,
+        }
+    }
+
+    /// Once connected: (subsystem NQN or the discovery NQN, host NQN) for the placement policy.
+    pub fn placement(&self) -> Option<(&str, &str)> {
+        let q = self.queue.as_ref()?;
+        Some((&q.stats.subnqn, &q.stats.hostnqn))
+    }
+
+    /// The queue moves to a reactor: its counters join the reactor's.
+    pub fn attach(&mut self, reactor: &ReactorStats) {
+        if let Some(q) = &self.queue {
+            reactor.add_queue(q.stats.clone());
+            if let Some(s) = &q.ctrl.subsys {
+                self.ns_stats = s.namespaces.iter().map(|n| reactor.namespace(&s.nqn, n.nsid)).collect();
+            }
+        }
+    }
+
+    /// True once, after the command that ends the queue (Disconnect, failed authentication).
+    pub fn take_ending(&mut self) -> bool {
+        std::mem::take(&mut self.ending)
+    }
+
+    /// Releases the queue and, for an admin queue, its controller.
+    pub fn release(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        if let Some(q) = &self.queue {
+            q.stats.connected.store(false, Relaxed);
+            if q.qid == 0 {
+                self.target.remove_controller(q.ctrl.cntlid);
+                tracing::info!(cntlid = q.ctrl.cntlid, hostnqn = %q.ctrl.hostnqn, "controller removed");
+            } else {
+                q.ctrl.remove_io_queue(q.qid);
+            }
+        }
+    }
+
+    /// Time passes: true when the queue must end now (no Connect in time, authentication not
+    /// finished in time, keep-alive timeout, controller gone).
+    pub fn expired(&self, now: Instant) -> bool {
+        let Some(q) = &self.queue else {
+            let late = now.saturating_duration_since(self.created) > CONNECT_TIMEOUT;
+            if late {
+                tracing::info!("closing connection that did not connect within {CONNECT_TIMEOUT:?}");
+            }
+            return late;
+        };
+        if q.auth.as_ref().is_some_and(|a| a.expired(now)) {
+            tracing::info!(cntlid = q.ctrl.cntlid, qid = q.qid, "closing queue that did not authenticate in time");
+            return true;
+        }
+        if q.ctrl.dead.load(Relaxed) {
+            return true;
+        }
+        if q.ctrl.keep_alive_expired(self.target.now_ns(now)) {
+            tracing::warn!(
+                cntlid = q.ctrl.cntlid,
+                hostnqn = %q.ctrl.hostnqn,
+                kato_ms = q.ctrl.kato_ms.load(Relaxed),
+                "keep-alive timeout: tearing down controller"
+            );
+            self.target.remove_controller(q.ctrl.cntlid);
+            return true;
+        }
+        false
+    }
+
+    // ---- routing ----
+
+    /// A command arrived with `data` in its capsule (`data_ok`: its data digest held).
+    pub fn command<'d>(&mut self, sqe: &Sqe, data: &'d [u8], data_ok: bool, now: Instant) -> Action<'d> {
+        if let Some(q) = &mut self.queue {
+            q.ctrl.touch(self.target.now_ns(now));
+            q.sqhd = if q.sqhd >= q.sqsize { 0 } else { q.sqhd + 1 };
+            q.stats.commands.add(1);
+        }
+        if !data_ok {
+            return Action::Respond(Status::TRANSIENT_TRANSPORT_ERROR, 0);
+        }
+        if sqe.opcode() == admin_opcode::FABRICS {
+            return self.fabrics(sqe, data, now);
+        }
+        let Some(q) = &self.queue else { return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0) };
+        if !auth::allows(q) {
+            return Action::Respond(Status::AUTH_REQUIRED.with_dnr(), 0);
+        }
+        if !q.ctrl.ready() {
+            return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0);
+        }
+        if q.qid == 0 {
+            q.stats.admin.add(1);
+            self.admin(sqe)
+        } else {
+            self.io(sqe, data)
+        }
+    }
+
+    /// The data of an [`Action::Buffer`] for Connect or AUTH_Send is in (`failed`: it arrived
+    /// damaged, and the command completes with this status).
+    pub fn data_in(&mut self, work: Work, data: &[u8], failed: Option<Status>, now: Instant) -> Action<'static> {
+        match (work, failed) {
+            (Work::Connect(sqe), None) => {
+                let (status, result) = self.connect(&sqe, data, now);
+                Action::Respond(status, result)
+            }
+            (Work::AuthSend(sqe), _) => self.auth_send_arrived(sqe, data, failed),
+            (_, Some(status)) => Action::Respond(status, 0),
+            (Work::Io(_), None) => Action::Respond(Status::INTERNAL_ERROR, 0),
+        }
+    }
+
+    fn fabrics<'d>(&mut self, sqe: &Sqe, data: &'d [u8], now: Instant) -> Action<'d> {
+        if let Some(q) = &self.queue {
+            q.stats.fabrics.add(1);
+        }
+        let (status, result) = match (sqe.fctype(), &self.queue) {
+            (fctype::CONNECT, None) if sqe.sgl().sgl_type == self.transfer_sgl => {
+                let len = sqe.sgl().length;
+                if !(CONNECT_DATA_LEN as u32..=ADMIN_IN_CAPSULE).contains(&len) {
+                    return Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
+                }
+                return Action::Buffer { work: Work::Connect(*sqe), len, in_capsule: None };
+            }
+            (fctype::CONNECT, None) => match in_capsule(sqe, data, ADMIN_IN_CAPSULE) {
+                Err(status) => (status, 0),
+                Ok(d) => self.connect(sqe, d, now),
+            },
+            (fctype::CONNECT, Some(_)) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            (_, None) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            (fctype::AUTH_SEND, Some(_)) if sqe.sgl().sgl_type == self.transfer_sgl => {
+                return self.auth_send_by_transfer(sqe)
+            }
+            (fctype::AUTH_SEND | fctype::AUTH_RECV, Some(_)) => return self.auth_command(sqe, data),
+            (fctype::PROPERTY_GET | fctype::PROPERTY_SET, Some(q)) if !auth::allows(q) => {
+                (Status::AUTH_REQUIRED.with_dnr(), 0)
+            }
+            (fctype::PROPERTY_GET, Some(q)) if q.qid == 0 => match fabrics::property_get(&q.ctrl, sqe) {
+                Outcome::Done { status, result } => (status, result),
+                _ => (Status::INTERNAL_ERROR, 0),
+            },
+            (fctype::PROPERTY_SET, Some(q)) if q.qid == 0 => match fabrics::property_set(&q.ctrl, sqe) {
+                Outcome::Done { status, result } => (status, result),
+                _ => (Status::INTERNAL_ERROR, 0),
+            },
+            (fctype::DISCONNECT, Some(_)) => {
+                self.release();
+                self.ending = true;
+                (Status::SUCCESS, 0)
+            }
+            _ => (Status::INVALID_OPCODE.with_dnr(), 0),
+        };
+        Action::Respond(status, result)
+    }
+
+    /// Runs a Connect whose data is in; on success this connection becomes that queue.
+    fn connect(&mut self, sqe: &Sqe, data: &[u8], now: Instant) -> (Status, u64) {
+        match fabrics::connect(&self.target, self.port.as_ref(), sqe, data, now) {
+            ConnectResult::Rejected { status, result } => (status, result),
+            ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
+                let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
+                let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
+                stats.commands.add(1);
+                stats.fabrics.add(1);
+                let auth = self.queue_auth(&ctrl, &hostnqn, now);
+                let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 } | auth::authreq(&auth);
+                let sqflow_disabled = ConnectCmd::from_sqe(sqe).cattr & CATTR_DISABLE_SQFLOW != 0;
+                self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, sqflow_disabled, stats, auth });
+                (Status::SUCCESS, result)
+            }
+        }
+    }
+
+    fn admin(&mut self, sqe: &Sqe) -> Action<'static> {
+        let Some(q) = &self.queue else { return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0) };
+        let cx = AdminContext { target: &self.target, ctrl: &q.ctrl, held_aers: self.aers.len() };
+        match admin::execute(&cx, sqe) {
+            Outcome::Done { status, result } => Action::Respond(status, result),
+            Outcome::Hold => {
+                self.aers.push(sqe.cid());
+                Action::Hold
+            }
+            Outcome::Data(mut data) => {
+                let sgl = sqe.sgl();
+                if sgl.sgl_type != self.transfer_sgl {
+                    return Action::Respond(Status::SGL_INVALID_TYPE.with_dnr(), 0);
+                }
+                data.truncate(sgl.length as usize);
+                Action::Send(data)
+            }
+        }
+    }
+
+    fn io<'d>(&mut self, sqe: &Sqe, data: &'d [u8]) -> Action<'d> {
+        let Some(q) = &self.queue else { return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0) };
+        let Some(subsys) = &q.ctrl.subsys else {
+            return Action::Respond(Status::INVALID_OPCODE.with_dnr(), 0);
+        };
+        let stats = &q.stats;
+        match sqe.opcode() {
+            io_opcode::READ => stats.read.add(1),
+            io_opcode::WRITE => stats.write.add(1),
+            io_opcode::FLUSH => stats.flush.add(1),
+            io_opcode::WRITE_ZEROES => stats.write_zeroes.add(1),
+            io_opcode::DATASET_MANAGEMENT => stats.dsm.add(1),
+            _ => {}
+        }
+        let plan = match io::plan(subsys, sqe) {
+            Ok(p) => p,
+            Err(status) => return Action::Respond(status, 0),
+        };
+        if let IoPlan::Read { ns, .. } | IoPlan::Write { ns, .. } | IoPlan::WriteZeroes { ns, .. } | IoPlan::Dsm { ns, .. } = plan {
+            if let Some(n) = self.ns_stats.get(ns) {
+                n.commands.add(1);
+                match plan {
+                    IoPlan::Read { .. } => n.reads.add(1),
+                    IoPlan::Write { .. } => n.writes.add(1),
+                    _ => n.other.add(1),
+                }
+            }
+        }
+        let sgl = sqe.sgl();
+        let host_len = plan.host_data_len();
+        let work = Work::Io(plan);
+        match plan {
+            IoPlan::Read { len, .. } => {
+                if sgl.sgl_type != self.transfer_sgl {
+                    return Action::Respond(Status::SGL_INVALID_TYPE.with_dnr(), 0);
+                }
+                if sgl.length != len {
+                    return Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
+                }
+                Action::Buffer { work, len, in_capsule: None }
+            }
+            _ if host_len > 0 => match sgl.sgl_type {
+                SGL_DATA_BLOCK_OFFSET => match in_capsule(sqe, data, self.target.settings.in_capsule_data_size) {
+                    Ok(d) if d.len() == host_len as usize => Action::Buffer { work, len: host_len, in_capsule: Some(d) },
+                    Ok(_) => Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
+                    Err(status) => Action::Respond(status, 0),
+                },
+                t if t == self.transfer_sgl && sgl.length == host_len => Action::Buffer { work, len: host_len, in_capsule: None },
+                t if t == self.transfer_sgl => Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
+                _ => Action::Respond(Status::SGL_INVALID_TYPE.with_dnr(), 0),
+            },
+            _ => Action::Buffer { work, len: 0, in_capsule: None },
+        }
+    }
+
+    // ---- I/O execution ----
+
+    /// Queues the backend requests of `plan`, whose data (if any) is in `buf`, under `tag`.
+    /// `Ok(n)`: `n` completions will come back with `tag` (0: the command is done, successfully);
+    /// `Err`: it fails with that status. `buf` must stay valid and unmoved until they have.
+    pub fn execute(&mut self, plan: IoPlan, buf: &mut AlignedBuf, tag: u64) -> Result<u32, Status> {
+        let subsys = self.queue.as_ref().and_then(|q| q.ctrl.subsys.clone()).ok_or(Status::INTERNAL_ERROR)?;
+        if let IoPlan::Read { ns, len, .. } = plan {
+            if subsys.namespaces[ns].backend.reads_zeroes() {
+                // A null read: the buffer is written only if something wrote it since the last.
+                buf.zero_prefix(len as usize);
+                return Ok(self.queue_request(Queued::Done(tag)));
+            }
+        }
+        let ptr = buf.as_mut_ptr();
+        let req = |op, offset, len| IoRequest { op, offset, len, buf: ptr, tag };
+        let one = |ns, r| Queued::Submit(ns, r);
+        let n = match plan {
+            IoPlan::Read { ns, offset, len } => self.queue_request(one(ns, req(IoOp::Read, offset, len as u64))),
+            IoPlan::Write { ns, offset, len, fua } => {
+                let op = if fua { IoOp::WriteFua } else { IoOp::Write };
+                self.queue_request(one(ns, req(op, offset, len as u64)))
+            }
+            IoPlan::WriteZeroes { ns, offset, len } => self.queue_request(one(ns, req(IoOp::WriteZeroes, offset, len))),
+            IoPlan::Flush { ns: Some(ns) } => self.queue_request(one(ns, req(IoOp::Flush, 0, 0))),
+            IoPlan::Flush { ns: None } => {
+                (0..subsys.namespaces.len()).map(|ns| self.queue_request(one(ns, req(IoOp::Flush, 0, 0)))).sum()
+            }
+            IoPlan::Dsm { ns, deallocate, .. } => {
+                let mut ranges = std::mem::take(&mut self.ranges);
+                ranges.clear();
+                let r = io::dsm_ranges(&subsys.namespaces[ns], buf.as_slice(), &mut ranges);
+                let n = match r {
+                    Ok(()) if deallocate => {
+                        ranges.iter().map(|&(o, l)| self.queue_request(one(ns, req(IoOp::Deallocate, o, l)))).sum()
+                    }
+                    Ok(()) => 0,
+                    Err(status) => {
+                        self.ranges = ranges;
+                        return Err(status);
+                    }
+                };
+                self.ranges = ranges;
+                n
+            }
+        };
+        Ok(n)
+    }
+
+    fn queue_request(&mut self, q: Queued) -> u32 {
+        self.queued.push(q);
+        self.in_flight += 1;
+        1
+    }
+
+    /// The backend requests queued since the last call, for the reactor to submit. Each
+    /// request's buffer stays valid and unmoved until its completion is handed back
+    /// ([`Commands::request_done`]): the transport reuses a buffer only after that, and the
+    /// reactor keeps a closed connection until [`Commands::in_flight`] is 0.
+    pub fn backend_requests(&mut self) -> impl Iterator<Item = BackendRequest<'_>> {
+        let subsys = self.queue.as_ref().and_then(|q| q.ctrl.subsys.as_deref());
+        self.queued.drain(..).filter_map(move |q| match q {
+            Queued::Submit(ns, req) => Some(BackendRequest::Submit(&subsys?.namespaces[ns].backend, req)),
+            Queued::Done(tag) => Some(BackendRequest::Done(tag)),
+        })
+    }
+
+    /// Backend requests queued or submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// A backend request finished: the status it gives its command.
+    pub fn request_done(&mut self, result: Result<(), i32>, cid: u16) -> Status {
+        self.in_flight -= 1;
+        match result {
+            Ok(()) => Status::SUCCESS,
+            Err(errno) => {
+                tracing::warn!(errno, cid, "backend I/O failed");
+                Status::DATA_TRANSFER_ERROR
+            }
+        }
+    }
+
+    /// An I/O command completes with `status`: counts its bytes, and returns the bytes it
+    /// read for the host (0 unless a successful read).
+    pub fn io_done(&self, plan: IoPlan, status: Status) -> u64 {
+        let (ns, read, written) = match plan {
+            IoPlan::Read { ns, len, .. } if status.is_success() => (ns, len as u64, 0),
+            IoPlan::Write { ns, len, .. } if status.is_success() => (ns, 0, len as u64),
+            _ => return 0,
+        };
+        if let Some(q) = &self.queue {
+            q.stats.bytes_read.add(read);
+            q.stats.bytes_written.add(written);
+            if let Some(n) = self.ns_stats.get(ns) {
+                n.bytes_read.add(read);
+                n.bytes_written.add(written);
+            }
+        }
+        read
+    }
+}
+
+impl Drop for Commands {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The in-capsule data an SGL data block descriptor points at.
+fn in_capsule<'d>(sqe: &Sqe, data: &'d [u8], limit: u32) -> Result<&'d [u8], Status> {
+    let sgl = sqe.sgl();
+    if sgl.sgl_type != SGL_DATA_BLOCK_OFFSET {
+        return Err(Status::SGL_INVALID_TYPE.with_dnr());
+    }
+    if sgl.length > limit {
+        return Err(Status::SGL_INVALID_DATA_LEN.with_dnr());
+    }
+    let end = sgl.addr.checked_add(sgl.length as u64).filter(|e| *e <= data.len() as u64);
+    match end {
+        Some(end) => Ok(&data[sgl.addr as usize..end as usize]),
+        None if sgl.addr >= data.len() as u64 && sgl.addr > 0 => Err(Status::SGL_INVALID_OFFSET.with_dnr()),
+        None => Err(Status::SGL_INVALID_DATA_LEN.with_dnr()),
+    }
+}

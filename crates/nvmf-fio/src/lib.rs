@@ -318,7 +318,7 @@ impl Job {
                     ns.nsid
                 )));
             }
-            if len as usize > self.max_io || offset.checked_add(len).map_or(true, |end| end > ns.size) {
+            if len as usize > self.max_io || offset.checked_add(len).is_none_or(|end| end > ns.size) {
                 return Err(Failure::invalid(format!(
                     "offset {offset} length {len} is outside namespace {} ({} bytes) or over bs {}",
                     ns.nsid, ns.size, self.max_io

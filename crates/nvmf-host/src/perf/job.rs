@@ -243,7 +243,7 @@ impl<E: Engine> Job<'_, E> {
         // Each turn starts at the time the last reap took (one clock read per turn).
         let mut now = self.now_ns();
         loop {
-            let submitting = end_ns.map_or(true, |end| now < end) && (!one_pass || issued < pass);
+            let submitting = end_ns.is_none_or(|end| now < end) && (!one_pass || issued < pass);
             let mut paced_until = None;
             if submitting {
                 while let Some(&tag) = self.free.last() {

@@ -108,7 +108,7 @@ pub fn plan(
         return Err(usage(format!("--offset {} is at or beyond the end of the namespace ({capacity} bytes)", a.offset)));
     }
     let len = a.size.unwrap_or(capacity - a.offset);
-    if a.offset.checked_add(len).map_or(true, |end| end > capacity) {
+    if a.offset.checked_add(len).is_none_or(|end| end > capacity) {
         return Err(usage(format!(
             "--offset {} + --size {len} goes beyond the namespace ({capacity} bytes)",
             a.offset

@@ -186,9 +186,8 @@ impl FileStore {
         while done < req.len {
             let n = CHUNK.min(req.len - done);
             let chunk = IoRequest { op: IoOp::Write, offset: req.offset + done, len: n, buf: zeroes.as_mut_ptr(), tag: 0 };
-            self.execute_sync(&chunk).map_err(|e| {
+            self.execute_sync(&chunk).inspect_err(|e| {
                 tracing::error!(path = %self.path.display(), "write zeroes failed: errno {e}");
-                e
             })?;
             done += n;
         }

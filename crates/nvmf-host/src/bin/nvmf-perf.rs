@@ -2,6 +2,7 @@
 //! Exit status: 0 ok, 1 the run failed, 2 bad arguments.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use nvmf_host::perf::args::{Cli, Command, DiscoverArgs, IdentifyArgs, OutputFormat};
@@ -24,19 +25,65 @@ fn main() {
 fn dispatch(cmd: Command) -> Result<(), PerfError> {
     match cmd {
         Command::Run(a) => {
-            let report = perf::run(&a)?;
+            // Opened before the run: a path that cannot be written would otherwise lose the
+            // whole run's results at its end.
+            let output = a.output.as_deref().map(ReportFile::open).transpose()?;
+            let report = match perf::run(&a) {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Some(file) = output {
+                        file.discard();
+                    }
+                    return Err(e);
+                }
+            };
             let text = match a.output_format {
                 OutputFormat::Json => format!("{:#}\n", report.to_json()),
                 OutputFormat::Normal => report.to_text(),
             };
-            match &a.output {
-                Some(path) => std::fs::write(path, text)
-                    .map_err(|e| PerfError::Failed(format!("cannot write {}: {e}", path.display()))),
+            match output {
+                Some(file) => file.write(&text),
                 None => print_out(&text),
             }
         }
         Command::Discover(a) => discover_cmd(&a),
         Command::Identify(a) => identify_cmd(&a),
+    }
+}
+
+/// The `--output` file, opened for writing before the run and filled after it.
+struct ReportFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+}
+
+impl ReportFile {
+    fn open(path: &Path) -> Result<ReportFile, PerfError> {
+        let created = !path.exists();
+        // No truncation yet: a failed run leaves an earlier report as it was.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| PerfError::Usage(format!("--output {}: cannot write there: {e}", path.display())))?;
+        Ok(ReportFile { path: path.to_path_buf(), file, created })
+    }
+
+    fn write(mut self, text: &str) -> Result<(), PerfError> {
+        self.file
+            .set_len(0)
+            .and_then(|()| self.file.write_all(text.as_bytes()))
+            .and_then(|()| self.file.sync_all())
+            .map_err(|e| PerfError::Failed(format!("cannot write {}: {e}", self.path.display())))
+    }
+
+    /// The run failed: remove the file if this run created it (empty), else leave it alone.
+    fn discard(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -68,6 +68,9 @@ pub struct Cli {
     /// Drop a connection stalled mid-PDU (or not reading, or not answering an R2T) this long; 0 = never
     #[arg(long = "stall-timeout-ms")]
     pub stall_timeout_ms: Option<u64>,
+    /// RAM namespaces together may take at most this percentage of available memory (default 90)
+    #[arg(long = "ram-limit-percent")]
+    pub ram_limit_percent: Option<u32>,
     /// Block size of --ns namespaces: 512 or 4096
     #[arg(long = "block-size")]
     pub block_size: Option<u32>,
@@ -80,7 +83,7 @@ fn bad(msg: String) -> ConfigError {
 }
 
 fn addr(s: &str, flag: &str) -> Result<SocketAddr, ConfigError> {
-    s.parse().map_err(|_| bad(format!("{flag} {s:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420")))
+    super::parse_listen_addr(s).map_err(|e| bad(format!("{flag} {e}")))
 }
 
 impl Cli {
@@ -103,7 +106,7 @@ impl Cli {
             ($($f:ident),*) => { $(if let Some(v) = self.$f { t.$f = v; })* };
         }
         take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us);
-        take!(max_connections, max_controllers, stall_timeout_ms);
+        take!(max_connections, max_controllers, stall_timeout_ms, ram_limit_percent);
         if let Some(s) = &self.stats {
             let parsed = super::parse_stats_addr(s);
             t.stats = Some(parsed.ok_or_else(|| bad(format!("--stats {s:?}: expected ADDR:PORT or PORT (loopback)")))?);

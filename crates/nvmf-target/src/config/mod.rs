@@ -89,6 +89,10 @@ pub struct TargetSettings {
     /// A connection that stops mid-PDU, leaves an R2T unanswered or stops reading our PDUs for
     /// this long is dropped (0 = never).
     pub stall_timeout_ms: u64,
+    /// RAM namespaces together may take at most this percentage of the memory available at
+    /// start (MemAvailable): the RAM backend fills its pages at start, and a namespace beyond
+    /// memory would abort the process instead of failing as a config error.
+    pub ram_limit_percent: u32,
 }
 
 impl TargetSettings {
@@ -100,12 +104,63 @@ impl TargetSettings {
 
 /// A quarter of MemTotal (at least 256 MiB), or 4 GiB when /proc/meminfo cannot be read.
 pub fn default_buffer_memory() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        kib.checked_mul(1024)
-    });
-    total.map_or(4 << 30, |t| (t / 4).max(256 << 20))
+    meminfo_bytes("MemTotal:").map_or(4 << 30, |t| (t / 4).max(256 << 20))
+}
+
+/// One `/proc/meminfo` field (e.g. "MemAvailable:") in bytes; `None` where it cannot be read.
+fn meminfo_bytes(field: &str) -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Parses a listen address `IP:PORT` (`[v6]:PORT` for IPv6), saying what is wrong: a host name
+/// (not resolved: say which address to bind), a port out of range, or a missing port.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("{s:?}: expected IP:PORT, e.g. 127.0.0.1:4420 or [::1]:4420 (the port is missing)"));
+    };
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{s:?}: port {port:?} is not a number (expected IP:PORT, e.g. 127.0.0.1:4420)"));
+    }
+    if port.parse::<u16>().is_err() {
+        return Err(format!("{s:?}: port {port} is out of range (0-65535)"));
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!("{s:?}: an IPv6 address needs brackets, e.g. [::1]:{port}"));
+    }
+    Err(format!("{s:?}: {host:?} is not an IP address; host names are not resolved, give the address to bind (e.g. 127.0.0.1:{port})"))
+}
+
+/// The RAM namespaces' total against `ram_limit_percent` of the available memory.
+fn check_ram_namespaces(total: u64, available: u64, percent: u32) -> Result<(), String> {
+    let limit = (available as u128 * percent as u128 / 100) as u64;
+    if total > limit {
+        return Err(format!(
+            "RAM namespaces need {} but {percent} % of the available memory is {} (MemAvailable {}); \
+             use smaller ram: namespaces, a null: or file: backend, or raise target.ram_limit_percent / --ram-limit-percent",
+            human_bytes(total),
+            human_bytes(limit),
+            human_bytes(available)
+        ));
+    }
+    Ok(())
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
 impl Default for TargetSettings {
@@ -125,6 +180,7 @@ impl Default for TargetSettings {
             max_controllers: 1024,
             buffer_memory: None,
             stall_timeout_ms: 10_000,
+            ram_limit_percent: 90,
         }
     }
 }
@@ -312,6 +368,28 @@ impl TargetConfig {
             if !portids.insert(p.portid.unwrap_or(i as u16 + 1)) {
                 return bad(format!("port[{i}] ({}): portid {} is used twice", p.addr, p.portid.unwrap_or(i as u16 + 1)));
             }
+            // Two ports on one address would fail at bind as "address in use", as if another
+            // process held it; port 0 (any free port) may repeat.
+            if let Some(j) = self.ports[..i].iter().position(|q| q.addr == p.addr && p.addr.port() != 0) {
+                return bad(format!("port[{i}] ({}): the same address as port[{j}]; give each port its own address", p.addr));
+            }
+        }
+        if t.ram_limit_percent == 0 || t.ram_limit_percent > 100 {
+            return bad(format!("target.ram_limit_percent = {}: must be 1..=100", t.ram_limit_percent));
+        }
+        let ram_total: u64 = self
+            .subsystems
+            .iter()
+            .flat_map(|s| &s.namespaces)
+            .map(|ns| match ns.backend {
+                BackendConfig::Ram { size } => size,
+                _ => 0,
+            })
+            .fold(0u64, u64::saturating_add);
+        if ram_total > 0 {
+            if let Some(available) = meminfo_bytes("MemAvailable:") {
+                check_ram_namespaces(ram_total, available, t.ram_limit_percent).or_else(bad)?;
+            }
         }
         let mut nqns = HashSet::new();
         for (i, s) in self.subsystems.iter().enumerate() {
@@ -410,6 +488,54 @@ mod tests {
         assert_eq!(v[0], 0xef);
         assert_eq!(v[15], 0xa8);
         assert!(parse_hex16("abc").is_none());
+    }
+
+    #[test]
+    fn listen_addresses_say_what_is_wrong() {
+        assert_eq!(parse_listen_addr("127.0.0.1:4420").unwrap(), "127.0.0.1:4420".parse().unwrap());
+        assert_eq!(parse_listen_addr("[::1]:4420").unwrap(), "[::1]:4420".parse().unwrap());
+        assert!(parse_listen_addr("127.0.0.1:70000").unwrap_err().contains("out of range"));
+        assert!(parse_listen_addr("localhost:4420").unwrap_err().contains("host names are not resolved"));
+        assert!(parse_listen_addr("127.0.0.1").unwrap_err().contains("port is missing"));
+        assert!(parse_listen_addr("127.0.0.1:x").unwrap_err().contains("not a number"));
+        assert!(parse_listen_addr("::1:4420").unwrap_err().contains("brackets"));
+    }
+
+    #[test]
+    fn two_ports_on_one_address_are_refused_but_port_zero_may_repeat() {
+        let port = |a: &str| PortConfig { addr: a.parse().unwrap(), portid: None, subsystems: None };
+        let mut c = TargetConfig::empty();
+        c.ports = vec![port("127.0.0.1:4420"), port("127.0.0.1:4421"), port("127.0.0.1:4420")];
+        let e = c.validate("t").unwrap_err().to_string();
+        assert!(e.contains("port[2]") && e.contains("same address as port[0]"), "{e}");
+        c.ports = vec![port("127.0.0.1:0"), port("127.0.0.1:0")];
+        c.validate("t").unwrap();
+    }
+
+    #[test]
+    fn ram_namespaces_beyond_the_memory_share_are_refused() {
+        let gib = 1u64 << 30;
+        assert!(check_ram_namespaces(gib, 10 * gib, 90).is_ok());
+        assert!(check_ram_namespaces(9 * gib, 10 * gib, 90).is_ok());
+        let e = check_ram_namespaces(64 * gib, 10 * gib, 90).unwrap_err();
+        assert!(e.contains("64.0 GiB") && e.contains("MemAvailable 10.0 GiB"), "{e}");
+        assert!(check_ram_namespaces(6 * gib, 10 * gib, 50).is_err());
+        // Through validate, with this machine's own MemAvailable: 1 PiB never fits.
+        let mut c = TargetConfig::empty();
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
+        let mut s = SubsystemConfig::new("nqn.2024-01.io.nvmflab:t");
+        s.namespaces.push(NamespaceConfig {
+            nsid: 1,
+            backend: BackendConfig::Ram { size: 1 << 50 },
+            block_size: 512,
+            nguid: None,
+            uuid: None,
+        });
+        c.subsystems.push(s);
+        let e = c.validate("t").unwrap_err().to_string();
+        assert!(e.contains("RAM namespaces need 1024.0 TiB"), "{e}");
+        c.target.ram_limit_percent = 0;
+        assert!(c.validate("t").unwrap_err().to_string().contains("ram_limit_percent"));
     }
 
     #[test]

@@ -51,6 +51,7 @@ struct RawTarget {
     max_controllers: Option<u32>,
     buffer_memory: Option<Spanned<RawSize>>,
     stall_timeout_ms: Option<u64>,
+    ram_limit_percent: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -146,7 +147,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         ($($f:ident),*) => { $(if let Some(v) = t.$f { target.$f = v; })* };
     }
     take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us, kato_default_ms);
-    take!(max_connections, max_controllers, stall_timeout_ms);
+    take!(max_connections, max_controllers, stall_timeout_ms, ram_limit_percent);
     if let Some(s) = t.stats {
         target.stats = Some(super::parse_stats_addr(s.get_ref()).ok_or_else(|| {
             bad_at(s.span(), format!("target.stats = {:?}: expected ADDR:PORT or PORT (loopback)", s.get_ref()))
@@ -162,12 +163,8 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
 
     let mut ports = Vec::new();
     for (i, p) in raw.port.into_iter().enumerate() {
-        let addr = p.addr.get_ref().parse().map_err(|_| {
-            bad_at(
-                p.addr.span(),
-                format!("port[{i}].addr = {:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420", p.addr.get_ref()),
-            )
-        })?;
+        let addr = super::parse_listen_addr(p.addr.get_ref())
+            .map_err(|e| bad_at(p.addr.span(), format!("port[{i}].addr = {e}")))?;
         ports.push(PortConfig { addr, portid: p.portid, subsystems: p.subsystems });
     }
 

@@ -54,22 +54,6 @@ def missing_leg(rows: pd.DataFrame, leg: str, consequence: str) -> str:
             f"so {consequence}.")
 
 
-def differs(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> bool | None:
-    """True when the 95 % intervals do not overlap; None when either interval is unknown."""
-    if any(math.isnan(v) for v in (a_mean, a_ci, b_mean, b_ci)):
-        return None
-    return abs(a_mean - b_mean) > a_ci + b_ci
-
-
-def significance_note(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> str:
-    verdict = differs(a_mean, a_ci, b_mean, b_ci)
-    if verdict is None:
-        return " (a single repeat each, so no confidence interval)"
-    if verdict:
-        return ""
-    return " (within the 95 % confidence intervals of the repeats, so not a clear effect)"
-
-
 def first(frame: pd.DataFrame, column: str) -> float:
     """The single value of `column` in a one-row selection; NaN when the selection is empty."""
     return float(frame[column].iloc[0]) if len(frame) else math.nan

@@ -1,0 +1,142 @@
+"""The A/A check of the decision rules (issue 22, items 1 and 3): each rule fed repeats from one
+distribution declares a difference in at most 5 % of the trials, finds large effects, and the rates
+docs/analysis.md gives are the ones `python -m nvmflab.analysis.aa` measures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from nvmflab.analysis import aa, decide, polling
+from nvmflab.analysis.common import compare, compare_values, corrected
+from nvmflab.analysis.stats import diff_interval
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return aa.rates()
+
+
+def _binomial_slack(trials: int, rate: float = 0.05) -> float:
+    """Two standard errors of a measured share at `rate` over `trials` (Monte Carlo noise)."""
+    return 2 * math.sqrt(rate * (1 - rate) / trials)
+
+
+def test_the_check_covers_the_spec_repeat_counts_with_enough_trials():
+    assert aa.TRIALS >= 1000
+    assert {1, 2, 3, 10} <= set(aa.REPEATS)  # quick (1; stacks 2) and full (auto: 3 to 10)
+    assert set(aa.EFFECTS) == {1, 2, 4} and set(aa.DISTRIBUTIONS) == {"normal", "log-normal", "outliers"}
+
+
+def test_no_rule_declares_a_difference_in_more_than_5_percent_of_aa_trials(measured):
+    # A rule at level 5 % declares about 5 % under A/A by design (the Welch test with normal
+    # repeats is exact), so a single cell may land a Monte Carlo hair above 5.0 %: each cell must be
+    # within two standard errors of it, and every rule's rate pooled over the three distributions
+    # (3 × TRIALS trials) must be at most 5 %.
+    slack = _binomial_slack(aa.TRIALS)
+    for rule in aa.RULES:
+        for n in aa.REPEATS:
+            cells = [measured[(rule.name, d, n, 0)] for d in aa.DISTRIBUTIONS]
+            assert max(cells) <= 0.05 + slack, (rule.name, n, cells)
+            assert sum(cells) / len(cells) <= 0.05, (rule.name, n, cells)
+            if n == 1:  # one repeat: no interval, so no rule decides anything
+                assert max(cells) == 0.0
+
+
+def test_detection_grows_with_the_effect_and_the_repeats(measured):
+    for rule in aa.RULES:
+        for dist in aa.DISTRIBUTIONS:
+            at10 = [measured[(rule.name, dist, 10, k)] for k in aa.EFFECTS]
+            assert at10[-1] >= 0.95, (rule.name, dist, at10)  # 4 sd with 10 repeats is found
+            assert at10[0] < at10[1] <= at10[2] + 0.01, (rule.name, dist, at10)
+            by_n = [measured[(rule.name, dist, n, 2)] for n in aa.REPEATS]
+            assert by_n[0] == 0.0 and by_n[-1] > by_n[1], (rule.name, dist, by_n)
+
+
+def test_the_documented_rates_are_the_measured_ones(measured):
+    doc = DOC.read_text()
+    assert aa.BEGIN in doc and aa.END in doc
+    assert aa.embedded(doc) == aa.table(measured).strip(), \
+        "docs/analysis.md is stale: run `python -m nvmflab.analysis.aa --write docs/analysis.md`"
+
+
+# -- the rules themselves ------------------------------------------------------------------------
+
+def test_welch_matches_scipy_and_zero_spread_is_no_interval():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(100, 10, (20, 4)), rng.normal(105, 20, (20, 3))
+    _, half, p, _ = decide.welch(a, b)
+    for i in range(20):
+        ref = sps.ttest_ind(b[i], a[i], equal_var=False)
+        assert p[i] == pytest.approx(ref.pvalue, rel=1e-9)
+        low, high = ref.confidence_interval(0.95)
+        assert half[i] == pytest.approx((high - low) / 2, rel=1e-9)
+    # identical repeats on either side: no interval, never a clear difference
+    for same in ([5.0, 5.0, 5.0], [5.0, 5.0]):
+        diff, half, p, _ = decide.welch(same, [7.0, 8.0, 9.0])
+        assert math.isnan(float(half)) and math.isnan(float(p)) and not decide.clear(p)
+    assert math.isnan(diff_interval(5.0, 0.0, 3, 9.0, 0.0, 3)[1])
+    d = compare_values([5.0, 5.0, 5.0], [9.0, 9.0, 9.0])
+    assert not d.decidable and not d.clear and "without spread" in d.interval(lambda v: f"{v:g}")
+
+
+def test_holm_steps_down_and_ignores_missing_tests():
+    p = np.array([[0.01, 0.04, 0.03], [0.001, 0.5, 0.0125], [np.nan, 0.02, 0.3], [0.2, 0.3, 0.4]])
+    # row 0: 0.01 ≤ 0.05/3, 0.03 > 0.05/2 stops; row 1: 0.001 and 0.0125 ≤ 0.05/2; row 2: m = 2
+    assert decide.holm(p).tolist() == [[True, False, False], [True, False, True], [False, True, False],
+                                      [False, False, False]]
+    diffs = corrected([compare_values([1.0, 1.1, 0.9], [2.0, 2.1, 1.9]),
+                       compare_values([1.0, 1.1, 0.9], [1.25, 1.3, 1.2])] +
+                      [compare_values([1.0, 1.1, 0.9], [1.0, 1.1, 0.9])] * 8)
+    raw = compare_values([1.0, 1.1, 0.9], [1.25, 1.3, 1.2])
+    assert raw.clear and 0.05 > raw.p > 0.05 / 9  # clear alone, but not against 0.05 / 9 after the first
+    assert diffs[0].clear and not diffs[1].clear and diffs[1].lost_to_holm
+    assert "Holm's correction over 10 comparisons" in diffs[1].interval(lambda v: f"{v:g}")
+
+
+def test_fieller_includes_the_baseline_variance_and_is_unbounded_when_it_is_unsure():
+    rng = np.random.default_rng(2)
+    base, loaded = rng.normal(100, 1, 4000), rng.normal(200, 1, 4000)
+    ratio, low, high = decide.fieller(base, loaded)
+    # with tight, large samples Fieller's interval meets the delta method's
+    se = ratio * math.sqrt(loaded.var(ddof=1) / loaded.size / loaded.mean() ** 2
+                           + base.var(ddof=1) / base.size / base.mean() ** 2)
+    assert (high - low) / 2 == pytest.approx(1.96 * se, rel=0.01)
+    # the baseline's spread widens the interval even when the loaded side is the same
+    _, lo1, hi1 = decide.fieller([99.0, 100.0, 101.0], [199.0, 200.0, 201.0])
+    _, lo2, hi2 = decide.fieller([90.0, 100.0, 110.0], [199.0, 200.0, 201.0])
+    assert hi2 - lo2 > 5 * (hi1 - lo1)
+    # a baseline whose mean is not clearly above zero: unbounded, so no load can be safe
+    _, low, high = decide.fieller([-1.0, 1.0, 3.0], [10.0, 11.0, 12.0])
+    assert math.isinf(high) and decide.safe_upto([high], 2.0) == -1
+    # identical repeats: no interval, not certainty
+    assert all(math.isnan(v) for v in decide.fieller([100.0] * 3, [200.0] * 3)[1:])
+
+
+def test_safe_load_needs_every_load_up_to_it_inside_the_limit():
+    assert decide.safe_upto([1.5, 1.9, 2.1, 1.2], 2.0) == 1
+    assert decide.safe_upto([2.5, 1.0], 2.0) == -1
+    assert decide.safe_upto([1.5, np.nan, 1.0], 2.0) == 0  # a load without an interval is not safe
+    assert decide.safe_upto([0.95, 0.91, 0.89], 0.9, higher_is_worse=False) == 1
+
+
+def test_polling_and_saturation_call_the_rules_the_check_measures():
+    # idle_poll: the study's choice from aggregate rows equals decide.pick_shortest on the samples
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        base = rng.normal(100, 5, 3)
+        cands = rng.normal(100, 5, (5, 3)) - np.array([0, 0, 8, 8, 0])[:, None] * (trial % 2)
+        rows = [pd.Series({"lat_p99_ns_mean": c.mean(), "lat_p99_ns_std": c.std(ddof=1), "lat_p99_ns_n": 3})
+                for c in cands]
+        base_row = pd.Series({"lat_p99_ns_mean": base.mean(), "lat_p99_ns_std": base.std(ddof=1),
+                              "lat_p99_ns_n": 3})
+        assert polling.idle_poll_choice(base_row, rows) == int(decide.pick_shortest(base, cands))
+        assert compare(base_row, rows[2], "lat_p99_ns").p == pytest.approx(
+            float(decide.welch(base, cands[2])[2]), rel=1e-12)

@@ -41,6 +41,24 @@ impl std::str::FromStr for CpuList {
     }
 }
 
+/// Refuses CPUs this process may not run on (its affinity mask: offline CPUs, a cgroup's or
+/// taskset's limits), so a typo is an argument error before the run, not a failed pin during it.
+pub fn check_allowed(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills; CPU_ISSET is bounded by the
+    // CPU_SETSIZE check of parse_cpu_list.
+    let allowed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Ok(()); // unknown: let pinning report it
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect::<Vec<_>>()
+    };
+    match cpus.iter().find(|c| !allowed.contains(c)) {
+        Some(c) => Err(format!("CPU {c} is not available to this process (it may run on {allowed:?})")),
+        None => Ok(()),
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET is bounded by parse_cpu_list's CPU_SETSIZE check.
@@ -100,6 +118,13 @@ impl ThreadUsage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpus_outside_the_affinity_mask_are_refused() {
+        super::check_allowed(&[0]).unwrap();
+        let e = super::check_allowed(&[0, 1000]).unwrap_err();
+        assert!(e.contains("CPU 1000 is not available"), "{e}");
+    }
+
     use super::*;
 
     #[test]

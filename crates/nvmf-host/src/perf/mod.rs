@@ -241,6 +241,9 @@ fn timestamp() -> u64 {
 
 /// `nvmf-perf run`.
 pub fn run(a: &RunArgs) -> Result<Report, PerfError> {
+    if let Some(list) = &a.cpus_allowed {
+        cpu::check_allowed(&list.0).map_err(|e| usage(format!("--cpus_allowed: {e}")))?;
+    }
     match &a.local {
         Some(path) => run_local(a, path),
         None => run_tcp(a),

@@ -107,6 +107,16 @@ pub fn default_buffer_memory() -> u64 {
     meminfo_bytes("MemTotal:").map_or(4 << 30, |t| (t / 4).max(256 << 20))
 }
 
+/// The cores this process may run on (its affinity mask), `None` where it cannot be read.
+fn allowed_cores() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills; CPU_ISSET stays in its bounds.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let ok = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0;
+        ok.then(|| (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+    }
+}
+
 /// One `/proc/meminfo` field (e.g. "MemAvailable:") in bytes; `None` where it cannot be read.
 fn meminfo_bytes(field: &str) -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -336,6 +346,11 @@ impl TargetConfig {
         if t.cores.is_empty() {
             return bad("target.cores: at least one core is needed".into());
         }
+        if let Some(allowed) = allowed_cores() {
+            if let Some(c) = t.cores.iter().find(|c| !allowed.contains(c)) {
+                return bad(format!("target.cores: core {c} is not available to this process (it may run on {allowed:?})"));
+            }
+        }
         if t.in_capsule_data_size % 16 != 0 || t.in_capsule_data_size > MAX_IN_CAPSULE_DATA_SIZE {
             return bad(format!(
                 "target.in_capsule_data_size = {}: must be a multiple of 16 and at most {}",
@@ -488,6 +503,16 @@ mod tests {
         assert_eq!(v[0], 0xef);
         assert_eq!(v[15], 0xa8);
         assert!(parse_hex16("abc").is_none());
+    }
+
+    #[test]
+    fn cores_outside_the_affinity_mask_are_refused() {
+        let mut c = TargetConfig::empty();
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
+        c.validate("t").unwrap();
+        c.target.cores = vec![0, 1000];
+        let e = c.validate("t").unwrap_err().to_string();
+        assert!(e.contains("core 1000 is not available"), "{e}");
     }
 
     #[test]

@@ -62,6 +62,9 @@ HOST_STACK_OPT = typer.Option(None, "--host-stack", help="stack driving the load
 PLAN_OPT = typer.Option(False, "--plan", help="print every command each host would run; run nothing")
 KNOBS_FROM_OPT = typer.Option(None, "--knobs-from", help="results directory whose polling study chose the "
                               "knobs to run overhead, saturation and interference with (thesis table 4.2)")
+FORCE_MIX_OPT = typer.Option(False, "--force-mix", help="store points of a spec that differs from the one that "
+                             "filled --results beside its points (default: refused, saying what differs)")
+FORCE_OPT = typer.Option(False, "--force", help="overwrite a file nvmflab did not write")
 
 
 @app.command()
@@ -73,23 +76,27 @@ def study(name: StudyName = typer.Argument(..., help="a study of studies/ (polli
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
           stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
           host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
-          knobs_from: Optional[Path] = KNOBS_FROM_OPT) -> None:
-    """Run a built-in study (STUDIES.md) and write its report."""
+          knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT) -> None:
+    """Run a built-in study (STUDIES.md) and write its report. Exit code 1 when a point failed,
+    2 when nothing could run."""
     names = [s.value for s in StudyName if s is not StudyName.all] if name is StudyName.all else [name.value]
     if spec is not None and len(names) > 1:
         fail("--spec names one study's spec; run the studies one by one to give each its own")
+    _check_knobs_from(knobs_from)
     specs = []
     for study_name in names:
         path = spec or STUDIES_DIR / f"{study_name}.toml"
         loaded = _with_stacks(_load(path, quick, study_name), stack, target_stack, host_stack)
         specs.append((study_name, path, loaded))
+    codes = []
     for study_name, path, loaded in specs:
         # `study all` runs the later studies with the configuration its polling study chose.
         source = knobs_from or (results if "polling" in names and len(names) > 1 and not plan else None)
         loaded = _carry_over(loaded, study_name, source)
-        _execute(loaded, path, study_name, results, quick, plan)
+        codes.append(_execute(loaded, path, study_name, results, quick, plan, force_mix))
     if not plan:
         _report(results)
+    _exit(codes)
 
 
 @app.command()
@@ -98,13 +105,16 @@ def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
         results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
         stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
         host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
-        knobs_from: Optional[Path] = KNOBS_FROM_OPT) -> None:
-    """Run any spec: its study when it names one, else the cross product of its sweep table."""
+        knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT) -> None:
+    """Run any spec: its study when it names one, else the cross product of its sweep table. Exit
+    code 1 when a point failed, 2 when nothing could run."""
+    _check_knobs_from(knobs_from)
     loaded = _with_stacks(_load(spec, quick), stack, target_stack, host_stack)
     loaded = _carry_over(loaded, loaded.study or "", knobs_from)
-    _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan)
+    code = _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan, force_mix)
     if not plan:
         _report(results)
+    _exit([code])
 
 
 @app.command()
@@ -143,22 +153,24 @@ def soak(minutes: float = typer.Option(2.0, "--minutes", help="how long (0.5 to 
 
 @app.command()
 def report(results: Path = typer.Argument(..., help="results directory"),
-           out_dir: Optional[Path] = typer.Option(None, "--out", help="report directory (default: RESULTS/report)")) -> None:
-    """Write the report of a results directory."""
-    _require_store(results)
-    _report(results, out_dir)
+           out_dir: Optional[Path] = typer.Option(None, "--out", help="report directory (default: RESULTS/report)"),
+           force: bool = FORCE_OPT,
+           as_json: bool = typer.Option(False, "--json", help="print every finding as JSON (always written to OUT/findings.json)")) -> None:
+    """Write the report of a results directory (refuses to overwrite a report.html it did not write)."""
+    _require_store(results).close()
+    _report(results, out_dir, force, as_json)
 
 
 @results_app.command("list")
 def results_list(results: Path = typer.Argument(..., help="results directory")) -> None:
     """Runs and their point counts by status."""
     store = _require_store(results)
-    runs, points = store.runs(), store.points()
+    runs, points = _read(results, store.runs), _read(results, store.points)
     table = Table("run", "study", "started", "finished", "ok", "failed", "invalid", "skipped")
     for row in runs.itertuples():
         mine = points[points["run_id"] == row.run_id]["status"].value_counts()
         finished = row.finished_at if isinstance(row.finished_at, str) else "(interrupted)"  # NULL reads as NaN
-        table.add_row(str(row.run_id), row.study, row.started_at, finished,
+        table.add_row(str(row.run_id), _cell(row.study), _cell(row.started_at), finished,
                       *(str(mine.get(s, 0)) for s in ("ok", "failed", "invalid", "skipped")))
     out.print(table)
 
@@ -168,7 +180,8 @@ def results_show(results: Path = typer.Argument(..., help="results directory"),
                  study_name: Optional[str] = typer.Option(None, "--study", help="only this study"),
                  leg: Optional[str] = typer.Option(None, "--leg", help="only this leg")) -> None:
     """The measurements, one line per point and role."""
-    frame = _require_store(results).measurements()
+    store = _require_store(results)
+    frame = _read(results, store.measurements)
     if study_name:
         frame = frame[frame["study"] == study_name]
     if leg:
@@ -176,22 +189,35 @@ def results_show(results: Path = typer.Argument(..., help="results directory"),
     table = Table("study", "leg", "role", "rw", "bs", "iodepth", "numjobs", "repeat", "status", "iops",
                   "p99 µs", "error")
     for row in frame.itertuples():
-        table.add_row(row.study, row.leg, row.role, str(row.rw), str(row.bs), str(row.iodepth), str(row.numjobs),
-                      str(row.repeat), row.status, "" if row.iops != row.iops else f"{row.iops:,.0f}",
-                      "" if row.lat_p99_ns != row.lat_p99_ns else f"{row.lat_p99_ns / 1000:.1f}", row.error or "")
+        table.add_row(_cell(row.study), _cell(row.leg), _cell(row.role), _cell(row.rw), _cell(row.bs),
+                      _cell(row.iodepth), _cell(row.numjobs), _cell(row.repeat), _cell(row.status),
+                      _number(row.iops, 1, "{:,.0f}"), _number(row.lat_p99_ns, 1000, "{:.1f}"), _cell(row.error))
     out.print(table)
+    if frame.empty:
+        out.print("(no points stored" + (" for that --study/--leg)" if study_name or leg else ")"))
 
 
 @results_app.command("export")
 def results_export(results: Path = typer.Argument(..., help="results directory"),
                    out_file: Path = typer.Option(..., "--out", help="file to write, or a directory to write "
                                                                    "measurements.csv|parquet into"),
-                   fmt: Optional[Format] = typer.Option(None, "--format", help="csv or parquet (default: from --out)")) -> None:
-    """Export measurements() as CSV or Parquet."""
-    frame = _require_store(results).measurements()
-    chosen = fmt.value if fmt else ("parquet" if out_file.suffix == ".parquet" else "csv")
+                   fmt: Optional[Format] = typer.Option(None, "--format", help="csv or parquet (default: from --out; "
+                                                        "a file name must end in .csv or .parquet)"),
+                   force: bool = FORCE_OPT) -> None:
+    """Export measurements() as CSV or Parquet (the format the file name says)."""
+    store = _require_store(results)
+    frame = _read(results, store.measurements)
     if out_file.is_dir():
-        out_file = out_file / f"measurements.{chosen}"
+        out_file = out_file / f"measurements.{fmt.value if fmt else 'csv'}"
+    suffix = out_file.suffix.lower().lstrip(".")
+    if suffix not in ("csv", "parquet"):
+        fail(f"{out_file}: cannot tell the format from the name: name the file .csv or .parquet "
+             "(those are the formats export writes)")
+    if fmt is not None and fmt.value != suffix:
+        fail(f"{out_file}: --format {fmt.value} but the file name says {suffix}; make them agree")
+    chosen = suffix
+    if out_file.exists() and not force and not _exported_by_us(out_file, chosen):
+        fail(f"{out_file}: exists and was not written by `nvmflab results export`; give --force to overwrite it")
     try:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         if chosen == "parquet":
@@ -256,11 +282,75 @@ def _load(path: Path, quick: bool, study_name: Optional[str] = None) -> Spec:
 
 
 def _require_store(results: Path):
-    from .store import ResultsStore
+    from .store import ResultsStore, StoreError
 
     if not (results / ResultsStore.FILENAME).is_file():
         fail(f"{results}: no {ResultsStore.FILENAME} here (run `nvmflab study` or `nvmflab run` first)")
-    return ResultsStore(results)
+    try:
+        return ResultsStore(results)
+    except StoreError as error:
+        fail(str(error))
+    except OSError as error:
+        fail(f"{results}: cannot open the results ({error})")
+
+
+def _read(results: Path, reader):
+    """A store query; a damaged database is named with its path instead of an internal error."""
+    import sqlite3
+
+    import pandas as pd
+
+    try:
+        return reader()
+    except (sqlite3.Error, pd.errors.DatabaseError) as error:
+        fail(f"{results / 'results.sqlite'}: the results database is damaged ({' '.join(str(error).split())})")
+
+
+def _cell(value) -> str:
+    """A table cell: empty for NULL/NaN, the text otherwise."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return str(value)
+
+
+def _number(value, scale: float, form: str) -> str:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return ""
+    return "" if number != number else form.format(number / scale)
+
+
+def _exported_by_us(path: Path, fmt: str) -> bool:
+    """True when `path` holds an export of measurements() (its first columns are ours)."""
+    from .store import FRAME_COLUMNS
+
+    head = FRAME_COLUMNS[:5]
+    try:
+        if fmt == "csv":
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.readline().strip().split(",")[:5] == head
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(path).names[:5] == head
+    except Exception:  # unreadable or another format: not ours
+        return False
+
+
+def _check_knobs_from(knobs_from: Optional[Path]) -> None:
+    """--knobs-from names a results directory that exists and holds a results database."""
+    if knobs_from is None:
+        return
+    _require_store(knobs_from).close()
+
+
+def _exit(codes: list[int]) -> None:
+    """Exit 2 when nothing could run in any study, 1 when a point failed, else 0."""
+    code = max(codes) if codes else 0
+    if code and 2 in codes and any(c != 2 for c in codes):
+        code = 1  # some study ran: not "nothing could run"
+    if code:
+        raise typer.Exit(code)
 
 
 def _with_stacks(spec: Spec, both: Optional[StackOption], target: Optional[StackOption],
@@ -280,9 +370,14 @@ def _carry_over(spec: Spec, study_name: str, source: Optional[Path]) -> Spec:
     """The polling study's chosen knobs from `source` applied to `spec` (carried-over studies only)."""
     from .studies.common import CARRY_OVER, carry_over
 
+    from .store import StoreError
+
     if source is None or study_name not in CARRY_OVER:
         return spec
-    spec, applied, refused = carry_over(spec, source)
+    try:
+        spec, applied, refused = carry_over(spec, source)
+    except StoreError as error:
+        fail(str(error))
     chosen = ", ".join(f"{k} = {v}" for k, v in applied.items()) or "none (no decided recommendation)"
     out.print(f"{study_name}: knobs from the polling study in {source}: {chosen}", highlight=False, markup=False)
     for knob, why in refused.items():
@@ -290,40 +385,69 @@ def _carry_over(spec: Spec, study_name: str, source: Optional[Path]) -> Spec:
     return spec
 
 
-def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False) -> None:
+def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False,
+             force_mix: bool = False) -> int:
     from .session import SessionError, run_spec
 
     try:
-        summary = run_spec(spec, path, study_name, results, quick, plan)
+        summary = run_spec(spec, path, study_name, results, quick, plan, force_mix)
     except SessionError as error:
         fail(str(error))
     except KeyboardInterrupt:
         fail(f"interrupted; finished points are stored in {results}: re-run the same command to resume", 130)
-    out.print(summary, highlight=False, markup=False)
+    out.print(summary.text, highlight=False, markup=False)
+    return summary.code
 
 
-def _report(results: Path, out_dir: Optional[Path] = None) -> None:
+def _report(results: Path, out_dir: Optional[Path] = None, force: bool = False, as_json: bool = False) -> None:
     try:
         from .report import write_report
     except ImportError as error:
         fail(f"the report module is not available ({error})")
     out_dir = out_dir or results / "report"
+    page = out_dir / "report.html"
+    if not force and page.exists() and not _report_by_us(page):
+        fail(f"{page}: exists and was not written by nvmflab; give --force to overwrite it, or another --out")
+    if not force and out_dir.is_file():
+        fail(f"{out_dir}: is a file, not a report directory; give another --out")
     try:
         path = write_report(results, out_dir)
     except OSError as error:
         fail(f"{out_dir}: cannot write the report ({error})")
-    print(path, flush=True)
+    print((path.parent / "findings.json").read_text(encoding="utf-8") if as_json else path, end="" if as_json else "\n",
+          flush=True)
+
+
+def _report_by_us(page: Path) -> bool:
+    try:
+        with open(page, encoding="utf-8", errors="replace") as handle:
+            return "<title>nvmflab report</title>" in handle.read(4096)
+    except OSError:
+        return False
 
 
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
     except KeyboardInterrupt:
         err.print("nvmflab: interrupted")
         sys.exit(130)
     except Exception as error:  # a bug, not bad input: one line unless asked for the traceback
+        if type(error).__name__ == "Abort":  # the CLI library's form of Ctrl-C
+            err.print("nvmflab: interrupted")
+            sys.exit(130)
+        if type(error).__name__ == "NoArgsIsHelpError":  # `nvmflab` or `nvmflab results` alone: the help
+            print(error.ctx.get_help())
+            sys.exit(0)
+        if hasattr(error, "format_message") and hasattr(error, "exit_code"):  # bad arguments: one line
+            context = getattr(error, "ctx", None)
+            where = f" (`{context.command_path} --help` lists the options)" if context is not None else ""
+            message = " ".join(error.format_message().split()).replace("Value error, ", "")
+            err.print(f"nvmflab: error: {message}{where}", markup=False, highlight=False)
+            sys.exit(error.exit_code)
         if os.environ.get("NVMFLAB_DEBUG"):
             raise
         err.print(f"nvmflab: internal error: {type(error).__name__}: {error} (NVMFLAB_DEBUG=1 shows the traceback)",
                   markup=False, highlight=False)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -5,10 +5,13 @@ Studies build `Point`s; the runner executes them; the store keys them by `point_
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 
@@ -78,13 +81,48 @@ class Point:
     fail_reason: str | None = None  # an earlier step it needs failed; stored "failed", so a re-run retries it
     prepare: Callable[[], None] | None = field(default=None, repr=False)
 
-    @property
+    @cached_property
     def key(self) -> str:
-        return point_key(self.study, self.leg, self.knobs, self.repeat, self.runtime, self.ramp_time)
+        return point_key(self.study, self.leg, self.knobs, self.repeat, self.runtime, self.ramp_time,
+                         self.definition())
+
+    def definition(self) -> dict[str, Any] | None:
+        """What decides the measurement beyond the knobs: the target's setup (cores, backends, sizes,
+        block sizes, files, address) and each load generator's (cores, host, subsystem, files).
+        Files the harness keeps in a results directory's work/ are named relative to it, so a moved
+        results directory keeps its keys; a namespace's name (made anew by each run) is left out.
+        None for a point that runs neither (a network-only measurement keyed by its knobs alone)."""
+        if self.target is None and not self.jobs:
+            return None
+        target = None
+        if self.target is not None:
+            target = dataclasses.asdict(self.target)
+            target.pop("netns", None)
+            for sub in target["subsystems"]:
+                sub["path"] = _path_id(sub["path"])
+        jobs = [{"role": j.role, "knobs": j.knobs, "cpus": list(j.cpus), "nqn": j.nqn, "host": j.host,
+                 "hostnqn": j.hostnqn, "local_path": _path_id(j.local_path), "local_file_size": j.local_file_size}
+                for j in self.jobs]
+        return {"target": target, "jobs": jobs}
 
 
-def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int, runtime: float, ramp_time: float) -> str:
-    """Same key = same measurement: a re-run with another runtime or ramp_time measures anew."""
-    canonical = json.dumps({"study": study, "leg": leg, "knobs": knobs, "repeat": repeat,
-                            "runtime": float(runtime), "ramp_time": float(ramp_time)}, sort_keys=True, default=str)
+def _path_id(path: str | None) -> str | None:
+    """A file under a results directory's work/ as `work/NAME`; any other path as given."""
+    if not path:
+        return path
+    where = Path(path)
+    if where.parent.name == "work" and (where.parent.parent / "results.sqlite").exists():
+        return f"work/{where.name}"
+    return path
+
+
+def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int, runtime: float, ramp_time: float,
+              definition: dict[str, Any] | None = None) -> str:
+    """Same key = same measurement: a re-run with another runtime, ramp_time, placement, backend or
+    load-generator layout measures anew (`definition`: Point.definition)."""
+    fields = {"study": study, "leg": leg, "knobs": knobs, "repeat": repeat, "runtime": float(runtime),
+              "ramp_time": float(ramp_time)}
+    if definition is not None:
+        fields["definition"] = definition
+    canonical = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

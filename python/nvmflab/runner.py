@@ -72,8 +72,40 @@ class Runner:
             self._stacks[name] = get_stack(name)
         return self._stacks[name]
 
+    def identity(self, point: Point) -> dict[str, Any]:
+        """What defines a point's measurement beyond its key: each side's stack, its version and the
+        host it runs on. A stored point is reused only when this is unchanged (`reusable`)."""
+        target_stack, host_stack = self.stacks_for(point)
+        out: dict[str, Any] = {}
+        if point.target is not None:
+            host = self._target_host(point.target)
+            out["target"] = {"stack": target_stack.name, "version": self._safe_version(target_stack, host),
+                             "host": host_identity(host)}
+        out["jobs"] = {}
+        for job in point.jobs:
+            host = self.hosts.initiator(job.host)
+            out["jobs"][job.role] = {"stack": host_stack.name, "version": self._safe_version(host_stack, host),
+                                     "host": host_identity(host)}
+        return out
+
+    def reusable(self, points: list[Point]) -> set[str]:
+        """Keys of the points stored with everything that defines them unchanged (knobs, placement,
+        backend and durations are in the key; stacks, versions and hosts in the identity)."""
+        stored = self.store.done_identities()
+        return {p.key for p in points if p.key in stored and stored[p.key] == self._identity_json(p)}
+
+    def _identity_json(self, point: Point) -> dict[str, Any]:
+        return json.loads(json.dumps(self.identity(point), sort_keys=True, default=str))
+
+    def _safe_version(self, stack: Stack, host: Host) -> str | None:
+        try:
+            return self._version(stack, host)
+        except Exception:  # a stack missing on the host has no version; the point says why it failed
+            self._versions[f"{stack.name}@{host.name}"] = None
+            return None
+
     def run(self, points: list[Point], description: str) -> list[Outcome]:
-        done = self.store.done_keys()
+        done = self.reusable(points)
         leg = self.progress.leg(description, points, done) if self.progress else None
         stored = [p for p in points if p.key in done]
         if leg is not None and stored:
@@ -315,7 +347,7 @@ class Runner:
               started: str, raw: dict[str, Any] | None) -> None:
         self.store.save_point(self.run_id, point.key, point.study, point.leg, point.knobs, point.repeat, status,
                               error, measurements, fg_bg_shared_core=point.fg_bg_shared_core,
-                              started_at=started, raw=raw)
+                              started_at=started, raw=raw, identity=self._identity_json(point))
 
 
 class PlanningRunner(Runner):
@@ -333,6 +365,13 @@ class PlanningRunner(Runner):
 
     def close(self) -> None:
         pass
+
+
+def host_identity(host: Host) -> dict[str, Any]:
+    """A host as far as a measurement depends on it: its name, data address and SSH entry."""
+    entry = getattr(host, "entry", None)
+    return {"name": "netns" if getattr(host, "netns", None) else host.name,  # namespaces are named per run "data_ip": host.data_ip,
+            "ssh": None if entry is None else {"ssh": entry.ssh, "user": entry.user, "port": entry.port}}
 
 
 def outage_text(outputs: dict[str, Any]) -> str | None:

@@ -7,20 +7,24 @@ up front, naming the knob and the stack. `--plan` prints what each host would ru
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sqlite3
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import procs
+from .cores import available_cores
 from .env import collect
 from .plan import Point
 from .runner import PlanningRunner, Runner, make_progress
 from .spec import Knobs, Spec
 from .stacks import Stack, StackError, get_stack
-from .store import ResultsStore
+from .store import ResultsStore, StoreError
 from .studies import study_module, study_params
 from .studies.common import Context
 from .tools import ToolMissing
@@ -32,8 +36,27 @@ class SessionError(Exception):
     pass
 
 
-def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False) -> str:
-    """Run every point of the spec (skipping stored ones); returns a one-line summary.
+@dataclass
+class Summary:
+    """What a session ends with: the text to print and the exit code it calls for (0: every point
+    ran or was stored; 1: some point failed; 2: nothing could run)."""
+
+    text: str
+    code: int = 0
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# Spec fields that choose how many times points run, or only describe them: a directory filled by
+# one value takes more rounds or another description without mixing different measurements.
+SPEC_FIELDS_NOT_COMPARED = ("name", "description", "repeats", "min_repeats", "max_repeats", "ci_within_pct",
+                            "quick")
+
+
+def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False,
+             force_mix: bool = False) -> Summary:
+    """Run every point of the spec (skipping stored ones); returns a summary and exit code.
     With `plan`, returns every command each host would run instead, running nothing."""
     try:
         target_stack, host_stack = get_stack(spec.stack.target), get_stack(spec.stack.host)
@@ -43,40 +66,63 @@ def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
     if plan and not (Path(results) / ResultsStore.FILENAME).is_file():
         results = Path(tempfile.mkdtemp(prefix="nvmflab-plan-"))  # a plan leaves nothing behind
     hosts = open_hosts(spec, path, Path(results) / "work")
+    try:
+        return _session(spec, path, study_name, results, quick, plan, force_mix, target_stack, host_stack, hosts)
+    except HostError as error:  # a host that cannot be reached while planning: named with the inventory
+        raise SessionError(f"{_inventory(spec, path)}: {error}") from None
+    finally:
+        hosts.close()
+        if plan and Path(results).name.startswith("nvmflab-plan-"):
+            shutil.rmtree(results, ignore_errors=True)
+
+
+def _inventory(spec: Spec, path: Path) -> Path:
+    if spec.topology.kind == "ssh" and spec.topology.inventory:
+        return Path(path).resolve().parent / spec.topology.inventory
+    return Path(path)
+
+
+def _session(spec, path, study_name, results, quick, plan, force_mix, target_stack, host_stack, hosts) -> Summary:
     store = None
     try:
+        check_cores(spec, path, hosts)
         if not plan:
             check_available(target_stack, host_stack, hosts)  # before the results directory is made
         try:
             store = ResultsStore(results)
+            if not plan:
+                store.lock()  # held until the store closes: one run per results directory
+        except StoreError as error:
+            raise SessionError(str(error)) from None
         except (OSError, sqlite3.Error) as error:
             raise SessionError(f"{results}: cannot keep results there ({error})") from None
+        if not force_mix:
+            check_same_spec(store, spec, study_name, results)
         params = study_params(spec.study, spec.params) if spec.study else None
         planner = PlanningRunner(store, target_stack, host_stack, hosts)
         _study(Context(spec=spec, study=study_name, runner=planner, store=store), params)
         check_points(planner.planned, planner)
+        check_capacity(planner.planned, planner, path)
         if plan:
-            return render_plan(planner)
+            return Summary(render_plan(planner))
         return _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts,
                         [point for _, point in planner.planned])
     finally:
-        hosts.close()
         if store is not None:
             store.close()
-        if plan and Path(results).name.startswith("nvmflab-plan-"):
-            shutil.rmtree(results, ignore_errors=True)
 
 
 def _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts,
              planned: list[Point]) -> str:
     env = collect() | {"spec_effective": spec.model_dump(mode="json"), "quick": quick, "spec_path": str(path),
                        "stacks": {"target": target_stack.name, "host": host_stack.name}}
-    run_id = store.start_run(study_name, Path(path).read_text(), env)
+    run_id = store.start_run(study_name, Path(path).read_bytes().decode("utf-8", "replace"), env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with make_progress() as progress:
-            progress.plan(planned, store.done_keys())
             runner = Runner(store, run_id, target_stack, host_stack, hosts, progress)
+            reused = runner.reusable(planned)
+            progress.plan(planned, reused)
             try:
                 _study(Context(spec=spec, study=study_name, runner=runner, store=store), params)
             finally:
@@ -85,9 +131,27 @@ def _execute(spec, path, study_name, results, quick, params, store, target_stack
     finally:
         signal.signal(signal.SIGTERM, previous)
         procs.stop_all()
-    statuses = Counter(store.points().query("run_id == @run_id")["status"])
+    return summarize_run(store.points().query("run_id == @run_id"), study_name, results, len(reused))
+
+
+def summarize_run(points, study_name: str, results: Path, reused: int) -> Summary:
+    """The run's counts by status; the failed points named, each with its error; the exit code."""
+    statuses = Counter(points["status"])
     counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "nothing new (all points stored)"
-    return f"{study_name}: {counts} in {results}"
+    lines = [f"{study_name}: {counts} in {results}"]
+    failed = points[points["status"] == "failed"]
+    for row in failed.head(20).itertuples():
+        knobs = json.loads(row.knobs_json)
+        shown = " ".join(f"{k}={knobs[k]}" for k in ("rw", "bs", "iodepth", "numjobs", "completion", "target_mode",
+                                                       "idle_poll_us") if k in knobs)
+        lines.append(f"  failed: {row.leg} repeat {row.repeat} {shown}: {row.error}")
+    if len(failed) > 20:
+        lines.append(f"  ... and {len(failed) - 20} more failed point(s): `nvmflab results show {results}`")
+    ran = statuses.get("ok", 0) + statuses.get("invalid", 0)
+    if statuses and ran == 0 and reused == 0:
+        lines.append(f"{study_name}: nothing could run (every point failed or was skipped)")
+        return Summary("\n".join(lines), 2)
+    return Summary("\n".join(lines), 1 if len(failed) else 0)
 
 
 def _study(ctx: Context, params) -> None:
@@ -147,6 +211,129 @@ def check_points(planned: list[tuple[str, Point]], runner: Runner) -> None:
                 check(point, *runner.stacks_for(point))
             except StackError as error:
                 raise SessionError(f"{point.leg}: {error}; nothing was run") from None
+
+
+def check_same_spec(store: ResultsStore, spec: Spec, study_name: str, results: Path) -> None:
+    """A results directory keeps one spec per study: a run of another spec (other cores, backend,
+    stacks, workload, durations, ...) into it is refused, saying what differs."""
+    before = store.study_spec(study_name)
+    if before is None:
+        return
+    now = spec.model_dump(mode="json")
+    old, new = _flat(before), _flat(now)
+    differs = [key for key in sorted(set(old) | set(new))
+               if key.split(".")[0] not in SPEC_FIELDS_NOT_COMPARED and old.get(key, _MISSING) != new.get(key, _MISSING)]
+    if not differs:
+        return
+    shown = "; ".join(f"{key} was {_text(old.get(key, _MISSING))}, now {_text(new.get(key, _MISSING))}"
+                      for key in differs[:3])
+    more = f" (and {len(differs) - 3} more)" if len(differs) > 3 else ""
+    raise SessionError(f"{results} holds {study_name} results of another spec: {shown}{more}; give another "
+                       "--results, or --force-mix to store these points beside them")
+
+
+_MISSING = object()
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out |= _flat(item, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    return {prefix: value}
+
+
+def _text(value: Any) -> str:
+    return "(not set)" if value is _MISSING else json.dumps(value)
+
+
+# The built-in study specs: written to run on any machine, their core indices wrap on small ones
+# (the sharing is recorded: fg_bg_shared_core, apps_share_cores).
+BUILT_IN_SPECS = Path(__file__).resolve().parents[2] / "studies"
+
+
+def check_cores(spec: Spec, path: Path, hosts: Hosts) -> None:
+    """Core indices a user's spec gives that the host does not have are refused, not wrapped onto
+    other cores (the built-in study specs, made for any machine, keep wrapping)."""
+    if Path(path).resolve().parent == BUILT_IN_SPECS:
+        return
+    topology = spec.topology
+    for field, host in (("target_cores", hosts.target), ("host_cores", hosts.initiator(None))):
+        if field not in topology.model_fields_set:
+            continue  # the defaults wrap on machines with fewer cores, as the studies' own indices do
+        try:
+            usable = host.cores or available_cores()
+        except HostError as error:
+            raise SessionError(str(error)) from None
+        for index in getattr(topology, field):
+            if index >= len(usable):
+                raise SessionError(f"{path}: topology.{field}: core {index} does not exist on {host.name}, which "
+                                   f"has {len(usable)} usable core(s) (indices 0 to {len(usable) - 1})")
+
+
+def check_capacity(planned: list[tuple[str, Point]], runner: Runner, path: Path) -> None:
+    """RAM namespaces against the memory the target host has, backing files against its free disk."""
+    ram: dict[str, tuple[Any, int]] = {}
+    files: dict[str, tuple[Any, dict[str, int]]] = {}
+    for _, point in planned:
+        if point.skip_reason or point.fail_reason or point.target is None:
+            continue
+        host = runner._target_host(point.target)
+        need = sum(s.size for s in point.target.subsystems if s.backend == "ram")
+        if need > ram.get(host.name, (host, 0))[1]:
+            ram[host.name] = (host, need)
+        for sub in point.target.subsystems:
+            if sub.backend == "file" and sub.path:
+                files.setdefault(host.name, (host, {}))[1][sub.path] = sub.size
+    for name, (host, need) in ram.items():
+        available = _meminfo(host, "MemAvailable")
+        if available is not None and need > available:
+            raise SessionError(f"{path}: backend.size: {_gib(need)} of RAM namespace is more than the "
+                               f"{_gib(available)} of memory available on {name}; use a smaller size or the "
+                               "file backend")
+    for name, (host, wanted) in files.items():
+        need, free = 0, None
+        for file_path, size in wanted.items():
+            have, avail = _file_and_free(host, file_path)
+            if avail is None:
+                continue
+            free = avail if free is None else min(free, avail)
+            need += max(0, size - have)
+        if free is not None and need > free:
+            raise SessionError(f"{path}: backend.size: the backing file(s) need {_gib(need)} more on {name}, "
+                               f"which has {_gib(free)} free there; use a smaller size or another backend.path")
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+
+
+def _meminfo(host, field: str) -> int | None:
+    try:
+        text = host.run(["cat", "/proc/meminfo"], timeout=20, check=False).stdout
+    except (HostError, OSError):
+        return None
+    for line in text.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+# $1 a file path: its size (0 when missing) and the free bytes of the first directory above it that exists.
+_FILE_AND_FREE = r"""p="$1"; have=0; [ -f "$p" ] && have=$(stat -c %s "$p"); d=$(dirname "$p")
+while [ ! -d "$d" ]; do d=$(dirname "$d"); done
+echo "$have $(df -Pk "$d" | tail -1 | awk '{print $4}')"
+"""
+
+
+def _file_and_free(host, file_path: str) -> tuple[int, int | None]:
+    try:
+        done = host.run(["sh", "-c", _FILE_AND_FREE, "sh", file_path], timeout=20, check=False)
+        have, free_kib = done.stdout.split()
+        return int(have), int(free_kib) * 1024
+    except (HostError, OSError, ValueError):
+        return 0, None
 
 
 def check_available(target_stack: Stack, host_stack: Stack, hosts: Hosts) -> None:

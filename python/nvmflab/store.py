@@ -6,8 +6,10 @@ measured, so an interrupted sweep keeps everything finished before the interrupt
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,7 +83,9 @@ NOISE_COLUMNS = ["outside_cpu_s REAL", "steal_s REAL", "noise_pct REAL", "noisy 
                  "cpu_governor TEXT", "throttle_events INTEGER", "cpu_cores_json TEXT"]
 # Columns added after the first release: stores made before them gain them on open.
 LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_version TEXT", "intervals_json TEXT"]
-                 + NOISE_COLUMNS}
+                 + NOISE_COLUMNS,
+                 # what defined a point beyond its key: stack versions and hosts (Runner.identity)
+                 "points": ["identity_json TEXT"]}
 # Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
 KNOB_COLUMNS = [
     "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
@@ -101,6 +105,14 @@ DONE_STATUSES = ("ok", "invalid", "skipped")
 OLD_ROLE_CHECK = "CHECK (role IN ('main', 'fg', 'bg'))"
 
 
+class StoreError(Exception):
+    """A results directory that cannot be used; the message names its path."""
+
+
+class StoreBusy(StoreError):
+    """Another run holds the results directory."""
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -109,18 +121,44 @@ class ResultsStore:
     """One results directory. Cheap to open; every write commits at once."""
 
     FILENAME = "results.sqlite"
+    LOCKNAME = "results.lock"
 
     def __init__(self, directory: Path | str):
         self.dir = Path(directory)
+        self.path = self.dir / self.FILENAME
+        self._lock_file = None
+        if self.path.exists():
+            check_database(self.path)  # before anything is written into a file that may be another's
         self.dir.mkdir(parents=True, exist_ok=True)
         self.raw_dir = self.dir / "raw"
         self.raw_dir.mkdir(exist_ok=True)
-        self.path = self.dir / self.FILENAME
         self._db = sqlite3.connect(self.path)
-        self._db.execute("PRAGMA foreign_keys = ON")
-        self._db.executescript(SCHEMA)
-        self._add_later_columns()
-        self._widen_roles()
+        try:
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.executescript(SCHEMA)
+            self._add_later_columns()
+            self._widen_roles()
+        except sqlite3.Error as error:
+            self._db.close()
+            raise StoreError(f"{self.path}: cannot use this results database ({error})") from None
+
+    def lock(self) -> None:
+        """Hold the directory for this run (flock on results.lock, released on close or exit): a
+        second run into the same directory is refused at once instead of measuring beside it."""
+        handle = open(self.dir / self.LOCKNAME, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise StoreBusy(f"{self.dir}: another nvmflab run ({holder}) is writing to this results directory; "
+                            "wait for it to finish or give another --results") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}, started {now()}\n")
+        handle.flush()
+        self._lock_file = handle
 
     def _add_later_columns(self) -> None:
         for table, columns in LATER_COLUMNS.items():
@@ -145,6 +183,9 @@ class ResultsStore:
 
     def close(self) -> None:
         self._db.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
 
     def __enter__(self) -> "ResultsStore":
         return self
@@ -167,14 +208,32 @@ class ResultsStore:
 
     def done_keys(self) -> set[str]:
         """Keys of points that need no re-run (failed points are retried)."""
+        return set(self.done_identities())
+
+    def done_identities(self) -> dict[str, dict[str, Any] | None]:
+        """Each point that needs no re-run by key, with the identity it was measured under (None for
+        points stored before identities were kept)."""
         marks = ",".join("?" * len(DONE_STATUSES))
-        rows = self._db.execute(f"SELECT point_key FROM points WHERE status IN ({marks})", DONE_STATUSES)
-        return {key for (key,) in rows}
+        rows = self._db.execute(f"SELECT point_key, identity_json FROM points WHERE status IN ({marks})",
+                                DONE_STATUSES)
+        return {key: json.loads(ident) if ident else None for key, ident in rows}
+
+    def study_spec(self, study: str) -> dict[str, Any] | None:
+        """The effective spec of the latest run of `study` here (what filled the directory), or None."""
+        rows = self._db.execute("SELECT env_json FROM runs WHERE study = ? ORDER BY run_id DESC", (study,))
+        for (env_json,) in rows:
+            try:
+                spec = json.loads(env_json).get("spec_effective")
+            except (ValueError, AttributeError):
+                continue
+            if spec is not None:
+                return spec
+        return None
 
     def save_point(self, run_id: int, key: str, study: str, leg: str, knobs: dict[str, Any], repeat: int,
                    status: str, error: str | None, measurements: list[dict[str, Any]],
                    fg_bg_shared_core: bool = False, started_at: str | None = None,
-                   raw: dict[str, Any] | None = None) -> int:
+                   raw: dict[str, Any] | None = None, identity: dict[str, Any] | None = None) -> int:
         """Store one point with its measurements atomically, replacing an earlier failed attempt."""
         if raw is not None:
             (self.raw_dir / f"{key}.json").write_text(json.dumps(raw, indent=1, sort_keys=True))
@@ -184,9 +243,10 @@ class ResultsStore:
             self._db.execute("DELETE FROM points WHERE point_key = ?", (key,))
             cursor = self._db.execute(
                 "INSERT INTO points (run_id, point_key, study, leg, knobs_json, repeat, status, error, "
-                "fg_bg_shared_core, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "fg_bg_shared_core, started_at, finished_at, identity_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, key, study, leg, json.dumps(knobs, sort_keys=True, default=_json_default), repeat,
-                 status, error, int(fg_bg_shared_core), started_at or now(), now()))
+                 status, error, int(fg_bg_shared_core), started_at or now(), now(),
+                 json.dumps(identity, sort_keys=True, default=_json_default) if identity is not None else None))
             point_id = int(cursor.lastrowid)
             for m in measurements:
                 columns = ["point_id", "role", "knobs_json"] + [c for c in METRIC_COLUMNS if c in m]
@@ -226,6 +286,31 @@ class ResultsStore:
         for column in ("hdr_digest", "data_digest"):
             frame[column] = frame[column].map(lambda v: None if v is None or pd.isna(v) else bool(v)).astype(object)
         return frame[FRAME_COLUMNS]
+
+
+def check_database(path: Path) -> None:
+    """Refuse a file that is not an nvmflab results database (StoreError naming the path)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except OSError as error:
+        raise StoreError(f"{path}: cannot read ({error.strerror})") from None
+    if not head:
+        return  # empty: a database made just now; the schema fills it
+    if head != b"SQLite format 3\x00":
+        raise StoreError(f"{path}: not a results database (not an SQLite file); move it away or give "
+                         "another results directory")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.Error as error:
+        raise StoreError(f"{path}: not a usable results database ({error})") from None
+    if tables and not {"runs", "points", "measurements"} <= tables:
+        raise StoreError(f"{path}: an SQLite database of something else (tables: {', '.join(sorted(tables))}), "
+                         "not nvmflab results; give another results directory")
 
 
 def _knob_row(point_json: str, own_json: str | None) -> list[Any]:

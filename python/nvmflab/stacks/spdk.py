@@ -13,6 +13,7 @@ rwmixread (recorded as `nvmflab.direction_split = "rwmixread"`) and the histogra
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import time
@@ -286,8 +287,15 @@ class SpdkTarget(RunningTarget):
 # -- host -----------------------------------------------------------------------------------------
 
 def check_whole_seconds(runtime: float, ramp_time: float) -> None:
-    if float(runtime) < 1 or not float(runtime).is_integer() or not float(ramp_time).is_integer():
+    """The measured time must be whole seconds; the warm-up is rounded up (`warmup_seconds`): a
+    longer warm-up measures the same thing, a longer or shorter runtime would not."""
+    if float(runtime) < 1 or not float(runtime).is_integer():
         raise StackError(f"spdk_nvme_perf takes whole seconds (runtime {runtime}, ramp_time {ramp_time})")
+
+
+def warmup_seconds(ramp_time: float) -> int:
+    """spdk_nvme_perf's `-a` for a ramp_time: whole seconds, rounded up (0.5 s ramps 1 s)."""
+    return int(math.ceil(float(ramp_time)))
 
 
 def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: float) -> list[str]:
@@ -320,7 +328,7 @@ def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: 
     argv = ["-r", trid, "-c", core_mask(cpus[:numjobs]), "-q", str(k["iodepth"]), "-o", str(k["bs"]),
             "-w", RW[k["rw"]], "-t", str(int(runtime)), "-P", str(queues // numjobs), "-LL"]
     if ramp_time:
-        argv += ["-a", str(int(ramp_time))]
+        argv += ["-a", str(warmup_seconds(ramp_time))]
     if k["rw"] in ("rw", "randrw"):
         argv += ["-M", str(k["rwmixread"])]
     argv += ["-H"] if k.get("hdr_digest") else []
@@ -428,7 +436,7 @@ class SpdkSession(HostSession):
         self.runtime, self.ramp_time = 0.0, 0.0
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
-        self.runtime, self.ramp_time = float(runtime), float(ramp_time)
+        self.runtime, self.ramp_time = float(runtime), float(warmup_seconds(ramp_time))
         args = perf_args(self.job, self.address, self.port, runtime, ramp_time)
         return wrap_output([self.binary, *self.memory, *args], output)
 

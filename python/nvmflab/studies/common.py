@@ -103,12 +103,27 @@ class Context:
         return self.runner.run(points, description)
 
     def skip_refused_jobs(self, points: list[Point]) -> None:
-        """A study's point whose job the host stack cannot run at all (SPDK's perf on a local file)
-        is stored skipped with the stack's reason, so the rest of the study still runs."""
+        """A study's point whose job the host stack cannot run at all (SPDK's perf on a local file),
+        or whose knobs a stack cannot honour (SPDK's host always polls, so the `event` points of the
+        polling study), is stored skipped with the stack's reason, so the rest of the study still
+        runs. A plain sweep (no study) keeps the refusal: its knobs are the user's own choice."""
+        from ..spec import Knobs
+        from ..stacks import StackError
+
+        defaults = Knobs().model_dump()
         for point in points:
             if point.skip_reason or point.fail_reason:
                 continue
-            host_stack = self.runner.stacks_for(point)[1]
+            target_stack, host_stack = self.runner.stacks_for(point)
+            if self.spec.study:
+                try:
+                    if point.target is not None:
+                        target_stack.check_knobs(point.knobs, "target", defaults)
+                    for job in point.jobs:
+                        host_stack.check_knobs(job.knobs, "host", defaults)
+                except StackError as error:
+                    point.skip_reason = str(error)
+                    continue
             for job in point.jobs:
                 refusal = host_stack.job_refusal(job)
                 if refusal:
@@ -127,7 +142,7 @@ class Context:
 
 def config_key(point: Point) -> str:
     """The point's key with the repeat left out: every repeat of one configuration shares it."""
-    return point_key(point.study, point.leg, point.knobs, 0, point.runtime, point.ramp_time)
+    return point_key(point.study, point.leg, point.knobs, 0, point.runtime, point.ramp_time, point.definition())
 
 
 def knob_text(knobs: dict[str, Any]) -> str:

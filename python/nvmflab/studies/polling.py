@@ -21,6 +21,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec import IoDepth
+from ..units import format_size
 
 from .common import Context, point_knobs, repeated, tcp_point
 
@@ -44,8 +45,9 @@ def unused_fields(spec) -> list[tuple[tuple[str, ...], str]]:
     for name in sorted(workload.model_fields_set):
         value = getattr(workload, name)
         if name in TAPP and value != TAPP[name]:
+            shown = format_size(value) if name == "bs" else repr(value)
             out.append((("workload", name), f"the polling study runs the T-app (4k randread, 1 job) and does not "
-                                            f"use {name} = {value!r}; remove it (the sweep study takes any workload)"))
+                                            f"use {name} = {shown}; remove it (`nvmflab run` sweeps any workload)"))
         elif name == "iodepth":
             out.append((("workload", name), "the polling study takes its iodepths from [params] iodepth and "
                                             "high_iodepth; remove it"))

@@ -1,0 +1,202 @@
+"""Every nvmflab command in the shell blocks of README.md and docs/*.md runs (issue 25, item 1).
+
+The blocks are read from the documents themselves, so a documented command that breaks fails here.
+Commands that would measure run with `--plan` (every command each host would run, nothing run), on
+the fake binaries; the ones that need remote hosts run against the sshd test bed (network namespaces,
+root only) with the inventory's hosts pointed at it. Everything else in those blocks is listed in
+EXCLUDED with the reason, and a command of a kind this file does not know fails the test, so a new
+block cannot slip past unnoticed. The usage synopsis of docs/harness.md is checked flag by flag
+against the CLI, both ways.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sshbed
+from conftest import NVMFLAB, REPO
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHELL = ("sh", "bash", "shell", "console")
+# First words of commands these tests do not run, and why.
+EXCLUDED = {
+    "make": "builds, installs and runs the suites themselves (CI runs `make test`; `make run` is test_cli's "
+            "`study all --quick` on the fakes)",
+    "cargo": "Rust builds and tests: the Rust suites and CI run them",
+    "target/release/nvmf-target": "the Rust target: crates/nvmf-target/tests and tests/ run it",
+    "target/release/nvmf-perf": "the Rust load generator: crates/nvmf-host/tests and tests/ run it",
+    "nvmf-perf": "the Rust load generator: crates/nvmf-host/tests run it",
+    "ssh-copy-id": "installs a key on a real server",
+    "curl": "reads the stats endpoint of the target the block started by hand",
+    "bash": "fuzz/run.sh: the fuzzing campaign (minutes per target; make fuzz-smoke is its short form)",
+    "cd": "fuzz/: cargo fuzz on a nightly toolchain (docs/fuzzing.md)",
+}
+# nvmflab subcommands that measure: they run with --plan here.
+MEASURING = ("study", "run")
+
+
+@dataclass
+class Command:
+    doc: Path
+    line: int
+    text: str
+    files: dict[str, str]  # heredoc files written earlier in the same block: name -> content
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc.relative_to(REPO)}:{self.line}"
+
+
+def shell_blocks(doc: Path) -> list[tuple[int, list[str]]]:
+    """(first line number, lines) of each fenced block labelled as shell."""
+    lines, out, i = doc.read_text().splitlines(), [], 0
+    while i < len(lines):
+        fence = re.match(r"^\s*```(\S*)", lines[i])
+        if fence:
+            end = i + 1
+            while end < len(lines) and not re.match(r"^\s*```", lines[end]):
+                end += 1
+            if fence.group(1) in SHELL:
+                out.append((i + 2, lines[i + 1:end]))
+            i = end
+        i += 1
+    return out
+
+
+def commands(doc: Path) -> list[Command]:
+    """Each command of the doc's shell blocks, continuation lines joined, heredocs kept as files."""
+    found = []
+    for first, lines in shell_blocks(doc):
+        files: dict[str, str] = {}
+        i = 0
+        while i < len(lines):
+            line, number = lines[i], first + i
+            heredoc = re.match(r"^\s*cat\s*>\s*(\S+)\s*<<\s*'?(\w+)'?\s*$", line)
+            if heredoc:
+                end = lines.index(heredoc.group(2), i + 1)
+                files[heredoc.group(1)] = "\n".join(lines[i + 1:end]) + "\n"
+                i = end + 1
+                continue
+            while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = line.rstrip()[:-1] + " " + lines[i].strip()
+            text = line.split(" #", 1)[0].strip() if not line.strip().startswith("#") else ""
+            if text:
+                found.append(Command(doc, number, text, dict(files)))
+            i += 1
+    return found
+
+
+ALL = [c for doc in DOCS for c in commands(doc)]
+
+
+def is_nvmflab(command: Command) -> bool:
+    return Path(shlex.split(command.text)[0]).name == "nvmflab"
+
+
+def needs_hosts(command: Command) -> bool:
+    """True when the command reads an SSH inventory (a heredoc of its block makes an ssh topology)."""
+    return any('kind = "ssh"' in content for content in command.files.values())
+
+
+def test_every_command_is_run_or_excluded_with_a_reason():
+    assert len([c for c in ALL if is_nvmflab(c)]) >= 6, "the docs' nvmflab commands were not found"
+    unknown = [f"{c.where}: {c.text}" for c in ALL if not is_nvmflab(c) and shlex.split(c.text)[0] not in EXCLUDED]
+    assert not unknown, "commands neither run nor excluded (add them to EXCLUDED with the reason): " + \
+        "; ".join(unknown)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A working directory with results/quick holding a tiny stored run, for `report` and `results`."""
+    from nvmflab.store import ResultsStore
+
+    folder = tmp_path_factory.mktemp("docs")
+    with ResultsStore(folder / "results" / "quick") as store:
+        run = store.start_run("polling", "", {})
+        store.save_point(run, "k0", "polling", "completion", {"rw": "randread", "bs": 4096, "iodepth": 1,
+                                                              "completion": "poll"}, 0, "ok", None,
+                         [{"role": "main", "iops": 1000.0, "lat_p99_ns": 50000.0}])
+        store.finish_run(run)
+    return folder
+
+
+def argv_for(command: Command) -> list[str]:
+    argv = shlex.split(command.text)[1:]
+    if argv and argv[0] in MEASURING and "--plan" not in argv:
+        argv.append("--plan")  # measuring needs the real stacks: the plan checks all the rest
+    return argv
+
+
+def run(argv: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(NVMFLAB + argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
+LOCAL = [c for c in ALL if is_nvmflab(c) and not needs_hosts(c)]
+
+
+@pytest.mark.parametrize("command", LOCAL, ids=[c.where for c in LOCAL])
+def test_documented_command_runs(command, workdir, fake_env):
+    for name, content in command.files.items():
+        (workdir / name).write_text(content)
+    done = run(argv_for(command), workdir, fake_env)
+    assert done.returncode == 0, f"{command.where}: `{command.text}` exited {done.returncode}: {done.stderr[-2000:]}"
+    assert "internal error" not in done.stderr
+
+
+REMOTE = [c for c in ALL if is_nvmflab(c) and needs_hosts(c)]
+
+
+@pytest.mark.skipif(sshbed.unavailable() is not None, reason=f"ssh test bed: {sshbed.unavailable()}")
+def test_documented_commands_on_ssh_hosts_run_against_the_test_bed(tmp_path, fake_env):
+    assert REMOTE, "the README's two-server quickstart was not found"
+    with sshbed.SshBed(tmp_path / "bed", count=2) as bed:
+        for command in REMOTE:
+            for name, content in command.files.items():
+                (tmp_path / name).write_text(_on_bed(content, bed))
+            done = run(argv_for(command), tmp_path, fake_env)
+            assert done.returncode == 0, f"{command.where}: `{command.text}`: {done.stderr[-2000:]}"
+            assert "internal error" not in done.stderr
+
+
+def _on_bed(content: str, bed) -> str:
+    """An inventory's hosts pointed at the bed's: ssh destinations and data addresses in order."""
+    ssh = iter(bed.aliases)
+    ips = iter(bed.ips)
+    content = re.sub(r'^ssh = "[^"]*"', lambda m: f'ssh = "{next(ssh)}"\nssh_options = ["-F", "{bed.ssh_config}"]',
+                     content, flags=re.M)
+    content = re.sub(r'^data_ip = "[^"]*"', lambda m: f'data_ip = "{next(ips)}"', content, flags=re.M)
+    return re.sub(r"^cores = \[[^\]]*\]", "cores = [0, 1]", content, flags=re.M)
+
+
+def test_the_harness_synopsis_names_every_flag_of_the_cli_and_no_other():
+    import typer
+
+    from nvmflab.cli import app
+
+    text = (REPO / "docs" / "harness.md").read_text()
+    synopsis = text.split("```\nnvmflab study", 1)[1].split("```", 1)[0]
+    group = typer.main.get_command(app)
+    documented: dict[str, set[str]] = {}
+    current = None
+    for line in ("nvmflab study" + synopsis).splitlines():
+        words = line.split()
+        if line.startswith("nvmflab "):
+            current = words[1]
+        documented.setdefault(current, set()).update(re.findall(r"--[a-z][a-z-]*", line.split("#")[0]))
+    documented["results"] |= set(re.findall(r"--[a-z][a-z-]*", synopsis.split("nvmflab results", 1)[1]
+                                            .split("\n", 1)[0]))
+    for name, flags in documented.items():
+        command = group.commands[name]
+        if hasattr(command, "commands"):  # a group: `results list|show|export`
+            have = {o for sub in command.commands.values() for p in sub.params for o in p.opts if o.startswith("--")}
+        else:
+            have = {o for p in command.params for o in p.opts if o.startswith("--")}
+        have.discard("--help")
+        assert flags <= have, f"docs/harness.md names flags `nvmflab {name}` lacks: {sorted(flags - have)}"
+        assert have <= flags, f"`nvmflab {name}` has flags docs/harness.md does not name: {sorted(have - flags)}"

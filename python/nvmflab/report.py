@@ -27,6 +27,7 @@ from .analysis.result import StudyResult
 from .analysis.stability import stability_note
 from .analysis.stats import usable
 from .analysis.timeline import timeline_figures
+from . import findings_data
 
 ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
     "polling": polling.analyze,
@@ -143,14 +144,17 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     recorded = set(runs["study"].unique()) if not runs.empty else set()
     studies = []
     for name in [n for n in ANALYZERS if n in measured] + sorted(measured - set(ANALYZERS)):
-        result = (ANALYZERS[name](measurements, runs) if name in ANALYZERS
-                  else sweep.analyze(measurements, runs, name))
+        with findings_data.recording() as notes:
+            result = (ANALYZERS[name](measurements, runs) if name in ANALYZERS
+                      else sweep.analyze(measurements, runs, name))
         _add_timelines(result, measurements)
         noisy = noisy_rows(study_rows(measurements, name))
         _add_noise(result, noisy)
         note = stability_note(measurements, runs, name)
         if note:
             result.findings.append(note)
+        # Findings as data: the page renders these objects and findings.json is written from them.
+        result.findings = findings_data.structure(name, result.findings, notes, measurements)
         studies.append({
             "result": result,
             "figures": _save(result, figures_dir),
@@ -174,6 +178,7 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     )
     path = out_dir / "report.html"
     path.write_text(page, encoding="utf-8")
+    findings_data.write(findings_data.document(studies, source), out_dir / findings_data.FILE_NAME)
     return path
 
 

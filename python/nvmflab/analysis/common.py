@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -69,6 +69,8 @@ class Difference:
     p: float = math.nan  # Welch's two-sided p value (NaN where no interval)
     family: int = 1  # how many comparisons Holm's correction was taken over (1: none)
     holm: bool = True  # False when Holm's correction over the family does not reject this one
+    # What the comparison was made from (metric, values or rows), for findings as data (findings_data.py).
+    source: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def decidable(self) -> bool:
@@ -94,7 +96,7 @@ class Difference:
             why = f"{self.n} repeat(s)" if self.n < 2 else "no spread over the repeats"
             return f"{sign}{fmt(abs(self.diff))} (no interval: {why})"
         held = " (not clear after Holm)" if self.lost_to_holm else ""
-        return f"{sign}{fmt(abs(self.diff))} ± {fmt(self.half)}{held}"
+        return _noted(self, f"{sign}{fmt(abs(self.diff))} ± {fmt(self.half)}{held}")
 
     def interval(self, fmt: Callable[[float], str]) -> str:
         """'95 % interval of the difference +1.2 to +3.4 µs', or 'one repeat: no interval'."""
@@ -108,7 +110,7 @@ class Difference:
         unit = low.rsplit(" ", 1)[1] if " " in low else None
         if unit and high.endswith(" " + unit):
             low = low[: -len(unit) - 1]  # '−3.1 to +0.4 µs', the unit once
-        return f"95 % interval of the difference {low} to {high}{self.holm_note()}"
+        return _noted(self, f"95 % interval of the difference {low} to {high}{self.holm_note()}")
 
     def holm_note(self) -> str:
         """', not clear after Holm's correction over N comparisons' where that applies."""
@@ -120,6 +122,13 @@ class Difference:
         """`effect` (a ratio or percentage) when the interval excludes zero or none could be formed
         (fewer than two repeats, which interval() then says); `same` when it includes zero."""
         return same if self.decidable and not self.clear else effect
+
+
+def _noted(d: Difference, text: str) -> str:
+    from ..findings_data import note
+
+    note(d, text)
+    return text
 
 
 def signed(value: float, fmt: Callable[[float], str]) -> str:
@@ -159,12 +168,13 @@ def compare_values(a: Sequence[float], b: Sequence[float]) -> Difference:
     """Difference mean(b) − mean(a) of two samples over repeats, with its 95 % Welch interval."""
     (ma, sa, na), (mb, sb, nb) = _summary(a), _summary(b)
     diff, half, p = diff_test(ma, sa, na, mb, sb, nb)
-    return Difference(diff, half, min(na, nb), p)
+    return Difference(diff, half, min(na, nb), p, source={"a": list(a), "b": list(b)})
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> Difference:
     """compare_values over the per-repeat values of `metric` in two selections of rows."""
-    return compare_values(repeat_values(a, metric), repeat_values(b, metric))
+    d = compare_values(repeat_values(a, metric), repeat_values(b, metric))
+    return replace(d, source={**(d.source or {}), "metric": metric, "frames": (a, b)})
 
 
 def contrast(terms: Sequence[tuple[float, pd.Series | dict]], metric: str) -> Difference:
@@ -176,7 +186,7 @@ def contrast(terms: Sequence[tuple[float, pd.Series | dict]], metric: str) -> Di
     rows = [(c, get(r, "mean"), get(r, "std"), get(r, "n")) for c, r in terms]
     value, half, p = contrast_test(rows)
     n = int(min((0 if math.isnan(n) else n) for _, _, _, n in rows)) if rows else 0
-    return Difference(value, half, n, p)
+    return Difference(value, half, n, p, source={"metric": metric, "terms": list(terms)})
 
 
 def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference:
@@ -188,7 +198,7 @@ def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference
     n_a, n_b = get(a, "n"), get(b, "n")
     diff, half, p = diff_test(get(a, "mean"), get(a, "std"), n_a, get(b, "mean"), get(b, "std"), n_b)
     n = int(min(n_a if not math.isnan(n_a) else 0, n_b if not math.isnan(n_b) else 0))
-    return Difference(diff, half, n, p)
+    return Difference(diff, half, n, p, source={"metric": metric, "rows": (a, b)})
 
 
 def corrected(diffs: Sequence[Difference]) -> list[Difference]:
@@ -199,7 +209,8 @@ def corrected(diffs: Sequence[Difference]) -> list[Difference]:
         return []
     rejected = holm([d.p for d in diffs])
     family = sum(1 for d in diffs if d.decidable)
-    return [Difference(d.diff, d.half, d.n, d.p, family=family, holm=bool(keep)) if d.decidable else d
+    return [Difference(d.diff, d.half, d.n, d.p, family=family, holm=bool(keep), source=d.source)
+            if d.decidable else d
             for d, keep in zip(diffs, rejected)]
 
 

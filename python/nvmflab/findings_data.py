@@ -1,0 +1,296 @@
+"""Findings as data: every finding of the report with its study, metric, values, interval, decision
+and the points it came from (issue 24 item 2).
+
+A `Finding` is a `str` (its sentence, so the analyses, the HTML template and every test that reads a
+finding as text keep working) that also carries the numbers behind it. The report turns each study's
+findings into `Finding`s once; the HTML page renders them and `findings.json` is written from the
+very same objects (`document()`), so the two cannot disagree.
+
+Where the numbers come from: the comparisons the analyses make go through
+`analysis.common.Difference` (Welch's interval of a difference, Holm where a family is corrected).
+While a study is analysed, `recording()` collects every Difference whose text or interval was
+written (`note()`, called by `Difference.text` / `Difference.interval`), with the source the
+comparison was made from (metric, per-repeat values or the aggregate rows, hence the points). A
+finding's sentence that contains a noted interval is a *comparison* finding with that evidence; a
+finding without one (a plateau, a missing leg, a noise note) is a *statement*, whose points are the
+study's usable points.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import math
+from collections.abc import Iterable
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+FORMAT = "nvmflab-findings/1"
+FILE_NAME = "findings.json"
+
+_NOTES: contextvars.ContextVar[list | None] = contextvars.ContextVar("nvmflab_finding_notes", default=None)
+
+
+@contextmanager
+def recording():
+    """Collect the (Difference, text) pairs written while the block runs (one study's analysis)."""
+    notes: list = []
+    token = _NOTES.set(notes)
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)
+
+
+def note(difference: Any, text: str) -> None:
+    """Called by Difference.text/interval: remember that `text` was written for `difference`."""
+    notes = _NOTES.get()
+    if notes is not None and text:
+        notes.append((difference, text))
+
+
+def _num(value: Any) -> float | int | None:
+    """A JSON-safe number: None for NaN, missing or non-numeric; ±inf kept as None too."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(f) or math.isinf(f):
+        return None
+    return int(f) if isinstance(value, (int,)) and not isinstance(value, bool) else f
+
+
+def _plain(value: Any) -> Any:
+    """Knob values as JSON scalars (numpy types, NaN → None)."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def decision_of(d: Any) -> str:
+    """The decision a Difference stands for, in the words the findings use."""
+    if d is None or math.isnan(getattr(d, "diff", math.nan)):
+        return "no difference could be formed"
+    if not d.decidable:
+        return "cannot decide"
+    if d.clear:
+        return "clear increase" if d.diff > 0 else "clear decrease"
+    if d.lost_to_holm:
+        return "not clear after Holm"
+    return "no clear difference"
+
+
+def _points_of_frame(frame: Any) -> list[str]:
+    if isinstance(frame, pd.DataFrame) and "point_key" in frame:
+        return sorted({str(k) for k in frame["point_key"].dropna()})
+    return []
+
+
+def _points_of_row(row: Any, metric: str | None, rows: pd.DataFrame) -> list[str]:
+    """The usable points of the study whose knob columns equal those of an aggregate() row."""
+    if row is None or rows.empty or "point_key" not in rows:
+        return []
+    items = row.items() if hasattr(row, "items") else []
+    mask = pd.Series(True, index=rows.index)
+    used = 0
+    for column, value in items:
+        if column not in rows.columns or column.endswith(("_mean", "_std", "_n", "_ci95")):
+            continue
+        if metric and column.startswith(metric):
+            continue
+        col = rows[column]
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            mask &= col.isna()
+        else:
+            mask &= col == value
+        used += 1
+    if not used:
+        return []
+    return sorted({str(k) for k in rows.loc[mask, "point_key"].dropna()})
+
+
+def _side_of_row(row: Any, metric: str | None) -> dict:
+    if row is None or not metric:
+        return {}
+    get = row.get if hasattr(row, "get") else (lambda k, default=None: default)
+    knobs = {str(k): _plain(v) for k, v in (row.items() if hasattr(row, "items") else [])
+             if not str(k).endswith(("_mean", "_std", "_n", "_ci95"))}
+    return {"mean": _num(get(f"{metric}_mean", None)), "std": _num(get(f"{metric}_std", None)),
+            "n": _num(get(f"{metric}_n", None)), "knobs": knobs}
+
+
+def _side_of_values(values: Iterable[float] | None) -> dict:
+    data = [float(v) for v in (values or []) if _num(v) is not None]
+    n = len(data)
+    mean = sum(data) / n if n else None
+    return {"repeats": data, "mean": mean, "n": n}
+
+
+def evidence(d: Any, text: str, rows: pd.DataFrame) -> dict:
+    """One comparison behind a finding: metric, both sides' values, the interval, the decision and
+    the points (point keys) of each side."""
+    source = getattr(d, "source", None) or {}
+    metric = source.get("metric")
+    a: dict = {}
+    b: dict = {}
+    if "a" in source or "b" in source:
+        a, b = _side_of_values(source.get("a")), _side_of_values(source.get("b"))
+    if "rows" in source:
+        ra, rb = source["rows"]
+        a.update(_side_of_row(ra, metric))
+        b.update(_side_of_row(rb, metric))
+        a["points"] = _points_of_row(ra, metric, rows)
+        b["points"] = _points_of_row(rb, metric, rows)
+    if "frames" in source:
+        fa, fb = source["frames"]
+        a["points"], b["points"] = _points_of_frame(fa), _points_of_frame(fb)
+    terms = []
+    for coefficient, row in source.get("terms", []):
+        side = _side_of_row(row, metric)
+        side["coefficient"] = _num(coefficient)
+        side["points"] = _points_of_row(row, metric, rows)
+        terms.append(side)
+    diff, half = _num(getattr(d, "diff", None)), _num(getattr(d, "half", None))
+    interval = None
+    if diff is not None and half is not None:
+        interval = {"difference": diff, "low": diff - half, "high": diff + half, "confidence": 0.95}
+    out = {
+        "metric": metric,
+        "text": text,
+        "difference": diff,
+        "interval": interval,
+        "p": _num(getattr(d, "p", None)),
+        "holm_family": int(getattr(d, "family", 1) or 1),
+        "decision": decision_of(d),
+        "n": _num(getattr(d, "n", None)),
+        "a": a, "b": b,
+    }
+    if terms:
+        out["terms"] = terms
+    return out
+
+
+class Finding(str):
+    """A finding's sentence (str) with its data: `study`, `kind` ('comparison' or 'statement'),
+    `evidence` (one dict per comparison behind it) and `points` (point keys it came from)."""
+
+    study: str
+    kind: str
+    evidence: list[dict]
+    points: list[str]
+
+    def __new__(cls, text: str, study: str, evidence: list[dict] | None = None,
+                points: list[str] | None = None) -> "Finding":
+        obj = super().__new__(cls, str(text))
+        obj.study = study
+        obj.evidence = list(evidence or [])
+        obj.kind = "comparison" if obj.evidence else "statement"
+        obj.points = sorted(set(points or []))
+        return obj
+
+    @property
+    def text(self) -> str:
+        return str.__str__(self)
+
+    @property
+    def metric(self) -> str | None:
+        return next((e["metric"] for e in self.evidence if e.get("metric")), None)
+
+    @property
+    def decision(self) -> str:
+        if not self.evidence:
+            return "statement"
+        return self.evidence[0]["decision"]
+
+    def as_dict(self) -> dict:
+        first = self.evidence[0] if self.evidence else {}
+        return {
+            "study": self.study,
+            "text": self.text,
+            "kind": self.kind,
+            "metric": self.metric,
+            "values": ({"a": first.get("a"), "b": first.get("b"), "terms": first.get("terms")}
+                       if first else None),
+            "interval": first.get("interval") if first else None,
+            "decision": self.decision,
+            "points": self.points,
+            "points_scope": "comparison" if self.evidence else "study",
+            "evidence": self.evidence,
+        }
+
+
+def structure(study: str, findings: Iterable[str], notes: list, measurements: pd.DataFrame) -> list[Finding]:
+    """The study's finding sentences as Findings, each with the noted comparisons its text contains."""
+    from .analysis.common import study_rows
+    from .analysis.stats import usable
+
+    rows = usable(study_rows(measurements, study)) if not measurements.empty else measurements
+    study_points = _points_of_frame(rows)
+    out = []
+    for text in findings:
+        if isinstance(text, Finding) and text.study == study:
+            out.append(text)
+            continue
+        found = []
+        seen: set[tuple[int, str]] = set()
+        for d, written in notes:
+            key = (id(d), written)
+            if written in text and key not in seen:
+                seen.add(key)
+                found.append(evidence(d, written, rows))
+        points: list[str] = []
+        for e in found:
+            for side in ("a", "b"):
+                points += e.get(side, {}).get("points", []) or []
+            for term in e.get("terms", []):
+                points += term.get("points", []) or []
+        if found and not points:
+            points = study_points  # the comparison's rows could not be traced: the study's points
+        out.append(Finding(text, study, found, points if found else study_points))
+    return out
+
+
+def document(studies: Iterable[Any], source: str = "") -> dict:
+    """The findings JSON document of the report's studies (the objects the HTML page rendered)."""
+    findings = []
+    for study in studies:
+        result = study["result"] if isinstance(study, dict) else study
+        for f in result.findings:
+            f = f if isinstance(f, Finding) else Finding(f, result.study)
+            findings.append(f.as_dict())
+    return {"format": FORMAT, "source": source,
+            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "findings": findings}
+
+
+def write(doc: dict, path: Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read(path: Path) -> list[dict]:
+    """The findings of a findings.json (or of RESULTS/report/findings.json given a results dir)."""
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / FILE_NAME
+        path = candidate if candidate.exists() else path / "report" / FILE_NAME
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: not an nvmflab findings file (format {doc.get('format')!r})")
+    return doc["findings"]

@@ -138,11 +138,26 @@ def _kernel_auth_support() -> str | None:
 
 
 def test_installed_kernel_lacks_auth_or_has_it():
-    """Why the guest below boots the backports kernel: records what the installed one lacks."""
+    """Why the guest below boots the backports kernel: records what the installed one lacks, and
+    checks that verdict against the kernel's module tree (a second source): CONFIG_NVME_AUTH builds
+    nvme-auth, as a module (modules.dep) or into the kernel (modules.builtin)."""
+    try:
+        version, _ = initramfs.find_kernel()
+    except initramfs.BuildError as e:
+        pytest.skip(str(e))
     reason = _kernel_auth_support()
+    tree = Path("/lib/modules") / version
+    listed = "".join((tree / name).read_text() for name in ("modules.dep", "modules.builtin")
+                     if (tree / name).exists())
+    has_module = re.search(r"(^|/)nvme-auth\.ko", listed, re.M) is not None
     if reason is None:
-        return
-    assert "CONFIG_NVME_AUTH" in reason or "missing" in reason or "no kernel" in reason, reason
+        assert has_module, f"kernel {version}: config says NVMe authentication, but no nvme-auth in {tree}"
+    elif re.search(r"without CONFIG_NVME_AUTH\b", reason):
+        assert reason.startswith(f"installed kernel {version} is built without"), reason
+        assert not has_module, f"kernel {version}: said to lack CONFIG_NVME_AUTH, but {tree} lists nvme-auth"
+    else:
+        assert reason.startswith(f"installed kernel {version} is built without CONFIG_NVME_TARGET_AUTH") or \
+            reason == f"/boot/config-{version} is missing: cannot tell whether kernel {version} has NVMe authentication", reason
 
 
 # ---- the kernel under qemu (bookworm-backports 6.12) ----

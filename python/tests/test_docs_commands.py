@@ -1,9 +1,10 @@
 """Every nvmflab command in the shell blocks of README.md and docs/*.md runs (issue 25, item 1).
 
 The blocks are read from the documents themselves, so a documented command that breaks fails here.
-Commands that would measure run with `--plan` (every command each host would run, nothing run), on
-the fake binaries; the ones that need remote hosts run against the sshd test bed (network namespaces,
-root only) with the inventory's hosts pointed at it. Everything else in those blocks is listed in
+The commands of a block run in order in one directory, as a reader types them. A study or run on our
+own stack measures for real on the fake binaries; one on another stack runs with `--plan` (every
+command each host would run, nothing run); the ones that need remote hosts run with `--plan`
+against the sshd test bed (network namespaces, root only) with the inventory's hosts pointed at it. Everything else in those blocks is listed in
 EXCLUDED with the reason, and a command of a kind this file does not know fails the test, so a new
 block cannot slip past unnoticed. The usage synopsis of docs/harness.md is checked flag by flag
 against the CLI, both ways.
@@ -46,6 +47,7 @@ class Command:
     line: int
     text: str
     files: dict[str, str]  # heredoc files written earlier in the same block: name -> content
+    block: int  # the line its block starts on
 
     @property
     def where(self) -> str:
@@ -87,7 +89,7 @@ def commands(doc: Path) -> list[Command]:
                 line = line.rstrip()[:-1] + " " + lines[i].strip()
             text = line.split(" #", 1)[0].strip() if not line.strip().startswith("#") else ""
             if text:
-                found.append(Command(doc, number, text, dict(files)))
+                found.append(Command(doc, number, text, dict(files), first))
             i += 1
     return found
 
@@ -111,42 +113,48 @@ def test_every_command_is_run_or_excluded_with_a_reason():
         "; ".join(unknown)
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """A working directory with results/quick holding a tiny stored run, for `report` and `results`."""
-    from nvmflab.store import ResultsStore
-
-    folder = tmp_path_factory.mktemp("docs")
-    with ResultsStore(folder / "results" / "quick") as store:
-        run = store.start_run("polling", "", {})
-        store.save_point(run, "k0", "polling", "completion", {"rw": "randread", "bs": 4096, "iodepth": 1,
-                                                              "completion": "poll"}, 0, "ok", None,
-                         [{"role": "main", "iops": 1000.0, "lat_p99_ns": 50000.0}])
-        store.finish_run(run)
-    return folder
+def measures_for_real(argv: list[str]) -> bool:
+    """A local study or run on our own stack: measured for real on the fake binaries (the fakes are
+    ours; another stack is planned only)."""
+    stacks = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--stack", "--host-stack", "--target-stack")]
+    return all(s == "ours" for s in stacks)
 
 
-def argv_for(command: Command) -> list[str]:
+def argv_for(command: Command, real: bool = True) -> list[str]:
     argv = shlex.split(command.text)[1:]
-    if argv and argv[0] in MEASURING and "--plan" not in argv:
-        argv.append("--plan")  # measuring needs the real stacks: the plan checks all the rest
+    if argv and argv[0] in MEASURING and "--plan" not in argv and not (real and measures_for_real(argv)):
+        argv.append("--plan")  # another stack or remote hosts: the plan checks all the rest
     return argv
 
 
 def run(argv: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(NVMFLAB + argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(NVMFLAB + argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-LOCAL = [c for c in ALL if is_nvmflab(c) and not needs_hosts(c)]
+BLOCKS: dict[str, list[Command]] = {}
+for _command in ALL:
+    if is_nvmflab(_command) and not needs_hosts(_command):
+        BLOCKS.setdefault(f"{_command.doc.relative_to(REPO)}:{_command.block}", []).append(_command)
 
 
-@pytest.mark.parametrize("command", LOCAL, ids=[c.where for c in LOCAL])
-def test_documented_command_runs(command, workdir, fake_env):
-    for name, content in command.files.items():
-        (workdir / name).write_text(content)
-    done = run(argv_for(command), workdir, fake_env)
-    assert done.returncode == 0, f"{command.where}: `{command.text}` exited {done.returncode}: {done.stderr[-2000:]}"
-    assert "internal error" not in done.stderr
+def block_id(commands: list[Command]) -> str:
+    return commands[0].where
+
+
+LOCAL = list(BLOCKS.values())
+
+
+@pytest.mark.parametrize("block", LOCAL, ids=[block_id(b) for b in LOCAL])
+def test_documented_commands_run_in_order(block, tmp_path, fake_env):
+    """Each block's nvmflab commands, in order in one directory, as a reader would type them (a
+    later command may read what an earlier one wrote: `report results/quick`)."""
+    env = fake_env | {"FAKE_PERF_SLEEP": "0"}
+    for command in block:
+        for name, content in command.files.items():
+            (tmp_path / name).write_text(content)
+        done = run(argv_for(command), tmp_path, env)
+        assert done.returncode == 0, f"{command.where}: `{command.text}` exited {done.returncode}: {done.stderr[-2000:]}"
+        assert "internal error" not in done.stderr
 
 
 REMOTE = [c for c in ALL if is_nvmflab(c) and needs_hosts(c)]
@@ -159,7 +167,7 @@ def test_documented_commands_on_ssh_hosts_run_against_the_test_bed(tmp_path, fak
         for command in REMOTE:
             for name, content in command.files.items():
                 (tmp_path / name).write_text(_on_bed(content, bed))
-            done = run(argv_for(command), tmp_path, fake_env)
+            done = run(argv_for(command, real=False), tmp_path, fake_env)  # the bed has no nvmet
             assert done.returncode == 0, f"{command.where}: `{command.text}`: {done.stderr[-2000:]}"
             assert "internal error" not in done.stderr
 

@@ -426,6 +426,11 @@ def _report_by_us(page: Path) -> bool:
         return False
 
 
+from .compare import register as _register_compare  # noqa: E402  (issue 24: nvmflab compare)
+
+_register_compare(app, fail)
+
+
 def main() -> None:
     try:
         code = app(standalone_mode=False)

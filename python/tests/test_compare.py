@@ -155,3 +155,37 @@ def test_cli_writes_html_json_and_exits_on_the_gate(pair, tmp_path):
     assert bad.returncode == 2 and "not a results directory" in bad.stderr
     bad_gate = run_cli(pair[0], pair[1], "--fail-if-slower", "tail=3", "--out", tmp_path / "cmp3")
     assert bad_gate.returncode == 2 and "unknown kind" in bad_gate.stderr
+
+
+def test_two_runs_of_one_spec_through_the_runner_match_every_point(fake_env, tmp_path):
+    """The real runner's points (fake binaries): two runs of one sweep match point for point."""
+    from conftest import nvmflab
+
+    spec = tmp_path / "gate.toml"
+    spec.write_text('name = "gate"\nrepeats = 2\nramp_time = 0\nruntime = 0.2\n[workload]\nrw = "randread"\n'
+                    '[sweep]\niodepth = [1, 4]\n')
+    for side in ("before", "after"):
+        done = nvmflab("run", str(spec), "--results", str(tmp_path / side), env=fake_env, timeout=240)
+        assert done.returncode == 0, done.stderr
+    c = cmp.compare(cmp.load_side(tmp_path / "before"), cmp.load_side(tmp_path / "after"), cmp.parse_gate(["0"]))
+    assert not c.only_before and not c.only_after and not c.not_usable
+    assert {m.knobs["iodepth"] for m in c.metrics} == {1, 4}
+    assert {m.kind for m in c.metrics} == set(cmp.METRICS)
+    assert all(len(m.before) == len(m.after) == 2 for m in c.metrics)
+    # With a 0 % limit the gate trips on exactly the metrics called slower.
+    assert [id(m) for m in c.gate_failures] == [id(m) for m in c.metrics if m.verdict == "slower"]
+
+
+def test_documented_compare_options_exist():
+    """Every option the docs give to `nvmflab compare` is one the command takes."""
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    help_text = run_cli("--help").stdout
+    used = set()
+    for doc in ("docs/compare.md", "docs/ci-gate.md", "README.md"):
+        for line in (repo / doc).read_text().splitlines():
+            if "nvmflab compare" in line:
+                used |= set(re.findall(r"(--[a-z][a-z-]+)", line.split("nvmflab compare", 1)[1]))
+    assert {"--fail-if-slower", "--study"} <= used
+    assert all(option in help_text for option in used), used

@@ -1,26 +1,24 @@
-//! Our host (nvmf-host) against a hostile target over loopback TCP.
+//! Our host (nvmf-host) against a hostile target, with no socket: the host's queue pairs run
+//! over a [`Link`] that holds the target's bytes in memory.
 //!
 //! The input is a script for the target's side of one connection: an ICResp, then responses,
 //! C2HData, R2Ts, TermReqs and raw bytes, mostly for the commands the host really has in
-//! flight, with fields right or wrong, optionally one byte flipped. A server thread writes
-//! those bytes to the host's socket, closes its sending side and drains what the host sends.
-//! The host runs one of three sessions: an I/O queue (Connect, two reads, a write through
-//! R2T, a flush), an admin controller (Connect, properties, CC.EN, Identify, log page,
-//! shutdown), or discovery.
+//! flight, with fields right or wrong, optionally one byte flipped. The link gives the host
+//! those bytes, then the end of the stream, and drops what the host sends. The host runs one
+//! of three sessions: an I/O queue (Connect, two reads, a write through R2T, a flush), an admin
+//! controller (Connect, properties, CC.EN, Identify, log page, shutdown), or discovery.
 //!
 //! What must hold: no panic; every call returns (the stream ends, so a host that keeps
-//! waiting is hung); the host closes its socket; and a read the host reports successful holds
+//! waiting is hung); the host drops its link; and a read the host reports successful holds
 //! exactly the bytes the target sent for it (no stale or missing data passes as read).
 
 use crate::script::{pattern, Script};
-use nvmf_host::{discover, Completion, ConnectOptions, Controller, IoQueue, IoQueueParams};
+use nvmf_host::{discover_over, Completion, ConnectOptions, Controller, Error, IoQueue, IoQueueParams, Link};
 use nvmf_proto::nvme::Status;
 use nvmf_proto::pdu::{encode_pdu, fes, C2HData, CapsuleResp, IcResp, TermReq, R2T};
 use nvmf_proto::{Cqe, Digests, PduHeader};
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 const SUBNQN: &str = "nqn.2024-01.io.nvmflab:fuzz";
@@ -43,17 +41,17 @@ pub fn run(input: &[u8]) {
     let read_lens = if session < 2 { IO_READ_LENS } else { ADMIN_READ_LENS };
     let stream = TargetScript::new(&mut s, hdgst, ddgst, read_lens).generate();
 
-    let server = server().lock().unwrap_or_else(|e| e.into_inner());
-    server.jobs.send(stream.bytes).expect("server thread alive");
-    let mut opts = ConnectOptions::new(server.addr.to_string(), HOSTNQN);
+    let dropped = Arc::new(AtomicBool::new(false));
+    let link = Box::new(ScriptLink { bytes: stream.bytes, pos: 0, dropped: dropped.clone() });
+    let mut opts = ConnectOptions::new("memory", HOSTNQN);
     opts.hdr_digest = hdgst;
     opts.data_digest = ddgst;
     opts.kato_ms = 0;
     opts.timeout = HOST_TIMEOUT;
     match session {
-        0 | 1 => io_session(&opts, stream.tainted),
+        0 | 1 => io_session(link, &opts, stream.tainted),
         2 => {
-            if let Ok(ctrl) = Controller::connect(&opts, SUBNQN) {
+            if let Ok(ctrl) = Controller::connect_over(link, &opts, SUBNQN) {
                 let _ = ctrl.identify_namespace(1);
                 let _ = ctrl.active_namespaces();
                 let _ = ctrl.get_log_page(0x02, 0, 512);
@@ -61,19 +59,16 @@ pub fn run(input: &[u8]) {
             }
         }
         _ => {
-            let _ = discover(&opts);
+            let _ = discover_over(link, &opts);
         }
     }
-    // Everything of the host is dropped: the server must see its socket close.
-    server
-        .finished
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the host did not close its connection after the session");
+    // Everything of the host is dropped, its link included.
+    assert!(dropped.load(Relaxed), "the host did not close its connection after the session");
 }
 
-fn io_session(opts: &ConnectOptions, tainted: bool) {
+fn io_session(link: Box<dyn Link>, opts: &ConnectOptions, tainted: bool) {
     let params = IoQueueParams { opts: opts.clone(), subnqn: SUBNQN.into(), cntlid: 1, in_capsule: 0 };
-    let Ok(mut q) = IoQueue::connect(&params, 1, 4, IO_WRITE_LEN) else { return };
+    let Ok(mut q) = IoQueue::connect_over(link, &params, 1, 4, IO_WRITE_LEN) else { return };
     for (tag, &len) in IO_READ_LENS.iter().enumerate() {
         // Bytes the target never sent: a read that "succeeds" with them is a mis-verification.
         for (i, b) in q.buffer(tag as u16)[..len].iter_mut().enumerate() {
@@ -253,52 +248,37 @@ impl<'s, 'a> TargetScript<'s, 'a> {
     }
 }
 
-/// The fake target: accepts one connection per script, writes the script's bytes, closes its
-/// sending side, and reports once the host has closed too. Built once per process.
-struct Server {
-    addr: SocketAddr,
-    jobs: Sender<Vec<u8>>,
-    finished: Receiver<()>,
+/// The target's side of the connection: the script's bytes, then the end of the stream (the
+/// host must not wait beyond it); what the host sends is dropped. `dropped` is set when the host
+/// lets go of its connection.
+struct ScriptLink {
+    bytes: Vec<u8>,
+    pos: usize,
+    dropped: Arc<AtomicBool>,
 }
 
-fn server() -> &'static Mutex<Server> {
-    static SERVER: OnceLock<Mutex<Server>> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        // Writing to a host that already hung up must be an error, not a fatal SIGPIPE
-        // (libFuzzer's main does not set SIGPIPE to ignored as Rust's does).
-        // SAFETY: installing SIG_IGN for SIGPIPE has no preconditions.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let (jobs, job_rx) = channel::<Vec<u8>>();
-        let (finished_tx, finished) = channel();
-        let (drain_tx, drain_rx) = channel::<TcpStream>();
-        let (drained_tx, drained_rx) = channel::<()>();
-        // The drainer reads whatever the host sends, so the host never blocks on a full socket.
-        std::thread::spawn(move || {
-            for mut s in drain_rx {
-                let mut buf = vec![0u8; 64 << 10];
-                while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
-                if drained_tx.send(()).is_err() {
-                    return;
-                }
-            }
-        });
-        std::thread::spawn(move || {
-            for bytes in job_rx {
-                let Ok((mut s, _)) = listener.accept() else { return };
-                let Ok(reader) = s.try_clone() else { return };
-                let _ = reader.set_read_timeout(Some(Duration::from_secs(30)));
-                if drain_tx.send(reader).is_err() {
-                    return;
-                }
-                let _ = s.write_all(&bytes);
-                let _ = s.shutdown(Shutdown::Write);
-                if drained_rx.recv().is_err() || finished_tx.send(()).is_err() {
-                    return;
-                }
-            }
-        });
-        Mutex::new(Server { addr, jobs, finished })
-    })
+impl Link for ScriptLink {
+    fn recv(&mut self, buf: &mut [u8]) -> nvmf_host::Result<usize> {
+        let n = buf.len().min(self.bytes.len() - self.pos);
+        if n == 0 {
+            return Err(Error::Closed); // as a socket's read of 0 bytes says
+        }
+        buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+
+    fn send(&mut self, buf: &[u8]) -> nvmf_host::Result<usize> {
+        Ok(buf.len())
+    }
+
+    fn wait(&self, _timeout: Duration, _writing: bool) -> nvmf_host::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for ScriptLink {
+    fn drop(&mut self) {
+        self.dropped.store(true, Relaxed);
+    }
 }

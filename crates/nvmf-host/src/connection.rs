@@ -1,6 +1,8 @@
-//! One NVMe/TCP connection: TCP socket set-up and options, ICReq/ICResp, and PDU framing over
-//! reusable send and receive buffers. The socket is non-blocking once connected; callers that
-//! want to sleep use [`Connection::wait`] (poll(2)), callers that spin just retry.
+//! One NVMe/TCP connection: ICReq/ICResp and PDU framing over reusable send and receive
+//! buffers, on a [`Link`] that moves the bytes. The link is a TCP socket (set-up and options
+//! here), non-blocking once connected; callers that want to sleep use [`Connection::wait`]
+//! (poll(2)), callers that spin just retry. Tests and the fuzzer give it bytes in memory
+//! instead, so the queue pair's protocol machine runs without a socket.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -87,9 +89,71 @@ pub fn hostid_for(hostnqn: &str) -> [u8; 16] {
     }
 }
 
+/// The byte stream under a [`Connection`]: a TCP socket, or bytes in memory (tests, fuzzing).
+pub trait Link: Send {
+    /// Reads what has arrived into `buf`: how many bytes, 0 when none has yet;
+    /// [`Error::Closed`] once the peer ended the stream.
+    fn recv(&mut self, buf: &mut [u8]) -> Result<usize>;
+    /// Writes what the link takes now: how many bytes, 0 when it would block.
+    fn send(&mut self, buf: &[u8]) -> Result<usize>;
+    /// Sleeps until input may have arrived (or, with `writing`, the link may take more) or
+    /// `timeout` passed.
+    fn wait(&self, timeout: Duration, writing: bool) -> Result<()>;
+}
+
+/// A non-blocking TCP socket as a [`Link`].
+struct TcpLink(TcpStream);
+
+impl Link for TcpLink {
+    fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+        loop {
+            match self.0.read(buf) {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn send(&mut self, buf: &[u8]) -> Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn wait(&self, timeout: Duration, writing: bool) -> Result<()> {
+        let mut pfd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN | if writing { libc::POLLOUT } else { 0 },
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A connected, initialized NVMe/TCP connection.
 pub struct Connection {
-    stream: TcpStream,
+    link: Box<dyn Link>,
     framer: Framer,
     pub digests: Digests,
     /// Largest H2CData payload the controller accepts.
@@ -109,10 +173,16 @@ impl Connection {
         let stream = connect_tcp(&opts.addr, opts.timeout)?;
         stream.set_nodelay(true)?;
         set_socket_options(&stream, opts)?;
+        stream.set_nonblocking(true)?;
+        Connection::open_on(Box::new(TcpLink(stream)), opts, max_c2h)
+    }
+
+    /// Exchanges ICReq/ICResp on `link` (`opts.addr` and the socket options are not used).
+    pub fn open_on(link: Box<dyn Link>, opts: &ConnectOptions, max_c2h: u32) -> Result<Connection> {
         let framer = Framer::new(Role::Host, max_c2h.max(4096));
         let rx_cap = (2 * framer.max_pdu_len()).max(256 << 10);
         let mut c = Connection {
-            stream,
+            link,
             framer,
             digests: Digests::default(),
             maxh2cdata: 0,
@@ -122,7 +192,6 @@ impl Connection {
             tx: Vec::with_capacity(256 << 10),
             tx_sent: 0,
         };
-        c.stream.set_nonblocking(true)?;
         c.initialize(opts)?;
         Ok(c)
     }
@@ -161,12 +230,9 @@ impl Connection {
     /// Writes as much of the pending PDUs as the socket takes now. True when all went out.
     pub fn flush(&mut self) -> Result<bool> {
         while self.tx_sent < self.tx.len() {
-            match self.stream.write(&self.tx[self.tx_sent..]) {
-                Ok(0) => return Err(Error::Closed),
-                Ok(n) => self.tx_sent += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+            match self.link.send(&self.tx[self.tx_sent..])? {
+                0 => return Ok(false),
+                n => self.tx_sent += n,
             }
         }
         self.tx.clear();
@@ -189,18 +255,9 @@ impl Connection {
             self.rx_end -= self.rx_start;
             self.rx_start = 0;
         }
-        loop {
-            match self.stream.read(&mut self.rx[self.rx_end..]) {
-                Ok(0) => return Err(Error::Closed),
-                Ok(n) => {
-                    self.rx_end += n;
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let n = self.link.recv(&mut self.rx[self.rx_end..])?;
+        self.rx_end += n;
+        Ok(n)
     }
 
     /// The next whole PDU in the receive buffer, if any. Its `data` range indexes
@@ -242,26 +299,9 @@ impl Connection {
         let _ = self.flush_until(Instant::now() + Duration::from_millis(100));
     }
 
-    /// Sleeps until the socket is readable (or writable, while PDUs are pending) or `timeout`.
+    /// Sleeps until the link is readable (or writable, while PDUs are pending) or `timeout`.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
-        let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events: libc::POLLIN | if self.has_pending_tx() { libc::POLLOUT } else { 0 },
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != ErrorKind::Interrupted {
-                return Err(e.into());
-            }
-        }
-        Ok(())
+        self.link.wait(timeout, self.has_pending_tx())
     }
 
     /// Flushes everything pending, sleeping as needed, until `deadline`.

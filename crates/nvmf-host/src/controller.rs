@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvmf_proto::fabrics::{cc, csts, reg, ConnectCmd, ConnectData, PropertyGet, PropertySet, CNTLID_DYNAMIC};
+use nvmf_proto::fabrics::{cc, csts, reg, PropertyGet, PropertySet, CNTLID_DYNAMIC};
 use nvmf_proto::identify::{decode_ns_list, IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
 use nvmf_proto::nvme::{admin_opcode, cns, feature};
 use nvmf_proto::Sqe;
 
-use crate::connection::{ConnectOptions, Connection};
+use crate::connection::{ConnectOptions, Connection, Link};
 use crate::error::{Error, Result};
+use crate::fabrics;
 use crate::queue::{QueuePair, Xfer};
 
 /// Admin queue entries asked for in Connect (0's based SQSIZE 31), as Linux does.
@@ -75,31 +76,20 @@ pub struct IoQueueParams {
     pub in_capsule: usize,
 }
 
-pub(crate) fn connect_cmd(
-    conn_q: &mut QueuePair,
-    opts: &ConnectOptions,
-    subnqn: &str,
-    cntlid: u16,
-    sqsize: u16,
-    kato_ms: u32,
-) -> Result<u16> {
-    let qid = conn_q.qid();
-    let sqe = ConnectCmd { recfmt: 0, qid, sqsize, cattr: 0, kato: kato_ms }.to_sqe(0);
-    let data = ConnectData { hostid: opts.hostid, cntlid, subnqn: subnqn.to_string(), hostnqn: opts.hostnqn.clone() }.encode();
-    conn_q.ensure_buffer(0, data.len());
-    conn_q.buffer(0)[..data.len()].copy_from_slice(&data);
-    let result = conn_q.execute(sqe, Xfer::WriteInCapsule(data.len()), opts.timeout)?;
-    crate::auth::authenticate_if_asked(conn_q, opts, subnqn, result)?;
-    // Connect response DW0 bits 15:0 hold the controller ID.
-    Ok(result as u16)
-}
-
 impl Controller {
     /// Connects the admin queue to `subnqn` and enables the controller.
     pub fn connect(opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        let conn = Connection::open(opts, ADMIN_MAX_XFER as u32)?;
+        Controller::connect_on(Connection::open(opts, ADMIN_MAX_XFER as u32)?, opts, subnqn)
+    }
+
+    /// [`Controller::connect`] over `link` instead of a TCP connection to `opts.addr`.
+    pub fn connect_over(link: Box<dyn Link>, opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
+        Controller::connect_on(Connection::open_on(link, opts, ADMIN_MAX_XFER as u32)?, opts, subnqn)
+    }
+
+    fn connect_on(conn: Connection, opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
         let mut admin = QueuePair::new(conn, 0, 1, ADMIN_MAX_XFER, ADMIN_IN_CAPSULE);
-        let cntlid = connect_cmd(&mut admin, opts, subnqn, CNTLID_DYNAMIC, ADMIN_SQSIZE, opts.kato_ms)?;
+        let cntlid = fabrics::connect(&mut admin, opts, subnqn, CNTLID_DYNAMIC, ADMIN_SQSIZE, opts.kato_ms)?;
         let mut ctrl = Controller {
             admin: Arc::new(Mutex::new(admin)),
             keep_alive: None,

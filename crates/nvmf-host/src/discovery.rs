@@ -5,7 +5,7 @@ use nvmf_proto::discovery::{DiscoveryLogPage, ENTRY_LEN, HEADER_LEN};
 use nvmf_proto::fabrics::DISCOVERY_NQN;
 use nvmf_proto::nvme::log_page;
 
-use crate::connection::ConnectOptions;
+use crate::connection::{ConnectOptions, Link};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 
@@ -14,7 +14,15 @@ const MAX_RECORDS: u64 = 4096;
 
 /// Reads the discovery log page of the discovery controller at `opts.addr`.
 pub fn discover(opts: &ConnectOptions) -> Result<DiscoveryLogPage> {
-    let ctrl = Controller::connect(opts, DISCOVERY_NQN)?;
+    read_and_shut_down(Controller::connect(opts, DISCOVERY_NQN)?)
+}
+
+/// [`discover`] over `link` instead of a TCP connection to `opts.addr`.
+pub fn discover_over(link: Box<dyn Link>, opts: &ConnectOptions) -> Result<DiscoveryLogPage> {
+    read_and_shut_down(Controller::connect_over(link, opts, DISCOVERY_NQN)?)
+}
+
+fn read_and_shut_down(ctrl: Controller) -> Result<DiscoveryLogPage> {
     let page = read_log(&ctrl)?;
     ctrl.shutdown()?;
     Ok(page)

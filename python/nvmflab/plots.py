@@ -29,7 +29,9 @@ KIOPS_LABEL = "Throughput (KIOPS)"
 LOAD_LABEL = "Background load (bg_load_pct, % of the resource's saturation point)"
 
 
-def _new(title: str) -> tuple[Figure, object]:
+def new_figure(title: str) -> tuple[Figure, object]:
+    """A figure and its axes in the one style every plot of the report shares (this module's and
+    plots_extra's): constrained layout, the title wrapped at 80 characters, a light major grid."""
     figure = Figure(figsize=(7.5, 4.6), layout="constrained")
     axes = figure.add_subplot()
     axes.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=11)
@@ -66,7 +68,7 @@ def series_vs_x(
     label: Callable[[object], str] | None = None,
 ) -> Figure:
     """One line per value of `series`: mean of `metric` vs `x`, with 95 % CI error bars."""
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     groups = [(None, agg)] if series is None else list(agg.groupby(series, dropna=False, sort=True))
     label = label or (knob_label(series) if series else (lambda _v: metric))
     for value, group in groups:
@@ -135,7 +137,7 @@ def vs_load(
     `frame` has columns bg_load_pct, `y`, optional `y`_ci95 and `series`. A dashed line marks the
     no-interference value, a dotted one the guideline threshold when given.
     """
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     positions = load_positions(frame["bg_load_pct"].dropna().tolist())
     for value, group in frame.groupby(series, sort=True):
         group = group.dropna(subset=["bg_load_pct"]).sort_values("bg_load_pct")
@@ -164,7 +166,7 @@ def vs_load(
 
 def latency_cdf(histograms: Mapping[str, object], title: str) -> Figure:
     """Cumulative distribution of completion latency, one line per labelled histogram."""
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     for label, histogram in histograms.items():
         values, fractions = histogram_cdf(histogram)
         if len(values):
@@ -181,7 +183,7 @@ def latency_cdf(histograms: Mapping[str, object], title: str) -> Figure:
 def bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float], *,
          title: str, ylabel: str) -> Figure:
     """Bar chart with value labels on top, for a few configurations side by side."""
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     errs = [0 if e is None or math.isnan(e) else e for e in errors]
     drawn = axes.bar(labels, values, yerr=errs, capsize=4,
                      color=["tab:blue", "tab:orange", "tab:green", "tab:purple"][: len(labels)])
@@ -199,7 +201,7 @@ def latency_timeline(records: Sequence[Mapping[str, float]], *, title: str,
     `records` are nvmflab.intervals entries; t_ms is the end of each interval, so a dotted line at
     `change_at_ms` (the end of the last interval before a change) marks where it happened.
     """
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     seconds = np.array([r["t_ms"] for r in records], dtype=float) / 1e3
     for key, label, style in (("lat_mean_ns", "mean", ":"), ("lat_p50_ns", "p50", "-"), ("lat_p99_ns", "p99", "-"),
                               ("lat_p99_9_ns", "p99.9", "--")):

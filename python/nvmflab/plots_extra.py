@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .plots import _new  # noqa: E402  (one figure style for every plot)
+from .plots import new_figure  # noqa: E402  (one figure style for every plot)
 
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x values, y values)
@@ -22,7 +22,7 @@ Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x va
 def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool = False,
           xticklabels: Mapping[float, str] | None = None) -> Figure:
     """One marked line per label; x ticks at exactly the values measured."""
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     ticks: set[float] = set()
     for label, (xs, ys) in series.items():
         pairs = [(float(x), float(y)) for x, y in zip(xs, ys) if not math.isnan(float(y))]
@@ -48,7 +48,7 @@ def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool 
 def grouped_bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str,
                  ylabel: str) -> Figure:
     """Bars per group (x) and series (colour), each labelled with its value."""
-    figure, axes = _new(title)
+    figure, axes = new_figure(title)
     names = list(series)
     width = 0.8 / max(1, len(names))
     x = np.arange(len(groups))

@@ -140,3 +140,33 @@ def test_polling_and_saturation_call_the_rules_the_check_measures():
         assert polling.idle_poll_choice(base_row, rows) == int(decide.pick_shortest(base, cands))
         assert compare(base_row, rows[2], "lat_p99_ns").p == pytest.approx(
             float(decide.welch(base, cands[2])[2]), rel=1e-12)
+
+
+# -- one implementation each (issue 22, item 11) ----------------------------------------------------
+
+def test_extra_means_are_stats_aggregate_under_the_metric_names():
+    from test_analysis_fixtures import frame, rows
+
+    from nvmflab.analysis.extra import means
+    from nvmflab.analysis.stats import aggregate
+
+    data = frame(rows("contention", "isolated", [{"iops": 1000.0, "point_id": "a"}, {"iops": 3000.0, "iodepth": 4}]),
+                 rows("contention", "isolated", [{"iops": 500.0, "point_id": "a"}]))  # a second job of point a
+    got = means(data, ["iodepth"], ["iops", "lat_p99_ns"]).set_index("iodepth")
+    ref = aggregate(data, by=["iodepth"], metrics=["iops", "lat_p99_ns", "bw_bytes"]).set_index("iodepth")
+    assert got["iops"].tolist() == pytest.approx(ref["iops_mean"].tolist())
+    assert got.at[1, "iops"] == pytest.approx(1500.0)  # the point's two jobs add up before the mean
+    assert got["iops_ci95"].tolist() == pytest.approx(ref["iops_ci95"].tolist())
+    assert got["bw_ci95"].tolist() == pytest.approx(ref["bw_bytes_ci95"].tolist())
+    assert got["repeats"].tolist() == [3, 3]
+
+
+def test_plots_extra_uses_the_public_figure_style():
+    import inspect
+
+    from nvmflab import plots, plots_extra
+
+    assert plots_extra.new_figure is plots.new_figure
+    assert "plots import _" not in inspect.getsource(plots_extra)
+    figure = plots_extra.lines({"a": ([1, 2], [3.0, 4.0])}, title="t", xlabel="x", ylabel="y")
+    assert figure.axes[0].get_title() == "t"

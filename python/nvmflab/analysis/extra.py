@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from .stats import ci95_halfwidth, collapse_jobs
+from .stats import aggregate, collapse_jobs
 
 METRICS = ["iops", "bw_bytes", "lat_mean_ns", "lat_p90_ns", "lat_p99_ns", "lat_p99_99_ns", "usr_cpu", "sys_cpu",
            "perf_usr_s", "perf_sys_s", "target_usr_s", "target_sys_s", "total_ios", "runtime_ms"]
@@ -23,22 +23,28 @@ def with_knobs(frame: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
 
 
 def means(frame: pd.DataFrame, by: Sequence[str], metrics: Sequence[str] = METRICS) -> pd.DataFrame:
-    """Per group: the mean of every metric over repeats (jobs of one point summed first), the
-    number of repeats, and the 95 % interval half-width of IOPS and bandwidth."""
+    """Per group: the mean of every metric over repeats (jobs of one point summed first, as
+    `stats.aggregate` does), the number of repeats, and the 95 % interval half-width of IOPS and
+    bandwidth. A thin view of `stats.aggregate`: the `<metric>_mean` columns under the metric's
+    own name."""
+    columns = list(by) + list(metrics) + ["repeats", "iops_ci95", "bw_ci95"]
     if frame.empty:
-        return pd.DataFrame(columns=list(by) + list(metrics) + ["repeats", "iops_ci95", "bw_ci95"])
+        return pd.DataFrame(columns=columns)
+    wanted = list(dict.fromkeys(list(metrics) + ["iops", "bw_bytes"]))
+    agg = aggregate(frame, by=list(by), metrics=wanted)
+    out = agg[list(by)].copy()
+    for metric in metrics:
+        out[metric] = agg[f"{metric}_mean"] if f"{metric}_mean" in agg else math.nan
+    # repeats: the measured points of the group, each (run, point, repeat) once however many jobs
+    # or processes it had
+    ids = [c for c in ("run_id", "point_id", "repeat") if c in frame]
     collapsed = collapse_jobs(frame)
-    rows = []
-    for key, group in collapsed.groupby(list(by), dropna=False, sort=True):
-        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        for metric in metrics:
-            values = pd.to_numeric(group[metric], errors="coerce").dropna() if metric in group else pd.Series([])
-            row[metric] = float(values.mean()) if len(values) else math.nan
-        row["repeats"] = int(group["point_id"].nunique()) if "point_id" in group else len(group)
-        row["iops_ci95"] = ci95_halfwidth(pd.to_numeric(group["iops"], errors="coerce").tolist())
-        row["bw_ci95"] = ci95_halfwidth(pd.to_numeric(group["bw_bytes"], errors="coerce").tolist())
-        rows.append(row)
-    return pd.DataFrame(rows)
+    grouped = collapsed.groupby(list(by), dropna=False, sort=True)
+    counts = grouped.apply(lambda g: len(g.drop_duplicates(ids)) if ids else len(g), include_groups=False)
+    out["repeats"] = [int(v) for v in counts.values]
+    out["iops_ci95"] = agg["iops_ci95"] if "iops_ci95" in agg else math.nan
+    out["bw_ci95"] = agg["bw_bytes_ci95"] if "bw_bytes_ci95" in agg else math.nan
+    return out.reset_index(drop=True)
 
 
 def r1(value: float, scale: float = 1.0, digits: int = 1) -> float:

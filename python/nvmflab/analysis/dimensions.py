@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from .. import plots, plots_extra
-from .common import compare_frames, excluded_points, missing_leg, stated, study_rows
+from .common import Difference, compare_frames, corrected, excluded_points, missing_leg, stated, study_rows
 from .extra import means, r1, ratio, spread, with_knobs
 from .formulas import concurrency
 from .result import Figure, StudyResult, Table
@@ -87,7 +87,15 @@ def _pattern(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         def pick(r: pd.Series) -> pd.DataFrame:
             return data[(data["rw"] == r["rw"]) & (data["bs"] == r["bs"]) & (data["iodepth"] == r["iodepth"])]
 
-        diff = compare_frames(pick(low), pick(top), "iops")
+        # The highest and lowest of several patterns are picked from the data: every pair of the
+        # patterns is compared, Holm over the pairs, and the top-vs-low pair is read from that.
+        labels = list(small.index)
+        pairs = [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
+        family = corrected([compare_frames(pick(small.loc[labels[i]]), pick(small.loc[labels[j]]), "iops")
+                            for i, j in pairs])
+        i_low, i_top = labels.index(small["iops"].idxmin()), labels.index(small["iops"].idxmax())
+        d = family[pairs.index((min(i_low, i_top), max(i_low, i_top)))]
+        diff = d if i_low < i_top else Difference(-d.diff, d.half, d.n, d.p, d.family, d.holm)
         out.findings.append(f"At {size(top['bs'])}, {top['rw']} reached {kiops(top['iops'])} and {low['rw']} "
                             f"{kiops(low['iops'])}: "
                             + stated(diff, kiops, f"{times(ratio(top['iops'], low['iops']))} the IOPS",

@@ -122,14 +122,15 @@ RULES = (
          "parallelism, dimensions, polling matrix, saturation order, contention_many's network app",
          _difference),
     Rule("two tests, Holm", "polling completion (p99, then peak IOPS); interference control (p99 and IOPS); "
-         "stacks against the baseline with two other pairs", _family(2)),
+         "stacks against the baseline with two other pairs; parallelism's tail at the lowest and highest QD", _family(2)),
     Rule("ten cells, Holm", "interference polling hypothesis; busy-poll per core count; contention cells; "
          "polling io_queues per QD", _family(10)),
     Rule("idle_poll_us pick", "polling: five periods against 0 µs, Holm, then the shortest not clearly "
          "worse than the best", _idle_poll),
     Rule("target_cores pick", "saturation: fewest of four core counts not clearly below the best, Holm",
          _target_cores),
-    Rule("limiting side", "stacks: three stacks with the other side fixed, every pair, Holm", _pairwise),
+    Rule("limiting side", "stacks: three stacks with the other side fixed, every pair, Holm; dimensions' "
+         "fastest against slowest I/O pattern is read from the same every-pair family", _pairwise),
     Rule("safe load", f"interference guideline: Fieller's upper end below {LIMIT:g}× (true ratio at the limit "
          "for the false-positive rate, below it by k sd of one loaded repeat for detection)", _safe_load),
 )

@@ -23,8 +23,9 @@ say() { echo "install-deps: $*"; }
 
 # Running: compile the stack (build-essential, pkg-config), the harness's process and network
 # plumbing (iproute2 for namespaces, procps), Python with venv for the harness, and iperf3 for the
-# network applications of the contention study.
-RUN_PACKAGES=(build-essential pkg-config iproute2 procps python3 python3-venv iperf3)
+# network applications of the contention study. libssl-dev: OpenSSL 3's headers and libssl, which the
+# `openssl` crate of crates/nvmf-tls (NVMe/TCP over TLS 1.3) links against through pkg-config.
+RUN_PACKAGES=(build-essential pkg-config iproute2 procps python3 python3-venv iperf3 libssl-dev)
 # Testing only: a headless browser checks that the HTML report's figures render (python/tests/test_report.py).
 TEST_PACKAGES=(chromium)
 # Kernel interop under qemu (tests/interop) and the SSH topology tests (sshd in namespaces); nvme-cli

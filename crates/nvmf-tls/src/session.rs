@@ -1,0 +1,664 @@
+//! A TLS 1.3 PSK session as a sans-I/O byte transform, with OpenSSL doing the handshake and the
+//! record layer.
+//!
+//! The session owns two byte queues instead of a socket. The layer that moves bytes:
+//! - passes every chunk it receives to [`TlsSession::feed`], which returns the plaintext it
+//!   decrypted (possibly none) and advances the handshake;
+//! - after every call, sends what [`TlsSession::take_ciphertext`] returns (handshake messages,
+//!   alerts, close_notify) to the peer;
+//! - encrypts with [`TlsSession::send`] once [`TlsSession::is_established`] says so.
+//!
+//! What is negotiated, per the NVMe/TCP transport specification: TLS 1.3 only; PSK only (no
+//! certificate: a server that is not offered a known PSK fails the handshake, and a client refuses a
+//! server that answers with a certificate); key exchange `psk_dhe_ke` (OpenSSL's default; `psk_ke`
+//! without (EC)DHE is not accepted, as SSL_OP_ALLOW_NO_DHE_KEX stays off); the suites
+//! TLS_AES_128_GCM_SHA256 and TLS_AES_256_GCM_SHA384, the one matching the PSK's hash; no session
+//! tickets, no resumption, no 0-RTT.
+
+use std::collections::VecDeque;
+use std::ffi::{c_int, c_uchar, c_uint};
+use std::io::{self, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::{Arc, OnceLock};
+
+use foreign_types::ForeignTypeRef;
+use libc::size_t;
+use openssl::error::ErrorStack;
+use openssl::ex_data::Index;
+use openssl::ssl::{
+    ClientHelloResponse, ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslRef,
+    SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
+};
+use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION};
+
+use crate::derive::{Derivation, IdentityVersion, PskIdentity, TlsPsk};
+use crate::key::ConfiguredPsk;
+use crate::TlsHash;
+
+/// Longest PSK identity a server looks at (two 223-byte NQNs, the prefix and a SHA-384 digest fit).
+pub const MAX_IDENTITY_LEN: usize = 1024;
+
+type FindSessionCb = unsafe extern "C" fn(*mut SSL, *const c_uchar, size_t, *mut *mut SSL_SESSION) -> c_int;
+type UseSessionCb =
+    unsafe extern "C" fn(*mut SSL, *const EVP_MD, *mut *const c_uchar, *mut size_t, *mut *mut SSL_SESSION) -> c_int;
+
+// OpenSSL (1.1.1 and 3.x) functions the `openssl-sys` crate does not declare: the TLS 1.3 external
+// PSK callbacks and what building their SSL_SESSION takes. libssl is linked by `openssl-sys`.
+extern "C" {
+    fn SSL_CTX_set_psk_find_session_callback(ctx: *mut SSL_CTX, cb: Option<FindSessionCb>);
+    fn SSL_CTX_set_psk_use_session_callback(ctx: *mut SSL_CTX, cb: Option<UseSessionCb>);
+    fn SSL_SESSION_new() -> *mut SSL_SESSION;
+    fn SSL_SESSION_free(s: *mut SSL_SESSION);
+    fn SSL_SESSION_set1_master_key(s: *mut SSL_SESSION, key: *const c_uchar, len: size_t) -> c_int;
+    fn SSL_SESSION_set_cipher(s: *mut SSL_SESSION, cipher: *const SSL_CIPHER) -> c_int;
+    fn SSL_SESSION_set_protocol_version(s: *mut SSL_SESSION, version: c_int) -> c_int;
+    fn SSL_CIPHER_find(ssl: *mut SSL, code: *const c_uchar) -> *const SSL_CIPHER;
+    fn SSL_client_hello_get0_ext(ssl: *mut SSL, ext_type: c_uint, out: *mut *const c_uchar, outlen: *mut size_t) -> c_int;
+    fn EVP_MD_get_size(md: *const EVP_MD) -> c_int;
+}
+
+const TLS1_3_VERSION: c_int = 0x0304;
+const EXT_PRE_SHARED_KEY: c_uint = 41;
+
+/// Why a session failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsError {
+    /// Both sides know the identity but hold different keys (the PSK binder did not verify; on the
+    /// client, the server's alert for that).
+    #[error("TLS handshake failed: wrong key for PSK identity '{identity}' (the PSK binder did not verify)")]
+    WrongKey { identity: String },
+    /// Server: the client offered an identity this server has no key for.
+    #[error("TLS handshake failed: no key for PSK identity '{identity}'")]
+    UnknownIdentity { identity: String },
+    /// Server: the client offered no PSK at all (certificate-based TLS, or a bare ClientHello).
+    #[error("TLS handshake failed: the client offered no PSK identity ({detail})")]
+    NoPsk { detail: String },
+    /// Client: the server refused the handshake for the identity we offered.
+    #[error("TLS handshake failed: the server refused PSK identity '{identity}' ({detail})")]
+    Refused { identity: String, detail: String },
+    /// The peer wants something this profile does not allow (TLS 1.2, another suite, a certificate).
+    #[error("TLS handshake failed: {0}")]
+    Unsupported(String),
+    /// Malformed or unexpected records or messages.
+    #[error("TLS protocol error: {0}")]
+    Protocol(String),
+    #[error("TLS session is not established yet")]
+    NotEstablished,
+    #[error("TLS session is closed")]
+    Closed,
+    #[error("TLS setup failed: {0}")]
+    Setup(String),
+}
+
+impl From<ErrorStack> for TlsError {
+    fn from(e: ErrorStack) -> Self {
+        TlsError::Setup(e.to_string())
+    }
+}
+
+/// How a server finds the TLS PSK for an identity a client offers.
+pub type PskLookup = dyn Fn(&str) -> Option<TlsPsk> + Send + Sync;
+
+/// Per-connection state the OpenSSL callbacks reach through the SSL's ex_data.
+struct ConnState {
+    client_psk: Option<TlsPsk>,
+    lookup: Option<Arc<PskLookup>>,
+    /// Server: the first identity the client offered.
+    offered: Option<String>,
+    /// Server: the key found for it.
+    selected: Option<TlsPsk>,
+}
+
+fn state_index() -> Result<Index<Ssl, ConnState>, TlsError> {
+    static INDEX: OnceLock<Result<Index<Ssl, ConnState>, String>> = OnceLock::new();
+    INDEX
+        .get_or_init(|| Ssl::new_ex_index::<ConnState>().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(TlsError::Setup)
+}
+
+fn base_context(hash_suites: &str) -> Result<SslContextBuilder, TlsError> {
+    let mut b = SslContextBuilder::new(SslMethod::tls())?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
+    b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
+    b.set_ciphersuites(hash_suites)?;
+    b.set_options(SslOptions::NO_TICKET | SslOptions::NO_COMPRESSION | SslOptions::NO_RENEGOTIATION);
+    b.set_num_tickets(0)?;
+    b.set_max_early_data(0)?;
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    Ok(b)
+}
+
+/// What a client connects with: one TLS PSK and its identity.
+pub struct ClientConfig {
+    ctx: SslContext,
+    psk: TlsPsk,
+}
+
+impl ClientConfig {
+    pub fn new(psk: TlsPsk) -> Result<Self, TlsError> {
+        // Offer only the suite whose hash is the PSK's, so that the server cannot pick one the PSK
+        // cannot be used with.
+        let mut b = base_context(psk.hash().suite())?;
+        // A server that does not take the PSK would have to authenticate with a certificate; with no
+        // trust anchors configured, verification refuses it.
+        b.set_verify(SslVerifyMode::PEER);
+        // SAFETY: the builder's SSL_CTX is valid; the callback is a plain extern fn.
+        unsafe { SSL_CTX_set_psk_use_session_callback(b.as_ptr(), Some(use_session_cb)) };
+        Ok(ClientConfig { ctx: b.build(), psk })
+    }
+
+    pub fn psk(&self) -> &TlsPsk {
+        &self.psk
+    }
+}
+
+/// What a server accepts: any identity its lookup returns a TLS PSK for.
+pub struct ServerConfig {
+    ctx: SslContext,
+    lookup: Arc<PskLookup>,
+}
+
+impl ServerConfig {
+    pub fn new(lookup: impl Fn(&str) -> Option<TlsPsk> + Send + Sync + 'static) -> Result<Self, TlsError> {
+        let mut b = base_context(&format!("{}:{}", TlsHash::Sha256.suite(), TlsHash::Sha384.suite()))?;
+        b.set_verify(SslVerifyMode::NONE);
+        b.set_client_hello_callback(client_hello_cb);
+        // SAFETY: as above.
+        unsafe { SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_session_cb)) };
+        Ok(ServerConfig { ctx: b.build(), lookup: Arc::new(lookup) })
+    }
+
+    /// A server with a fixed set of TLS PSKs, found by exact identity.
+    pub fn with_keys(keys: Vec<TlsPsk>) -> Result<Self, TlsError> {
+        ServerConfig::new(move |id| keys.iter().find(|k| k.identity() == id).cloned())
+    }
+
+    /// A server for subsystem `subnqn` that holds each allowed host's configured PSK: an offered
+    /// `NVMe0R`/`NVMe1R` identity naming that host and subsystem gets the TLS PSK derived from the
+    /// host's key with the identity's version (`compat`: libnvme's `--compat` derivation). For
+    /// version 1 the digest in the identity must match the one derived, so a host with another key
+    /// is told apart before the binder is checked.
+    pub fn for_subsystem(subnqn: &str, hosts: Vec<(String, ConfiguredPsk)>, compat: bool) -> Result<Self, TlsError> {
+        let subnqn = subnqn.to_string();
+        ServerConfig::new(move |offered| {
+            let id = PskIdentity::parse(offered).ok()?;
+            if id.subnqn != subnqn {
+                return None;
+            }
+            let (_, key) = hosts.iter().find(|(h, _)| *h == id.hostnqn)?;
+            if key.cipher_hash() != id.hash {
+                return None;
+            }
+            let psk = TlsPsk::derive(key, &id.hostnqn, &subnqn, Derivation { version: id.version, compat }).ok()?;
+            match id.version {
+                IdentityVersion::V1 if psk.identity() != offered => {
+                    // Same host and subsystem, other digest: another key. Hand the server a key that
+                    // will fail the binder so the error names the identity as a wrong key.
+                    TlsPsk::from_raw(offered, id.hash, &vec![0u8; id.hash.digest_len()]).ok()
+                }
+                _ => Some(psk),
+            }
+        })
+    }
+}
+
+/// Reads the first identity of a ClientHello's pre_shared_key extension (RFC 8446 4.2.11).
+fn first_offered_identity(ext: &[u8]) -> Option<&[u8]> {
+    let ids_len = u16::from_be_bytes([*ext.first()?, *ext.get(1)?]) as usize;
+    let ids = ext.get(2..2 + ids_len)?;
+    let id_len = u16::from_be_bytes([*ids.first()?, *ids.get(1)?]) as usize;
+    ids.get(2..2 + id_len)
+}
+
+fn client_hello_cb(ssl: &mut SslRef, _alert: &mut openssl::ssl::SslAlert) -> Result<ClientHelloResponse, ErrorStack> {
+    let Ok(idx) = state_index() else { return Ok(ClientHelloResponse::SUCCESS) };
+    let mut out: *const c_uchar = ptr::null();
+    let mut len: size_t = 0;
+    // SAFETY: valid SSL during the ClientHello callback; out/len are written by OpenSSL and point
+    // into the ClientHello it holds for the duration of this callback.
+    let found = unsafe { SSL_client_hello_get0_ext(ssl.as_ptr(), EXT_PRE_SHARED_KEY, &mut out, &mut len) };
+    if found != 1 || out.is_null() {
+        return Ok(ClientHelloResponse::SUCCESS);
+    }
+    // SAFETY: see above.
+    let ext = unsafe { std::slice::from_raw_parts(out, len) };
+    let Some(raw) = first_offered_identity(ext) else { return Ok(ClientHelloResponse::SUCCESS) };
+    let identity: String = if raw.len() > MAX_IDENTITY_LEN {
+        format!("{}...", String::from_utf8_lossy(&raw[..64]))
+    } else {
+        String::from_utf8_lossy(raw).into_owned()
+    };
+    let selected = match ssl.ex_data(idx).and_then(|s| s.lookup.clone()) {
+        Some(lookup) if raw.len() <= MAX_IDENTITY_LEN && std::str::from_utf8(raw).is_ok() => lookup(&identity),
+        _ => None,
+    };
+    if let Some(psk) = &selected {
+        // The suite is chosen before the PSK extension is looked at: make the PSK's the only one.
+        ssl.set_ciphersuites(psk.hash().suite())?;
+    }
+    if let Some(state) = ssl.ex_data_mut(idx) {
+        state.offered = Some(identity);
+        state.selected = selected;
+    }
+    Ok(ClientHelloResponse::SUCCESS)
+}
+
+/// A TLS 1.3 SSL_SESSION carrying `psk` as its resumption secret, with the PSK's suite.
+///
+/// # Safety
+/// `ssl` must be a valid SSL pointer.
+unsafe fn psk_session(ssl: *mut SSL, psk: &TlsPsk) -> *mut SSL_SESSION {
+    let code = psk.hash().suite_code();
+    let cipher = SSL_CIPHER_find(ssl, code.as_ptr());
+    if cipher.is_null() {
+        return ptr::null_mut();
+    }
+    let sess = SSL_SESSION_new();
+    if sess.is_null() {
+        return ptr::null_mut();
+    }
+    let key = psk.key();
+    if SSL_SESSION_set1_master_key(sess, key.as_ptr(), key.len()) != 1
+        || SSL_SESSION_set_cipher(sess, cipher) != 1
+        || SSL_SESSION_set_protocol_version(sess, TLS1_3_VERSION) != 1
+    {
+        SSL_SESSION_free(sess);
+        return ptr::null_mut();
+    }
+    sess
+}
+
+/// Server: OpenSSL asks for the session of an offered identity. Returns 1 with `*sess` null when
+/// there is none (the handshake then fails: there is no certificate to fall back on).
+unsafe extern "C" fn find_session_cb(
+    ssl: *mut SSL,
+    identity: *const c_uchar,
+    identity_len: size_t,
+    sess: *mut *mut SSL_SESSION,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        *sess = ptr::null_mut();
+        let Ok(idx) = state_index() else { return 0 };
+        let ssl_ref = SslRef::from_ptr_mut(ssl);
+        let offered: &[u8] = if identity.is_null() { &[] } else { std::slice::from_raw_parts(identity, identity_len) };
+        let Some(state) = ssl_ref.ex_data_mut(idx) else { return 0 };
+        if offered.len() > MAX_IDENTITY_LEN {
+            return 1;
+        }
+        let Ok(offered) = std::str::from_utf8(offered) else { return 1 };
+        // The ClientHello callback looked the first identity up already; other identities (or a
+        // ClientHello seen without that callback) are looked up here.
+        let psk = match &state.selected {
+            Some(p) if p.identity() == offered => Some(p.clone()),
+            _ => state.lookup.as_ref().and_then(|l| l(offered)),
+        };
+        if state.offered.is_none() {
+            state.offered = Some(offered.to_string());
+        }
+        let Some(psk) = psk else { return 1 };
+        let s = psk_session(ssl, &psk);
+        if s.is_null() {
+            return 0;
+        }
+        state.selected = Some(psk);
+        *sess = s;
+        1
+    }))
+    .unwrap_or(0)
+}
+
+/// Client: OpenSSL asks for the PSK to offer (again after a HelloRetryRequest, then with `md` set
+/// to the hash the chosen suite needs).
+unsafe extern "C" fn use_session_cb(
+    ssl: *mut SSL,
+    md: *const EVP_MD,
+    id: *mut *const c_uchar,
+    idlen: *mut size_t,
+    sess: *mut *mut SSL_SESSION,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        *sess = ptr::null_mut();
+        *id = ptr::null();
+        *idlen = 0;
+        let Ok(idx) = state_index() else { return 0 };
+        let ssl_ref = SslRef::from_ptr_mut(ssl);
+        let Some(psk) = ssl_ref.ex_data(idx).and_then(|s| s.client_psk.as_ref()) else { return 0 };
+        if !md.is_null() && EVP_MD_get_size(md) as usize != psk.hash().digest_len() {
+            return 1;
+        }
+        let s = psk_session(ssl, psk);
+        if s.is_null() {
+            return 0;
+        }
+        // OpenSSL copies the identity before this returns; the pointer stays valid regardless,
+        // as the PSK lives in the SSL's ex_data.
+        *id = psk.identity().as_ptr();
+        *idlen = psk.identity().len();
+        *sess = s;
+        1
+    }))
+    .unwrap_or(0)
+}
+
+/// The in-memory "socket" OpenSSL reads from and writes to.
+#[derive(Default)]
+struct MemIo {
+    input: VecDeque<u8>,
+    output: Vec<u8>,
+}
+
+impl Read for MemIo {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.input.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = buf.len().min(self.input.len());
+        for (dst, src) in buf.iter_mut().zip(self.input.drain(..n)) {
+            *dst = src;
+        }
+        Ok(n)
+    }
+}
+
+impl Write for MemIo {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Handshaking,
+    Established,
+    Closed,
+    Failed(TlsError),
+}
+
+/// What an established session negotiated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub identity: String,
+    pub hash: TlsHash,
+    pub suite: String,
+}
+
+/// One side of a TLS 1.3 PSK connection, driven over in-memory buffers.
+pub struct TlsSession {
+    stream: SslStream<MemIo>,
+    role: Role,
+    phase: Phase,
+    peer_closed: bool,
+    info: Option<SessionInfo>,
+}
+
+impl std::fmt::Debug for TlsSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSession").field("role", &self.role).field("phase", &self.phase).field("info", &self.info).finish()
+    }
+}
+
+impl TlsSession {
+    /// A client session; its ClientHello is ready in [`TlsSession::take_ciphertext`] at once.
+    pub fn client(config: &ClientConfig) -> Result<Self, TlsError> {
+        let idx = state_index()?;
+        let mut ssl = Ssl::new(&config.ctx)?;
+        ssl.set_ex_data(idx, ConnState { client_psk: Some(config.psk.clone()), lookup: None, offered: None, selected: None });
+        ssl.set_connect_state();
+        let mut s = TlsSession::wrap(ssl, Role::Client)?;
+        s.drive(&mut Vec::new())?;
+        Ok(s)
+    }
+
+    /// A server session waiting for a ClientHello.
+    pub fn server(config: &ServerConfig) -> Result<Self, TlsError> {
+        let idx = state_index()?;
+        let mut ssl = Ssl::new(&config.ctx)?;
+        ssl.set_ex_data(
+            idx,
+            ConnState { client_psk: None, lookup: Some(config.lookup.clone()), offered: None, selected: None },
+        );
+        ssl.set_accept_state();
+        TlsSession::wrap(ssl, Role::Server)
+    }
+
+    fn wrap(ssl: Ssl, role: Role) -> Result<Self, TlsError> {
+        let stream = SslStream::new(ssl, MemIo::default())?;
+        Ok(TlsSession { stream, role, phase: Phase::Handshaking, peer_closed: false, info: None })
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The handshake is done: [`TlsSession::send`] works and [`TlsSession::info`] is set.
+    pub fn is_established(&self) -> bool {
+        matches!(self.phase, Phase::Established)
+    }
+
+    pub fn is_handshaking(&self) -> bool {
+        matches!(self.phase, Phase::Handshaking)
+    }
+
+    /// The error the session failed with, if it did.
+    pub fn error(&self) -> Option<&TlsError> {
+        match &self.phase {
+            Phase::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The peer sent close_notify.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
+    pub fn info(&self) -> Option<&SessionInfo> {
+        self.info.as_ref()
+    }
+
+    /// Server: the identity the client offered, once its ClientHello is in (also after a failure).
+    pub fn offered_identity(&self) -> Option<String> {
+        let idx = state_index().ok()?;
+        self.stream.ssl().ex_data(idx).and_then(|s| s.offered.clone())
+    }
+
+    /// Ciphertext to send to the peer: handshake messages, records, alerts. Take it after every
+    /// call, failures included (a failed handshake leaves the alert that tells the peer why).
+    pub fn take_ciphertext(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.stream.get_mut().output)
+    }
+
+    pub fn has_ciphertext(&self) -> bool {
+        !self.stream.get_ref().output.is_empty()
+    }
+
+    /// Bytes received and not yet made into records: at most one partial record.
+    pub fn buffered_input(&self) -> usize {
+        self.stream.get_ref().input.len()
+    }
+
+    /// Takes ciphertext from the peer; returns the plaintext it carried. Advances the handshake
+    /// (then send [`TlsSession::take_ciphertext`]). After a failure every call returns that error.
+    pub fn feed(&mut self, ciphertext: &[u8]) -> Result<Vec<u8>, TlsError> {
+        match &self.phase {
+            Phase::Failed(e) => return Err(e.clone()),
+            Phase::Closed => return Err(TlsError::Closed),
+            _ => {}
+        }
+        self.stream.get_mut().input.extend(ciphertext);
+        let mut plaintext = Vec::new();
+        match self.drive(&mut plaintext) {
+            Ok(()) => Ok(plaintext),
+            Err(e) => {
+                self.stream.get_mut().input.clear();
+                Err(e)
+            }
+        }
+    }
+
+    /// Encrypts `plaintext`; returns the records together with anything else queued to send.
+    pub fn send(&mut self, plaintext: &[u8]) -> Result<Vec<u8>, TlsError> {
+        match &self.phase {
+            Phase::Established => {}
+            Phase::Handshaking => return Err(TlsError::NotEstablished),
+            Phase::Closed => return Err(TlsError::Closed),
+            Phase::Failed(e) => return Err(e.clone()),
+        }
+        let mut rest = plaintext;
+        while !rest.is_empty() {
+            match self.stream.ssl_write(rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) => return Err(self.fail(classify(self.role, &e, self.state_snapshot()))),
+            }
+        }
+        Ok(self.take_ciphertext())
+    }
+
+    /// Sends close_notify; returns the bytes to send. The session takes no more data.
+    pub fn close(&mut self) -> Vec<u8> {
+        if matches!(self.phase, Phase::Established | Phase::Handshaking) {
+            let _ = self.stream.shutdown();
+            self.phase = Phase::Closed;
+        }
+        self.take_ciphertext()
+    }
+
+    fn state_snapshot(&self) -> (Option<String>, bool, Option<String>) {
+        let idx = state_index().ok();
+        let st = idx.and_then(|i| self.stream.ssl().ex_data(i));
+        (
+            st.and_then(|s| s.offered.clone()),
+            st.is_some_and(|s| s.selected.is_some()),
+            st.and_then(|s| s.client_psk.as_ref().map(|p| p.identity().to_string())),
+        )
+    }
+
+    fn fail(&mut self, e: TlsError) -> TlsError {
+        self.phase = Phase::Failed(e.clone());
+        e
+    }
+
+    fn drive(&mut self, plaintext: &mut Vec<u8>) -> Result<(), TlsError> {
+        if let Phase::Handshaking = self.phase {
+            match self.stream.do_handshake() {
+                Ok(()) => self.established()?,
+                Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
+                Err(e) => {
+                    let err = classify(self.role, &e, self.state_snapshot());
+                    return Err(self.fail(err));
+                }
+            }
+        }
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match self.stream.ssl_read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => plaintext.extend_from_slice(&buf[..n]),
+                Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
+                Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
+                    self.peer_closed = true;
+                    return Ok(());
+                }
+                Err(e) => {
+                    let err = classify(self.role, &e, self.state_snapshot());
+                    return Err(self.fail(err));
+                }
+            }
+        }
+    }
+
+    fn established(&mut self) -> Result<(), TlsError> {
+        let ssl = self.stream.ssl();
+        if ssl.version2() != Some(SslVersion::TLS1_3) {
+            return Err(self.fail(TlsError::Unsupported("negotiated a version other than TLS 1.3".into())));
+        }
+        if !ssl.session_reused() {
+            return Err(self.fail(TlsError::Unsupported("handshake completed without the PSK".into())));
+        }
+        let suite = ssl.current_cipher().map(|c| c.standard_name().unwrap_or(c.name()).to_string()).unwrap_or_default();
+        let (offered, _, ours) = self.state_snapshot();
+        let identity = match self.role {
+            Role::Client => ours.unwrap_or_default(),
+            Role::Server => offered.unwrap_or_default(),
+        };
+        let hash = if suite.ends_with("SHA384") { TlsHash::Sha384 } else { TlsHash::Sha256 };
+        self.info = Some(SessionInfo { identity, hash, suite });
+        self.phase = Phase::Established;
+        Ok(())
+    }
+}
+
+fn reasons(e: &openssl::ssl::Error) -> String {
+    match e.ssl_error() {
+        Some(stack) => {
+            let r: Vec<String> =
+                stack.errors().iter().map(|x| x.reason().unwrap_or("unknown reason").to_string()).collect();
+            if r.is_empty() {
+                e.to_string()
+            } else {
+                r.join("; ")
+            }
+        }
+        None => e.to_string(),
+    }
+}
+
+/// Turns OpenSSL's failure into what the caller can act on.
+fn classify(role: Role, e: &openssl::ssl::Error, (offered, selected, ours): (Option<String>, bool, Option<String>)) -> TlsError {
+    let why = reasons(e);
+    let has = |s: &str| why.contains(s);
+    let version = has("unsupported protocol") || has("version") || has("wrong ssl version");
+    match role {
+        Role::Server => match offered {
+            _ if version => TlsError::Unsupported(format!("the client does not speak TLS 1.3 ({why})")),
+            Some(identity) if has("binder does not verify") => TlsError::WrongKey { identity },
+            Some(identity) if !selected => TlsError::UnknownIdentity { identity },
+            Some(_) => TlsError::Protocol(why),
+            None if has("record") || has("length") || has("packet") || has("unexpected message") => TlsError::Protocol(why),
+            None => TlsError::NoPsk { detail: why },
+        },
+        Role::Client => {
+            let identity = ours.unwrap_or_default();
+            // OpenSSL servers answer a binder that does not verify with illegal_parameter, GnuTLS
+            // (tlshd) ones with decrypt_error; both mean the server knows the identity but its key
+            // differs (an unknown identity gets handshake_failure or unknown_psk_identity).
+            if has("decrypt error") || has("illegal parameter") {
+                TlsError::WrongKey { identity }
+            } else if version {
+                TlsError::Unsupported(format!("the server does not speak TLS 1.3 ({why})"))
+            } else if has("certificate") {
+                TlsError::Unsupported(format!("the server did not take the PSK and offered a certificate ({why})"))
+            } else if has("alert") {
+                TlsError::Refused { identity, detail: why }
+            } else {
+                TlsError::Protocol(why)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_identity_parsing_is_bounded() {
+        assert_eq!(first_offered_identity(&[]), None);
+        assert_eq!(first_offered_identity(&[0, 5, 0, 3, b'a', b'b']), None);
+        assert_eq!(first_offered_identity(&[0, 9, 0, 3, b'a', b'b', b'c', 0, 0, 0, 0]), Some(&b"abc"[..]));
+        assert_eq!(first_offered_identity(&[0xff, 0xff, 0xff, 0xff]), None);
+    }
+}

@@ -301,3 +301,23 @@ def test_fg_commands_are_checked_exactly_when_the_ramp_is_reported():
     assert check({"fg": _perf(1000, None)}, _stats(1601))[0] is True
     ok, detail = check({"fg": _perf(1000, None)}, _stats(1602))
     assert not ok and "loose" in detail
+
+
+def test_guideline_uses_the_ratio_interval_and_says_when_there_is_none():
+    data = interference_measurements()
+    # target L-app at 10 %: 1.5× on average, but one repeat far off: the mean stays under 2×, the
+    # interval (isolated variance included) reaches past it, so 10 % is no longer safe
+    point = (data["point_id"] == "target-1-10") & (data["role"] == "fg")
+    data.loc[point, "lat_p99_ns"] = [100_000.0, 150_000.0, 200_000.0]
+    guide = interference.analyze(data, runs_frame(["interference"])).recommendations.set_index(
+        ["resource", "application"]).loc[("shared target core", "L-app")]
+    assert guide["keep background load at or below"] == "none"
+    assert guide["by the means alone"] == "20 %"
+    # one repeat: no interval at any load, so no load is called safe, and the finding says why
+    single = interference_measurements()
+    single = single[single["repeat"] == 0]
+    result = interference.analyze(single, runs_frame(["interference"]))
+    guide = result.recommendations.set_index(["resource", "application"]).loc[("shared target core", "L-app")]
+    assert guide["keep background load at or below"] == "none" and guide["by the means alone"] == "20 %"
+    assert "(no interval at one of the two loads, so not judged)" in guide["largest jump"]
+    assert any("no load can be called safe" in f and "has no 95 % interval" in f for f in result.findings)

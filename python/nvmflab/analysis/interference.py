@@ -224,10 +224,12 @@ def largest_jump(curve: pd.DataFrame, metric: str) -> dict | None:
         else:
             size = lo[metric] - hi[metric]
         if not math.isnan(size) and (best is None or size > best["size"]):
+            halves = [lo.get(f"{metric}_ci95", math.nan), hi.get(f"{metric}_ci95", math.nan)]
+            # no interval (one repeat, or repeats without spread): the jump cannot be told from noise
+            judged = all(not math.isnan(h) and h > 0 for h in halves)
             best = {"size": size, "from_load": lo["load"], "to_load": hi["load"],
                     "from": lo[metric], "to": hi[metric],
-                    "noise": within_spread([lo[metric], hi[metric]],
-                                           [lo.get(f"{metric}_ci95", math.nan), hi.get(f"{metric}_ci95", math.nan)])}
+                    "noise": within_spread([lo[metric], hi[metric]], halves) if judged else None}
     return best
 
 
@@ -237,7 +239,8 @@ def _jump_text(jump: dict | None, metric: str) -> str:
     fmt = (lambda v: f"{v:.2f}×") if metric == "latency_interference" else (lambda v: f"{v * 100:.0f} %")
     return (f"{fmt(jump['from'])} → {fmt(jump['to'])} between {jump['from_load']:.0f} % and "
             f"{jump['to_load']:.0f} % achieved load"
-            + (" (within the repeats' spread: no knee)" if jump.get("noise") else ""))
+            + (" (within the repeats' spread: no knee)" if jump.get("noise")
+               else " (no interval at one of the two loads, so not judged)" if jump.get("noise") is None else ""))
 
 
 def _describe(curve: pd.DataFrame, metric: str, unit: str) -> str:

@@ -1,4 +1,5 @@
-//! Transports. Only NVMe/TCP: a sans-I/O per-connection state machine the reactor drives.
+//! Transports: each a sans-I/O per-connection state machine the reactor drives, on top of the
+//! shared command layer ([`crate::command`]). Only NVMe/TCP so far.
 
 mod slots;
 mod stall;

@@ -25,6 +25,7 @@ use nvmf_proto::pdu::{
 use nvmf_proto::{digest, Cqe, Digests, FatalError, Framer, PduHeader, Role, Sqe, Status};
 use std::sync::Arc;
 use std::time::Instant;
+
 /// Stop reading PDUs while this much output waits for the socket (backpressure).
 const OUT_HIGH_WATER: usize = 8 << 20;
 /// Read buffer growth step.
@@ -56,7 +57,8 @@ const NO_MEMORY: Status = Status::INTERNAL_ERROR;
 enum Phase {
     AwaitIcReq,
     Ready,
-    /// A TermReq or Disconnect response is queued; close once output drains.
+    /// A TermReq, or the response of a command that ended the queue, is queued; close once
+    /// output drains.
     Closing,
     Closed,
 }

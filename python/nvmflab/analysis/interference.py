@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import plots
 from .common import Difference, compare, corrected, excluded_points, missing_leg, study_rows, within_spread
-from .decide import fieller_summary
+from .decide import fieller_summary, safe_upto
 from .formulas import latency_interference, throughput_sustained
 from .result import Figure, StudyResult, Table
 from .stats import aggregate, collapse_jobs, diff_test, merge_histograms, usable
@@ -190,23 +190,24 @@ def ratio_interval(iso, row, metric: str) -> tuple[float, float, float]:
     return float(ratio), float(low), float(high)
 
 
-def highest_safe_load(curve: pd.DataFrame, metric: str, ok) -> float | None:
-    """Highest achieved load up to which `ok(metric)` holds at every load; None if the first fails.
+def highest_safe_load(curve: pd.DataFrame, metric: str, limit: float, higher_is_worse: bool) -> float | None:
+    """Highest achieved load up to which `metric` is on the safe side of `limit` at every load
+    (below it when higher is worse, at least it otherwise); None if the first load fails.
 
-    Loads are those the background achieved (`load`), so a guideline never names a load the
-    background did not reach. The guideline passes the interval's bound as `metric`
-    (`latency_interference_high`, `throughput_sustained_low`): a load is safe only when its whole
-    95 % interval is on the good side of the limit, and a load without an interval is not safe.
-    Each load is one one-sided test at 2.5 %; requiring every load up to the guideline to pass is
-    an intersection-union test, so the family needs no further correction.
+    `decide.safe_upto` decides, the rule the A/A check measures. Loads are those the background
+    achieved (`load`), so a guideline never names a load the background did not reach. The
+    guideline passes the interval's bound as `metric` (`latency_interference_high`,
+    `throughput_sustained_low`): a load is safe only when its whole 95 % interval is on the good
+    side of the limit, and a load without an interval is not safe. Each load is one one-sided test
+    at 2.5 %; requiring every load up to the guideline to pass is an intersection-union test, so
+    the family needs no further correction.
     """
     column = "load" if "load" in curve else "bg_load_pct"
-    safe = None
-    for _, row in curve[~curve[column].map(math.isinf)].sort_values(column).iterrows():
-        if math.isnan(row[metric]) or not ok(row[metric]):
-            break
-        safe = row[column]
-    return safe
+    ordered = curve[~curve[column].map(math.isinf)].sort_values(column)
+    if ordered.empty:
+        return None
+    last = int(safe_upto(ordered[metric].astype(float).to_numpy(), limit, higher_is_worse))
+    return None if last < 0 else float(ordered[column].iloc[last])
 
 
 def largest_jump(curve: pd.DataFrame, metric: str) -> dict | None:
@@ -308,20 +309,20 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                 continue
             base = curve.iloc[0]
             if app == "L-app":
-                metric, ok = "latency_interference", (lambda v: v < lat_limit)
+                metric, limit_value, worse_up = "latency_interference", lat_limit, True
                 out.findings.append(
                     f"{what.capitalize()}, {app} (isolated p99 {us(base['isolated_p99_ns'])}): "
                     f"latency interference {_describe(curve, metric, '×')}{achieved_text}.")
                 rule = f"p99 below {lat_limit:g}× isolated"
             else:
-                metric, ok = "throughput_sustained", (lambda v: v >= sus_limit)
+                metric, limit_value, worse_up = "throughput_sustained", sus_limit, False
                 out.findings.append(
                     f"{what.capitalize()}, {app} (isolated {kiops(base['isolated_iops'])}): "
                     f"throughput sustained {_describe(curve, metric, '%')}{achieved_text}.")
                 rule = f"throughput sustained at least {sus_limit * 100:g} %"
             bound = "latency_interference_high" if metric == "latency_interference" else "throughput_sustained_low"
-            safe = highest_safe_load(curve, bound, ok)
-            by_mean = highest_safe_load(curve, metric, ok)
+            safe = highest_safe_load(curve, bound, limit_value, worse_up)
+            by_mean = highest_safe_load(curve, metric, limit_value, worse_up)
             jump = largest_jump(curve, metric)
             reached = curve["load"][~curve["load"].map(math.isinf)].max()
             measured_all = safe is not None and not math.isnan(reached) and safe >= reached

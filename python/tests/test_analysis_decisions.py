@@ -321,3 +321,14 @@ def test_guideline_uses_the_ratio_interval_and_says_when_there_is_none():
     assert guide["keep background load at or below"] == "none" and guide["by the means alone"] == "20 %"
     assert "(no interval at one of the two loads, so not judged)" in guide["largest jump"]
     assert any("no load can be called safe" in f and "has no 95 % interval" in f for f in result.findings)
+
+
+def test_interference_table_shows_the_interval_the_guideline_is_judged_on():
+    result = interference.analyze(interference_measurements(), runs_frame(["interference"]))
+    t = table(result, "Interference per background load")
+    row = t[(t["leg"] == "target") & (t["app"] == "L-app") & (t["requested bg load"] == "20 %")].iloc[0]
+    low, high = (float(v) for v in row["95 % interval (×)"].split("–"))
+    assert low < row["latency interference (×)"] < high < 2.0  # the guideline's 20 %: upper end under 2×
+    single = interference_measurements()
+    t1 = table(interference.analyze(single[single["repeat"] == 0], runs_frame([])), "Interference per background load")
+    assert set(t1["95 % interval (×)"]) == {"no interval"}

@@ -190,6 +190,15 @@ def ratio_interval(iso, row, metric: str) -> tuple[float, float, float]:
     return float(ratio), float(low), float(high)
 
 
+def _span(low: float, high: float, fmt) -> str:
+    """'1.52–1.61' for an interval, 'unbounded' when it is, 'no interval' when there is none."""
+    if math.isnan(low) or math.isnan(high):
+        return "no interval"
+    if math.isinf(low) or math.isinf(high):
+        return "unbounded"
+    return f"{fmt(low)}–{fmt(high)}"
+
+
 def highest_safe_load(curve: pd.DataFrame, metric: str, limit: float, higher_is_worse: bool) -> float | None:
     """Highest achieved load up to which `metric` is on the safe side of `limit` at every load
     (below it when higher is worse, at least it otherwise); None if the first load fails.
@@ -568,13 +577,20 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         "achieved bg load (%)": curves["achieved_pct"].round(1),
         "fg p99 (µs)": (curves["p99_ns"] / 1e3).round(2),
         "latency interference (×)": curves["latency_interference"].round(2),
+        "95 % interval (×)": [_span(lo, hi, lambda v: f"{v:.2f}") for lo, hi in
+                              zip(curves["latency_interference_low"], curves["latency_interference_high"])],
         "fg KIOPS": (curves["iops"] / 1e3).round(2),
         "throughput sustained (%)": (curves["throughput_sustained"] * 100).round(1),
+        "95 % interval (%)": [_span(lo, hi, lambda v: f"{100 * v:.1f}") for lo, hi in
+                              zip(curves["throughput_sustained_low"], curves["throughput_sustained_high"])],
     })[["leg", "completion", "app", "bg load", "requested bg load", "achieved bg load (%)", "fg p99 (µs)",
-        "latency interference (×)", "fg KIOPS", "throughput sustained (%)", "repeats"]]
+        "latency interference (×)", "95 % interval (×)", "fg KIOPS", "throughput sustained (%)",
+        "95 % interval (%)", "repeats"]]
     out.tables.append(Table("Interference per background load", table,
                             "latency interference = p99(with load) / p99(isolated); throughput "
-                            "sustained = IOPS(with load) / IOPS(isolated); 'max' = uncapped "
+                            "sustained = IOPS(with load) / IOPS(isolated); the intervals are Fieller's "
+                            "95 % intervals of those ratios, the isolated baseline's variance included "
+                            "(what the guideline is judged on); 'max' = uncapped "
                             "background; rows are ordered by the load the background achieved, and a "
                             f"point that achieved under {UNDERSHOOT * 100:.0f} % of its request is named "
                             "by what it reached."))

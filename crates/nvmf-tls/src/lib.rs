@@ -8,9 +8,12 @@
 //!   [`session::TlsSession::feed`] takes ciphertext and gives plaintext,
 //!   [`session::TlsSession::send`] takes plaintext and gives ciphertext.
 //!
+//! - [`hostile`]: drivers that feed hostile bytes to the server side, for property tests and fuzzing.
+//!
 //! Nothing here does I/O; docs/tls.md says what is wired and what is left.
 
 pub mod derive;
+pub mod hostile;
 pub mod key;
 mod secret;
 pub mod session;

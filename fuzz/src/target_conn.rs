@@ -26,6 +26,7 @@ use nvmf_target::backend::IoEngine;
 use nvmf_target::config::{ReactorMode, BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
 use nvmf_target::core::Target;
 use nvmf_target::stats::ReactorStats;
+use nvmf_target::reactor::{drive, drive_and_take_output};
 use nvmf_target::transport::tcp::Connection;
 use nvmf_target::transport::BUFFER_BUDGET;
 use std::cell::RefCell;
@@ -105,12 +106,12 @@ impl Peer {
                 continue;
             }
             self.conn.feed(part);
-            self.conn.drive(now, engine);
+            drive(&mut self.conn, now, engine);
             if self.conn.placement().is_some() && !self.conn.is_attached() {
                 // Connected: the acceptor hands the connection to a reactor, which resumes it.
                 self.conn.attach(self.token, &ReactorStats::new(0, 0, ReactorMode::Event, 0));
             }
-            let out = self.conn.drive_and_take_output(now, engine);
+            let out = drive_and_take_output(&mut self.conn, now, engine);
             self.collect_output(&out);
         }
         assert_eq!(self.conn.in_flight(), 0, "backend requests left in flight after drive");

@@ -205,6 +205,44 @@ pub fn submit(conn: &mut Connection, engine: &mut IoEngine) {
     }
 }
 
+/// A reactor turn for one connection without a socket, for tests and fuzzing: process input,
+/// submit the backend requests, then run completions until nothing is left to do.
+pub fn drive(conn: &mut Connection, now: Instant, engine: &mut IoEngine) {
+    let mut done = Vec::new();
+    loop {
+        conn.process(now);
+        submit(conn, engine);
+        engine.flush();
+        engine.reap(&mut done);
+        if done.is_empty() {
+            if engine.in_flight() == 0 {
+                return;
+            }
+            engine.wait_one();
+            continue;
+        }
+        for c in done.drain(..) {
+            conn.complete_io(c);
+        }
+        submit(conn, engine);
+    }
+}
+
+/// [`drive`], then takes everything queued for the host, again while writing it freed buffers
+/// that held commands wait for.
+pub fn drive_and_take_output(conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> Vec<u8> {
+    let mut all = Vec::new();
+    loop {
+        drive(conn, now, engine);
+        let out = conn.take_output();
+        let wrote = !out.is_empty();
+        all.extend_from_slice(&out);
+        if !(wrote && conn.wants().hold) {
+            return all;
+        }
+    }
+}
+
 /// Writes as much queued output as the socket takes, many PDUs per syscall: one vectored
 /// write gathers headers and responses with read data straight from the command buffers.
 fn write_all(stream: &mut TcpStream, conn: &mut Connection) -> bool {

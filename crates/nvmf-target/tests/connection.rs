@@ -11,6 +11,7 @@ use nvmf_proto::{Cqe, Digests, Framer, PduHeader, Role, Sqe, Status};
 use nvmf_target::backend::IoEngine;
 use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
 use nvmf_target::core::Target;
+use nvmf_target::reactor::{drive, drive_and_take_output};
 use nvmf_target::transport::tcp::Connection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ impl Host {
 
     fn send(&mut self, bytes: &[u8]) {
         self.conn.feed(bytes);
-        self.rx.extend_from_slice(&self.conn.drive_and_take_output(self.now, &mut self.engine));
+        self.rx.extend_from_slice(&drive_and_take_output(&mut self.conn, self.now, &mut self.engine));
     }
 
     fn send_pdu(&mut self, hdr: PduHeader, data: &[u8]) {
@@ -159,7 +160,7 @@ impl Host {
 
     fn attach(&mut self) {
         self.conn.attach(0, &nvmf_target::stats::ReactorStats::new(0, 0, nvmf_target::config::ReactorMode::Event, 0));
-        self.conn.drive(self.now, &mut self.engine);
+        drive(&mut self.conn, self.now, &mut self.engine);
     }
 }
 
@@ -355,7 +356,7 @@ fn the_output_buffer_a_burst_grew_is_given_back_after_a_quiet_tick() {
             encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], h.dg);
         }
         h.conn.feed(&batch);
-        h.conn.drive(h.now, &mut h.engine);
+        drive(&mut h.conn, h.now, &mut h.engine);
         assert!(h.conn.output_len() > 30 * 4096, "30 reads' data queued at once");
         let out = h.conn.take_output();
         h.rx.extend_from_slice(&out);
@@ -958,7 +959,7 @@ fn large_read_data_is_written_from_its_buffer_in_pieces_and_the_slot_freed_after
         encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], h.dg);
     }
     h.conn.feed(&batch);
-    h.conn.drive(h.now, &mut h.engine);
+    drive(&mut h.conn, h.now, &mut h.engine);
     let held = h.conn.buffer_bytes();
     assert!(held >= 2 * 65536, "both read buffers are held while their data waits: {held}");
     let mut wire = Vec::new();

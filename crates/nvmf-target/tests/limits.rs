@@ -11,6 +11,7 @@ use nvmf_proto::nvme::{io_opcode, SglDescriptor};
 use nvmf_proto::pdu::{encode_pdu, CapsuleCmd, H2CData, IcReq};
 use nvmf_proto::{Digests, PduHeader, Sqe, Status};
 use nvmf_target::config::BackendConfig;
+use nvmf_target::reactor::drive;
 use std::time::Duration;
 
 const MS: Duration = Duration::from_millis(1);
@@ -159,7 +160,7 @@ fn output_a_host_leaves_unread_counts_against_the_process_buffer_cap() {
             encode_pdu(&mut burst, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], Digests::default());
         }
         greedy.conn.feed(&burst);
-        greedy.conn.drive(greedy.now, &mut greedy.engine);
+        drive(&mut greedy.conn, greedy.now, &mut greedy.engine);
     }
     let queued = greedy.conn.output_len();
     assert!(t.buffers.full(), "its output filled the cap: {} of {CAP} bytes, {queued} queued", t.buffers.used());

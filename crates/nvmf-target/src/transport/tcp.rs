@@ -13,7 +13,7 @@
 
 use super::slots::{SlotState, Slots, BUFFER_BUDGET};
 use super::stall::StallWatch;
-use crate::backend::{IoCompletion, IoEngine};
+use crate::backend::IoCompletion;
 use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
 use crate::stats::ReactorStats;
@@ -252,21 +252,6 @@ impl Connection {
             self.out_high = self.out_high.max(self.out.len());
             self.out.clear();
             self.out_pos = 0;
-        }
-    }
-
-    /// Test and fuzz convenience, as a reactor turn does it: drives the connection and takes
-    /// everything queued, again while writing it freed buffers that held commands wait for.
-    pub fn drive_and_take_output(&mut self, now: Instant, engine: &mut IoEngine) -> Vec<u8> {
-        let mut all = Vec::new();
-        loop {
-            self.drive(now, engine);
-            let out = self.take_output();
-            let wrote = !out.is_empty();
-            all.extend_from_slice(&out);
-            if !(wrote && self.wants().hold) {
-                return all;
-            }
         }
     }
 
@@ -776,28 +761,6 @@ impl Connection {
             }
         }
         self.slots.free(idx);
-    }
-
-    /// Test and fuzz convenience, as a reactor turn does it: process input, submit the backend
-    /// requests, then run completions until nothing is left to do.
-    pub fn drive(&mut self, now: Instant, engine: &mut IoEngine) {
-        let mut done = Vec::new();
-        loop {
-            self.process(now);
-            crate::reactor::submit(self, engine);
-            engine.flush();
-            engine.reap(&mut done);
-            if done.is_empty() {
-                if engine.in_flight() == 0 {
-                    return;
-                }
-                engine.wait_one();
-                continue;
-            }
-            for c in done.drain(..) {
-                self.complete_io(c);
-            }
-        }
     }
 }
 

@@ -11,6 +11,7 @@ use nvmf_target::backend::IoEngine;
 use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, ReactorMode, SubsystemConfig, TargetConfig, TargetSettings};
 use nvmf_target::core::Target;
 use nvmf_target::stats::ReactorStats;
+use nvmf_target::reactor::drive_and_take_output;
 use nvmf_target::transport::tcp::Connection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,7 +91,7 @@ impl Queue {
 
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         self.conn.feed(bytes);
-        self.rx.extend_from_slice(&self.conn.drive_and_take_output(self.now, &mut self.engine));
+        self.rx.extend_from_slice(&drive_and_take_output(&mut self.conn, self.now, &mut self.engine));
     }
 
     pub fn send(&mut self, hdr: PduHeader, data: &[u8]) {
@@ -147,6 +148,6 @@ impl Queue {
     pub fn advance(&mut self, by: Duration) {
         self.now += by;
         self.conn.tick(self.now);
-        self.rx.extend_from_slice(&self.conn.drive_and_take_output(self.now, &mut self.engine));
+        self.rx.extend_from_slice(&drive_and_take_output(&mut self.conn, self.now, &mut self.engine));
     }
 }

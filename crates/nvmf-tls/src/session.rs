@@ -140,7 +140,12 @@ impl ClientConfig {
     pub fn new(psk: TlsPsk) -> Result<Self, TlsError> {
         // Offer only the suite whose hash is the PSK's, so that the server cannot pick one the PSK
         // cannot be used with.
-        let mut b = base_context(psk.hash().suite())?;
+        let suite = psk.hash().suite();
+        ClientConfig::with_suites(psk, suite)
+    }
+
+    fn with_suites(psk: TlsPsk, suites: &str) -> Result<Self, TlsError> {
+        let mut b = base_context(suites)?;
         // A server that does not take the PSK would have to authenticate with a certificate; with no
         // trust anchors configured, verification refuses it.
         b.set_verify(SslVerifyMode::PEER);
@@ -653,6 +658,29 @@ fn classify(role: Role, e: &openssl::ssl::Error, (offered, selected, ours): (Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::PskTransform;
+
+    /// A client offering both suites, the SHA-256 one first (as a foreign stack may), with a
+    /// SHA-384 PSK: the server's ClientHello callback must narrow its suites to the PSK's.
+    #[test]
+    fn server_picks_the_suite_of_the_offered_psk() {
+        for (t, hash) in [(PskTransform::Sha384, TlsHash::Sha384), (PskTransform::Sha256, TlsHash::Sha256)] {
+            let key = ConfiguredPsk::generate(t, 0).unwrap();
+            let psk = TlsPsk::derive(&key, "nqn.h", "nqn.s", Derivation::default()).unwrap();
+            let both = [TlsHash::Sha256.suite(), TlsHash::Sha384.suite()];
+            let order = if hash == TlsHash::Sha384 { both.join(":") } else { [both[1], both[0]].join(":") };
+            let cc = ClientConfig::with_suites(psk, &order).unwrap();
+            let sc = ServerConfig::for_subsystem("nqn.s", vec![("nqn.h".into(), key)], false).unwrap();
+            let mut c = TlsSession::client(&cc).unwrap();
+            let mut s = TlsSession::server(&sc).unwrap();
+            for _ in 0..3 {
+                s.feed(&c.take_ciphertext()).unwrap();
+                c.feed(&s.take_ciphertext()).unwrap();
+            }
+            assert!(c.is_established() && s.is_established());
+            assert_eq!(s.info().unwrap().suite, hash.suite());
+        }
+    }
 
     #[test]
     fn first_identity_parsing_is_bounded() {

@@ -319,3 +319,70 @@ fn garbage_and_plain_nvme_icreq_are_protocol_errors() {
         }
     }
 }
+
+/// The extensions of the first handshake message in `wire` (one TLS record): (type, body) pairs,
+/// and the cipher suites (ClientHello) or the chosen suite (ServerHello).
+fn hello_extensions(wire: &[u8]) -> (u8, Vec<[u8; 2]>, Vec<(u16, Vec<u8>)>) {
+    let u16at = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]) as usize;
+    assert_eq!(wire[0], 0x16, "handshake record");
+    let msg = &wire[5..5 + u16at(wire, 3)];
+    let kind = msg[0];
+    let mut i = 4 + 2 + 32;
+    i += 1 + msg[i] as usize; // legacy_session_id
+    let suites: Vec<[u8; 2]> = if kind == 1 {
+        let n = u16at(msg, i);
+        let s = msg[i + 2..i + 2 + n].chunks(2).map(|c| [c[0], c[1]]).collect();
+        i += 2 + n;
+        i += 1 + msg[i] as usize; // compression methods
+        s
+    } else {
+        let s = vec![[msg[i], msg[i + 1]]];
+        i += 3; // suite, compression
+        s
+    };
+    let end = i + 2 + u16at(msg, i);
+    i += 2;
+    let mut exts = Vec::new();
+    while i < end {
+        let (t, n) = (u16at(msg, i) as u16, u16at(msg, i + 2));
+        exts.push((t, msg[i + 4..i + 4 + n].to_vec()));
+        i += 4 + n;
+    }
+    (kind, suites, exts)
+}
+
+#[test]
+fn wire_profile_psk_dhe_ke_one_suite_no_early_data_no_tickets() {
+    for (t, hash) in [(PskTransform::Sha256, TlsHash::Sha256), (PskTransform::Sha384, TlsHash::Sha384)] {
+        let key = configured(t);
+        let mut c = TlsSession::client(&client_for(&key, IdentityVersion::V1)).unwrap();
+        let mut s = TlsSession::server(&server_for(&key)).unwrap();
+        let hello = c.take_ciphertext();
+        let (kind, suites, exts) = hello_extensions(&hello);
+        assert_eq!(kind, 1);
+        assert_eq!(suites.iter().filter(|s| s[0] == 0x13).copied().collect::<Vec<_>>(), vec![hash.suite_code()]);
+        let ext = |id: u16| exts.iter().find(|(t, _)| *t == id).map(|(_, b)| b.clone());
+        // psk_key_exchange_modes (45): exactly [psk_dhe_ke (1)].
+        assert_eq!(ext(45), Some(vec![1, 1]));
+        assert!(ext(51).is_some(), "key_share offered");
+        assert!(ext(42).is_none(), "no early_data");
+        assert_eq!(exts.last().unwrap().0, 41, "pre_shared_key last");
+        // supported_versions (43): TLS 1.3 only.
+        assert_eq!(ext(43), Some(vec![2, 3, 4]));
+
+        s.feed(&hello).unwrap();
+        let flight = s.take_ciphertext();
+        let (kind, suite, sexts) = hello_extensions(&flight);
+        assert_eq!(kind, 2);
+        assert_eq!(suite, vec![hash.suite_code()]);
+        let sext = |id: u16| sexts.iter().find(|(t, _)| *t == id).map(|(_, b)| b.clone());
+        assert_eq!(sext(41), Some(vec![0, 0]), "server selected PSK 0");
+        assert!(sext(51).is_some(), "server key_share: (EC)DHE with the PSK");
+        assert_eq!(sext(43), Some(vec![3, 4]));
+        c.feed(&flight).unwrap();
+        s.feed(&c.take_ciphertext()).unwrap();
+        assert!(s.is_established());
+        // No NewSessionTicket follows the handshake.
+        assert!(s.take_ciphertext().is_empty());
+    }
+}

@@ -60,6 +60,8 @@ extern "C" {
 
 const TLS1_3_VERSION: c_int = 0x0304;
 const EXT_PRE_SHARED_KEY: c_uint = 41;
+const EXT_PSK_KEY_EXCHANGE_MODES: c_uint = 45;
+const PSK_DHE_KE: u8 = 1;
 
 /// Why a session failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +110,8 @@ struct ConnState {
     offered: Option<String>,
     /// Server: the key found for it.
     selected: Option<TlsPsk>,
+    /// Server: the client offered a PSK but not the psk_dhe_ke mode (only psk_ke, or none).
+    no_dhe_mode: bool,
 }
 
 fn state_index() -> Result<Index<Ssl, ConnState>, TlsError> {
@@ -217,19 +221,29 @@ fn first_offered_identity(ext: &[u8]) -> Option<&[u8]> {
     ids.get(2..2 + id_len)
 }
 
-fn client_hello_cb(ssl: &mut SslRef, _alert: &mut openssl::ssl::SslAlert) -> Result<ClientHelloResponse, ErrorStack> {
-    let Ok(idx) = state_index() else { return Ok(ClientHelloResponse::SUCCESS) };
+/// The body of ClientHello extension `ext_type`, if present.
+fn client_hello_ext(ssl: &SslRef, ext_type: c_uint) -> Option<&[u8]> {
     let mut out: *const c_uchar = ptr::null();
     let mut len: size_t = 0;
-    // SAFETY: valid SSL during the ClientHello callback; out/len are written by OpenSSL and point
-    // into the ClientHello it holds for the duration of this callback.
-    let found = unsafe { SSL_client_hello_get0_ext(ssl.as_ptr(), EXT_PRE_SHARED_KEY, &mut out, &mut len) };
+    // SAFETY: called only from the ClientHello callback, where the SSL is valid; OpenSSL points
+    // out/len into the ClientHello it holds at least as long as the callback runs, which the
+    // returned borrow of `ssl` does not outlive.
+    let found = unsafe { SSL_client_hello_get0_ext(ssl.as_ptr(), ext_type, &mut out, &mut len) };
     if found != 1 || out.is_null() {
-        return Ok(ClientHelloResponse::SUCCESS);
+        return None;
     }
     // SAFETY: see above.
-    let ext = unsafe { std::slice::from_raw_parts(out, len) };
+    Some(unsafe { std::slice::from_raw_parts(out, len) })
+}
+
+fn client_hello_cb(ssl: &mut SslRef, _alert: &mut openssl::ssl::SslAlert) -> Result<ClientHelloResponse, ErrorStack> {
+    let Ok(idx) = state_index() else { return Ok(ClientHelloResponse::SUCCESS) };
+    let Some(ext) = client_hello_ext(ssl, EXT_PRE_SHARED_KEY) else { return Ok(ClientHelloResponse::SUCCESS) };
     let Some(raw) = first_offered_identity(ext) else { return Ok(ClientHelloResponse::SUCCESS) };
+    // PskKeyExchangeModes: a length byte, then the modes.
+    let no_dhe_mode = !client_hello_ext(ssl, EXT_PSK_KEY_EXCHANGE_MODES)
+        .and_then(|m| m.get(1..1 + *m.first()? as usize))
+        .is_some_and(|modes| modes.contains(&PSK_DHE_KE));
     let identity: String = if raw.len() > MAX_IDENTITY_LEN {
         format!("{}...", String::from_utf8_lossy(&raw[..64]))
     } else {
@@ -246,6 +260,7 @@ fn client_hello_cb(ssl: &mut SslRef, _alert: &mut openssl::ssl::SslAlert) -> Res
     if let Some(state) = ssl.ex_data_mut(idx) {
         state.offered = Some(identity);
         state.selected = selected;
+        state.no_dhe_mode = no_dhe_mode;
     }
     Ok(ClientHelloResponse::SUCCESS)
 }
@@ -420,7 +435,7 @@ impl TlsSession {
     pub fn client(config: &ClientConfig) -> Result<Self, TlsError> {
         let idx = state_index()?;
         let mut ssl = Ssl::new(&config.ctx)?;
-        ssl.set_ex_data(idx, ConnState { client_psk: Some(config.psk.clone()), lookup: None, offered: None, selected: None });
+        ssl.set_ex_data(idx, ConnState { client_psk: Some(config.psk.clone()), lookup: None, offered: None, selected: None, no_dhe_mode: false });
         ssl.set_connect_state();
         let mut s = TlsSession::wrap(ssl, Role::Client)?;
         s.drive(&mut Vec::new())?;
@@ -433,7 +448,13 @@ impl TlsSession {
         let mut ssl = Ssl::new(&config.ctx)?;
         ssl.set_ex_data(
             idx,
-            ConnState { client_psk: None, lookup: Some(config.lookup.clone()), offered: None, selected: None },
+            ConnState {
+                client_psk: None,
+                lookup: Some(config.lookup.clone()),
+                offered: None,
+                selected: None,
+                no_dhe_mode: false,
+            },
         );
         ssl.set_accept_state();
         TlsSession::wrap(ssl, Role::Server)
@@ -541,14 +562,15 @@ impl TlsSession {
         self.take_ciphertext()
     }
 
-    fn state_snapshot(&self) -> (Option<String>, bool, Option<String>) {
+    fn state_snapshot(&self) -> Snapshot {
         let idx = state_index().ok();
         let st = idx.and_then(|i| self.stream.ssl().ex_data(i));
-        (
-            st.and_then(|s| s.offered.clone()),
-            st.is_some_and(|s| s.selected.is_some()),
-            st.and_then(|s| s.client_psk.as_ref().map(|p| p.identity().to_string())),
-        )
+        Snapshot {
+            offered: st.and_then(|s| s.offered.clone()),
+            selected: st.is_some_and(|s| s.selected.is_some()),
+            ours: st.and_then(|s| s.client_psk.as_ref().map(|p| p.identity().to_string())),
+            no_dhe_mode: st.is_some_and(|s| s.no_dhe_mode),
+        }
     }
 
     fn fail(&mut self, e: TlsError) -> TlsError {
@@ -594,10 +616,10 @@ impl TlsSession {
             return Err(self.fail(TlsError::Unsupported("handshake completed without the PSK".into())));
         }
         let suite = ssl.current_cipher().map(|c| c.standard_name().unwrap_or(c.name()).to_string()).unwrap_or_default();
-        let (offered, _, ours) = self.state_snapshot();
+        let snap = self.state_snapshot();
         let identity = match self.role {
-            Role::Client => ours.unwrap_or_default(),
-            Role::Server => offered.unwrap_or_default(),
+            Role::Client => snap.ours.unwrap_or_default(),
+            Role::Server => snap.offered.unwrap_or_default(),
         };
         let hash = if suite.ends_with("SHA384") { TlsHash::Sha384 } else { TlsHash::Sha256 };
         self.info = Some(SessionInfo { identity, hash, suite });
@@ -621,14 +643,26 @@ fn reasons(e: &openssl::ssl::Error) -> String {
     }
 }
 
+/// What the callbacks saw, for classifying a failure.
+struct Snapshot {
+    offered: Option<String>,
+    selected: bool,
+    ours: Option<String>,
+    no_dhe_mode: bool,
+}
+
 /// Turns OpenSSL's failure into what the caller can act on.
-fn classify(role: Role, e: &openssl::ssl::Error, (offered, selected, ours): (Option<String>, bool, Option<String>)) -> TlsError {
+fn classify(role: Role, e: &openssl::ssl::Error, snap: Snapshot) -> TlsError {
+    let Snapshot { offered, selected, ours, no_dhe_mode } = snap;
     let why = reasons(e);
     let has = |s: &str| why.contains(s);
     let version = has("unsupported protocol") || has("version") || has("wrong ssl version");
     match role {
         Role::Server => match offered {
             _ if version => TlsError::Unsupported(format!("the client does not speak TLS 1.3 ({why})")),
+            Some(identity) if no_dhe_mode => TlsError::Unsupported(format!(
+                "the client offers PSK identity '{identity}' without the psk_dhe_ke mode; PSK without (EC)DHE is refused"
+            )),
             Some(identity) if has("binder does not verify") => TlsError::WrongKey { identity },
             Some(identity) if !selected => TlsError::UnknownIdentity { identity },
             Some(_) => TlsError::Protocol(why),

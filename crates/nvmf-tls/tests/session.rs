@@ -322,7 +322,9 @@ fn garbage_and_plain_nvme_icreq_are_protocol_errors() {
 
 /// The extensions of the first handshake message in `wire` (one TLS record): (type, body) pairs,
 /// and the cipher suites (ClientHello) or the chosen suite (ServerHello).
-fn hello_extensions(wire: &[u8]) -> (u8, Vec<[u8; 2]>, Vec<(u16, Vec<u8>)>) {
+type Extensions = Vec<(u16, Vec<u8>)>;
+
+fn hello_extensions(wire: &[u8]) -> (u8, Vec<[u8; 2]>, Extensions) {
     let u16at = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]) as usize;
     assert_eq!(wire[0], 0x16, "handshake record");
     let msg = &wire[5..5 + u16at(wire, 3)];
@@ -384,5 +386,24 @@ fn wire_profile_psk_dhe_ke_one_suite_no_early_data_no_tickets() {
         assert!(s.is_established());
         // No NewSessionTicket follows the handshake.
         assert!(s.take_ciphertext().is_empty());
+    }
+}
+
+#[test]
+fn psk_ke_only_client_is_refused() {
+    // Our ClientHello with its psk_key_exchange_modes turned into [psk_ke (0)]: OpenSSL then
+    // ignores the PSK (without SSL_OP_ALLOW_NO_DHE_KEX) and, with no certificate, fails; the error
+    // says why.
+    let key = configured(PskTransform::Sha256);
+    let mut c = TlsSession::client(&client_for(&key, IdentityVersion::V1)).unwrap();
+    let mut hello = c.take_ciphertext();
+    let pat = [0x00, 0x2d, 0x00, 0x02, 0x01, 0x01];
+    let at = hello.windows(6).position(|w| w == pat).expect("psk_key_exchange_modes extension");
+    hello[at + 5] = 0x00;
+    let mut s = TlsSession::server(&server_for(&key)).unwrap();
+    let e = s.feed(&hello).unwrap_err();
+    match &e {
+        TlsError::Unsupported(m) => assert!(m.contains("psk_dhe_ke"), "{m}"),
+        other => panic!("{other:?}"),
     }
 }

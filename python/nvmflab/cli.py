@@ -88,15 +88,15 @@ def study(name: StudyName = typer.Argument(..., help="a study of studies/ (polli
         path = spec or STUDIES_DIR / f"{study_name}.toml"
         loaded = _with_stacks(_load(path, quick, study_name), stack, target_stack, host_stack)
         specs.append((study_name, path, loaded))
-    codes = []
+    summaries = []
     for study_name, path, loaded in specs:
         # `study all` runs the later studies with the configuration its polling study chose.
         source = knobs_from or (results if "polling" in names and len(names) > 1 and not plan else None)
         loaded = _carry_over(loaded, study_name, source)
-        codes.append(_execute(loaded, path, study_name, results, quick, plan, force_mix))
+        summaries.append(_execute(loaded, path, study_name, results, quick, plan, force_mix))
     if not plan:
         _report(results)
-    _exit(codes)
+    _exit(summaries)
 
 
 @app.command()
@@ -111,10 +111,10 @@ def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
     _check_knobs_from(knobs_from)
     loaded = _with_stacks(_load(spec, quick), stack, target_stack, host_stack)
     loaded = _carry_over(loaded, loaded.study or "", knobs_from)
-    code = _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan, force_mix)
+    summary = _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan, force_mix)
     if not plan:
         _report(results)
-    _exit([code])
+    _exit([summary])
 
 
 @app.command()
@@ -344,13 +344,14 @@ def _check_knobs_from(knobs_from: Optional[Path]) -> None:
     _require_store(knobs_from).close()
 
 
-def _exit(codes: list[int]) -> None:
-    """Exit 2 when nothing could run in any study, 1 when a point failed, else 0."""
-    code = max(codes) if codes else 0
-    if code and 2 in codes and any(c != 2 for c in codes):
-        code = 1  # some study ran: not "nothing could run"
-    if code:
-        raise typer.Exit(code)
+def _exit(summaries: list) -> None:
+    """Exit 2 when nothing could run in any study, else 1 when a point failed, else 0 (a study of
+    `study all` whose points were all skipped here is not a failure)."""
+    summaries = [s for s in summaries if s is not None]  # --plan: nothing to judge
+    if summaries and all(s.code == 2 for s in summaries):
+        raise typer.Exit(2)
+    if any(s.failed for s in summaries):
+        raise typer.Exit(1)
 
 
 def _with_stacks(spec: Spec, both: Optional[StackOption], target: Optional[StackOption],
@@ -386,7 +387,7 @@ def _carry_over(spec: Spec, study_name: str, source: Optional[Path]) -> Spec:
 
 
 def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False,
-             force_mix: bool = False) -> int:
+             force_mix: bool = False):
     from .session import SessionError, run_spec
 
     try:
@@ -396,7 +397,7 @@ def _execute(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
     except KeyboardInterrupt:
         fail(f"interrupted; finished points are stored in {results}: re-run the same command to resume", 130)
     out.print(summary.text, highlight=False, markup=False)
-    return summary.code
+    return None if plan else summary
 
 
 def _report(results: Path, out_dir: Optional[Path] = None, force: bool = False, as_json: bool = False) -> None:

@@ -43,6 +43,7 @@ class Summary:
 
     text: str
     code: int = 0
+    failed: int = 0  # points of this run stored as failed
 
     def __str__(self) -> str:
         return self.text
@@ -150,8 +151,8 @@ def summarize_run(points, study_name: str, results: Path, reused: int) -> Summar
     ran = statuses.get("ok", 0) + statuses.get("invalid", 0)
     if statuses and ran == 0 and reused == 0:
         lines.append(f"{study_name}: nothing could run (every point failed or was skipped)")
-        return Summary("\n".join(lines), 2)
-    return Summary("\n".join(lines), 1 if len(failed) else 0)
+        return Summary("\n".join(lines), 2, len(failed))
+    return Summary("\n".join(lines), 1 if len(failed) else 0, len(failed))
 
 
 def _study(ctx: Context, params) -> None:

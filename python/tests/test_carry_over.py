@@ -34,6 +34,10 @@ def test_knobs_from_applies_the_decided_polling_choice_to_a_later_study(tmp_path
 
 
 def test_knobs_from_a_directory_without_a_polling_study_changes_nothing(tmp_path, fake_env):
+    from nvmflab.store import ResultsStore
+
+    with ResultsStore(tmp_path / "none") as store:  # results, but of another study
+        store.finish_run(store.start_run("overhead", "", {}))
     plan = nvmflab("study", "overhead", "--quick", "--knobs-from", str(tmp_path / "none"), "--plan", env=fake_env)
     assert plan.returncode == 0, plan.stderr
     assert "knobs from the polling study" in plan.stdout and "completion = poll" not in plan.stdout

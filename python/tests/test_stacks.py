@@ -35,7 +35,7 @@ def test_bare_stack_sets_both_sides_and_the_table_sets_each(tmp_path):
     assert spec_with(tmp_path, 'stack = "spdk"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "spdk", "host": "spdk"}
     assert spec_with(tmp_path, '[stack]\ntarget = "kernel"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "kernel",
                                                                                       "host": "ours"}
-    assert spec_with(tmp_path, "").stack.model_dump(exclude={"hostnqn"}) == {"target": "ours", "host": "ours"}
+    assert spec_with(tmp_path, 'name = "x"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "ours", "host": "ours"}
 
 
 def test_unknown_stack_is_refused_with_file_line_and_allowed_names(tmp_path):
@@ -58,7 +58,7 @@ def test_a_knob_a_stack_lacks_is_refused_naming_knob_and_stack():
 
 def test_unset_knobs_take_the_value_a_stack_always_has_and_set_ones_stay(tmp_path):
     ours, polling = OurStack(), PollingOnly()
-    unset = spec_with(tmp_path, "")
+    unset = spec_with(tmp_path, 'name = "x"\n')
     assert with_stack_defaults(unset, ours, polling).knobs.completion == "poll"
     assert with_stack_defaults(unset, ours, ours).knobs.completion == "event"
     explicit = spec_with(tmp_path, '[knobs]\ncompletion = "event"\n')

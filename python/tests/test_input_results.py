@@ -195,14 +195,8 @@ def test_exit_1_names_the_failed_points_and_2_when_nothing_could_run(tmp_path, f
 
 @pytest.mark.parametrize("edit, needles", [
     (("host_cores = [1]", "host_cores = [77]"), ["topology.host_cores", "core 77 does not exist"]),
-    (("target_cores = [0]", "target_cores = [0, 99]"), ["topology.target_cores", "core 99"]),
     (('size = "16MiB"', 'size = "99999TiB"'), ["backend.size", "memory available"]),
-    (("runtime = 0.2", "runtime = inf"), ["runtime", "finite"]),
-    (("runtime = 0.2", "runtime = 0"), ["runtime", "greater than 0"]),
-    (("ramp_time = 0", "ramp_time = -1"), ["ramp_time"]),
     (("[sweep]", '[workload]\nbs = "3000"\n[sweep]'), ["workload.bs", "not a multiple of backend.block_size"]),
-    (("[sweep]", '[workload]\nsize = "1GiB"\n[sweep]'), ["workload.size", "larger than backend.size"]),
-    (("iodepth = [1, 2]", 'bs = ["4k", "6000"]'), ["sweep.bs", "6000"]),
 ])
 def test_planning_refuses_what_cannot_run_naming_the_field(tmp_path, fake_env, edit, needles):
     spec = write(tmp_path, SPEC.replace(*edit))
@@ -211,6 +205,34 @@ def test_planning_refuses_what_cannot_run_naming_the_field(tmp_path, fake_env, e
     one_line_error(done, str(spec), *needles)
     assert not (tmp_path / "r" / "results.sqlite").exists() or stored(tmp_path / "r").empty
     assert not list((Path(fake_env["FAKE_PID_DIR"])).iterdir())  # no target was started
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (("target_cores = [0]", "target_cores = [0, 99]"), ["topology.target_cores", "core 99"]),
+    (("runtime = 0.2", "runtime = inf"), ["runtime", "finite"]),
+    (("runtime = 0.2", "runtime = 0"), ["runtime", "greater than 0"]),
+    (("ramp_time = 0", "ramp_time = nan"), ["ramp_time", "finite"]),
+    (("ramp_time = 0", "ramp_time = -1"), ["ramp_time"]),
+    (("[sweep]", '[workload]\nsize = "1GiB"\n[sweep]'), ["workload.size", "larger than backend.size"]),
+    (("[sweep]", '[workload]\nbs = "32MiB"\n[sweep]'), ["workload.bs", "larger than backend.size"]),
+    (("iodepth = [1, 2]", 'bs = ["4k", "6000"]'), ["sweep.bs", "6000"]),
+    (('size = "16MiB"', 'size = "16MiB"\nblock_size = 4096\n[workload]\nbs = "2k"'),
+     ["workload.bs", "backend.block_size (4096)"]),
+])
+def test_planning_refusals_in_process(tmp_path, fake_env, edit, needles):
+    """The same checks without a process each: the session's planning, as `run` calls it."""
+    from nvmflab.session import SessionError, run_spec
+    from nvmflab.spec import SpecError, load_spec
+
+    spec = write(tmp_path, SPEC.replace(*edit))
+    assert SPEC.replace(*edit) != SPEC
+    with pytest.raises((SpecError, SessionError)) as raised:
+        run_spec(load_spec(spec), spec, "mix", tmp_path / "r", quick=False)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(str(spec)), message
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert not list((Path(fake_env["FAKE_PID_DIR"])).iterdir())
 
 
 def test_the_polling_study_refuses_workload_fields_it_would_ignore(tmp_path, fake_env):
@@ -310,10 +332,12 @@ def test_corrupt_and_foreign_databases_are_named_not_internal_errors(tmp_path, f
     for results in (corrupt, foreign):
         path = str(results / "results.sqlite")
         before = (results / "results.sqlite").read_bytes()
-        for args in (["results", "show", str(results)], ["results", "list", str(results)],
-                     ["results", "export", str(results), "--out", str(tmp_path / "x.csv")],
-                     ["report", str(results)], ["run", str(spec), "--results", str(results)],
-                     ["study", "overhead", "--quick", "--plan", "--knobs-from", str(results)]):
+        commands = [["results", "show", str(results)], ["run", str(spec), "--results", str(results)]]
+        if results is corrupt:  # every reader once; the foreign database through two of them
+            commands += [["results", "list", str(results)], ["report", str(results)],
+                         ["results", "export", str(results), "--out", str(tmp_path / "x.csv")],
+                         ["study", "overhead", "--quick", "--plan", "--knobs-from", str(results)]]
+        for args in commands:
             one_line_error(nvmflab(*args, env=fake_env), path)
         assert (results / "results.sqlite").read_bytes() == before  # never written into
 

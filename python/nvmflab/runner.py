@@ -399,8 +399,10 @@ def argv_name(argv: list[str]) -> str:
 
 
 def _last_line(path: Path) -> str:
-    lines = Path(path).read_text(errors="replace").strip().splitlines() if Path(path).exists() else []
-    return lines[-1] if lines else "(no output)"
+    """The line of a load generator's log that says why it failed (stacks.base.error_line)."""
+    from .stacks.base import error_line
+
+    return error_line(Path(path).read_text(errors="replace") if Path(path).exists() else "")
 
 
 def make_progress() -> Tracker:

@@ -396,3 +396,38 @@ def test_an_unreachable_host_under_plan_is_named_with_the_inventory(tmp_path, fa
         pytest.skip("no ssh client here")
     done = nvmflab("run", str(spec), "--plan", env=fake_env, timeout=90)
     one_line_error(done, str(inventory), "cannot log in")
+
+
+# -- 5 (harness side): the stored reason is the program's error, not its last line ---------------
+
+@pytest.mark.parametrize("output, reason", [
+    ("memory allocation of 68719476736 bytes failed\n", "memory allocation of 68719476736 bytes failed"),
+    ("error: invalid value 'x' for '--cores <LIST>'\n\nFor more information, try '--help'.\n",
+     "error: invalid value 'x' for '--cores <LIST>'"),
+    ("thread 'main' panicked at src/main.rs:3:5:\nboom\nnote: run with `RUST_BACKTRACE=1` environment variable to "
+     "display a backtrace\n", "thread 'main' panicked at src/main.rs:3:5:"),
+    ("starting\nlistening\n", "listening"),
+    ("", "(no output)"),
+])
+def test_error_line_picks_the_error_not_the_trailing_hint(output, reason):
+    from nvmflab.stacks.base import error_line
+
+    assert error_line(output) == reason
+
+
+def test_a_target_that_fails_to_start_is_stored_with_its_error(tmp_path, fake_env):
+    bindir = tmp_path / "bin"
+    shutil.copytree(FAKEBIN, bindir)
+    target = bindir / "nvmf-target"
+    target.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo nvmf-target 0-fake; exit 0; }\n"
+                      "echo 'error: --ns ram:64GiB: 64 GiB is more than the 2 GiB of memory' >&2\n"
+                      "echo \"For more information, try '--help'.\" >&2\nexit 2\n")
+    target.chmod(0o755)
+    env = fake_env | {"NVMFLAB_BIN_DIR": str(bindir), "FAKE_PERF_SLEEP": "0"}
+    done = nvmflab("run", str(write(tmp_path, SPEC.replace("[1, 2]", "[1]"))), "--results", str(tmp_path / "r"),
+                   env=env)
+    assert done.returncode == 2, done.stderr  # its only point failed: nothing could run
+    points = stored(tmp_path / "r")
+    assert list(points["status"]) == ["failed"]
+    assert "error: --ns ram:64GiB: 64 GiB is more than the 2 GiB of memory" in points["error"][0]
+    assert "For more information" not in points["error"][0]

@@ -41,6 +41,25 @@ class StackError(Exception):
     """The stack could not do what a point asked; the message is one line."""
 
 
+# Lines a failing program prints after its error that say nothing about it: Rust's panic and
+# backtrace hints, clap's usage footer, an allocator's abort note.
+_NOISE = ("note: run with `RUST_BACKTRACE", "note: some details are omitted", "stack backtrace:",
+          "For more information, try", "Usage:", "run with `RUST_BACKTRACE")
+
+
+def error_line(text: str) -> str:
+    """The line of a program's output that says why it failed: the last line naming an error
+    (`error: ...`, a panic, a failed allocation), else the last line that is not one of the hints
+    Rust and clap print after it; '(no output)' when there is nothing."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(_NOISE) and not line.startswith("note:")]
+    for line in reversed(useful):
+        lowered = line.lower()
+        if "error" in lowered or "panicked" in lowered or "failed" in lowered:
+            return line
+    return useful[-1] if useful else lines[-1] if lines else "(no output)"
+
+
 @dataclass(frozen=True)
 class Fixed:
     """The stack always behaves as `value` (SPDK's host always polls); another value is refused."""

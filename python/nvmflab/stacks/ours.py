@@ -14,7 +14,7 @@ from ..cores import cpulist
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
 from ..units import format_size
-from .base import HostSession, RunningTarget, Stack, StackError
+from .base import HostSession, RunningTarget, Stack, StackError, error_line
 
 READY_TIMEOUT_S = 15.0
 
@@ -89,8 +89,7 @@ class OurTarget(RunningTarget):
         raise StackError(f"nvmf-target not ready after {READY_TIMEOUT_S:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
-        text = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path.exists() else []
-        return text[-1] if text else "(no output)"
+        return error_line(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
 
     def stats(self) -> dict[str, Any]:
         # The stats endpoint listens on the data address, which the controlling machine reaches

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
-from .base import Fixed, HostSession, KnobMap, RunningTarget, Stack, StackError
+from .base import Fixed, HostSession, KnobMap, RunningTarget, Stack, StackError, error_line
 
 DEFAULT_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/nvmflab/spdk-24.01"
 BUILD_HINT = "build it with `make spdk` (scripts/build-spdk.sh) or point NVMFLAB_SPDK_DIR at an SPDK build"
@@ -238,8 +238,7 @@ class SpdkTarget(RunningTarget):
         raise StackError(f"nvmf_tgt made no RPC socket in {READY_TIMEOUT_S:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
-        lines = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path.exists() else []
-        return lines[-1] if lines else "(no output)"
+        return error_line(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
 
     def rpc(self, calls: list[list[str]]) -> str:
         """Run rpc.py calls as one batch (one command per line on stdin); stdout, or StackError."""

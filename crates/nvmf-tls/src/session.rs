@@ -374,11 +374,7 @@ impl Read for MemIo {
         if self.input.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let n = buf.len().min(self.input.len());
-        for (dst, src) in buf.iter_mut().zip(self.input.drain(..n)) {
-            *dst = src;
-        }
-        Ok(n)
+        self.input.read(buf)
     }
 }
 
@@ -519,15 +515,21 @@ impl TlsSession {
     /// Takes ciphertext from the peer; returns the plaintext it carried. Advances the handshake
     /// (then send [`TlsSession::take_ciphertext`]). After a failure every call returns that error.
     pub fn feed(&mut self, ciphertext: &[u8]) -> Result<Vec<u8>, TlsError> {
+        let mut plaintext = Vec::new();
+        self.feed_into(ciphertext, &mut plaintext)?;
+        Ok(plaintext)
+    }
+
+    /// [`TlsSession::feed`] appending the plaintext to `plaintext` (a buffer the caller reuses).
+    pub fn feed_into(&mut self, ciphertext: &[u8], plaintext: &mut Vec<u8>) -> Result<(), TlsError> {
         match &self.phase {
             Phase::Failed(e) => return Err(e.clone()),
             Phase::Closed => return Err(TlsError::Closed),
             _ => {}
         }
         self.stream.get_mut().input.extend(ciphertext);
-        let mut plaintext = Vec::new();
-        match self.drive(&mut plaintext) {
-            Ok(()) => Ok(plaintext),
+        match self.drive(plaintext) {
+            Ok(()) => Ok(()),
             Err(e) => {
                 self.stream.get_mut().input.clear();
                 Err(e)
@@ -537,6 +539,13 @@ impl TlsSession {
 
     /// Encrypts `plaintext`; returns the records together with anything else queued to send.
     pub fn send(&mut self, plaintext: &[u8]) -> Result<Vec<u8>, TlsError> {
+        let mut out = Vec::new();
+        self.send_into(plaintext, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`TlsSession::send`] appending the ciphertext to `out` (a buffer the caller reuses).
+    pub fn send_into(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
         match &self.phase {
             Phase::Established => {}
             Phase::Handshaking => return Err(TlsError::NotEstablished),
@@ -550,7 +559,13 @@ impl TlsSession {
                 Err(e) => return Err(self.fail(classify(self.role, &e, self.state_snapshot()))),
             }
         }
-        Ok(self.take_ciphertext())
+        let queued = &mut self.stream.get_mut().output;
+        if out.is_empty() {
+            std::mem::swap(out, queued);
+        } else {
+            out.append(queued);
+        }
+        Ok(())
     }
 
     /// Sends close_notify; returns the bytes to send. The session takes no more data.

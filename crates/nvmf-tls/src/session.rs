@@ -203,9 +203,13 @@ impl ServerConfig {
             let psk = TlsPsk::derive(key, &id.hostnqn, &subnqn, Derivation { version: id.version, compat }).ok()?;
             match id.version {
                 IdentityVersion::V1 if psk.identity() != offered => {
-                    // Same host and subsystem, other digest: another key. Hand the server a key that
-                    // will fail the binder so the error names the identity as a wrong key.
-                    TlsPsk::from_raw(offered, id.hash, &vec![0u8; id.hash.digest_len()]).ok()
+                    // Same host and subsystem, other digest: the client holds another key. Hand
+                    // OpenSSL a fresh random key, which no client can know, so that the binder
+                    // fails and the error names the identity as a wrong key. (Never a fixed key:
+                    // a client could compute its binder and get in.)
+                    let mut junk = vec![0u8; id.hash.digest_len()];
+                    openssl::rand::rand_bytes(&mut junk).ok()?;
+                    TlsPsk::from_raw(offered, id.hash, &junk).ok()
                 }
                 _ => Some(psk),
             }

@@ -407,3 +407,19 @@ fn psk_ke_only_client_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn forged_digest_with_a_guessable_key_does_not_get_in() {
+    // A client that knows a host NQN offers a version 1 identity with a made-up digest and keys
+    // it could guess: the server must not accept any of them.
+    let key = configured(PskTransform::Sha256);
+    let forged = format!("NVMe1R01 {HOST} {SUB} {}=", "A".repeat(43));
+    for guess in [[0u8; 32], [0xff; 32], [0x42; 32]] {
+        let psk = TlsPsk::from_raw(&forged, TlsHash::Sha256, &guess).unwrap();
+        let mut c = TlsSession::client(&ClientConfig::new(psk).unwrap()).unwrap();
+        let mut s = TlsSession::server(&server_for(&key)).unwrap();
+        let (rc, rs) = pump(&mut c, &mut s);
+        assert_eq!(rs.unwrap_err(), TlsError::WrongKey { identity: forged.clone() });
+        assert!(rc.is_err() && !s.is_established());
+    }
+}

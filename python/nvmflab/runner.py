@@ -92,7 +92,9 @@ class Runner:
         """Keys of the points stored with everything that defines them unchanged (knobs, placement,
         backend and durations are in the key; stacks, versions and hosts in the identity)."""
         stored = self.store.done_identities()
-        return {p.key for p in points if p.key in stored and stored[p.key] == self._identity_json(p)}
+        return {p.key for p in points if p.key in stored
+                and (p.target is None and not p.jobs  # a network-only point: its key says it all
+                     or stored[p.key] == self._identity_json(p))}
 
     def _identity_json(self, point: Point) -> dict[str, Any]:
         return json.loads(json.dumps(self.identity(point), sort_keys=True, default=str))

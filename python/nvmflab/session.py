@@ -123,6 +123,9 @@ def _execute(spec, path, study_name, results, quick, params, store, target_stack
         with make_progress() as progress:
             runner = Runner(store, run_id, target_stack, host_stack, hosts, progress)
             reused = runner.reusable(planned)
+            # Stored points measured again (another stack version or host) are not done for studies
+            # that ask the store directly (contention starts its network apps for them too).
+            store.stale = {p.key for p in planned if p.key not in reused} & set(store.done_identities())
             progress.plan(planned, reused)
             try:
                 _study(Context(spec=spec, study=study_name, runner=runner, store=store), params)

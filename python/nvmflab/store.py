@@ -127,6 +127,8 @@ class ResultsStore:
         self.dir = Path(directory)
         self.path = self.dir / self.FILENAME
         self._lock_file = None
+        # Stored points this session measures again (their stack version or host changed): not done.
+        self.stale: set[str] = set()
         if self.path.exists():
             check_database(self.path)  # before anything is written into a file that may be another's
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -207,8 +209,9 @@ class ResultsStore:
             self._db.execute("UPDATE runs SET finished_at = ? WHERE run_id = ?", (now(), run_id))
 
     def done_keys(self) -> set[str]:
-        """Keys of points that need no re-run (failed points are retried)."""
-        return set(self.done_identities())
+        """Keys of points that need no re-run (failed points are retried; stale ones are measured
+        again, see `stale`)."""
+        return set(self.done_identities()) - self.stale
 
     def done_identities(self) -> dict[str, dict[str, Any] | None]:
         """Each point that needs no re-run by key, with the identity it was measured under (None for
@@ -235,6 +238,7 @@ class ResultsStore:
                    fg_bg_shared_core: bool = False, started_at: str | None = None,
                    raw: dict[str, Any] | None = None, identity: dict[str, Any] | None = None) -> int:
         """Store one point with its measurements atomically, replacing an earlier failed attempt."""
+        self.stale.discard(key)
         if raw is not None:
             (self.raw_dir / f"{key}.json").write_text(json.dumps(raw, indent=1, sort_keys=True))
         with self._db:

@@ -1,6 +1,7 @@
 //! Drivers that feed hostile bytes to the server side of a session and check what must hold
 //! whatever arrives: no panic, at most one partial record buffered, a failure that stays failed
-//! and drops what was buffered, and never more plaintext than ciphertext. The property tests
+//! and drops what was buffered, an error message without control characters from the peer, and
+//! never more plaintext than ciphertext. The property tests
 //! (tests/hostile.rs) run them; a libFuzzer target in fuzz/ can call them as they are.
 
 use std::sync::OnceLock;
@@ -50,6 +51,7 @@ fn feed_checked<'a>(server: &mut TlsSession, chunks: impl IntoIterator<Item = &'
                     assert_eq!(&e, prev, "a failed session changed its error");
                 }
                 assert_eq!(server.buffered_input(), 0, "a failed session kept input");
+                assert!(!e.to_string().chars().any(char::is_control), "peer bytes unescaped in {e:?}");
                 assert!(server.send(b"x").is_err());
                 failed = Some(e);
             }

@@ -225,6 +225,23 @@ fn first_offered_identity(ext: &[u8]) -> Option<&[u8]> {
     ids.get(2..2 + id_len)
 }
 
+/// An offered identity as it may go into an error or a log line: at most 64 bytes of an overlong
+/// one, invalid UTF-8 replaced, control characters escaped (no line breaks or terminal escapes
+/// from a peer). A well-formed NVMe identity comes out unchanged.
+pub fn printable_identity(raw: &[u8]) -> String {
+    let (head, more) = if raw.len() > MAX_IDENTITY_LEN { (&raw[..64], "...") } else { (raw, "") };
+    let mut out = String::with_capacity(head.len() + more.len());
+    for c in String::from_utf8_lossy(head).chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push_str(more);
+    out
+}
+
 /// The body of ClientHello extension `ext_type`, if present.
 fn client_hello_ext(ssl: &SslRef, ext_type: c_uint) -> Option<&[u8]> {
     let mut out: *const c_uchar = ptr::null();
@@ -248,15 +265,11 @@ fn client_hello_cb(ssl: &mut SslRef, _alert: &mut openssl::ssl::SslAlert) -> Res
     let no_dhe_mode = !client_hello_ext(ssl, EXT_PSK_KEY_EXCHANGE_MODES)
         .and_then(|m| m.get(1..1 + *m.first()? as usize))
         .is_some_and(|modes| modes.contains(&PSK_DHE_KE));
-    let identity: String = if raw.len() > MAX_IDENTITY_LEN {
-        format!("{}...", String::from_utf8_lossy(&raw[..64]))
-    } else {
-        String::from_utf8_lossy(raw).into_owned()
-    };
-    let selected = match ssl.ex_data(idx).and_then(|s| s.lookup.clone()) {
-        Some(lookup) if raw.len() <= MAX_IDENTITY_LEN && std::str::from_utf8(raw).is_ok() => lookup(&identity),
+    let selected = match (ssl.ex_data(idx).and_then(|s| s.lookup.clone()), std::str::from_utf8(raw)) {
+        (Some(lookup), Ok(id)) if raw.len() <= MAX_IDENTITY_LEN => lookup(id),
         _ => None,
     };
+    let identity = printable_identity(raw);
     if let Some(psk) = &selected {
         // The suite is chosen before the PSK extension is looked at: make the PSK's the only one.
         ssl.set_ciphersuites(psk.hash().suite())?;
@@ -311,7 +324,12 @@ unsafe extern "C" fn find_session_cb(
         if offered.len() > MAX_IDENTITY_LEN {
             return 1;
         }
-        let Ok(offered) = std::str::from_utf8(offered) else { return 1 };
+        let Ok(offered) = std::str::from_utf8(offered) else {
+            if state.offered.is_none() {
+                state.offered = Some(printable_identity(offered));
+            }
+            return 1;
+        };
         // The ClientHello callback looked the first identity up already; other identities (or a
         // ClientHello seen without that callback) are looked up here.
         let psk = match &state.selected {
@@ -319,7 +337,7 @@ unsafe extern "C" fn find_session_cb(
             _ => state.lookup.as_ref().and_then(|l| l(offered)),
         };
         if state.offered.is_none() {
-            state.offered = Some(offered.to_string());
+            state.offered = Some(printable_identity(offered.as_bytes()));
         }
         let Some(psk) = psk else { return 1 };
         let s = psk_session(ssl, &psk);
@@ -733,6 +751,14 @@ mod tests {
             assert!(c.is_established() && s.is_established());
             assert_eq!(s.info().unwrap().suite, hash.suite());
         }
+    }
+
+    #[test]
+    fn identities_are_made_printable() {
+        assert_eq!(printable_identity(b"NVMe1R01 nqn.a nqn.b AAAA="), "NVMe1R01 nqn.a nqn.b AAAA=");
+        assert_eq!(printable_identity(b"a\nb\x1b[2J\xff"), "a\\nb\\u{1b}[2J\u{fffd}");
+        let long = vec![b'x'; MAX_IDENTITY_LEN + 1];
+        assert_eq!(printable_identity(&long).len(), 67);
     }
 
     #[test]

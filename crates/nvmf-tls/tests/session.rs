@@ -423,3 +423,16 @@ fn forged_digest_with_a_guessable_key_does_not_get_in() {
         assert!(rc.is_err() && !s.is_established());
     }
 }
+
+#[test]
+fn offered_identity_with_control_characters_is_escaped_in_errors() {
+    let key = configured(PskTransform::Sha256);
+    let nasty = "NVMe0R01 evil\nFAKE LOG LINE\u{1b}[2J sub";
+    let psk = TlsPsk::from_raw(nasty, TlsHash::Sha256, &[1; 32]).unwrap();
+    let mut c = TlsSession::client(&ClientConfig::new(psk).unwrap()).unwrap();
+    let mut s = TlsSession::server(&server_for(&key)).unwrap();
+    let (_, rs) = pump(&mut c, &mut s);
+    let e = rs.unwrap_err();
+    assert_eq!(e, TlsError::UnknownIdentity { identity: "NVMe0R01 evil\\nFAKE LOG LINE\\u{1b}[2J sub".into() });
+    assert!(!e.to_string().chars().any(char::is_control));
+}

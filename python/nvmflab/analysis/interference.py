@@ -282,7 +282,7 @@ def _control(curve: pd.DataFrame, what: str, app: str) -> str:
             f"(p99 difference {p99.text(lambda v: f'{v / 1e3:.2f} µs')}, IOPS difference "
             f"{iops.text(lambda v: f'{v / 1e3:.2f} K')})")
     if not p99.decidable or not iops.decidable:
-        return head + " — fewer than two repeats, so no interval: the control cannot judge."
+        return head + " — fewer than two repeats (or repeats without spread), so no interval: the control cannot judge."
     worse = [name for name, d, bad in (("p99", p99, p99.diff > 0), ("IOPS", iops, iops.diff < 0))
              if d.clear and bad]
     if worse:
@@ -450,7 +450,7 @@ def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "ini
         by_mode = cell.set_index("completion")
         bad = d.diff > 0 if metric == "latency_interference" else d.diff < 0
         if not d.decidable:
-            verdict = "cannot decide (fewer than two repeats per mode)"
+            verdict = "cannot decide (fewer than two repeats per mode, or no spread)"
             undecided += 1
         elif d.clear:
             clear_rows += 1
@@ -480,7 +480,7 @@ def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "ini
             f"{l_app.loc[l_app['completion'] == m, 'latency_interference'].max():.2f}× with completion {m}"
             for m in ("event", "poll")) + " (the thesis: ~38×)")
     if undecided == tested:
-        return (f"undecided: {THESIS_CLAIM} cannot be judged from this run: fewer than two repeats per "
+        return (f"undecided: {THESIS_CLAIM} cannot be judged from this run: fewer than two repeats (or none with spread) per "
                 f"completion mode, so no interval of poll − event{level}.", frame)
     if worse and not better:
         return (f"supported: {THESIS_CLAIM} is supported by this run: with polling, interference was "

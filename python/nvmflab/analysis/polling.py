@@ -38,7 +38,7 @@ DEFAULTS = {"completion": "event", "target_mode": "event", "idle_poll_us": 0, "h
             "data_digest": False}
 CHOSEN = "chosen"
 NO_WINNER = "no clear winner: keep the default"
-CANNOT_DECIDE = "cannot decide (fewer than two repeats): keep the default"
+CANNOT_DECIDE = "cannot decide (fewer than two repeats, or repeats without spread: no interval): keep the default"
 
 
 def _us(ns: float) -> str:
@@ -52,7 +52,7 @@ def _kiops(iops: float) -> str:
 def _note(d: Difference) -> str:
     """What a finding adds after a difference: nothing when its interval excludes zero."""
     if not d.decidable:
-        return " (fewer than two repeats, so no interval: not a decision)"
+        return " (fewer than two repeats or repeats without spread, so no interval: not a decision)"
     if d.clear:
         return ""
     return (f" (difference {d.text(_us)}: the 95 % interval includes zero, so not a clear effect)")
@@ -233,7 +233,7 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
             clear = [p for p, d in iops_diffs.items() if d.clear]
             spread = max(abs(c) for c in iops_changes)
             if not all(d.decidable for d in iops_diffs.values()):
-                verdict = f"throughput changes of up to {spread:.1f} % (fewer than two repeats, so no interval)"
+                verdict = f"throughput changes of up to {spread:.1f} % (fewer than two repeats or no spread, so no interval)"
             elif not clear:
                 verdict = "no clear throughput change (every difference within its 95 % interval)"
             else:
@@ -389,7 +389,7 @@ def _io_queues(rows: pd.DataFrame, out: StudyResult) -> None:
     for (qd, low, high), d in zip(cells, diffs):
         what = f"At QD{int(qd)}, {int(high['io_queues'])} I/O queues vs {int(low['io_queues'])}"
         if not d.decidable:
-            out.findings.append(f"{what}: {d.text(_kiops)} (fewer than two repeats, so no interval: not a decision).")
+            out.findings.append(f"{what}: {d.text(_kiops)} (fewer than two repeats or no spread, so no interval: not a decision).")
         elif not d.clear:
             out.findings.append(f"{what}: no significant difference in IOPS ({d.text(_kiops)}, the 95 % interval "
                                 f"of the difference includes zero).")

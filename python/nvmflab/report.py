@@ -27,7 +27,7 @@ from .analysis.result import StudyResult
 from .analysis.stability import stability_note
 from .analysis.stats import usable
 from .analysis.timeline import timeline_figures
-from . import findings_data
+from . import findings_data, probes
 
 ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
     "polling": polling.analyze,
@@ -148,6 +148,7 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
             result = (ANALYZERS[name](measurements, runs) if name in ANALYZERS
                       else sweep.analyze(measurements, runs, name))
         _add_timelines(result, measurements)
+        probes.add_to_report(result, study_rows(measurements, name))  # energy, network counters (issue 24)
         noisy = noisy_rows(study_rows(measurements, name))
         _add_noise(result, noisy)
         note = stability_note(measurements, runs, name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import counters, procs, sysstat
+from . import counters, probes, procs, sysstat
 from .files import place_file
 from .metrics import summarize
 from .plan import PerfJob, Point, TargetSetup
@@ -170,9 +170,11 @@ class Runner:
         before = target.stats() if target else None
         cpu_before = target.cpu_seconds() if target else None
         machines = self._machines(point)
+        probes_before = probes.take(machines)  # energy and network counters (issue 24)
         sys_before = self._snapshots(machines)
         outputs = self._run_perf(point, host_stack, target, raw)
         sys_after = self._snapshots(machines)
+        probes_after = probes.take(machines)
         after = target.stats() if target else None
         cpu_after = target.cpu_seconds() if target else None
         noise = self._noise(point, machines, sys_before, sys_after, outputs,
@@ -201,6 +203,9 @@ class Runner:
                 row["target_counters_json"] = json.dumps(delta, sort_keys=True)
             row |= noise
             rows.append(row)
+        point_probes = probes.columns(probes_before, probes_after, sum(r.get("total_ios") or 0 for r in rows))
+        for row in rows:
+            row |= point_probes
         if invariant_ok is False:
             return rows, "invalid", invariant_detail
         lost = outage_text(outputs)

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .probes import PROBE_COLUMNS, PROBE_NAMES
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id INTEGER PRIMARY KEY,
@@ -86,6 +88,9 @@ LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_versi
                  + NOISE_COLUMNS,
                  # what defined a point beyond its key: stack versions and hosts (Runner.identity)
                  "points": ["identity_json TEXT"]}
+# Energy and network counters per point (probes.py, issue 24), appended after the noise columns.
+METRIC_COLUMNS += PROBE_NAMES
+LATER_COLUMNS["measurements"] += PROBE_COLUMNS
 # Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
 KNOB_COLUMNS = [
     "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
@@ -93,7 +98,7 @@ KNOB_COLUMNS = [
     "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct", "target_stack", "host_stack",
 ]
 # Columns appended after fg_bg_shared_core, so the earlier ones keep their places.
-APPENDED_COLUMNS = ["intervals_json"] + [c.split()[0] for c in NOISE_COLUMNS]
+APPENDED_COLUMNS = ["intervals_json"] + [c.split()[0] for c in NOISE_COLUMNS] + PROBE_NAMES
 FRAME_COLUMNS = (
     ["run_id", "study", "leg", "point_id", "point_key", "repeat", "role", "status", "error"]
     + ["engine"] + KNOB_COLUMNS + ["knobs_json"]

@@ -174,8 +174,10 @@ def test_a_store_made_before_the_noise_columns_gains_them(tmp_path):
                          [{"role": "main", "iops": 1.0, "noisy": True, "noise_pct": 12.0}])
         frame = store.measurements()
     assert frame.at[0, "noisy"] is True and frame.at[0, "noise_pct"] == 12.0
-    assert list(frame.columns[-8:]) == ["outside_cpu_s", "steal_s", "noise_pct", "noisy", "noise_tries",
-                                        "cpu_governor", "throttle_events", "cpu_cores_json"]
+    start = list(frame.columns).index("outside_cpu_s")  # later columns (energy, network) come after them
+    assert list(frame.columns[start - 1:start + 8]) == ["intervals_json", "outside_cpu_s", "steal_s", "noise_pct",
+                                                        "noisy", "noise_tries", "cpu_governor", "throttle_events",
+                                                        "cpu_cores_json"]
 
 
 # -- the runner ----------------------------------------------------------------------------------

@@ -1,0 +1,270 @@
+"""The network's own counters around a point, on every machine it ran on (issue 24 item 4).
+
+Read before and after the load generators, like /proc/stat for the noise (sysstat.py):
+
+- `/proc/net/dev`: bytes, packets, drops and errors per interface, each direction;
+- `/proc/net/softnet_stat`: per core, packets processed by the receive path, packets dropped
+  (backlog full) and `time_squeeze` (the softirq ran out of budget with work left); the core is the
+  row's CPU column where the kernel prints it (5.10 and later), else the row's position;
+- `/proc/interrupts`: per core, the interrupts of the data interface's device (its MSI vectors,
+  `/sys/class/net/IF/device/msi_irqs`, else the lines naming the interface);
+- TCP retransmitted segments: `RetransSegs` of `/proc/net/snmp`, the counter `nstat` reports as
+  `TcpRetransSegs`;
+- the link's speed (`/sys/class/net/IF/speed`, Mb/s; virtual links have none) and from it the link
+  utilisation of the data interface: the busier direction's bits over speed × seconds.
+
+The data interface is the interface that carried the most bytes during the point (on a local
+topology `lo`, on netns the veth, on SSH hosts the NIC of the data address). A locally read machine
+reads the files; an SSH host answers one shell command. NVMFLAB_NET_ROOT prefixes /proc and /sys
+(tests use a fake tree).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("dev", "softnet", "interrupts", "snmp")
+FILES = {"dev": "proc/net/dev", "softnet": "proc/net/softnet_stat", "interrupts": "proc/interrupts",
+         "snmp": "proc/net/snmp"}
+
+REMOTE_SCRIPT = (
+    "for s in dev:/proc/net/dev softnet:/proc/net/softnet_stat interrupts:/proc/interrupts snmp:/proc/net/snmp; "
+    'do echo "=== ${s%%:*}"; cat "${s#*:}" 2>/dev/null; done; '
+    'for i in /sys/class/net/*; do n=${i##*/}; '
+    'echo "=== speed $n $(cat $i/speed 2>/dev/null || echo -)"; '
+    'echo "=== irqs $n $(ls $i/device/msi_irqs 2>/dev/null | tr \'\\n\' \' \')"; done'
+)
+
+
+def _root() -> Path:
+    return Path(os.environ.get("NVMFLAB_NET_ROOT", "/"))
+
+
+def _speed(text: str | None) -> int | None:
+    try:
+        value = int(str(text).strip())
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def collect_local(root: Path | None = None) -> dict[str, Any]:
+    """The raw texts and per-interface facts of this machine (or of a fake tree under root)."""
+    root = Path(root) if root is not None else _root()
+    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}}
+    for section, rel in FILES.items():
+        try:
+            out[section] = (root / rel).read_text()
+        except OSError:
+            out[section] = ""
+    net = root / "sys/class/net"
+    try:
+        interfaces = sorted(p.name for p in net.iterdir())
+    except OSError:
+        interfaces = []
+    for name in interfaces:
+        try:
+            out["speed"][name] = _speed((net / name / "speed").read_text())
+        except OSError:
+            out["speed"][name] = None
+        try:
+            out["irqs"][name] = sorted(p.name for p in (net / name / "device" / "msi_irqs").iterdir())
+        except OSError:
+            out["irqs"][name] = []
+    return out
+
+
+def parse_remote(text: str) -> dict[str, Any]:
+    """REMOTE_SCRIPT's output in collect_local's form."""
+    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, **{s: "" for s in SECTIONS}}
+    current = None
+    lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
+    for line in text.splitlines():
+        if line.startswith("=== "):
+            parts = line[4:].split()
+            current = None
+            if parts and parts[0] in SECTIONS:
+                current = parts[0]
+            elif len(parts) >= 2 and parts[0] == "speed":
+                out["speed"][parts[1]] = _speed(parts[2] if len(parts) > 2 else None)
+            elif len(parts) >= 2 and parts[0] == "irqs":
+                out["irqs"][parts[1]] = sorted(parts[2:])
+            continue
+        if current:
+            lines[current].append(line)
+    for section in SECTIONS:
+        out[section] = "\n".join(lines[section])
+    return out
+
+
+def snapshot(host: Any = None) -> dict[str, Any] | None:
+    """Counters of the machine `host` runs on; None when they cannot be read (never fails a point)."""
+    if host is not None and getattr(host, "remote", False):
+        try:
+            done = host.run(["sh", "-c", REMOTE_SCRIPT], check=False, timeout=15)
+        except Exception:  # an unreachable host costs the counters, not the point
+            return None
+        return parse_remote(done.stdout or "")
+    return collect_local()
+
+
+# -- parsers ---------------------------------------------------------------------------------------
+
+DEV_FIELDS = ("rx_bytes", "rx_packets", "rx_errs", "rx_drop", "rx_fifo", "rx_frame", "rx_compressed",
+              "rx_multicast", "tx_bytes", "tx_packets", "tx_errs", "tx_drop", "tx_fifo", "tx_colls",
+              "tx_carrier", "tx_compressed")
+
+
+def parse_dev(text: str) -> dict[str, dict[str, int]]:
+    out = {}
+    for line in text.splitlines():
+        if ":" not in line or "|" in line:
+            continue
+        name, _, rest = line.partition(":")
+        values = rest.split()
+        if len(values) < len(DEV_FIELDS):
+            continue
+        try:
+            out[name.strip()] = {f: int(v) for f, v in zip(DEV_FIELDS, values)}
+        except ValueError:
+            continue
+    return out
+
+
+def parse_softnet(text: str) -> dict[int, dict[str, int]]:
+    out = {}
+    for index, line in enumerate(l for l in text.splitlines() if l.strip()):
+        cols = line.split()
+        try:
+            values = [int(c, 16) for c in cols]
+        except ValueError:
+            continue
+        if len(values) < 3:
+            continue
+        cpu = values[12] if len(values) >= 13 else index
+        out[cpu] = {"processed": values[0], "dropped": values[1], "time_squeeze": values[2]}
+    return out
+
+
+def parse_interrupts(text: str) -> tuple[list[int], dict[str, dict[str, Any]]]:
+    """(cpu numbers, irq → {"counts": [per cpu], "desc": text})."""
+    lines = text.splitlines()
+    if not lines:
+        return [], {}
+    cpus = [int(c[3:]) for c in lines[0].split() if c.startswith("CPU") and c[3:].isdigit()]
+    out = {}
+    for line in lines[1:]:
+        irq, _, rest = line.partition(":")
+        fields = rest.split()
+        counts = []
+        for f in fields[:len(cpus)]:
+            if not f.isdigit():
+                break
+            counts.append(int(f))
+        if not counts:
+            continue
+        out[irq.strip()] = {"counts": counts, "desc": " ".join(fields[len(counts):])}
+    return cpus, out
+
+
+def parse_retrans(text: str) -> int | None:
+    """Tcp RetransSegs of /proc/net/snmp (nstat's TcpRetransSegs)."""
+    header = None
+    for line in text.splitlines():
+        if not line.startswith("Tcp:"):
+            continue
+        fields = line.split()[1:]
+        if header is None:
+            header = fields
+            continue
+        values = dict(zip(header, fields))
+        try:
+            return int(values["RetransSegs"])
+        except (KeyError, ValueError):
+            return None
+    return None
+
+
+def _irqs_of(interface: str, snap: dict[str, Any], table: dict[str, dict[str, Any]]) -> list[str]:
+    msi = [i for i in snap.get("irqs", {}).get(interface, []) if i in table]
+    if msi:
+        return msi
+    return [irq for irq, row in table.items() if interface and interface in row["desc"].split()
+            or any(word.startswith(interface + "-") for word in row["desc"].split())]
+
+
+def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the network did on one machine between two snapshots."""
+    if not before or not after:
+        return None
+    wall = max(1e-9, float(after["t"]) - float(before["t"]))
+    dev_b, dev_a = parse_dev(before["dev"]), parse_dev(after["dev"])
+    interfaces = {}
+    for name, end in dev_a.items():
+        start = dev_b.get(name)
+        if not start:
+            continue
+        d = {f: end[f] - start[f] for f in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_drop",
+                                            "tx_drop", "rx_errs", "tx_errs")}
+        speed = after.get("speed", {}).get(name)
+        d["speed_mbps"] = speed
+        d["util_pct"] = (100.0 * max(d["rx_bytes"], d["tx_bytes"]) * 8 / (speed * 1e6 * wall)
+                         if speed else None)
+        interfaces[name] = d
+    data = max(interfaces, key=lambda n: interfaces[n]["rx_bytes"] + interfaces[n]["tx_bytes"]) if interfaces else None
+    sn_b, sn_a = parse_softnet(before["softnet"]), parse_softnet(after["softnet"])
+    softnet = {cpu: {k: end[k] - sn_b[cpu][k] for k in end} for cpu, end in sn_a.items() if cpu in sn_b}
+    cpus, irq_b = parse_interrupts(before["interrupts"])
+    cpus_a, irq_a = parse_interrupts(after["interrupts"])
+    interrupts: dict[int, int] = {}
+    irqs = _irqs_of(data, after, irq_a) if data else []
+    for irq in irqs:
+        if irq not in irq_b:
+            continue
+        for cpu, end, start in zip(cpus_a, irq_a[irq]["counts"], irq_b[irq]["counts"]):
+            interrupts[cpu] = interrupts.get(cpu, 0) + end - start
+    rb, ra = parse_retrans(before["snmp"]), parse_retrans(after["snmp"])
+    return {
+        "wall_s": wall, "interfaces": interfaces, "data_interface": data,
+        "softnet": {str(c): v for c, v in sorted(softnet.items())},
+        "data_irqs": irqs, "interrupts": {str(c): v for c, v in sorted(interrupts.items())},
+        "tcp_retrans": None if rb is None or ra is None else ra - rb,
+    }
+
+
+COLUMNS = ["net_rx_bytes", "net_tx_bytes", "net_drops", "net_errors", "tcp_retrans", "softnet_dropped",
+           "softnet_squeeze", "net_irqs", "link_util_pct", "net_json"]
+
+
+def summarize(windows: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """A point's columns from every machine's window: bytes of the data interfaces, drops and errors
+    of every interface, TCP retransmits, softnet drops and squeezes, the data interfaces' interrupts,
+    the highest link utilisation where a speed is known; net_json keeps the detail per machine."""
+    read = {k: w for k, w in windows.items() if w}
+    if not read:
+        return {}
+
+    def total(get) -> int:
+        return sum(get(w) for w in read.values())
+
+    def data_if(w):
+        return w["interfaces"].get(w["data_interface"], {}) if w["data_interface"] else {}
+
+    utils = [data_if(w).get("util_pct") for w in read.values() if data_if(w).get("util_pct") is not None]
+    retrans = [w["tcp_retrans"] for w in read.values()]
+    return {
+        "net_rx_bytes": total(lambda w: data_if(w).get("rx_bytes", 0)),
+        "net_tx_bytes": total(lambda w: data_if(w).get("tx_bytes", 0)),
+        "net_drops": total(lambda w: sum(i["rx_drop"] + i["tx_drop"] for i in w["interfaces"].values())),
+        "net_errors": total(lambda w: sum(i["rx_errs"] + i["tx_errs"] for i in w["interfaces"].values())),
+        "tcp_retrans": None if any(r is None for r in retrans) else sum(retrans),
+        "softnet_dropped": total(lambda w: sum(c["dropped"] for c in w["softnet"].values())),
+        "softnet_squeeze": total(lambda w: sum(c["time_squeeze"] for c in w["softnet"].values())),
+        "net_irqs": total(lambda w: sum(w["interrupts"].values())),
+        "link_util_pct": max(utils) if utils else None,
+        "net_json": json.dumps(read, sort_keys=True),
+    }

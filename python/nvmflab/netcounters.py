@@ -10,6 +10,7 @@ Read before and after the load generators, like /proc/stat for the noise (syssta
   `/sys/class/net/IF/device/msi_irqs`, else the lines naming the interface);
 - TCP retransmitted segments: `RetransSegs` of `/proc/net/snmp`, the counter `nstat` reports as
   `TcpRetransSegs`;
+- `ethtool -S` of the data interface where ethtool and the driver answer (the counters that moved);
 - the link's speed (`/sys/class/net/IF/speed`, Mb/s; virtual links have none) and from it the link
   utilisation of the data interface: the busier direction's bits over speed × seconds.
 
@@ -36,7 +37,9 @@ REMOTE_SCRIPT = (
     'do echo "=== ${s%%:*}"; cat "${s#*:}" 2>/dev/null; done; '
     'for i in /sys/class/net/*; do n=${i##*/}; '
     'echo "=== speed $n $(cat $i/speed 2>/dev/null || echo -)"; '
-    'echo "=== irqs $n $(ls $i/device/msi_irqs 2>/dev/null | tr \'\\n\' \' \')"; done'
+    'echo "=== irqs $n $(ls $i/device/msi_irqs 2>/dev/null | tr \'\\n\' \' \')"; done; '
+    'if command -v ethtool >/dev/null 2>&1; then for i in /sys/class/net/*; do [ -e "$i/device" ] || continue; '
+    'echo "=== ethtool ${i##*/}"; ethtool -S "${i##*/}" 2>/dev/null; done; fi'
 )
 
 
@@ -55,7 +58,7 @@ def _speed(text: str | None) -> int | None:
 def collect_local(root: Path | None = None) -> dict[str, Any]:
     """The raw texts and per-interface facts of this machine (or of a fake tree under root)."""
     root = Path(root) if root is not None else _root()
-    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}}
+    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {}}
     for section, rel in FILES.items():
         try:
             out[section] = (root / rel).read_text()
@@ -75,12 +78,40 @@ def collect_local(root: Path | None = None) -> dict[str, Any]:
             out["irqs"][name] = sorted(p.name for p in (net / name / "device" / "msi_irqs").iterdir())
         except OSError:
             out["irqs"][name] = []
+        if (net / name / "device").exists() and str(root) == "/":
+            out["ethtool"][name] = _ethtool(name)
+    return out
+
+
+def _ethtool(name: str) -> dict[str, int]:
+    """`ethtool -S` of a device's interface where ethtool exists and the driver answers; {} otherwise."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("ethtool") or shutil.which("ethtool", path="/usr/sbin:/sbin")
+    if not tool:
+        return {}
+    try:
+        done = subprocess.run([tool, "-S", name], capture_output=True, text=True, timeout=3)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return parse_ethtool(done.stdout) if done.returncode == 0 else {}
+
+
+def parse_ethtool(text: str) -> dict[str, int]:
+    """`ethtool -S` output ('     rx_packets: 123') as counter → value."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().rpartition(":")
+        if sep and name and value.strip().lstrip("-").isdigit():
+            out[name.strip()] = int(value)
     return out
 
 
 def parse_remote(text: str) -> dict[str, Any]:
     """REMOTE_SCRIPT's output in collect_local's form."""
-    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, **{s: "" for s in SECTIONS}}
+    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {},
+                           **{s: "" for s in SECTIONS}}
     current = None
     lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
     for line in text.splitlines():
@@ -89,6 +120,9 @@ def parse_remote(text: str) -> dict[str, Any]:
             current = None
             if parts and parts[0] in SECTIONS:
                 current = parts[0]
+            elif len(parts) >= 2 and parts[0] == "ethtool":
+                current = "ethtool:" + parts[1]
+                lines[current] = []
             elif len(parts) >= 2 and parts[0] == "speed":
                 out["speed"][parts[1]] = _speed(parts[2] if len(parts) > 2 else None)
             elif len(parts) >= 2 and parts[0] == "irqs":
@@ -98,6 +132,9 @@ def parse_remote(text: str) -> dict[str, Any]:
             lines[current].append(line)
     for section in SECTIONS:
         out[section] = "\n".join(lines[section])
+    for section, body in lines.items():
+        if section.startswith("ethtool:"):
+            out["ethtool"][section.split(":", 1)[1]] = parse_ethtool("\n".join(body))
     return out
 
 
@@ -228,7 +265,10 @@ def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[
         for cpu, end, start in zip(cpus_a, irq_a[irq]["counts"], irq_b[irq]["counts"]):
             interrupts[cpu] = interrupts.get(cpu, 0) + end - start
     rb, ra = parse_retrans(before["snmp"]), parse_retrans(after["snmp"])
+    eb, ea = (before.get("ethtool") or {}).get(data, {}), (after.get("ethtool") or {}).get(data, {})
+    ethtool = {k: v - eb[k] for k, v in ea.items() if k in eb and v != eb[k]}
     return {
+        "ethtool": ethtool if ea else None,  # the data interface's `ethtool -S` counters that moved
         "wall_s": wall, "interfaces": interfaces, "data_interface": data,
         "softnet": {str(c): v for c, v in sorted(softnet.items())},
         "data_irqs": irqs, "interrupts": {str(c): v for c, v in sorted(interrupts.items())},

@@ -154,3 +154,23 @@ def test_results_schema_lists_every_frame_column_in_order():
     assert [c.strip() for c in block.replace("\n", " ").split(",")] == FRAME_COLUMNS
     for column in probes.PROBE_NAMES:
         assert f"| {column}" in doc or f", {column}" in doc.split("## `measurements()`")[0], column
+
+
+def test_ethtool_counters_of_the_data_interface_that_moved(tmp_path):
+    write(tmp_path, rx=0)
+    local = nc.collect_local(tmp_path)
+
+    def remote_text(snap, stats):
+        text = "".join(f"=== {s}\n{snap[s]}\n" for s in nc.SECTIONS)
+        return text + "=== speed eth0 10000\n=== irqs eth0 24 25\n=== ethtool eth0\nNIC statistics:\n" + "".join(
+            f"     {k}: {v}\n" for k, v in stats.items())
+
+    before = nc.parse_remote(remote_text(local, {"rx_packets": 10, "rx_missed_errors": 0, "tx_queue_0_restart": 1}))
+    write(tmp_path, rx=5000)
+    after = nc.parse_remote(remote_text(nc.collect_local(tmp_path),
+                                        {"rx_packets": 60, "rx_missed_errors": 4, "tx_queue_0_restart": 1}))
+    assert before["ethtool"]["eth0"]["rx_packets"] == 10
+    w = nc.window(before, after)
+    assert w["data_interface"] == "eth0" and w["ethtool"] == {"rx_packets": 50, "rx_missed_errors": 4}
+    assert nc.window(nc.collect_local(tmp_path), nc.collect_local(tmp_path))["ethtool"] is None  # no ethtool read
+    assert nc.parse_ethtool("NIC statistics:\n     a: 1\n     b.c: 22\n  bad line\n") == {"a": 1, "b.c": 22}

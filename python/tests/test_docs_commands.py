@@ -2,8 +2,9 @@
 
 The blocks are read from the documents themselves, so a documented command that breaks fails here.
 The commands of a block run in order in one directory, as a reader types them. A study or run on our
-own stack measures for real on the fake binaries; one on another stack runs with `--plan` (every
-command each host would run, nothing run); the ones that need remote hosts run with `--plan`
+own stack whose results a later command reads (`report`, `compare`) measures for real on the fake
+binaries, with `--quick` (the same spec, shorter); any other runs with `--plan` (every command each
+host would run, nothing run); the ones that need remote hosts run with `--plan`
 against the sshd test bed (network namespaces, root only) with the inventory's hosts pointed at it. Everything else in those blocks is listed in
 EXCLUDED with the reason, and a command of a kind this file does not know fails the test, so a new
 block cannot slip past unnoticed. The usage synopsis of docs/harness.md is checked flag by flag
@@ -113,17 +114,29 @@ def test_every_command_is_run_or_excluded_with_a_reason():
         "; ".join(unknown)
 
 
-def measures_for_real(argv: list[str]) -> bool:
-    """A local study or run on our own stack: measured for real on the fake binaries (the fakes are
-    ours; another stack is planned only)."""
+def results_dir(argv: list[str]) -> str:
+    return argv[argv.index("--results") + 1] if "--results" in argv[:-1] else "results"
+
+
+def measures_for_real(argv: list[str], later: list[Command]) -> bool:
+    """A local study or run on our own stack whose results a later command of the block reads
+    (`report results/quick`, `compare before after`): measured for real on the fake binaries.
+    Others run with --plan (another stack: the fakes are ours; nothing reads their results)."""
     stacks = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--stack", "--host-stack", "--target-stack")]
-    return all(s == "ours" for s in stacks)
+    if not all(s == "ours" for s in stacks):
+        return False
+    where = results_dir(argv)
+    return any(where in shlex.split(c.text)[2:] for c in later if shlex.split(c.text)[1] not in MEASURING)
 
 
-def argv_for(command: Command, real: bool = True) -> list[str]:
+def argv_for(command: Command, later: list[Command] = ()) -> list[str]:
     argv = shlex.split(command.text)[1:]
-    if argv and argv[0] in MEASURING and "--plan" not in argv and not (real and measures_for_real(argv)):
-        argv.append("--plan")  # another stack or remote hosts: the plan checks all the rest
+    if not argv or argv[0] not in MEASURING or "--plan" in argv:
+        return argv
+    if not measures_for_real(argv, list(later)):
+        return argv + ["--plan"]  # every command each host would run: the plan checks all the rest
+    if argv[0] == "study" and "--quick" not in argv:
+        argv.append("--quick")  # the full study takes minutes even on the fakes; the same spec, quick
     return argv
 
 
@@ -149,10 +162,10 @@ def test_documented_commands_run_in_order(block, tmp_path, fake_env):
     """Each block's nvmflab commands, in order in one directory, as a reader would type them (a
     later command may read what an earlier one wrote: `report results/quick`)."""
     env = fake_env | {"FAKE_PERF_SLEEP": "0"}
-    for command in block:
+    for i, command in enumerate(block):
         for name, content in command.files.items():
             (tmp_path / name).write_text(content)
-        done = run(argv_for(command), tmp_path, env)
+        done = run(argv_for(command, block[i + 1:]), tmp_path, env)
         assert done.returncode == 0, f"{command.where}: `{command.text}` exited {done.returncode}: {done.stderr[-2000:]}"
         assert "internal error" not in done.stderr
 
@@ -167,7 +180,7 @@ def test_documented_commands_on_ssh_hosts_run_against_the_test_bed(tmp_path, fak
         for command in REMOTE:
             for name, content in command.files.items():
                 (tmp_path / name).write_text(_on_bed(content, bed))
-            done = run(argv_for(command, real=False), tmp_path, fake_env)  # the bed has no nvmet
+            done = run(argv_for(command), tmp_path, fake_env)  # planned: the bed has no nvmet
             assert done.returncode == 0, f"{command.where}: `{command.text}`: {done.stderr[-2000:]}"
             assert "internal error" not in done.stderr
 

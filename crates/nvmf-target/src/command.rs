@@ -456,6 +456,8 @@ impl Commands {
     /// ([`Commands::request_done`]): the transport reuses a buffer only after that, and the
     /// reactor keeps a closed connection until [`Commands::in_flight`] is 0.
     pub fn backend_requests(&mut self) -> impl Iterator<Item = BackendRequest<'_>> {
+        // `execute` queues requests only on a queue with a subsystem, and a connected queue never
+        // changes: `subsys` is there whenever a request is.
         let subsys = self.queue.as_ref().and_then(|q| q.ctrl.subsys.as_deref());
         self.queued.drain(..).filter_map(move |q| match q {
             Queued::Submit(ns, req) => Some(BackendRequest::Submit(&subsys?.namespaces[ns].backend, req)),

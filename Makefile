@@ -66,6 +66,19 @@ test-python: deps-test build venv spdk
 interop: deps-test build venv
 	bash tests/interop/run.sh
 
+# blktests' nvme tests in a Debian trixie qemu guest (TCG) against nvmf-target, through
+# tests/blktests/nvmf-target-control (docs/conformance.md). The guest is built from apt-get
+# downloads into ~/.cache/nvmflab/blktests; blktests' source comes from ../shared/peers.
+# `conformance`: every nvme test (both columns: nvmf-target and the kernel's nvmet as control);
+# `test-conformance`: the subset in tests/blktests/subset.txt, each ending as recorded there.
+.PHONY: conformance test-conformance
+CONFORMANCE_RESULTS ?= results/conformance
+conformance: deps-test build
+	python3 tests/blktests/run.py --all --columns "nvmf-target nvmet" --results $(CONFORMANCE_RESULTS)
+
+test-conformance: deps-test build
+	python3 tests/blktests/run.py --expect tests/blktests/subset.txt --img-size 16M --per-test-timeout 120 --results .cache/blktests-ci --timeout 420
+
 run: build venv
 	@echo "run: nvmflab study all --quick into $(RESULTS) (progress below: one line per point when not on a terminal)"
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/nvmflab study all --quick --results $(RESULTS)

@@ -21,8 +21,10 @@ def test_knobs_from_applies_the_decided_polling_choice_to_a_later_study(tmp_path
     spec = tmp_path / "polling.toml"
     spec.write_text(POLLING)
     results = tmp_path / "r"
-    # the fake load generator doubles IOPS under poll and leaves p99 and idle polling without effect
-    done = nvmflab("study", "polling", "--spec", str(spec), "--results", str(results), env=fake_env)
+    # the fake load generator doubles IOPS under poll and leaves p99 and idle polling without effect;
+    # its repeats spread by ±1 % (identical repeats would be no interval, so nothing decided)
+    done = nvmflab("study", "polling", "--spec", str(spec), "--results", str(results),
+                   env=fake_env | {"FAKE_PERF_JITTER": "0.01"})
     assert done.returncode == 0, done.stderr
     plan = nvmflab("study", "overhead", "--quick", "--knobs-from", str(results), "--plan", env=fake_env)
     assert plan.returncode == 0, plan.stderr

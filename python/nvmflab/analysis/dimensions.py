@@ -94,6 +94,8 @@ def _pattern(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         family = corrected([compare_frames(pick(small.loc[labels[i]]), pick(small.loc[labels[j]]), "iops")
                             for i, j in pairs])
         i_low, i_top = labels.index(small["iops"].idxmin()), labels.index(small["iops"].idxmax())
+        if i_low == i_top:  # every pattern at the same IOPS (or none known): any other one will do
+            i_top = next(i for i in range(len(labels)) if i != i_low)
         d = family[pairs.index((min(i_low, i_top), max(i_low, i_top)))]
         diff = d if i_low < i_top else Difference(-d.diff, d.half, d.n, d.p, d.family, d.holm)
         out.findings.append(f"At {size(top['bs'])}, {top['rw']} reached {kiops(top['iops'])} and {low['rw']} "

@@ -132,7 +132,8 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
     evidence = (f"p99 at {qd}: poll − event = {p99.text(_us)}; peak IOPS: poll − event = {peak.text(_kiops)}")
     choice, decision = completion_choice(p99, peak)
     if decision == CHOSEN:
-        decision += f" (lower p99 at {qd})" if p99.clear else " (p99 tie; higher peak IOPS)"
+        decision += (f" (lower p99 at {qd})" if p99.clear else " (p99 tie; higher peak IOPS)" if p99.decidable
+                     else " (p99 without an interval; higher peak IOPS)")
     recommend.append({"knob": "completion (host completion polling)", "suggested value": choice,
                       "decision": decision, "evidence": evidence, "leg": "completion",
                       "_knob": "completion", "_value": choice, "_decided": decision.startswith(CHOSEN)})
@@ -141,12 +142,12 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
 def completion_choice(p99: Difference, peak: Difference) -> tuple[str, str]:
     """(mode, decision) of the completion leg from the Holm-corrected p99 and peak differences
     (poll − event): the clearly lower p99 wins, else the clearly higher peak, else the default."""
-    if not p99.decidable:
-        return DEFAULTS["completion"], CANNOT_DECIDE
     if p99.clear:
         return ("poll" if p99.diff < 0 else "event"), CHOSEN
-    if peak.clear:
+    if peak.clear:  # p99 not clearly different (or without an interval): the peak decides
         return ("poll" if peak.diff > 0 else "event"), CHOSEN
+    if not p99.decidable or not peak.decidable:
+        return DEFAULTS["completion"], CANNOT_DECIDE
     return DEFAULTS["completion"], NO_WINNER
 
 

@@ -170,3 +170,23 @@ def test_plots_extra_uses_the_public_figure_style():
     assert "plots import _" not in inspect.getsource(plots_extra)
     figure = plots_extra.lines({"a": ([1, 2], [3.0, 4.0])}, title="t", xlabel="x", ylabel="y")
     assert figure.axes[0].get_title() == "t"
+
+
+def test_dimensions_with_every_pattern_at_the_same_iops_says_no_difference(tmp_path):
+    import json
+
+    from nvmflab.analysis import dimensions
+    from nvmflab.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("dimensions", 'study = "dimensions"', {})
+    for rw in ("randread", "randwrite", "read"):
+        knobs = {"rw": rw, "bs": 4096, "numjobs": 1, "transport": "tcp", "iodepth": 128}
+        for repeat, iops in enumerate((99_000.0, 100_000.0, 101_000.0)):
+            store.save_point(run, f"{rw}-{repeat}", "dimensions", "pattern", knobs, repeat, "ok", None,
+                             [{"role": "main", "engine": "tcp", "iops": iops, "bw_bytes": iops * 4096,
+                               "lat_mean_ns": 1e5, "lat_p99_ns": 2e5, "knobs": knobs,
+                               "histogram_json": json.dumps([[100_000, 1]])}])
+    text = "\n".join(dimensions.analyze(store.measurements(), store.runs()).findings)
+    finding = next(f for f in text.splitlines() if f.startswith("At 4k,"))
+    assert "no significant difference in IOPS" in finding and "95 % interval of the difference" in finding

@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml | deps
 	  | sed -u -n -E '/^(Collecting|Successfully installed)/s/^/  pip: /p'
 	@touch $@
 
-test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop
+test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-conformance
 
 # The workspace must build with Debian 12's own Rust (rustc-web at the workspace's rust-version,
 # which install-deps --for test puts in /usr/bin beside rustup's), as on a fresh machine without
@@ -77,7 +77,7 @@ conformance: deps-test build
 	python3 tests/blktests/run.py --all --columns "nvmf-target nvmet" --results $(CONFORMANCE_RESULTS)
 
 test-conformance: deps-test build
-	python3 tests/blktests/run.py --expect tests/blktests/subset.txt --img-size 16M --per-test-timeout 120 --results .cache/blktests-ci --timeout 420
+	python3 tests/blktests/run.py --expect tests/blktests/subset.txt --img-size 16M --per-test-timeout 120 --results .cache/blktests-ci --timeout 480
 
 run: build venv
 	@echo "run: nvmflab study all --quick into $(RESULTS) (progress below: one line per point when not on a terminal)"

@@ -10,7 +10,7 @@
 # The overlay (blktests' source, nvmf-target, the control script, /init) is packed by run.sh on
 # every run as a second cpio appended to the base: the kernel unpacks both.
 #
-# Usage: build-guest.sh            prints "KERNEL BASE_CPIO" on its last line
+# Usage: build-guest.sh            prints "KERNEL BASE_CPIO" on its last line; exit 3: apt failed
 set -euo pipefail
 
 CACHE=${NVMFLAB_BLKTESTS_CACHE:-$HOME/.cache/nvmflab/blktests}
@@ -53,10 +53,11 @@ deb http://deb.debian.org/debian $SUITE-updates main
 EOF
 if [[ -z $(find "$APT_DIR/lists" -name '*_Packages*' -mmin -1440 2>/dev/null | head -1) ]]; then
     log "apt-get update ($SUITE lists into $APT_DIR)"
-    timeout 300 apt-get "${apt_opts[@]}" -q update >&2
+    timeout 300 apt-get "${apt_opts[@]}" -q update >&2 || { log "apt-get update failed (no network?)"; exit 3; }
 fi
 log "apt-get --download-only: ${PACKAGES[*]} linux-image-$KVER"
-timeout 900 apt-get "${apt_opts[@]}" -qq -y --download-only install "${PACKAGES[@]}" "linux-image-$KVER" >&2
+timeout 900 apt-get "${apt_opts[@]}" -qq -y --download-only install "${PACKAGES[@]}" "linux-image-$KVER" >&2 \
+    || { log "apt-get could not download the guest's packages (no network?)"; exit 3; }
 # The exact set of .debs this resolution needs (the cache may hold older versions too).
 # (`-s` prints "Inst NAME (VERSION ...)"; the file is NAME_VERSION_ARCH.deb with ':' as %3a.)
 mapfile -t debs < <(apt-get "${apt_opts[@]}" -q -s install "${PACKAGES[@]}" \

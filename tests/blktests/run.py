@@ -70,6 +70,11 @@ def all_tests(src: Path) -> list[str]:
 
 def build_guest() -> tuple[Path, Path]:
     r = subprocess.run(["bash", str(HERE / "build-guest.sh")], stdout=subprocess.PIPE, text=True, timeout=1800)
+    if r.returncode == 3 and os.environ.get("NVMFLAB_CONFORMANCE_REQUIRE") != "1":
+        # As the interop suite without its kernel: no network, no guest; said, not hidden.
+        log("SKIPPED: the guest's Debian packages could not be downloaded (no network?); "
+            "NVMFLAB_CONFORMANCE_REQUIRE=1 makes this an error")
+        raise SystemExit(0)
     if r.returncode != 0:
         raise SystemExit("blktests: building the guest failed (output above)")
     kernel, base = r.stdout.strip().splitlines()[-1].split()

@@ -208,8 +208,9 @@ def _point_list(configs: dict[tuple, pd.DataFrame], keys, labels=None) -> list[d
 
 
 def environment(before: Side, after: Side) -> list[dict]:
-    """Versions and environment side by side: the runs' env (kernel, CPU, cores, NIC where
-    recorded, tools) and the stacks' versions from the measurements."""
+    """Versions and environment side by side: the runs' env (kernel, CPU, cores, network devices with
+    driver and speed, tools), the data interface each machine's traffic used (from the points' network
+    counters) and the stacks' versions from the measurements."""
     def env_of(side: Side) -> dict[str, str]:
         values: dict[str, set[str]] = {}
         for text in side.runs.get("env_json", pd.Series(dtype=object)).dropna():
@@ -220,10 +221,26 @@ def environment(before: Side, after: Side) -> list[dict]:
             for key in ENV_KEYS:
                 if key in env and env[key] is not None:
                     values.setdefault(key, set()).add(str(env[key]))
+            for nic, info in (env.get("nics") or {}).items():
+                if isinstance(info, dict):
+                    speed = f", {info['speed_mbps']} Mb/s" if info.get("speed_mbps") else ""
+                    values.setdefault(f"nic {nic}", set()).add(f"{info.get('driver') or 'driver unknown'}{speed}")
             for tool, info in (env.get("tools") or {}).items():
                 version = info.get("version") if isinstance(info, dict) else info
                 if version:
                     values.setdefault(f"tool {tool}", set()).add(str(version))
+        # The interface that carried each point's traffic, per machine (netcounters.py), with its speed.
+        for text in (side.rows["net_json"].dropna() if "net_json" in side.rows else []):
+            try:
+                machines = json.loads(text)
+            except (TypeError, ValueError):
+                continue
+            for machine, w in machines.items():
+                data = (w or {}).get("data_interface")
+                if data:
+                    speed = ((w.get("interfaces") or {}).get(data) or {}).get("speed_mbps")
+                    values.setdefault("data interface", set()).add(
+                        f"{machine}: {data}" + (f" ({speed} Mb/s)" if speed else ""))
         for column, name in (("target_stack_version", "target stack"), ("host_stack_version", "host stack")):
             if column in side.rows:
                 for v in side.rows[column].dropna():

@@ -56,7 +56,33 @@ def collect() -> dict[str, Any]:
         "python": platform.python_version(),
         "tools": tools_found(),
         "git_rev": git_rev(),
+        "nics": nics(),
     }
+
+
+def nics(root: str = "/sys/class/net") -> dict[str, dict[str, Any]]:
+    """Network devices of this machine (interfaces backed by a device, not virtual links): driver and
+    link speed in Mb/s where the kernel knows it. `nvmflab compare` shows them side by side."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        base = os.path.join(root, name)
+        if not os.path.exists(os.path.join(base, "device")):
+            continue
+        try:
+            driver = os.path.basename(os.readlink(os.path.join(base, "device", "driver")))
+        except OSError:
+            driver = None
+        try:
+            with open(os.path.join(base, "speed")) as handle:
+                speed = int(handle.read().strip())
+        except (OSError, ValueError):
+            speed = None
+        out[name] = {"driver": driver, "speed_mbps": speed if speed and speed > 0 else None}
+    return out
 
 
 # Cores the full studies want apart: target reactor, a spare reactor, foreground and background load

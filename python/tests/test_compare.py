@@ -189,3 +189,25 @@ def test_documented_compare_options_exist():
                 used |= set(re.findall(r"(--[a-z][a-z-]+)", line.split("nvmflab compare", 1)[1]))
     assert {"--fail-if-slower", "--study"} <= used
     assert all(option in help_text for option in used), used
+
+
+def test_nics_and_data_interfaces_are_shown_side_by_side(tmp_path):
+    net = json.dumps({"local": {"data_interface": "eth0", "interfaces": {"eth0": {"speed_mbps": 25000}}}})
+    points = [{"knobs": {"iodepth": 1}, "repeats": [dict(r, net_json=net) for r in repeats(BASE)]}]
+    b = write_results(tmp_path / "b", points, env={"nics": {"eth0": {"driver": "ixgbe", "speed_mbps": 10000}}})
+    a = write_results(tmp_path / "a", points, env={"nics": {"eth0": {"driver": "ice", "speed_mbps": 25000}}})
+    env = {e["what"]: e for e in cmp.compare(cmp.load_side(b), cmp.load_side(a)).environment}
+    assert env["nic eth0"]["before"] == "ixgbe, 10000 Mb/s" and env["nic eth0"]["after"] == "ice, 25000 Mb/s"
+    assert env["nic eth0"]["changed"]
+    assert env["data interface"]["before"] == "local: eth0 (25000 Mb/s)" and not env["data interface"]["changed"]
+
+
+def test_this_machines_environment_records_its_network_devices(tmp_path):
+    from nvmflab import env
+
+    dev = tmp_path / "net" / "eth9"
+    (dev / "device").mkdir(parents=True)
+    (dev / "speed").write_text("40000\n")
+    (tmp_path / "net" / "veth0").mkdir()  # virtual: no device
+    assert env.nics(str(tmp_path / "net")) == {"eth9": {"driver": None, "speed_mbps": 40000}}
+    assert "nics" in env.collect()

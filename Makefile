@@ -70,13 +70,15 @@ interop: deps-test build venv
 # tests/blktests/nvmf-target-control (docs/conformance.md). The guest is built from apt-get
 # downloads into ~/.cache/nvmflab/blktests; blktests' source comes from ../shared/peers.
 # `conformance`: every nvme test (both columns: nvmf-target and the kernel's nvmet as control);
-# `test-conformance`: the subset in tests/blktests/subset.txt, each ending as recorded there.
+# `test-conformance`: the control script alone on loopback (seconds), then the subset in
+# tests/blktests/subset.txt, each test ending as recorded there.
 .PHONY: conformance test-conformance
 CONFORMANCE_RESULTS ?= results/conformance
 conformance: deps-test build
 	python3 tests/blktests/run.py --all --columns "nvmf-target nvmet" --results $(CONFORMANCE_RESULTS)
 
 test-conformance: deps-test build
+	bash tests/blktests/test-control.sh
 	python3 tests/blktests/run.py --expect tests/blktests/subset.txt --img-size 16M --per-test-timeout 120 --results .cache/blktests-ci --timeout 480
 
 run: build venv

@@ -55,7 +55,7 @@ fn target() -> Arc<Target> {
     let mut c = TargetConfig::empty();
     c.target.in_capsule_data_size = IN_CAPSULE;
     c.target.maxh2cdata = MAXH2CDATA;
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("addr"), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("addr"), portid: None, subsystems: None, tls: Default::default() });
     let mut s = SubsystemConfig::new(SUBNQN);
     for (nsid, backend, block_size) in
         [(1, BackendConfig::Ram { size: 64 << 10 }, 512), (2, BackendConfig::Null { size: 1 << 30 }, 4096)]

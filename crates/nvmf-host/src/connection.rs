@@ -34,6 +34,8 @@ pub struct ConnectOptions {
     pub dhchap_secret: Option<nvmf_proto::auth::Secret>,
     /// DH-HMAC-CHAP: the controller's secret; set, the host also authenticates the controller.
     pub dhchap_ctrl_secret: Option<nvmf_proto::auth::Secret>,
+    /// TLS 1.3 with a PSK (`--tls`, `--tls-key`): the handshake comes before ICReq.
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 impl ConnectOptions {
@@ -52,6 +54,7 @@ impl ConnectOptions {
             timeout: Duration::from_secs(10),
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            tls: None,
         }
     }
 }
@@ -167,14 +170,23 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects, applies the socket options and exchanges ICReq/ICResp. `max_c2h` is the
+    /// Connects, applies the socket options, runs the TLS handshake when `opts.tls` asks for
+    /// it (its PSK identity names `subnqn`) and exchanges ICReq/ICResp. `max_c2h` is the
     /// largest C2HData payload this connection must accept (the largest read it will issue).
-    pub fn open(opts: &ConnectOptions, max_c2h: u32) -> Result<Connection> {
+    pub fn open(opts: &ConnectOptions, subnqn: &str, max_c2h: u32) -> Result<Connection> {
         let stream = connect_tcp(&opts.addr, opts.timeout)?;
         stream.set_nodelay(true)?;
         set_socket_options(&stream, opts)?;
         stream.set_nonblocking(true)?;
-        Connection::open_on(Box::new(TcpLink(stream)), opts, max_c2h)
+        let link: Box<dyn Link> = Box::new(TcpLink(stream));
+        let link = match &opts.tls {
+            None => link,
+            Some(tls) => {
+                let psk = tls.psk(&opts.hostnqn, subnqn)?;
+                Box::new(crate::tls::TlsLink::handshake(link, psk, Instant::now() + opts.timeout)?)
+            }
+        };
+        Connection::open_on(link, opts, max_c2h)
     }
 
     /// Exchanges ICReq/ICResp on `link` (`opts.addr` and the socket options are not used).

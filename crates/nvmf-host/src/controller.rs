@@ -79,7 +79,7 @@ pub struct IoQueueParams {
 impl Controller {
     /// Connects the admin queue to `subnqn` and enables the controller.
     pub fn connect(opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        Controller::connect_on(Connection::open(opts, ADMIN_MAX_XFER as u32)?, opts, subnqn)
+        Controller::connect_on(Connection::open(opts, subnqn, ADMIN_MAX_XFER as u32)?, opts, subnqn)
     }
 
     /// [`Controller::connect`] over `link` instead of a TCP connection to `opts.addr`.

@@ -33,7 +33,7 @@ fn join_io_queue(conn: Connection, params: &IoQueueParams, qid: u16, depth: usiz
 impl IoQueue {
     /// Connects I/O queue `qid` with `depth` command slots, each with a `max_io`-byte buffer.
     pub fn connect(params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        IoQueue::connect_on(Connection::open(&params.opts, max_io as u32)?, params, qid, depth, max_io)
+        IoQueue::connect_on(Connection::open(&params.opts, &params.subnqn, max_io as u32)?, params, qid, depth, max_io)
     }
 
     /// [`IoQueue::connect`] over `link` instead of a TCP connection to `params.opts.addr`.
@@ -49,7 +49,7 @@ impl IoQueue {
     /// Joins the same qid to the controller `params` names (after a controller reconnect) on a
     /// new connection, and resubmits every command in flight there. Returns how many.
     pub fn reconnect(&mut self, params: &IoQueueParams) -> Result<usize> {
-        let conn = Connection::open(&params.opts, self.max_io as u32)?;
+        let conn = Connection::open(&params.opts, &params.subnqn, self.max_io as u32)?;
         let fresh = join_io_queue(conn, params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
         self.qp.resubmit_on(fresh.conn, params.in_capsule)
     }

@@ -18,6 +18,7 @@ pub mod perf;
 pub mod queue;
 pub mod reconnect;
 pub mod session;
+pub mod tls;
 
 pub use connection::{default_hostnqn, ConnectOptions, Connection, Link};
 pub use controller::{Controller, IoQueueParams};
@@ -27,3 +28,4 @@ pub use io_queue::IoQueue;
 pub use queue::{Completion, QueuePair, Xfer};
 pub use reconnect::ReconnectPolicy;
 pub use session::{Outage, Session, SessionQueue};
+pub use tls::{TlsLink, TlsOptions};

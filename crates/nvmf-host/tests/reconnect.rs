@@ -267,3 +267,36 @@ fn a_target_that_stays_away_fails_after_ctrl_loss_tmo() {
     assert_eq!(again.to_string(), msg);
     assert!(session.into_controller().is_none());
 }
+
+#[test]
+fn a_cut_tls_connection_is_reconnected_over_tls() {
+    let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:7c1e2f00-0000-4000-8000-00000000bbbb";
+    let key = nvmf_tls::ConfiguredPsk::new(nvmf_tls::PskTransform::Sha256, &[0x42; 32]).unwrap();
+    let cfg = format!(
+        "[target]\nstats = \"0\"\n[[port]]\naddr = \"127.0.0.1:0\"\ntls = \"required\"\n[[host]]\nnqn = \"{hostnqn}\"\ntls_key = \"{}\"\n\
+         [[subsystem]]\nnqn = \"{NQN}\"\nallow_any_host = true\n  [[subsystem.namespace]]\n  nsid = 1\n  backend = \"ram\"\n  size = \"1MiB\"\n",
+        key.to_interchange()
+    );
+    let config = nvmf_target::config::toml::parse(&cfg, std::path::Path::new("tls.toml")).expect("config");
+    let target = nvmf_target::start(config).expect("target starts");
+    let proxy = Proxy::start(target.listen_addrs()[0]);
+    let mut opts = ConnectOptions::new(proxy.addr.to_string(), hostnqn);
+    opts.timeout = Duration::from_secs(3);
+    opts.tls = Some(nvmf_host::TlsOptions::new(key));
+    let ctrl = Controller::connect(&opts, NQN).expect("connect over TLS");
+    ctrl.set_number_of_queues(1).expect("queues");
+    let session = Session::new(ctrl, policy(100, 5000)).with_io_queues(1);
+    let mut q = session.io_queue(1, DEPTH, 4096).expect("I/O queue");
+    q.queue().set_namespace(1, BLOCK as u64);
+    run_io(&mut q, 0..64, false, 2, 0, &mut || {}).expect("writes before the cut");
+    run_io(&mut q, 64..256, false, 2, DEPTH, &mut || proxy.cut()).expect("writes across the cut");
+    run_io(&mut q, 0..256, true, 2, 0, &mut || {}).expect("read back");
+    assert_eq!(session.outages().len(), 1);
+    assert!(session.outages()[0].end.is_some(), "reconnected");
+    // Every connection, the first ones and the reconnected ones, was TLS.
+    let port = &target.stats_json()["ports"][0];
+    assert_eq!(port["tls_connections"], 4, "{port}");
+    assert_eq!(port["plain_refused"], 0);
+    drop(q);
+    session.into_controller().expect("controller").shutdown().expect("clean shutdown after reconnect");
+}

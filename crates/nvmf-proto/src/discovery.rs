@@ -15,11 +15,15 @@ pub const SUBTYPE_NVME: u8 = 2;
 pub const SUBTYPE_CURRENT_DISCOVERY: u8 = 3;
 /// TREQ bits 1:0, secure channel: not specified (what Linux nvmet says without TLS) or not required.
 pub const TREQ_NOT_SPECIFIED: u8 = 0x0;
+/// TREQ bits 1:0: a secure channel is required (Linux's NVMF_TREQ_REQUIRED).
+pub const TREQ_REQUIRED: u8 = 0x1;
 pub const TREQ_NOT_REQUIRED: u8 = 0x2;
 /// TREQ bit 2: the host may disable SQ flow control (Connect CATTR bit 2).
 pub const TREQ_DISABLE_SQFLOW: u8 = 0x4;
 /// TSAS for TCP: no security.
 pub const SECTYPE_NONE: u8 = 0;
+/// TSAS for TCP: TLS 1.3 (Linux's NVMF_TCP_SECTYPE_TLS13).
+pub const SECTYPE_TLS13: u8 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryLogEntry {

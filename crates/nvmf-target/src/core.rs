@@ -64,6 +64,8 @@ pub struct Port {
     pub portid: u16,
     pub addr: SocketAddr,
     pub subsystems: Option<Vec<String>>,
+    pub tls: crate::config::PortTls,
+    pub tls_stats: Arc<crate::wire::PortTlsStats>,
 }
 
 impl Port {
@@ -252,7 +254,7 @@ impl Target {
         let ports = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone() })
+            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone(), tls: p.tls, tls_stats: Default::default() })
             .collect();
         let buffer_memory = usize::try_from(settings.buffer_memory_bytes()).unwrap_or(usize::MAX);
         let buffer_align = subs

@@ -16,6 +16,7 @@ pub mod io;
 pub mod reactor;
 pub mod stats;
 pub mod transport;
+pub mod wire;
 
 pub use config::{ConfigError, TargetConfig};
 
@@ -38,6 +39,8 @@ pub enum StartError {
     Backend(#[from] backend::BackendError),
     #[error("{0}")]
     Stats(String),
+    #[error("TLS set-up failed: {0}")]
+    Tls(String),
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
 }
@@ -77,7 +80,8 @@ impl RunningTarget {
     pub fn ready_line(&self) -> String {
         let listen: Vec<String> = self.listen_addrs.iter().map(|a| a.to_string()).collect();
         let stats = self.stats_addr.map_or("none".to_string(), |a| a.to_string());
-        format!("ready listen={} stats={}", listen.join(","), stats)
+        let tls: Vec<String> = self.stats.ports.iter().map(|p| p.tls_description()).collect();
+        format!("ready listen={} stats={} tls={}", listen.join(","), stats, tls.join(","))
     }
 
     /// Stops every thread after closing all connections.
@@ -134,7 +138,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
                 .map_err(StartError::Thread)?,
         );
     }
-    let registry = Arc::new(StatsRegistry { start: Instant::now(), reactors: reactor_stats });
+    let registry = Arc::new(StatsRegistry { start: Instant::now(), reactors: reactor_stats, ports: target.ports.clone() });
     let stats_addr = match t.stats {
         Some(addr) => {
             let server = stats::serve(addr, registry.clone(), stop.clone()).map_err(StartError::Stats)?;
@@ -144,7 +148,9 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         None => None,
     };
     let ports = target.ports.clone();
+    let tls_config = tls_server_config(&config)?;
     let acceptor = Acceptor {
+        tls_config,
         target,
         listeners: listeners.into_iter().zip(ports).collect(),
         reactors: handles,
@@ -158,6 +164,23 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     std::mem::forget(guard);
     let listen_addrs = bound.iter().map(|p| p.addr).collect();
     Ok(RunningTarget { listen_addrs, stats_addr, stop, wakers, threads, stats: registry })
+}
+
+/// The TLS server config of a target with a TLS port: the TLS PSK for an identity naming a
+/// configured host (`tls_keys`) and a configured subsystem (or the discovery subsystem) is
+/// derived from that host's key. None when no port allows TLS.
+fn tls_server_config(config: &TargetConfig) -> Result<Option<Arc<nvmf_tls::ServerConfig>>, StartError> {
+    if config.ports.iter().all(|p| p.tls == config::PortTls::None) {
+        return Ok(None);
+    }
+    if config.tls_keys.is_empty() {
+        tracing::warn!("a port allows TLS but no host has a TLS key: every TLS handshake will fail");
+    }
+    let mut subnqns: Vec<String> = config.subsystems.iter().map(|s| s.nqn.clone()).collect();
+    subnqns.push(config::DISCOVERY_NQN.to_string());
+    let hosts = config.tls_keys.iter().map(|k| (k.nqn.clone(), k.key.clone())).collect();
+    let server = nvmf_tls::ServerConfig::for_subsystems(subnqns, hosts, false).map_err(|e| StartError::Tls(e.to_string()))?;
+    Ok(Some(Arc::new(server)))
 }
 
 /// Stops already started threads when `start` fails half way.

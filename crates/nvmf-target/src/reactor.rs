@@ -9,6 +9,7 @@ use crate::config::{ReactorMode, TargetConfig};
 use crate::core::{Port, Target};
 use crate::stats::ReactorStats;
 use crate::transport::tcp::Connection;
+use crate::wire::Wire;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{ErrorKind, IoSlice, Read, Write};
@@ -89,7 +90,7 @@ fn pin_to_core(core: usize) {
 
 /// A connection moving from the acceptor to a reactor.
 pub struct Handoff {
-    pub stream: TcpStream,
+    pub stream: Wire,
     pub conn: Connection,
     pub permit: ConnectionPermit,
 }
@@ -149,7 +150,7 @@ impl Placement {
 }
 
 struct Entry {
-    stream: TcpStream,
+    stream: Wire,
     conn: Connection,
     /// Socket closed; kept only until the backend finishes with the connection's buffers.
     gone: bool,
@@ -162,7 +163,7 @@ struct Entry {
 /// receive buffer fills first (a burst of H2CData larger than it), the PDUs already in are
 /// processed to make room. Only if that frees nothing (output backpressure, or a connection
 /// that is not attached yet) does reading stop; the reactor reads again once output drains.
-fn read_all(stream: &mut TcpStream, conn: &mut Connection, now: Instant) -> Option<usize> {
+fn read_all(stream: &mut Wire, conn: &mut Connection, now: Instant) -> Option<usize> {
     let mut total = 0;
     loop {
         if !conn.wants().read {
@@ -245,7 +246,12 @@ pub fn drive_and_take_output(conn: &mut Connection, now: Instant, engine: &mut I
 
 /// Writes as much queued output as the socket takes, many PDUs per syscall: one vectored
 /// write gathers headers and responses with read data straight from the command buffers.
-fn write_all(stream: &mut TcpStream, conn: &mut Connection) -> bool {
+fn write_all(stream: &mut Wire, conn: &mut Connection) -> bool {
+    match stream.flush_pending() {
+        Ok(true) => {}
+        Ok(false) => return true,
+        Err(_) => return false,
+    }
     while conn.output_len() > 0 {
         let written = {
             let mut iov = [IoSlice::new(&[]); 64];
@@ -340,12 +346,16 @@ impl Reactor {
                     conns.len() - 1
                 });
                 let Handoff { mut stream, mut conn, permit } = h;
-                if let Err(e) = self.poll.registry().register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE) {
+                if let Err(e) = self.poll.registry().register(&mut stream.stream, Token(idx), Interest::READABLE | Interest::WRITABLE) {
                     tracing::error!("cannot register connection: {e}");
                     free.push(idx);
                     continue;
                 }
                 conn.attach(idx as u32, &self.stats);
+                // Input the acceptor decrypted and the connection had no room for yet.
+                if stream.has_buffered_input() && read_all(&mut stream, &mut conn, now).is_none() {
+                    conn.close();
+                }
                 conns[idx] = Some(Entry { stream, conn, gone: false, _permit: permit });
                 touched.push(idx);
             }
@@ -417,7 +427,7 @@ impl Reactor {
                     }
                 }
                 let wants = e.conn.wants();
-                if !e.gone && wants.write {
+                if !e.gone && (wants.write || e.stream.has_pending_output()) {
                     if !write_all(&mut e.stream, &mut e.conn) {
                         e.conn.close();
                     } else {
@@ -435,8 +445,8 @@ impl Reactor {
                 submit(&mut e.conn, &mut engine);
                 if !e.gone && e.conn.should_close() {
                     e.conn.close();
-                    let _ = self.poll.registry().deregister(&mut e.stream);
-                    let _ = e.stream.shutdown(std::net::Shutdown::Both);
+                    let _ = self.poll.registry().deregister(&mut e.stream.stream);
+                    let _ = e.stream.stream.shutdown(std::net::Shutdown::Both);
                     e.gone = true;
                 }
                 if e.gone && e.conn.in_flight() == 0 {
@@ -457,7 +467,7 @@ impl Reactor {
         // Shutdown: close sockets, then let the backend finish with every buffer.
         for e in conns.iter_mut().flatten() {
             e.conn.close();
-            let _ = e.stream.shutdown(std::net::Shutdown::Both);
+            let _ = e.stream.stream.shutdown(std::net::Shutdown::Both);
         }
         while engine.in_flight() > 0 {
             engine.wait_one();
@@ -480,6 +490,8 @@ pub struct Acceptor {
     pub placement: Placement,
     pub sockopts: SocketOptions,
     pub stop: Arc<AtomicBool>,
+    /// The TLS server config, when a port allows TLS.
+    pub tls_config: Option<Arc<nvmf_tls::ServerConfig>>,
 }
 
 /// Connections refused over `max_connections`, logged at most once a second.
@@ -500,7 +512,7 @@ impl Refusals {
 }
 
 struct Pending {
-    stream: TcpStream,
+    stream: Wire,
     conn: Connection,
     permit: ConnectionPermit,
 }
@@ -559,18 +571,27 @@ impl Acceptor {
                 if tick {
                     p.conn.tick(now);
                 }
+                // A TLS connection's Connect must name the host and subsystem of its PSK
+                // identity: checked before the Connect response goes out.
+                if let Some((subnqn, hostnqn)) = p.conn.placement() {
+                    if !p.stream.connect_matches_identity(subnqn, hostnqn) {
+                        let _ = poll.registry().deregister(&mut p.stream.stream);
+                        pending[i] = None;
+                        continue;
+                    }
+                }
                 if !write_all(&mut p.stream, &mut p.conn) {
                     p.conn.close();
                 }
                 if p.conn.should_close() {
-                    let _ = poll.registry().deregister(&mut p.stream);
+                    let _ = poll.registry().deregister(&mut p.stream.stream);
                     pending[i] = None;
                     continue;
                 }
                 if let Some((subnqn, hostnqn)) = p.conn.placement() {
                     let r = self.placement.pick(subnqn, hostnqn);
                     let Some(mut p) = pending[i].take() else { continue };
-                    let _ = poll.registry().deregister(&mut p.stream);
+                    let _ = poll.registry().deregister(&mut p.stream.stream);
                     let handle = &self.reactors[r];
                     if handle.tx.send(Handoff { stream: p.stream, conn: p.conn, permit: p.permit }).is_ok() {
                         let _ = handle.waker.wake();
@@ -622,7 +643,9 @@ impl Acceptor {
                 tracing::warn!("cannot register connection: {e}");
                 continue;
             }
-            let mut conn = Connection::new(self.target.clone(), Some(self.listeners[i].1.clone()), now);
+            let port = &self.listeners[i].1;
+            let mut stream = Wire::new(stream, port, self.tls_config.clone());
+            let mut conn = Connection::new(self.target.clone(), Some(port.clone()), now);
             // Bytes may already be waiting (edge-triggered: no event would announce them).
             if read_all(&mut stream, &mut conn, now).is_none() {
                 conn.close();

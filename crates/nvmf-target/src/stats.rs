@@ -170,6 +170,8 @@ pub const MAX_IDLE_CLOSED_QUEUES: usize = 1024;
 pub struct StatsRegistry {
     pub start: Instant,
     pub reactors: Vec<Arc<ReactorStats>>,
+    /// Listening ports: their TLS setting and counters.
+    pub ports: Vec<crate::core::Port>,
 }
 
 impl StatsRegistry {
@@ -204,7 +206,23 @@ impl StatsRegistry {
                 })
             })
             .collect();
-        json!({"version": 1, "uptime_ns": self.start.elapsed().as_nanos() as u64, "reactors": reactors})
+        let ports: Vec<Value> = self
+            .ports
+            .iter()
+            .map(|p| {
+                let t = &p.tls_stats;
+                json!({
+                    "portid": p.portid, "addr": p.addr.to_string(), "tls": p.tls.name(),
+                    "tls_records": if p.tls == crate::config::PortTls::None { Value::Null } else { json!("userspace") },
+                    "tls_connections": t.tls_connections.load(Relaxed),
+                    "plain_connections": t.plain_connections.load(Relaxed),
+                    "tls_handshake_failures": t.handshake_failures.load(Relaxed),
+                    "plain_refused": t.plain_refused.load(Relaxed),
+                    "tls_identity_mismatches": t.identity_mismatches.load(Relaxed),
+                })
+            })
+            .collect();
+        json!({"version": 1, "uptime_ns": self.start.elapsed().as_nanos() as u64, "reactors": reactors, "ports": ports})
     }
 
     pub fn prometheus(&self) -> String {
@@ -338,7 +356,7 @@ mod tests {
         q.bytes_read.add(4096);
         r.add_queue(q);
         r.namespace("nqn.s", 1).reads.add(1);
-        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r] };
+        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r], ports: Vec::new() };
         let j = reg.json();
         assert_eq!(j["version"], 1);
         let r0 = &j["reactors"][0];

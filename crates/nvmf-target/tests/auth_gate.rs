@@ -26,7 +26,7 @@ fn key(seed: u8) -> Secret {
 
 fn target() -> Arc<Target> {
     let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     let mut s = SubsystemConfig::new(SUB);
     s.namespaces.push(NamespaceConfig {
         nsid: 1,

@@ -28,7 +28,7 @@ fn target() -> Arc<Target> {
 /// `target()` with other settings (in-capsule size, MAXH2CDATA), validated like a config file.
 fn target_with(settings: impl FnOnce(&mut nvmf_target::config::TargetSettings)) -> Arc<Target> {
     let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     let mut a = SubsystemConfig::new(SUB_A);
     a.namespaces.push(NamespaceConfig {
         nsid: 1,
@@ -261,8 +261,8 @@ fn discovery_log_lists_subsystems_the_host_may_use() {
 #[test]
 fn discovery_log_has_one_entry_per_subsystem_and_port() {
     let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None });
-    c.ports.push(PortConfig { addr: "127.0.0.1:8009".parse().unwrap(), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
+    c.ports.push(PortConfig { addr: "127.0.0.1:8009".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     c.subsystems = vec![SubsystemConfig::new(SUB_A), SubsystemConfig::new(SUB_B)];
     let t = Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap());
     let page = nvmf_target::discovery::log_page(&t, HOST);
@@ -593,7 +593,7 @@ fn shutdown_flushes_file_namespaces_before_reporting_complete() {
     let path = dir.join("ns.img");
     std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
     let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     let mut a = SubsystemConfig::new(SUB_A);
     a.namespaces.push(NamespaceConfig { nsid: 1, backend: BackendConfig::File { path }, block_size: 512, nguid: None, uuid: None });
     c.subsystems = vec![a];

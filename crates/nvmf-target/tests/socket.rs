@@ -16,7 +16,7 @@ fn config() -> TargetConfig {
     let mut c = TargetConfig::empty();
     c.target.cores = vec![0, 0];
     c.target.stats = Some("127.0.0.1:0".parse().unwrap());
-    c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     let mut s = SubsystemConfig::new(SUB);
     s.namespaces.push(NamespaceConfig {
         nsid: 1,

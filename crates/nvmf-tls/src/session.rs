@@ -190,17 +190,22 @@ impl ServerConfig {
     /// version 1 the digest in the identity must match the one derived, so a host with another key
     /// is told apart before the binder is checked.
     pub fn for_subsystem(subnqn: &str, hosts: Vec<(String, ConfiguredPsk)>, compat: bool) -> Result<Self, TlsError> {
-        let subnqn = subnqn.to_string();
+        ServerConfig::for_subsystems(vec![subnqn.to_string()], hosts, compat)
+    }
+
+    /// [`ServerConfig::for_subsystem`] for a server that exports several subsystems (a target's
+    /// port): an identity naming any of `subnqns` and a host in `hosts` is looked up.
+    pub fn for_subsystems(subnqns: Vec<String>, hosts: Vec<(String, ConfiguredPsk)>, compat: bool) -> Result<Self, TlsError> {
         ServerConfig::new(move |offered| {
             let id = PskIdentity::parse(offered).ok()?;
-            if id.subnqn != subnqn {
+            if !subnqns.contains(&id.subnqn) {
                 return None;
             }
             let (_, key) = hosts.iter().find(|(h, _)| *h == id.hostnqn)?;
             if key.cipher_hash() != id.hash {
                 return None;
             }
-            let psk = TlsPsk::derive(key, &id.hostnqn, &subnqn, Derivation { version: id.version, compat }).ok()?;
+            let psk = TlsPsk::derive(key, &id.hostnqn, &id.subnqn, Derivation { version: id.version, compat }).ok()?;
             match id.version {
                 IdentityVersion::V1 if psk.identity() != offered => {
                     // Same host and subsystem, other digest: the client holds another key. Hand

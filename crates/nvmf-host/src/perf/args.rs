@@ -79,6 +79,17 @@ pub struct TargetArgs {
     /// DH-HMAC-CHAP secret of the controller: the host also authenticates the controller.
     #[arg(short = 'C', long = "dhchap-ctrl-secret")]
     pub dhchap_ctrl_secret: Option<String>,
+    /// Secure the connections with TLS 1.3 (a PSK from --tls-key; the handshake comes before ICReq).
+    #[arg(long = "tls")]
+    pub tls: bool,
+    /// TLS PSK in the interchange format (`NVMeTLSkey-1:HH:<base64>:`, as `nvme gen-tls-key`
+    /// prints it); implies --tls.
+    #[arg(long = "tls-key")]
+    pub tls_key: Option<String>,
+    /// PSK identity to offer: `NVMe0R01 <hostnqn> <subnqn>` or `NVMe1R01 ... <digest>` (its
+    /// version is used; the identity is derived per connection), or just 0 or 1 (default 1).
+    #[arg(long = "tls-key-identity")]
+    pub tls_key_identity: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -384,7 +384,7 @@ pub fn discovery_text(page: &DiscoveryLogPage) -> String {
         s.push_str(&format!("trsvcid: {}\n", e.trsvcid));
         s.push_str(&format!("subnqn:  {}\n", e.subnqn));
         s.push_str(&format!("traddr:  {}\n", e.traddr));
-        s.push_str(&format!("sectype: {}\n", if e.sectype == disc::SECTYPE_NONE { "none".into() } else { e.sectype.to_string() }));
+        s.push_str(&format!("sectype: {}\n", table(&[(0, "none"), (1, "tls"), (2, "tls13")], e.sectype as u16)));
     }
     s
 }

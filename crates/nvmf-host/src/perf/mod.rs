@@ -19,6 +19,7 @@ use nvmf_proto::Status;
 use serde_json::{json, Map, Value};
 
 use self::args::{RunArgs, TargetArgs};
+use crate::tls as nvmf_host_tls;
 use self::engine::TcpEngine;
 use self::job::{run_job, JobResult, JobSpec};
 use self::report::{JobReport, OutageWindow, Report};
@@ -70,6 +71,14 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
     };
     o.dhchap_secret = secret("--dhchap-secret", &t.dhchap_secret)?;
     o.dhchap_ctrl_secret = secret("--dhchap-ctrl-secret", &t.dhchap_ctrl_secret)?;
+    o.tls = match (&t.tls_key, t.tls) {
+        (Some(key), _) => Some(
+            nvmf_host_tls::TlsOptions::parse(key, t.tls_key_identity.as_deref(), &o.hostnqn).map_err(usage)?,
+        ),
+        (None, true) => return Err(usage("--tls needs --tls-key (there is no keyring to take the PSK from)")),
+        (None, false) if t.tls_key_identity.is_some() => return Err(usage("--tls-key-identity needs --tls-key")),
+        (None, false) => None,
+    };
     Ok(o)
 }
 

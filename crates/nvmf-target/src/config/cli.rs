@@ -74,6 +74,12 @@ pub struct Cli {
     /// Block size of --ns namespaces: 512 or 4096
     #[arg(long = "block-size")]
     pub block_size: Option<u32>,
+    /// TLS 1.3 on the --listen ports (all ports when none is given): none, allowed or required
+    #[arg(long)]
+    pub tls: Option<String>,
+    /// HOSTNQN=KEY: the host's TLS PSK in the interchange format (NVMeTLSkey-1:HH:...:), repeatable
+    #[arg(long = "tls-key")]
+    pub tls_key: Vec<String>,
 }
 
 const ORIGIN: &str = "command line";
@@ -118,10 +124,25 @@ impl Cli {
             c.ports = self
                 .listen
                 .iter()
-                .map(|l| Ok(PortConfig { addr: addr(l, "--listen")?, portid: None, subsystems: None }))
+                .map(|l| Ok(PortConfig { addr: addr(l, "--listen")?, portid: None, subsystems: None, tls: Default::default() }))
                 .collect::<Result<_, ConfigError>>()?;
         } else if c.ports.is_empty() {
-            c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("literal"), portid: None, subsystems: None });
+            c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("literal"), portid: None, subsystems: None, tls: Default::default() });
+        }
+        if let Some(m) = &self.tls {
+            let tls = super::PortTls::parse(m)
+                .ok_or_else(|| bad(format!("--tls {m:?}: expected none, allowed or required")))?;
+            for p in &mut c.ports {
+                p.tls = tls;
+            }
+        }
+        for spec in &self.tls_key {
+            let (nqn, key) = spec
+                .split_once('=')
+                .ok_or_else(|| bad(format!("--tls-key {spec:.20}...: expected HOSTNQN=NVMeTLSkey-1:HH:...:")))?;
+            let key = nvmf_tls::ConfiguredPsk::parse(key).map_err(|e| bad(format!("--tls-key {nqn}=...: {e}")))?;
+            c.tls_keys.retain(|k| k.nqn != nqn);
+            c.tls_keys.push(super::HostTlsKey { nqn: nqn.to_string(), key });
         }
         let block_size = self.block_size.unwrap_or(512);
         if !self.ns.is_empty() || (!from_file && c.subsystems.is_empty()) || self.nqn.is_some() {
@@ -177,6 +198,19 @@ mod tests {
         let mut v = vec!["nvmf-target"];
         v.extend_from_slice(args);
         Cli::try_parse_from(v).unwrap().into_config()
+    }
+
+    #[test]
+    fn tls_flags() {
+        let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let c = cli(&["--listen", "127.0.0.1:4420", "--listen", "127.0.0.1:4421", "--tls", "required", "--tls-key", &format!("nqn.h={key}")])
+            .unwrap();
+        assert!(c.ports.iter().all(|p| p.tls == super::super::PortTls::Required));
+        assert_eq!(c.tls_keys[0].nqn, "nqn.h");
+        assert!(cli(&["--tls", "sometimes"]).unwrap_err().to_string().contains("--tls"));
+        assert!(cli(&["--tls-key", key]).unwrap_err().to_string().contains("HOSTNQN="));
+        let e = cli(&["--tls-key", "nqn.h=NVMeTLSkey-1:01:AAAA:"]).unwrap_err().to_string();
+        assert!(e.contains("--tls-key nqn.h=") && !e.contains("AAAA"), "{e}");
     }
 
     #[test]

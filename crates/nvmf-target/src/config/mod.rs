@@ -30,6 +30,46 @@ pub struct TargetConfig {
     pub host_map: Vec<HostMapEntry>,
     /// DH-HMAC-CHAP keys of the hosts that must authenticate.
     pub hosts: Vec<HostAuthConfig>,
+    /// TLS PSKs (configured, interchange format) of the hosts that may use TLS.
+    pub tls_keys: Vec<HostTlsKey>,
+}
+
+/// TLS on a port (nvmet's `addr_treq` with `addr_tsas` = tls1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PortTls {
+    /// Plain NVMe/TCP only (a ClientHello is refused as a bad ICReq).
+    #[default]
+    None,
+    /// TLS 1.3 or plain: the first byte tells (0x16: a TLS handshake record; 0x00: ICReq).
+    Allowed,
+    /// TLS 1.3 only: a plain ICReq is refused (the connection is closed and logged).
+    Required,
+}
+
+impl PortTls {
+    pub fn parse(s: &str) -> Option<PortTls> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "off" | "no" => Some(PortTls::None),
+            "allowed" | "allow" | "not required" => Some(PortTls::Allowed),
+            "required" | "require" | "on" => Some(PortTls::Required),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PortTls::None => "none",
+            PortTls::Allowed => "allowed",
+            PortTls::Required => "required",
+        }
+    }
+}
+
+/// A host's configured TLS PSK: the TLS PSK for an identity naming this host is derived from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTlsKey {
+    pub nqn: String,
+    pub key: nvmf_tls::ConfiguredPsk,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +242,7 @@ pub struct PortConfig {
     pub portid: Option<u16>,
     /// Subsystems exported on this port; `None` = all (nvmetcli configs name them per port).
     pub subsystems: Option<Vec<String>>,
+    pub tls: PortTls,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -336,6 +377,7 @@ impl TargetConfig {
             subsystems: Vec::new(),
             host_map: Vec::new(),
             hosts: Vec::new(),
+            tls_keys: Vec::new(),
         }
     }
 
@@ -508,7 +550,7 @@ mod tests {
     #[test]
     fn cores_outside_the_affinity_mask_are_refused() {
         let mut c = TargetConfig::empty();
-        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
         c.validate("t").unwrap();
         c.target.cores = vec![0, 1000];
         let e = c.validate("t").unwrap_err().to_string();
@@ -528,7 +570,7 @@ mod tests {
 
     #[test]
     fn two_ports_on_one_address_are_refused_but_port_zero_may_repeat() {
-        let port = |a: &str| PortConfig { addr: a.parse().unwrap(), portid: None, subsystems: None };
+        let port = |a: &str| PortConfig { addr: a.parse().unwrap(), portid: None, subsystems: None, tls: Default::default() };
         let mut c = TargetConfig::empty();
         c.ports = vec![port("127.0.0.1:4420"), port("127.0.0.1:4421"), port("127.0.0.1:4420")];
         let e = c.validate("t").unwrap_err().to_string();
@@ -547,7 +589,7 @@ mod tests {
         assert!(check_ram_namespaces(6 * gib, 10 * gib, 50).is_err());
         // Through validate, with this machine's own MemAvailable: 1 PiB never fits.
         let mut c = TargetConfig::empty();
-        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
         let mut s = SubsystemConfig::new("nqn.2024-01.io.nvmflab:t");
         s.namespaces.push(NamespaceConfig {
             nsid: 1,
@@ -566,7 +608,7 @@ mod tests {
     #[test]
     fn validate_rejects_bad_maxh2cdata_and_reactor() {
         let mut c = TargetConfig::empty();
-        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None });
+        c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
         c.target.maxh2cdata = 1000;
         let e = c.validate("x").unwrap_err().to_string();
         assert!(e.contains("maxh2cdata"), "{e}");

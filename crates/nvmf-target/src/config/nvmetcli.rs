@@ -55,6 +55,22 @@ struct Addr {
     trsvcid: String,
     #[serde(default)]
     trtype: String,
+    /// "not specified" | "required" | "not required" (nvmet's addr_treq).
+    #[serde(default)]
+    treq: String,
+    /// "none" | "tls1.3" (nvmet's addr_tsas).
+    #[serde(default)]
+    tsas: String,
+}
+
+/// nvmet's addr_tsas and addr_treq as a port's TLS mode: TLS 1.3 is required unless treq says
+/// "not required" (nvmet makes "required" the default when tsas is tls1.3).
+fn port_tls(a: &Addr) -> Result<super::PortTls, String> {
+    match a.tsas.trim() {
+        "" | "none" => Ok(super::PortTls::None),
+        "tls1.3" => Ok(if a.treq.trim() == "not required" { super::PortTls::Allowed } else { super::PortTls::Required }),
+        other => Err(format!("addr_tsas {other:?}: expected none or tls1.3")),
+    }
 }
 
 #[derive(Deserialize)]
@@ -155,7 +171,8 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
                 _ => inline_data_size = Some(size),
             }
         }
-        config.ports.push(PortConfig { addr, portid, subsystems: Some(p.subsystems) });
+        let tls = port_tls(&p.addr).map_err(|e| ConfigError::invalid(&origin, format!("port {}: {e}", p.portid)))?;
+        config.ports.push(PortConfig { addr, portid, subsystems: Some(p.subsystems), tls });
     }
     if let Some(size) = inline_data_size {
         config.target.in_capsule_data_size = size;
@@ -219,6 +236,22 @@ mod tests {
      "nqn": "nqn.2024-01.test:a"}
   ]
 }"#;
+
+    #[test]
+    fn addr_tsas_and_addr_treq_set_the_port_tls() {
+        let with = |addr_extra: &str| {
+            let t = SAVED.replace(r#""treq": "not specified","#, addr_extra);
+            parse(&t, Path::new("s.json")).map(|c| c.ports[0].tls)
+        };
+        use super::super::PortTls;
+        assert_eq!(with(r#""treq": "not specified","#).unwrap(), PortTls::None);
+        assert_eq!(with(r#""treq": "not specified", "tsas": "tls1.3","#).unwrap(), PortTls::Required);
+        assert_eq!(with(r#""treq": "required", "tsas": "tls1.3","#).unwrap(), PortTls::Required);
+        assert_eq!(with(r#""treq": "not required", "tsas": "tls1.3","#).unwrap(), PortTls::Allowed);
+        assert_eq!(with(r#""treq": "not specified", "tsas": "none","#).unwrap(), PortTls::None);
+        let e = with(r#""tsas": "tls1.2","#).unwrap_err().to_string();
+        assert!(e.contains("addr_tsas"), "{e}");
+    }
 
     #[test]
     fn parses_nvmetcli_save() {

@@ -32,6 +32,8 @@ struct RawHost {
     dhchap_ctrl_key: Option<String>,
     dhchap_hash: Option<String>,
     dhchap_dhgroup: Option<String>,
+    /// TLS PSK in the interchange format (`NVMeTLSkey-1:HH:<base64>:`).
+    tls_key: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -60,6 +62,8 @@ struct RawPort {
     addr: Spanned<String>,
     portid: Option<u16>,
     subsystems: Option<Vec<String>>,
+    /// "none" (default), "allowed" or "required".
+    tls: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -165,7 +169,13 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     for (i, p) in raw.port.into_iter().enumerate() {
         let addr = super::parse_listen_addr(p.addr.get_ref())
             .map_err(|e| bad_at(p.addr.span(), format!("port[{i}].addr = {e}")))?;
-        ports.push(PortConfig { addr, portid: p.portid, subsystems: p.subsystems });
+        let tls = match &p.tls {
+            None => super::PortTls::None,
+            Some(t) => super::PortTls::parse(t.get_ref()).ok_or_else(|| {
+                bad_at(t.span(), format!("port[{i}].tls = {:?}: expected \"none\", \"allowed\" or \"required\"", t.get_ref()))
+            })?,
+        };
+        ports.push(PortConfig { addr, portid: p.portid, subsystems: p.subsystems, tls });
     }
 
     let mut subsystems = Vec::new();
@@ -232,6 +242,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         .map(|h| HostMapEntry { hostnqn: h.hostnqn, reactor: h.reactor })
         .collect();
     let mut hosts = Vec::new();
+    let mut tls_keys = Vec::new();
     for (i, h) in raw.host.iter().enumerate() {
         let fields = super::host_auth::RawHostAuth {
             key: h.dhchap_key.as_deref(),
@@ -240,8 +251,16 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
             dhgroup: h.dhchap_dhgroup.as_deref(),
         };
         hosts.extend(HostAuthConfig::from_raw(&origin, &format!("host[{i}] ({})", h.nqn), &h.nqn, fields)?);
+        if let Some(k) = &h.tls_key {
+            let key = nvmf_tls::ConfiguredPsk::parse(k.get_ref())
+                .map_err(|e| bad_at(k.span(), format!("host[{i}] ({}).tls_key: {e}", h.nqn)))?;
+            if tls_keys.iter().any(|t: &super::HostTlsKey| t.nqn == h.nqn) {
+                return Err(bad_at(k.span(), format!("host[{i}] ({}).tls_key: this host has a TLS key already", h.nqn)));
+            }
+            tls_keys.push(super::HostTlsKey { nqn: h.nqn.clone(), key });
+        }
     }
-    let config = TargetConfig { target, ports, subsystems, host_map, hosts };
+    let config = TargetConfig { target, ports, subsystems, host_map, hosts, tls_keys };
     config.validate(&origin)?;
     Ok(config)
 }
@@ -383,6 +402,26 @@ nqn = "nqn.host2"
         let twice = "[[host]]\nnqn = \"n\"\ndhchap_key = \"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n";
         let e = parse(&format!("{port}{twice}{twice}"), Path::new("a.toml")).unwrap_err();
         assert!(e.to_string().contains("given twice"), "{e}");
+    }
+
+    #[test]
+    fn ports_take_a_tls_mode_and_hosts_a_tls_key() {
+        let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let text = format!(
+            "[[port]]\naddr = \"127.0.0.1:1\"\ntls = \"required\"\n[[port]]\naddr = \"127.0.0.1:2\"\ntls = \"allowed\"\n\
+             [[port]]\naddr = \"127.0.0.1:3\"\n[[host]]\nnqn = \"nqn.h\"\ntls_key = \"{key}\"\n"
+        );
+        let c = parse(&text, Path::new("a.toml")).unwrap();
+        let modes: Vec<_> = c.ports.iter().map(|p| p.tls).collect();
+        assert_eq!(modes, [super::super::PortTls::Required, super::super::PortTls::Allowed, super::super::PortTls::None]);
+        assert_eq!(c.tls_keys.len(), 1);
+        assert_eq!(c.tls_keys[0].nqn, "nqn.h");
+        assert!(c.hosts.is_empty(), "a TLS key alone asks for no DH-HMAC-CHAP");
+        let e = parse("[[port]]\naddr = \"127.0.0.1:1\"\ntls = \"maybe\"\n", Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.starts_with("a.toml:3:") && e.contains("port[0].tls"), "{e}");
+        let bad = "[[port]]\naddr = \"127.0.0.1:1\"\n[[host]]\nnqn = \"nqn.h\"\ntls_key = \"NVMeTLSkey-1:01:AAAA:\"\n";
+        let e = parse(bad, Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("host[0] (nqn.h).tls_key"), "{e}");
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:inproc-host";
 /// A target with one namespace on `backend` (512-byte blocks) and `settings` changed.
 pub fn target(backend: BackendConfig, settings: impl FnOnce(&mut TargetSettings)) -> Arc<Target> {
     let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None });
+    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     let mut s = SubsystemConfig::new(SUB);
     s.namespaces.push(NamespaceConfig { nsid: 1, backend, block_size: 512, nguid: None, uuid: None });
     c.subsystems.push(s);

@@ -1,0 +1,352 @@
+//! The bytes between a socket and a [`crate::transport::tcp::Connection`]: plain TCP, or TLS 1.3
+//! (userspace records, `nvmf-tls`) applied as a byte transform below the connection, which stays
+//! sans-I/O and never knows. A port's `tls` setting picks: `none` reads the socket directly;
+//! `required` expects a TLS handshake record (first byte 0x16) and refuses anything else;
+//! `allowed` looks at the first byte (0x16: TLS; anything else, an ICReq's 0x00: plain).
+//!
+//! [`Wire`] is a `Read`/`Write` with the socket's semantics: a read returns `WouldBlock` only
+//! when the socket did (so edge-triggered readiness still works: decrypted bytes are never left
+//! behind a short read while ciphertext waits in the socket), a write takes plaintext and keeps
+//! the ciphertext the socket did not take yet ([`Wire::has_pending_output`]).
+
+use crate::config::PortTls;
+use crate::core::Port;
+use mio::net::TcpStream;
+use nvmf_tls::{PskIdentity, ServerConfig, TlsSession};
+use std::io::{self, ErrorKind, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// First byte of a TLS handshake record (a ClientHello).
+const TLS_HANDSHAKE: u8 = 0x16;
+/// Plaintext taken per write: several TLS records (16 KiB each) per send.
+const MAX_WRITE: usize = 256 << 10;
+const SCRATCH: usize = 64 << 10;
+
+/// TLS counters of one port, served by /stats.
+#[derive(Debug, Default)]
+pub struct PortTlsStats {
+    /// Connections that finished the TLS handshake.
+    pub tls_connections: AtomicU64,
+    /// Connections that started in plain NVMe/TCP (on a `none` or `allowed` port).
+    pub plain_connections: AtomicU64,
+    /// TLS handshakes that failed (wrong key, unknown identity, protocol errors).
+    pub handshake_failures: AtomicU64,
+    /// Plain connections refused by a `required` port.
+    pub plain_refused: AtomicU64,
+    /// Connections closed because Connect named another host or subsystem than the TLS identity.
+    pub identity_mismatches: AtomicU64,
+}
+
+enum State {
+    Plain,
+    /// A TLS port before the first byte: `required` refuses plain NVMe/TCP.
+    Sniff { required: bool },
+    Tls(Box<TlsWire>),
+}
+
+struct TlsWire {
+    session: TlsSession,
+    /// Decrypted bytes not yet read; `plain_pos` of them are.
+    plain: Vec<u8>,
+    plain_pos: usize,
+    /// Ciphertext the socket has not taken yet; `out_pos` of it went.
+    out: Vec<u8>,
+    out_pos: usize,
+    stage: Vec<u8>,
+    scratch: Vec<u8>,
+    /// The last socket read would block: what is decrypted is all there is for now.
+    drained: bool,
+    /// The peer ended the stream (EOF or close_notify).
+    eof: bool,
+    established_logged: bool,
+}
+
+/// A connection's socket with the port's TLS setting.
+pub struct Wire {
+    pub stream: TcpStream,
+    state: State,
+    peer: Option<SocketAddr>,
+    port: Port,
+    tls_config: Option<Arc<ServerConfig>>,
+}
+
+fn refused(msg: String) -> io::Error {
+    io::Error::new(ErrorKind::ConnectionAborted, msg)
+}
+
+impl Wire {
+    /// Wraps an accepted socket for `port`; `tls_config` is the target's server config (needed
+    /// on `allowed` and `required` ports).
+    pub fn new(stream: TcpStream, port: &Port, tls_config: Option<Arc<ServerConfig>>) -> Wire {
+        let peer = stream.peer_addr().ok();
+        let state = match port.tls {
+            PortTls::None => {
+                port.tls_stats.plain_connections.fetch_add(1, Relaxed);
+                State::Plain
+            }
+            PortTls::Allowed => State::Sniff { required: false },
+            PortTls::Required => State::Sniff { required: true },
+        };
+        Wire { stream, state, peer, port: port.clone(), tls_config }
+    }
+
+    /// The connection runs TLS (the handshake may still be going on).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.state, State::Tls(_))
+    }
+
+    /// The PSK identity of an established TLS session.
+    pub fn tls_identity(&self) -> Option<&str> {
+        match &self.state {
+            State::Tls(t) => t.session.info().map(|i| i.identity.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Checks the Connect's host and subsystem against the TLS identity: false (and a log line)
+    /// when they differ, so that one host's key does not let it connect as another.
+    pub fn connect_matches_identity(&self, subnqn: &str, hostnqn: &str) -> bool {
+        let Some(identity) = self.tls_identity() else { return true };
+        match PskIdentity::parse(identity) {
+            Ok(id) if id.hostnqn == hostnqn && (id.subnqn == subnqn || subnqn == crate::config::DISCOVERY_NQN) => true,
+            _ => {
+                self.port.tls_stats.identity_mismatches.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    peer = ?self.peer, portid = self.port.portid, identity, hostnqn, subnqn,
+                    "Connect names another host or subsystem than the TLS PSK identity; closing the connection"
+                );
+                false
+            }
+        }
+    }
+
+    /// Ciphertext is waiting for the socket to take it.
+    pub fn has_pending_output(&self) -> bool {
+        match &self.state {
+            State::Tls(t) => t.out_pos < t.out.len(),
+            _ => false,
+        }
+    }
+
+    /// Decrypted bytes are waiting to be read (the socket may have none).
+    pub fn has_buffered_input(&self) -> bool {
+        match &self.state {
+            State::Tls(t) => t.plain_pos < t.plain.len(),
+            _ => false,
+        }
+    }
+
+    /// Writes pending ciphertext; Ok(true) when none is left.
+    pub fn flush_pending(&mut self) -> io::Result<bool> {
+        match &mut self.state {
+            State::Tls(t) => t.flush_out(&mut self.stream),
+            _ => Ok(true),
+        }
+    }
+
+    /// Decides plain or TLS from the first byte. Ok(false): no byte yet (or EOF).
+    fn sniff(&mut self, required: bool) -> io::Result<bool> {
+        let mut first = [0u8; 1];
+        let n = loop {
+            match self.stream.peek(&mut first) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            return Ok(false);
+        }
+        if first[0] == TLS_HANDSHAKE {
+            let config = self.tls_config.as_ref().ok_or_else(|| refused("TLS port without a TLS configuration".into()))?;
+            let session = TlsSession::server(config).map_err(|e| refused(e.to_string()))?;
+            self.state = State::Tls(Box::new(TlsWire {
+                session,
+                plain: Vec::new(),
+                plain_pos: 0,
+                out: Vec::new(),
+                out_pos: 0,
+                stage: Vec::new(),
+                scratch: vec![0; SCRATCH],
+                drained: false,
+                eof: false,
+                established_logged: false,
+            }));
+        } else if required {
+            self.port.tls_stats.plain_refused.fetch_add(1, Relaxed);
+            tracing::warn!(
+                peer = ?self.peer, portid = self.port.portid, first_byte = first[0],
+                "plain NVMe/TCP (no TLS handshake) on a port that requires TLS; closing the connection"
+            );
+            return Err(refused("plain NVMe/TCP on a TLS-required port".into()));
+        } else {
+            self.port.tls_stats.plain_connections.fetch_add(1, Relaxed);
+            self.state = State::Plain;
+        }
+        Ok(true)
+    }
+}
+
+impl TlsWire {
+    fn flush_out(&mut self, stream: &mut TcpStream) -> io::Result<bool> {
+        while self.out_pos < self.out.len() {
+            match stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        Ok(true)
+    }
+
+    fn queue_ciphertext(&mut self) {
+        if self.session.has_ciphertext() {
+            let c = self.session.take_ciphertext();
+            self.out.extend_from_slice(&c);
+        }
+    }
+
+    fn copy_out(&mut self, buf: &mut [u8]) -> usize {
+        let avail = &self.plain[self.plain_pos..];
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        self.plain_pos += n;
+        if self.plain_pos == self.plain.len() {
+            self.plain.clear();
+            self.plain_pos = 0;
+        }
+        n
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let State::Sniff { required } = self.state {
+            if !self.sniff(required)? {
+                // Nothing yet, or EOF: a plain read tells which.
+                return self.stream.read(buf);
+            }
+        }
+        let t = match &mut self.state {
+            State::Tls(t) => t,
+            _ => return self.stream.read(buf),
+        };
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let avail = t.plain.len() - t.plain_pos;
+            if avail >= buf.len() || (avail > 0 && (t.drained || t.eof)) {
+                return Ok(t.copy_out(buf));
+            }
+            if t.eof {
+                return Ok(0);
+            }
+            if t.plain_pos > (1 << 20) {
+                t.plain.drain(..t.plain_pos);
+                t.plain_pos = 0;
+            }
+            match self.stream.read(&mut t.scratch) {
+                Ok(0) => t.eof = true,
+                Ok(n) => {
+                    t.drained = false;
+                    let was_handshaking = t.session.is_handshaking();
+                    let fed = t.session.feed_into(&t.scratch[..n], &mut t.plain);
+                    t.queue_ciphertext();
+                    // Handshake replies and alerts go out now; a full socket keeps them pending.
+                    let _ = t.flush_out(&mut self.stream);
+                    if let Err(e) = fed {
+                        let identity = t.session.offered_identity();
+                        let hostnqn = identity.as_deref().and_then(|i| PskIdentity::parse(i).ok()).map(|i| i.hostnqn);
+                        if was_handshaking {
+                            self.port.tls_stats.handshake_failures.fetch_add(1, Relaxed);
+                        }
+                        tracing::warn!(
+                            peer = ?self.peer, portid = self.port.portid, host = hostnqn.as_deref().unwrap_or("?"),
+                            identity = identity.as_deref().unwrap_or("none offered"),
+                            "{e}; closing the connection"
+                        );
+                        return Err(refused(e.to_string()));
+                    }
+                    if t.session.is_established() && !t.established_logged {
+                        t.established_logged = true;
+                        self.port.tls_stats.tls_connections.fetch_add(1, Relaxed);
+                        if let Some(info) = t.session.info() {
+                            tracing::debug!(peer = ?self.peer, identity = info.identity, suite = info.suite, "TLS established");
+                        }
+                    }
+                    if t.session.peer_closed() {
+                        t.eof = true;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    t.drained = true;
+                    if avail == 0 {
+                        return Err(e);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let t = match &mut self.state {
+            State::Tls(t) => t,
+            _ => return self.stream.write_vectored(bufs),
+        };
+        if !t.flush_out(&mut self.stream)? {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        if !t.session.is_established() {
+            // Nothing to send before the handshake is done (the connection answers nothing
+            // before ICReq, which comes after it).
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        t.stage.clear();
+        for b in bufs {
+            let room = MAX_WRITE - t.stage.len();
+            if room == 0 {
+                break;
+            }
+            t.stage.extend_from_slice(&b[..b.len().min(room)]);
+        }
+        let n = t.stage.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let stage = std::mem::take(&mut t.stage);
+        let sent = t.session.send_into(&stage, &mut t.out);
+        t.stage = stage;
+        sent.map_err(|e| refused(e.to_string()))?;
+        t.flush_out(&mut self.stream)?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Port {
+    /// "none", "allowed" or "required", with the record layer where TLS can be used.
+    pub fn tls_description(&self) -> String {
+        match self.tls {
+            PortTls::None => "none".into(),
+            t => format!("{}:userspace", t.name()),
+        }
+    }
+}

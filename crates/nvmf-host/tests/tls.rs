@@ -280,3 +280,44 @@ fn dh_hmac_chap_works_over_tls() {
     let e = Controller::connect(&o, NQN).err().expect("the host must still authenticate");
     assert!(matches!(e, Error::Auth(_) | Error::Status { .. }), "{e}");
 }
+
+/// A blocking-free TCP link for driving the TLS link by hand.
+struct Tcp(std::net::TcpStream);
+
+impl nvmf_host::Link for Tcp {
+    fn recv(&mut self, buf: &mut [u8]) -> nvmf_host::Result<usize> {
+        use std::io::Read;
+        match self.0.read(buf) {
+            Ok(0) => Err(Error::Closed),
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+    fn send(&mut self, buf: &[u8]) -> nvmf_host::Result<usize> {
+        match self.0.write(buf) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+    fn wait(&self, timeout: Duration, _writing: bool) -> nvmf_host::Result<()> {
+        std::thread::sleep(timeout.min(Duration::from_millis(1)));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_connect_as_another_host_than_the_tls_identity_is_closed() {
+    let target = start_target("required");
+    // TLS as HOST384 (its right key), then Connect naming HOST.
+    let s = std::net::TcpStream::connect(target.listen_addrs()[0]).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let psk = TlsOptions::new(key384()).psk(HOST384, NQN).unwrap();
+    let link = nvmf_host::TlsLink::handshake(Box::new(Tcp(s)), psk, std::time::Instant::now() + T).expect("handshake");
+    let e = Controller::connect_over(Box::new(link), &options(&target, HOST, None), NQN).err().expect("refused");
+    assert!(e.is_connection_loss(), "closed unanswered: {e}");
+    assert_eq!(port_stats(&target)["tls_identity_mismatches"], 1);
+    let logged = String::from_utf8_lossy(&log().lock().unwrap()).to_string();
+    assert!(logged.contains("another host or subsystem than the TLS PSK identity"), "{logged}");
+}

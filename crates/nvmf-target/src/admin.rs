@@ -8,7 +8,7 @@ use nvmf_proto::identify::{
     cntrltype, encode_ns_descriptors, encode_ns_list, nidt, oncs, sgls, vwc, IdentifyController, IdentifyNamespace,
     NsDescriptor, IDENTIFY_LEN,
 };
-use nvmf_proto::nvme::{admin_opcode, cns, feature, log_page};
+use nvmf_proto::nvme::{admin_opcode, cns, feature, io_opcode, log_page};
 use nvmf_proto::{Sqe, Status};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -107,8 +107,9 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         oacs: 0,
         acl: 3,
         aerl: AERL,
-        // Bit 2: extended data for Get Log Page (LPOL/LPOU offsets).
-        lpa: 1 << 2,
+        // Bit 1: the Commands Supported and Effects page (I/O controllers, as nvmet); bit 2:
+        // extended data for Get Log Page (LPOL/LPOU offsets).
+        lpa: if io { 1 << 1 | 1 << 2 } else { 1 << 2 },
         elpe: 0,
         kas: 1,
         sqes: if io { 0x66 } else { 0 },
@@ -177,6 +178,7 @@ fn get_log_page(cx: &AdminContext, sqe: &Sqe) -> Outcome {
             p
         }
         (log_page::CHANGED_NS_LIST, false) => vec![0; 4096],
+        (log_page::COMMANDS_SUPPORTED, false) => commands_supported_and_effects(),
         _ => return Outcome::status(Status::INVALID_LOG_PAGE.with_dnr()),
     };
     // The host gets exactly `len` bytes from `offset`; past the end of the page it reads zeroes.
@@ -193,6 +195,35 @@ fn get_log_page(cx: &AdminContext, sqe: &Sqe) -> Outcome {
         out[..n].copy_from_slice(&from[..n]);
     }
     Outcome::Data(out)
+}
+
+/// Commands Supported and Effects (LID 05h): which admin and I/O opcodes this controller runs,
+/// and which of them change logical block content, as `execute` above and the I/O command
+/// layer dispatch them (the same table Linux nvmet reports). `nvme effects-log` reads it.
+fn commands_supported_and_effects() -> Vec<u8> {
+    const CSUPP: u32 = 1 << 0;
+    const LBCC: u32 = 1 << 1;
+    let admin = [
+        admin_opcode::GET_LOG_PAGE,
+        admin_opcode::IDENTIFY,
+        admin_opcode::ABORT,
+        admin_opcode::SET_FEATURES,
+        admin_opcode::GET_FEATURES,
+        admin_opcode::ASYNC_EVENT_REQUEST,
+        admin_opcode::KEEP_ALIVE,
+    ];
+    let io = [
+        (io_opcode::READ, CSUPP),
+        (io_opcode::FLUSH, CSUPP),
+        (io_opcode::DATASET_MANAGEMENT, CSUPP),
+        (io_opcode::WRITE, CSUPP | LBCC),
+        (io_opcode::WRITE_ZEROES, CSUPP | LBCC),
+    ];
+    let mut page = vec![0u8; 4096];
+    let mut put = |index: usize, effects: u32| page[index * 4..index * 4 + 4].copy_from_slice(&effects.to_le_bytes());
+    admin.iter().for_each(|&op| put(op as usize, CSUPP));
+    io.iter().for_each(|&(op, effects)| put(256 + op as usize, effects));
+    page
 }
 
 /// Temperature Threshold default (Kelvin): over-temperature 343 K (70 °C) for the composite
@@ -457,6 +488,32 @@ mod tests {
         s.set_cdw(12, offset as u32);
         s.set_cdw(13, (offset >> 32) as u32);
         get_log_page(&cx, &s)
+    }
+
+    #[test]
+    fn commands_supported_and_effects_lists_exactly_the_admin_commands_executed() {
+        let c = controller(false);
+        let Outcome::Data(page) = log_page(&c, log_page::COMMANDS_SUPPORTED, 1024, 0) else { panic!("no page") };
+        let entry = |i: usize| u32::from_le_bytes(page[i * 4..i * 4 + 4].try_into().unwrap());
+        let t = Target::new(TargetSettings::default(), &[], &[]).unwrap();
+        let cx = AdminContext { target: &t, ctrl: &c, held_aers: 0 };
+        for op in 0..=255u8 {
+            // Fabrics commands (7Fh) are routed before admin execution and are not in the page.
+            if op == admin_opcode::FABRICS {
+                continue;
+            }
+            let refused = execute(&cx, &sqe(op, 0, 0)) == Outcome::status(Status::INVALID_OPCODE.with_dnr());
+            assert_eq!(entry(op as usize) & 1 == 1, !refused, "admin opcode {op:#04x}");
+        }
+        assert_eq!(entry(256 + io_opcode::WRITE as usize), 0b11, "write: supported, changes block content");
+        assert_eq!(entry(256 + io_opcode::READ as usize), 0b01);
+        assert_eq!(entry(256 + 0x7E), 0, "an unknown I/O opcode");
+        let discovery = controller(true);
+        assert_eq!(
+            log_page(&discovery, log_page::COMMANDS_SUPPORTED, 1024, 0),
+            Outcome::status(Status::INVALID_LOG_PAGE.with_dnr()),
+            "not on a discovery controller"
+        );
     }
 
     #[test]

@@ -55,7 +55,7 @@ class StackOption(str, Enum):
     spdk = "spdk"
 
 
-STACK_HELP = "stack for both target and host: ours, kernel or spdk (overrides the spec's [stack])"
+STACK_HELP = "stack for both target and host: ours, kernel or spdk (overrides the spec's \\[stack])"
 STACK_OPT = typer.Option(None, "--stack", help=STACK_HELP)
 TARGET_STACK_OPT = typer.Option(None, "--target-stack", help="stack serving the target (after --stack)")
 HOST_STACK_OPT = typer.Option(None, "--host-stack", help="stack driving the load (after --stack)")
@@ -72,7 +72,7 @@ def study(name: StudyName = typer.Argument(..., help="a study of studies/ (polli
                                            "interference, stacks, contention, dimensions, busy-poll, "
                                            "parallelism) or all"),
           spec: Optional[Path] = typer.Option(None, "--spec", help="spec file (default: studies/NAME.toml)"),
-          quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides (about a minute)"),
+          quick: bool = typer.Option(False, "--quick", help="apply the spec's \\[quick] overrides (about a minute)"),
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
           stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
           host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
@@ -101,7 +101,7 @@ def study(name: StudyName = typer.Argument(..., help="a study of studies/ (polli
 
 @app.command()
 def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
-        quick: bool = typer.Option(False, "--quick", help="apply the spec's [quick] overrides"),
+        quick: bool = typer.Option(False, "--quick", help="apply the spec's \\[quick] overrides"),
         results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
         stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
         host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,

@@ -107,3 +107,10 @@ def test_quick_studies_run_every_leg(tmp_path, fake_env):
     # one repeat in --quick: the control reports its numbers but cannot judge without an interval
     assert "Control (shared network only, background as in the initiator leg), L-app: with a background" in html
     assert "the control cannot judge" in html
+
+
+def test_help_keeps_the_spec_table_names(fake_env):
+    # The console reads "[quick]" as markup and would drop it from the help text.
+    done = nvmflab("study", "--help", env=fake_env | {"COLUMNS": "200"})
+    assert done.returncode == 0
+    assert "the spec's [quick] overrides" in done.stdout and "the spec's [stack]" in done.stdout

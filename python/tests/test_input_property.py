@@ -77,6 +77,21 @@ def with_value(table: str | None, key: str, value) -> dict:
     return spec
 
 
+def field_path(table: str | None, key: str) -> str:
+    return f"{table}.{key}" if table else key
+
+
+def spec_file_with(tmp_path: Path, table: str | None, key: str, value) -> Path:
+    """The base spec with one value set, written to a file; values TOML cannot write are not drawn."""
+    try:
+        text = toml(with_value(table, key, value))
+    except (TypeError, ValueError):
+        assume(False)
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return path
+
+
 def named_field(message: str, path: Path) -> str:
     """The field a one-line spec error names: `FILE[:LINE]: FIELD: ...`."""
     match = re.match(re.escape(str(path)) + r"(?::\d+)?: ([^:]+): ", message)
@@ -96,18 +111,11 @@ def check_refusal(message: str, path: Path, expected: str) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(FIELDS), value=bad_values)
 def test_any_bad_value_names_its_field(tmp_path, field, value):
-    table, key = field
-    try:
-        text = toml(with_value(table, key, value))
-    except (TypeError, ValueError):
-        assume(False)
-    path = tmp_path / "spec.toml"
-    path.write_text(text)
+    path = spec_file_with(tmp_path, *field, value)
     try:
         load_spec(path, study="polling")
     except SpecError as error:
-        expected = f"{table}.{key}" if table else key
-        check_refusal(str(error), path, expected)
+        check_refusal(str(error), path, field_path(*field))
     else:
         assert isinstance(load_spec(path, study="polling"), Spec)  # the value happened to be valid
 
@@ -118,13 +126,11 @@ def test_any_unknown_key_is_named_with_its_table(tmp_path, table, key, value):
     known = set(Spec.model_fields) if table is None else set(POLLING_PARAMS) if table == "params" else \
         set(getattr(Spec.model_fields[table].annotation, "model_fields", {}) or TABLES[table])
     assume(key not in known)
-    path = tmp_path / "spec.toml"
-    path.write_text(toml(with_value(table, key, value)))
+    path = spec_file_with(tmp_path, table, key, value)
     with pytest.raises(SpecError) as raised:
         load_spec(path, study="polling")
     message = str(raised.value)
-    expected = f"{table}.{key}" if table else key
-    assert named_field(message, path) == expected, message
+    assert named_field(message, path) == field_path(table, key), message
     assert "unknown field; allowed: " in message and "\n" not in message
 
 
@@ -145,13 +151,7 @@ def test_the_cli_answers_bad_specs_and_arguments_with_one_line_and_exit_2(tmp_pa
                                                                          capfd, monkeypatch):
     from nvmflab.cli import main
 
-    table, key = field
-    try:
-        text = toml(with_value(table, key, value))
-    except (TypeError, ValueError):
-        assume(False)
-    path = tmp_path / "spec.toml"
-    path.write_text(text)
+    path = spec_file_with(tmp_path, *field, value)
     try:
         load_spec(path)
         spec_ok = True
@@ -167,4 +167,4 @@ def test_the_cli_answers_bad_specs_and_arguments_with_one_line_and_exit_2(tmp_pa
     assert "\n" not in line and "Traceback" not in line and "internal error" not in line, line
     assert line.startswith("nvmflab: error: "), line
     if not extra:
-        check_refusal(line.removeprefix("nvmflab: error: "), path, f"{table}.{key}" if table else key)
+        check_refusal(line.removeprefix("nvmflab: error: "), path, field_path(*field))

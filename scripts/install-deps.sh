@@ -20,6 +20,7 @@ while [ $# -gt 0 ]; do
 done
 case "$purpose" in run|spdk|test) ;; *) echo "install-deps: --for takes run, spdk or test, not '$purpose'" >&2; exit 2 ;; esac
 say() { echo "install-deps: $*"; }
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 # Running: compile the stack (build-essential, pkg-config), the harness's process and network
 # plumbing (iproute2 for namespaces, procps), Python with venv for the harness, and iperf3 for the
@@ -83,7 +84,6 @@ if ! rust_ok; then
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   say "apt-get update (refreshing the package lists)"
   $SUDO apt-get update -qq
   say "apt-get install ${#missing[@]} package(s); one line per package downloaded and set up"
@@ -97,7 +97,6 @@ fi
 # `make test-msrv` proves the lockfile builds where no rustup exists (a debootstrap root without
 # bookworm-security gets exactly this rustc-web). Downgrades a newer rustc-web if one is installed.
 if [ "$purpose" = test ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   [ -n "$(apt-cache madison rustc-web 2>/dev/null)" ] || $SUDO apt-get update -qq
   have=$(dpkg-query -W -f='${Version}' rustc-web 2>/dev/null || true)
   want=$(apt-cache madison rustc-web | awk -v m="$MIN_RUST" '$3 ~ "^" m "\\." {print $3}' | sort -V | tail -1)

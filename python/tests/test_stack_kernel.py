@@ -18,7 +18,8 @@ from nvmflab.spec import Knobs
 from nvmflab.stacks import get_stack
 from nvmflab.stacks.base import StackError
 from nvmflab.stacks import kernel
-from nvmflab.stacks.kernel import KernelStack, connect_argv, find_controllers, fio_argv, parse_fio
+from nvmflab.stacks.fio import fio_argv, fio_intervals, parse_fio
+from nvmflab.stacks.kernel import KernelStack, connect_argv, find_controllers
 from nvmflab.topology.base import checked
 from nvmflab.topology.local import LocalHost
 
@@ -479,14 +480,14 @@ def test_fio_interval_logs_become_nvmflab_intervals():
             ("iops", 2): "500, 100, 0, 0, 0\n1000, 100, 0, 0, 0\n",
             ("clat", 1): "500, 1000, 0, 0, 0\n500, 4000, 1, 0, 0\n1000, 2000, 0, 0, 0\n1500, 9, 0, 0, 0\n",
             ("clat", 2): "500, 1000, 0, 0, 0\n1000, 6000, 0, 0, 0\n"}
-    found = kernel.fio_intervals(logs, 500)
+    found = fio_intervals(logs, 500)
     assert [r["t_ms"] for r in found] == [500, 1000]  # the clat line past the last IOPS window is dropped
     assert found[0] | {"lat_p99_ns": 0} == {"t_ms": 500, "iops": 250.0, "read_iops": 200.0, "write_iops": 50.0,
                                            "lat_mean_ns": (100 * 1000 + 50 * 4000 + 100 * 1000) / 250,
                                            "lat_p50_ns": None, "lat_p99_ns": 0, "lat_p99_9_ns": None}
     assert found[1]["lat_mean_ns"] == (300 * 2000 + 100 * 6000) / 400
     with pytest.raises(StackError, match="iops log of job 1: unreadable line"):
-        kernel.fio_intervals({("iops", 1): "x, y\n"}, 500)
+        fio_intervals({("iops", 1): "x, y\n"}, 500)
 
 
 def test_real_fio_logs_reach_the_report(fake, tmp_path):

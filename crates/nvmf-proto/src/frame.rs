@@ -52,6 +52,19 @@ pub struct Frame {
     pub data_digest_ok: bool,
 }
 
+/// The validated header of a PDU whose data may not have arrived yet ([`Framer::next_header`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub header: PduHeader,
+    pub flags: u8,
+    /// Length of the whole PDU (PLEN).
+    pub len: usize,
+    /// Where the PDU's data lies, counted from the PDU's first byte (empty if none).
+    pub data: Range<usize>,
+    /// True when a data digest follows the data (at `data.end`).
+    pub data_digest: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framer {
     pub role: Role,
@@ -92,6 +105,24 @@ impl Framer {
 
     /// Looks at the front of `buf`. `Ok(None)`: not a whole PDU yet. Never panics.
     pub fn next(&self, buf: &[u8]) -> Result<Option<Frame>, FatalError> {
+        let Some(h) = self.next_header(buf)? else { return Ok(None) };
+        if buf.len() < h.len {
+            return Ok(None);
+        }
+        let data_digest_ok = if h.data_digest && !h.data.is_empty() {
+            let got = u32::from_le_bytes(buf[h.data.end..h.data.end + DIGEST_LEN].try_into().expect("4 bytes"));
+            data_digest(&buf[h.data.clone()]) == got
+        } else {
+            true
+        };
+        Ok(Some(Frame { header: h.header, flags: h.flags, len: h.len, data: h.data, data_digest_ok }))
+    }
+
+    /// Like [`Framer::next`], but for a PDU with data it needs only the bytes before the data
+    /// (header, header digest, padding): the caller may then receive the data (and the data
+    /// digest, [`FrameHeader::data_digest`]) wherever it belongs. PDUs without data, TermReqs
+    /// included, still need all their bytes. Never panics.
+    pub fn next_header(&self, buf: &[u8]) -> Result<Option<FrameHeader>, FatalError> {
         let Some(ch) = CommonHeader::parse(buf) else { return Ok(None) };
         let echo = (ch.hlen as usize).clamp(COMMON_HEADER_LEN, TERM_REQ_MAX_HEADER).min(buf.len());
         let ty = match PduType::from_u8(ch.pdu_type) {
@@ -119,7 +150,8 @@ impl Framer {
             return Err(fatal(fes::DATA_LIMIT_EXCEEDED, 0, echo));
         }
 
-        if buf.len() < plen {
+        let needed = if data.is_empty() { plen } else { data.start };
+        if buf.len() < needed {
             return Ok(None);
         }
         if hdgst {
@@ -133,13 +165,8 @@ impl Framer {
         if let PduHeader::H2CTermReq(t) | PduHeader::C2HTermReq(t) = &mut header {
             t.header = buf[hlen..plen].to_vec();
         }
-        let data_digest_ok = if ddgst_flag && !data.is_empty() {
-            let got = u32::from_le_bytes(buf[data.end..data.end + DIGEST_LEN].try_into().expect("4 bytes"));
-            data_digest(&buf[data.clone()]) == got
-        } else {
-            true
-        };
-        Ok(Some(Frame { header, flags: ch.flags, len: plen, data, data_digest_ok }))
+        let data_digest = ddgst_flag && !data.is_empty();
+        Ok(Some(FrameHeader { header, flags: ch.flags, len: plen, data, data_digest }))
     }
 
     /// Checks PLEN and PDO against the type and returns where the data lies.
@@ -233,6 +260,23 @@ mod tests {
             assert!(f.data_digest_ok);
             assert!(matches!(f.header, PduHeader::CapsuleCmd(_)));
         }
+    }
+
+    #[test]
+    fn header_is_ready_before_the_data_arrives() {
+        let dg = Digests { header: true, data: true };
+        let bytes = capsule(&[7u8; 100], dg);
+        let whole = target(dg).next(&bytes).unwrap().unwrap();
+        for cut in 0..bytes.len() {
+            let h = target(dg).next_header(&bytes[..cut]).unwrap();
+            assert_eq!(h.is_some(), cut >= whole.data.start, "cut at {cut}");
+            if let Some(h) = h {
+                assert_eq!((h.len, h.data.clone(), h.data_digest), (whole.len, whole.data.clone(), true));
+            }
+        }
+        let mut bad = bytes.clone();
+        bad[70] ^= 1; // inside the header digest's range: refused before any data
+        assert_eq!(target(dg).next_header(&bad[..whole.data.start]).unwrap_err().fes, fes::HDR_DIGEST_ERR);
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod nvme;
 pub mod pdu;
 mod le;
 
-pub use frame::{FatalError, Frame, Framer, Role};
+pub use frame::{FatalError, Frame, FrameHeader, Framer, Role};
 pub use nvme::{Cqe, SglDescriptor, Sqe, Status};
 pub use pdu::{Digests, PduHeader, PduType};
 

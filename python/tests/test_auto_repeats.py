@@ -94,7 +94,8 @@ def test_the_planning_pass_does_not_loop(tmp_path):
 
 def test_added_rounds_are_interleaved_and_failures_get_none(tmp_path):
     """A runner that stores fixed IOPS per configuration: qd4 alternates 1000/2000 (never stable),
-    qd8 fails; rounds hold every unstable configuration once, qd1 stops at min_repeats."""
+    qd8 fails. The call is one comparison: each round holds every live member (qd1 and qd4, not
+    the failing qd8); compared per queue depth, qd1 stops at min_repeats."""
     spec = Spec.model_validate({"name": "auto", "runtime": 0.2, "ramp_time": 0, "max_repeats": 5})
     store = ResultsStore(tmp_path)
     run_id = store.start_run("auto", "", {})
@@ -122,6 +123,13 @@ def test_added_rounds_are_interleaved_and_failures_get_none(tmp_path):
     sets = [point_knobs(ctx, {"iodepth": qd}) for qd in (1, 4, 8)]
     outcomes = ctx.run(repeated(ctx, sets, lambda k, r: tcp_point(ctx, "sweep", k, r)), "unit")
     assert rounds[0] == [(qd, r) for r in range(3) for qd in (1, 4, 8)]
-    assert rounds[1:] == [[(4, 3)], [(4, 4)]]
-    assert len(outcomes) == 11
+    assert rounds[1:] == [[(1, 3), (4, 3)], [(1, 4), (4, 4)]]
+    assert len(outcomes) == 13
     assert [(leg, knobs["iodepth"], n) for _, leg, knobs, n, _ in ctx.capped] == [("sweep", 4, 5)]
+    rounds.clear()
+    ctx = Context(spec, "auto", runner, ResultsStore(tmp_path / "apart"))
+    store = ctx.store
+    run_id = store.start_run("auto", "", {})
+    ctx.run(repeated(ctx, sets, lambda k, r: tcp_point(ctx, "sweep", k, r)), "unit",
+            compare_by=lambda p: p.knobs["iodepth"])
+    assert rounds[1:] == [[(4, 3)], [(4, 4)]]

@@ -50,7 +50,8 @@ def saturation_legs(monkeypatch, tmp_path, cores: list[int]) -> dict[str, list]:
     spec = load_spec(REPO / "studies" / "saturation.toml", quick=True)
     legs = {}
     local = LocalHost()
-    runner = SimpleNamespace(run=lambda points, _description: legs.setdefault(points[0].leg, points), progress=None,
+    runner = SimpleNamespace(run=lambda points, _description: [legs.setdefault(p.leg, []).append(p) for p in points],
+                             progress=None,
                              hosts=Hosts(local, [local]), stacks_for=ours_stacks)
     saturation.execute(Context(spec, "saturation", runner, SimpleNamespace(dir=tmp_path)),
                        study_params("saturation", spec.params))

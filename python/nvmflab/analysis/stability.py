@@ -1,7 +1,7 @@
 """Which configurations stayed noisy: the report's note on `repeats = "auto"` runs.
 
 With `repeats = "auto"` the harness repeats a configuration until the 95 % t interval of its main
-metric (IOPS of the `main`/`fg` role; mean latency for an L-app) is within `ci_within_pct` of the
+metric (IOPS of the `main`/`fg` role; p99 latency for an L-app, the metric its decisions use) is within `ci_within_pct` of the
 mean, or `max_repeats` is reached. The configurations that reached the cap still unstable are named
 in a finding, computed from the stored measurements and the run's spec text, so a report written
 later (`nvmflab report`) says the same as the run's console did.
@@ -21,8 +21,8 @@ DEFAULT_WITHIN_PCT = 5.0
 
 
 def main_metric(knobs: dict) -> str:
-    """Mean latency for an L-app (its findings are about latency), IOPS for everything else."""
-    return "lat_mean_ns" if knobs.get("app") == "L-app" else "iops"
+    """p99 latency for an L-app (its decisions are taken on p99), IOPS for everything else."""
+    return "lat_p99_ns" if knobs.get("app") == "L-app" else "iops"
 
 
 def auto_settings(runs: pd.DataFrame, study: str) -> tuple[int, float] | None:
@@ -82,7 +82,7 @@ def capped_finding(rows: pd.DataFrame, runs: pd.DataFrame, study: str) -> str | 
     if hit.empty:
         return None
     names = "; ".join(
-        f"{r.leg} {_label(r.knobs_json)} ({'mean latency' if r.metric == 'lat_mean_ns' else 'IOPS'} "
+        f"{r.leg} {_label(r.knobs_json)} ({'p99 latency' if r.metric == 'lat_p99_ns' else 'IOPS'} "
         f"±{r.rel_ci95 * 100:.1f} % after {r.repeats} repeats)" for r in hit.itertuples())
     return (f"Not stable: {len(hit)} configuration(s) reached max_repeats ({cap}) with the 95 % interval of "
             f"their main metric still wider than {within:g} % of the mean — read their comparisons with that "

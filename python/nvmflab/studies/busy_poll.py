@@ -63,7 +63,8 @@ def execute(ctx: Context, params: Params) -> None:
                     points.append(_placed(ctx, knobs, repeat, n, targets, hosts, params, reason))
                 else:
                     points.append(placed_point(ctx, name, knobs, repeat, host_cpus, target_cpus, skip_reason=reason))
-    ctx.run(points, "busy-poll: configurations × target cores")
+    # each target core count is one comparison of the configurations
+    ctx.run(points, "busy-poll: configurations × target cores", compare_by=lambda p: p.knobs.get("target_cpus"))
 
 
 def cores_for(ctx: Context, n: int) -> tuple[list[int], list[int]]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..cores import available_cores, physical
 from ..analysis.stability import main_metric
-from ..analysis.stats import ci95_halfwidth, collapse_jobs, usable
+from ..analysis.stats import ci95_halfwidth, collapse_jobs, diff_interval, usable
 from ..plan import PerfJob, Point, Subsystem, TargetSetup, point_key
 from ..runner import Outcome, Runner
 from ..spec import Spec, validate_knobs
@@ -56,45 +56,62 @@ class Context:
     def target_phys(self, logical: Iterable[int]) -> tuple[int, ...]:
         return tuple(physical(list(logical), self.target_cores))
 
-    def run(self, points: list[Point], description: str) -> list[Outcome]:
-        """Run the points; with `repeats = "auto"`, add interleaved rounds until each configuration's
-        main metric is stable (see `stability`) or max_repeats is reached. The planning pass runs
-        (collects) the given points only: it has no measurements to judge, so it never loops."""
+    def run(self, points: list[Point], description: str, compare_by: Callable[[Point], Any] | None = None,
+            metric: Callable[[dict[str, Any]], str] | None = None) -> list[Outcome]:
+        """Run the points, whose members are compared with each other, as given (build them with
+        `repeated`/`interleave`: round r of every member before round r + 1 of any).
+
+        With `repeats = "auto"`, rounds are added per comparison: `compare_by(point)` names the
+        comparison a point belongs to (default: all points of the call are one). While a comparison
+        is not settled, each round runs every live member of it once more, so its members stay
+        side by side. A comparison is settled when every member's decision metric (`metric(knobs)`,
+        default `decision_metric`: p99 for an L-app, IOPS otherwise) is within `ci_within_pct`, or
+        when the interval of each member's difference to the first member is that narrow (`settled`).
+        The planning pass runs (collects) the given points only: it has no measurements to judge."""
         self.skip_refused_jobs(points)
         outcomes = self.runner.run(points, description)
         if not self.spec.auto_repeats or self.planning or not points:
             return outcomes
+        metric = metric or decision_metric
         groups: dict[str, list[Point]] = {}
+        comparisons: dict[Any, list[str]] = {}
         for point in points:
-            groups.setdefault(config_key(point), []).append(point)
+            key = config_key(point)
+            if key not in groups:
+                comparisons.setdefault(compare_by(point) if compare_by else None, []).append(key)
+            groups.setdefault(key, []).append(point)
         status = {o.point.key: o.status for o in outcomes}
         target = self.spec.ci_within_pct / 100
         while True:
             frame = self.store.measurements()
-            pending = []
-            for key, members in groups.items():
-                n = max(p.repeat for p in members) + 1
-                latest = max(members, key=lambda p: p.repeat)
-                if status.get(latest.key) not in ("ok", "stored") or latest.skip_reason or latest.fail_reason:
-                    continue  # a failing or skipped configuration gets no more rounds
-                rel = stability(frame, members)
-                if math.isnan(rel) or rel <= target:
+            pending: list[Point] = []
+            for members in comparisons.values():
+                live = [k for k in members if _alive(groups[k], status)]
+                if not live:
                     continue
+                samples = [main_values(frame, [p.key for p in groups[k]], groups[k][0].knobs, metric)
+                           for k in live]
+                if settled(samples, target):
+                    continue
+                latest = [max(groups[k], key=lambda p: p.repeat) for k in live]
+                n = max(p.repeat for p in latest) + 1
                 if n >= self.spec.max_repeats:
-                    self.capped.append((description, latest.leg, latest.knobs, n, rel))
-                    self.console_note(f"{description}: {latest.leg} {knob_text(latest.knobs)} still ±{rel:.1%} "
-                                      f"after {n} repeats (max_repeats): reported as unstable")
+                    for point, values in zip(latest, samples):
+                        rel = relative_spread(values)
+                        if rel > target:  # NaN (all repeats equal) is not called unstable
+                            self.capped.append((description, point.leg, point.knobs, n, rel))
+                            self.console_note(f"{description}: {point.leg} {knob_text(point.knobs)} still "
+                                              f"±{rel:.1%} after {n} repeats (max_repeats): reported as unstable")
                     continue
-                pending.append((key, dataclasses.replace(latest, repeat=n)))
+                pending += [dataclasses.replace(p, repeat=n) for p in latest]
             if not pending:
                 return outcomes
-            round_points = [p for _, p in pending]
-            more = self.runner.run(round_points, f"{description} (repeat {round_points[0].repeat + 1}, "
-                                                 f"{len(round_points)} not yet stable)")
+            more = self.runner.run(pending, f"{description} (repeat {pending[0].repeat + 1}, "
+                                            f"{len(pending)} points of comparisons not yet settled)")
             outcomes += more
             status |= {o.point.key: o.status for o in more}
-            for key, point in pending:
-                groups[key].append(point)
+            for point in pending:
+                groups[config_key(point)].append(point)
 
     def run_fixed(self, points: list[Point], description: str) -> list[Outcome]:
         """Run exactly these points, never adding rounds: for points whose `prepare` starts
@@ -151,8 +168,14 @@ def knob_text(knobs: dict[str, Any]) -> str:
     return " ".join(f"{k}={knobs[k]}" for k in shown if knobs.get(k) is not None)
 
 
-def main_values(frame: pd.DataFrame, keys: Iterable[str], knobs: dict[str, Any]) -> list[float]:
-    """Per repeat, the main metric of the main role (`main`, else `fg`) from the stored rows:
+def decision_metric(knobs: dict[str, Any]) -> str:
+    """The metric a study's decision on these knobs uses (`stability.main_metric`)."""
+    return main_metric(knobs)
+
+
+def main_values(frame: pd.DataFrame, keys: Iterable[str], knobs: dict[str, Any],
+                metric: Callable[[dict[str, Any]], str] | None = None) -> list[float]:
+    """Per repeat, the decision metric of the main role (`main`, else `fg`) from the stored rows:
     IOPS summed over the role's jobs, latency the worst job's."""
     if frame.empty:
         return []
@@ -164,20 +187,67 @@ def main_values(frame: pd.DataFrame, keys: Iterable[str], knobs: dict[str, Any])
     if role is None:
         return []
     rows = collapse_jobs(rows[rows["role"] == role])
-    metric = main_metric(knobs)
-    values = pd.to_numeric(rows[metric], errors="coerce").dropna()
+    column = (metric or decision_metric)(knobs)
+    if column not in rows:
+        return []
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()
     return [float(v) for v in values]
 
 
-def stability(frame: pd.DataFrame, points: list[Point]) -> float:
-    """Half-width of the 95 % t interval of the main metric over the points' repeats, as a fraction
-    of the mean; NaN with fewer than two usable repeats (nothing to judge)."""
-    values = main_values(frame, [p.key for p in points], points[0].knobs)
+def relative_spread(values: list[float]) -> float:
+    """Half-width of the 95 % t interval of the values as a fraction of their mean; NaN with fewer
+    than two values (nothing to judge)."""
     if len(values) < 2:
         return math.nan
     mean = sum(values) / len(values)
     half = ci95_halfwidth(values)
     return math.nan if mean == 0 or math.isnan(half) else half / abs(mean)
+
+
+def settled(samples: list[list[float]], within: float) -> bool:
+    """True when a comparison needs no more rounds: a member with fewer than two values gives
+    nothing to judge (True); else every member's interval is within `within` of its mean (repeats
+    that are all equal give no interval and are not judged: a deterministic fake, a zero reading),
+    or the Welch interval of every member's difference to the first is within `within` of the
+    larger of the two means. The rule looks at the intervals' widths only, never at whether they
+    exclude zero, so stopping early cannot favour a difference (no optional-stopping bias)."""
+    if any(len(v) < 2 for v in samples):
+        return True
+    spreads = [relative_spread(v) for v in samples]
+    if all(math.isnan(r) or r <= within for r in spreads):
+        return True
+    if len(samples) < 2:
+        return False
+    first = samples[0]
+    for other in samples[1:]:
+        mean_a, mean_b = sum(first) / len(first), sum(other) / len(other)
+        _, half = diff_interval(mean_a, _std(first), len(first), mean_b, _std(other), len(other))
+        scale = max(abs(mean_a), abs(mean_b))
+        if math.isnan(half) or scale == 0 or half > within * scale:
+            return False
+    return True
+
+
+def _std(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _alive(members: list[Point], status: dict[str, str]) -> bool:
+    """A configuration whose latest repeat ran (a failing or skipped one gets no more rounds)."""
+    latest = max(members, key=lambda p: p.repeat)
+    return status.get(latest.key) in ("ok", "stored") and not latest.skip_reason and not latest.fail_reason
+
+
+def stability(frame: pd.DataFrame, points: list[Point]) -> float:
+    """relative_spread of the decision metric over the points' repeats."""
+    return relative_spread(main_values(frame, [p.key for p in points], points[0].knobs))
+
+
+def interleave(*legs: list[Point]) -> list[Point]:
+    """The points of several legs (each built by `repeated`) as one list, repeat outermost: round r
+    of every leg runs before round r + 1 of any, so a slow phase of the machine lands on every leg."""
+    return sorted((p for leg in legs for p in leg), key=lambda p: p.repeat)  # stable: leg order kept
 
 
 def logical(given: list[int], count: int, taken: Iterable[int]) -> list[int]:

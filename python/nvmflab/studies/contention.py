@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..plan import Point, generator_roles, point_key
 from ..store import now
 from ..topology.base import Host, HostError, HostProcess
-from .common import Context, point_knobs, repeated
+from .common import Context, point_knobs
 from .placing import placed_point
 
 APPS = {"T-app": {"rw": "read", "bs": 128 << 10, "iodepth": 4},
@@ -67,27 +67,27 @@ def execute(ctx: Context, params: Params) -> None:
         knobs = point_knobs(ctx, base | {"numjobs": 1, "app": app or "net"})
         return knobs | {"net_flows": flows, "placement": placement or "none", "part": "storage"}
 
-    # isolated: storage apps alone, then the flows alone
-    iso = [app_knobs(app, 0, None) for app in params.apps]
-    ctx.run(repeated(ctx, iso, lambda k, r: placed_point(ctx, "isolated", k, r, storage_host, storage_target)),
-            "contention: storage apps alone")
+    # Alone and together side by side: per round, the storage apps alone, the flows alone and every
+    # placement's storage app with its flows (repeat outermost, so a slow phase lands on all).
     runs = []
-    for n in params.flows:
-        knobs = app_knobs(None, n, "none") | {"part": "network"}
-        runs += [(knobs, r, None, _layout(ctx, n, "same")) for r in range(ctx.spec.repeats)]
-    _run_with_flows(ctx, "isolated", runs, params, missing, "contention: iperf3 flows alone")
-    for placement in params.placements:
-        leg = PLACEMENTS[placement]
-        runs = []
+    for r in range(ctx.spec.repeats):
         for app in params.apps:
-            for n in params.flows:
-                layout = _layout(ctx, n, placement)
-                knobs = app_knobs(app, n, placement) | {"net_shares_storage_core": layout["shares"]}
-                for r in range(ctx.spec.repeats):
+            knobs = app_knobs(app, 0, None)
+            runs.append(("isolated", knobs, r, placed_point(ctx, "isolated", knobs, r, storage_host, storage_target),
+                         None))
+        for n in params.flows:
+            runs.append(("isolated", app_knobs(None, n, "none") | {"part": "network"}, r, None,
+                         _layout(ctx, n, "same")))
+        for placement in params.placements:
+            leg = PLACEMENTS[placement]
+            for app in params.apps:
+                for n in params.flows:
+                    layout = _layout(ctx, n, placement)
+                    knobs = app_knobs(app, n, placement) | {"net_shares_storage_core": layout["shares"]}
                     point = placed_point(ctx, leg, knobs, r, storage_host, storage_target,
                                          skip_reason=f"network apps skipped: {missing}" if missing else None)
-                    runs.append((knobs, r, point, layout))
-        _run_with_flows(ctx, leg, runs, params, missing, f"contention: {leg}")
+                    runs.append((leg, knobs, r, point, layout))
+    _run_with_flows(ctx, runs, params, missing, "contention: alone and together")
     if params.storage_apps:
         _many_apps(ctx, params, missing, app_knobs, storage_target)
 
@@ -108,16 +108,16 @@ def _many_apps(ctx: Context, params: Params, missing: str | None, app_knobs, sto
                       for role, core in zip(generator_roles(len(cores)), cores)]
         return point
 
-    together = [knobs_for(app, n, 0) for app in params.apps for n in params.storage_apps]
-    ctx.run(repeated(ctx, together, build), "contention: many storage apps together")
     runs = []
-    for app in params.apps:
-        for n in params.storage_apps:
-            knobs = knobs_for(app, n, 1)
-            for r in range(ctx.spec.repeats):
+    for r in range(ctx.spec.repeats):  # without and with the network app, in the same rounds
+        for app in params.apps:
+            for n in params.storage_apps:
+                knobs = knobs_for(app, n, 0)
+                runs.append(("many_apps", knobs, r, build(knobs, r), None))
+                knobs = knobs_for(app, n, 1)
                 point = build(knobs, r, f"network apps skipped: {missing}" if missing else None)
-                runs.append((knobs, r, point, _layout(ctx, 1, "same")))
-    _run_with_flows(ctx, "many_apps", runs, params, missing, "contention: many storage apps and a network app")
+                runs.append(("many_apps", knobs, r, point, _layout(ctx, 1, "same")))
+    _run_with_flows(ctx, runs, params, missing, "contention: many storage apps, without and with a network app")
 
 
 def _app_cores(ctx: Context, app: str, count: int) -> list[int]:
@@ -153,14 +153,17 @@ def iperf3_missing(ctx: Context) -> str | None:
     return None
 
 
-def _run_with_flows(ctx: Context, leg: str, runs: list, params: Params, missing: str | None,
-                    description: str) -> None:
-    """Storage points through the runner with flows started in their `prepare`; the flows' own
-    measurements stored as companion points. Network-only runs are points without load generators."""
+def _run_with_flows(ctx: Context, runs: list, params: Params, missing: str | None, description: str) -> None:
+    """Runs (leg, knobs, repeat, point, layout), in the given order, through the runner: a point with a
+    layout gets its flows started in its `prepare` and their measurements stored as a companion
+    point; a point without a layout runs alone. A run without a point is a network-only point."""
     done = ctx.store.done_keys()
     pending: list[Flows] = []
     points = []
-    for knobs, repeat, point, layout in runs:
+    for leg, knobs, repeat, point, layout in runs:
+        if layout is None:  # a storage app alone: no flows
+            points.append(point)
+            continue
         net_knobs = knobs | {"part": "network"}
         net_key = point_key(ctx.study, leg, net_knobs, repeat, ctx.spec.runtime, ctx.spec.ramp_time)
         if point is None:  # network only: the point itself is the network measurement

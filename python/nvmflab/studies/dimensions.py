@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec import RW, IoDepth, Size
-from .common import Context, logical, point_knobs, repeated
+from .common import Context, interleave, logical, point_knobs, repeated
 from .placing import distinct, file_subsystem, local_file_point, placed_point, work_file
 
 RDMA_REASON = "no RDMA transport: nvmflab's stacks speak NVMe/TCP only (RoCE needs an RDMA NIC and a driver)"
@@ -51,7 +51,7 @@ def execute(ctx: Context, params: Params) -> None:
                                                                   skip_reason=skip)),
                     f"dimensions: pattern × size ({transport})")
         if "cores" in params.legs:
-            points = []
+            per_count = []
             for n in params.cores:
                 hosts = logical(topo.host_cores, n, topo.target_cores)
                 targets = logical(topo.target_cores, n, hosts)
@@ -60,19 +60,20 @@ def execute(ctx: Context, params: Params) -> None:
                                           "io_queues": n}) | {"transport": transport, "cores": n,
                                                               "host_cpus": len(host_cpus),
                                                               "target_cpus": len(target_cpus)}
-                points += repeated(ctx, [knobs], lambda k, r, h=host_cpus, t=target_cpus: placed_point(
-                    ctx, f"cores{suffix}", k, r, h, t, skip_reason=skip))
-            ctx.run(points, f"dimensions: cores ({transport})")
+                per_count.append(repeated(ctx, [knobs], lambda k, r, h=host_cpus, t=target_cpus: placed_point(
+                    ctx, f"cores{suffix}", k, r, h, t, skip_reason=skip)))
+            # every core count in the same rounds: the counts are one comparison
+            ctx.run(interleave(*per_count), f"dimensions: cores ({transport})")
         if "concurrency" in params.legs:
             path = work_file(ctx, "dimensions")
             sub = file_subsystem(ctx, "dimensions", path)
-            if transport == "tcp":
+            local_points = []
+            if transport == "tcp":  # the local QD1 reference runs in the same rounds as the remote depths
                 local = point_knobs(ctx, {"rw": "randread", "bs": 4096, "iodepth": 1, "numjobs": 1,
                                           "backend": "file"})
-                ctx.run(repeated(ctx, [local], lambda k, r: local_file_point(ctx, "local", k, r, path, host1)),
-                        "dimensions: local QD1")
+                local_points = repeated(ctx, [local], lambda k, r: local_file_point(ctx, "local", k, r, path, host1))
             sets = [point_knobs(ctx, {"rw": "randread", "bs": 4096, "iodepth": qd, "numjobs": 1, "backend": "file"})
                     | {"transport": transport} for qd in params.concurrency_iodepth]
-            ctx.run(repeated(ctx, sets, lambda k, r: placed_point(ctx, f"concurrency{suffix}", k, r, host1, target1,
-                                                                  subsystem=sub, skip_reason=skip)),
-                    f"dimensions: concurrency ({transport})")
+            ctx.run(interleave(local_points, repeated(ctx, sets, lambda k, r: placed_point(
+                        ctx, f"concurrency{suffix}", k, r, host1, target1, subsystem=sub, skip_reason=skip))),
+                    f"dimensions: concurrency ({transport})" + (" and local QD1" if local_points else ""))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..plan import Subsystem
 from ..spec import IoDepth, Size
 from ..topology import netns
-from .common import NQN_PREFIX, Context, local_point, point_knobs, repeated, tcp_point
+from .common import NQN_PREFIX, Context, interleave, local_point, point_knobs, repeated, tcp_point
 
 
 class Params(BaseModel):
@@ -46,39 +46,47 @@ def execute(ctx: Context, params: Params) -> None:
     sub = Subsystem(nqn=f"{NQN_PREFIX}:overhead", backend="file", size=size, path=path,
                     block_size=ctx.spec.backend.block_size)
 
-    if "local" in params.legs:
-        ctx.run(repeated(ctx, knob_sets, lambda k, r: local_point(ctx, "local", k, r, path, size)),
-                "overhead: local")
-    if "loopback" in params.legs:
-        ctx.run(repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "loopback", k, r, subsystem=sub)),
-                "overhead: loopback")
-    if "netns" in params.legs:
-        _netns_leg(ctx, params, knob_sets, sub)
-
-
-def _netns_leg(ctx: Context, params: Params, knob_sets: list[dict], sub) -> None:
+    legs = {
+        "local": lambda k, r: local_point(ctx, "local", k, r, path, size),
+        "loopback": lambda k, r: tcp_point(ctx, "loopback", k, r, subsystem=sub),
+    }
+    # Every leg in the same rounds (repeat outermost), so a slow phase of the machine lands on all.
+    if "netns" not in params.legs:
+        _run_legs(ctx, params, knob_sets, legs, [])
+        return
     link_knobs = {"netns_delay_us": params.netns_delay_us, "netns_rate": params.netns_rate}
-    knob_sets = [k | link_knobs for k in knob_sets]
+    netns_sets = [k | link_knobs for k in knob_sets]
     if ctx.planning:  # only the points: no namespace is built for a plan
-        ctx.run(repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "netns", k, r, subsystem=sub, netns="nvmflab-PID",
-                                                                listen_ip=netns.TARGET_IP)), "overhead: netns")
+        _run_legs(ctx, params, knob_sets, legs, repeated(ctx, netns_sets, lambda k, r: tcp_point(
+            ctx, "netns", k, r, subsystem=sub, netns="nvmflab-PID", listen_ip=netns.TARGET_IP)))
         return
     reason = netns.unavailable()
     if reason:
-        points = repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "netns", k, r, subsystem=sub,
-                                                                 skip_reason=f"netns leg skipped: {reason}"))
-        ctx.run(points, "overhead: netns (skipped)")
+        _run_legs(ctx, params, knob_sets, legs, _skipped(ctx, netns_sets, sub, reason))
         return
     try:
         with netns.EmulatedLink(params.netns_delay_us, params.netns_rate) as link:
-            linked = [k | {"netns_link": link.emulation.split(" (")[0]} for k in knob_sets]
+            linked = [k | {"netns_link": link.emulation.split(" (")[0]} for k in netns_sets]
             points = repeated(ctx, linked, lambda k, r: tcp_point(
                 ctx, "netns", k, r, subsystem=sub, netns=link.netns, listen_ip=netns.TARGET_IP))
             if link.emulation.startswith("none"):
                 ctx.console_note(f"overhead: netns link without emulation: {link.emulation}")
-            ctx.run(points, "overhead: netns")
-            ctx.runner.close()  # the target lives in the namespace: stop it before the namespace goes
+            try:
+                _run_legs(ctx, params, knob_sets, legs, points)
+            finally:
+                ctx.runner.close()  # the target lives in the namespace: stop it before the namespace goes
     except netns.NetnsError as err:
-        points = repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "netns", k, r, subsystem=sub,
-                                                                 skip_reason=f"netns leg skipped: {err}"))
-        ctx.run(points, "overhead: netns (skipped)")
+        _run_legs(ctx, params, knob_sets, legs, _skipped(ctx, netns_sets, sub, str(err)))
+
+
+def _run_legs(ctx: Context, params: Params, knob_sets: list[dict], builders: dict, netns_points: list) -> None:
+    """The local and loopback legs (as asked) and the netns points, interleaved in one run; each
+    app and queue depth (or block size) is one comparison across the legs."""
+    lists = [repeated(ctx, knob_sets, build) for leg, build in builders.items() if leg in params.legs]
+    ctx.run(interleave(*lists, netns_points), "overhead: " + " + ".join(params.legs),
+            compare_by=lambda p: (p.knobs["app"], p.knobs["iodepth"], p.knobs["bs"]))
+
+
+def _skipped(ctx: Context, knob_sets: list[dict], sub, reason: str) -> list:
+    return repeated(ctx, knob_sets, lambda k, r: tcp_point(ctx, "netns", k, r, subsystem=sub,
+                                                           skip_reason=f"netns leg skipped: {reason}"))

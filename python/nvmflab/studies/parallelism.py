@@ -18,7 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec import IoDepth, NumJobs, Size
-from .common import Context, point_knobs, repeated
+from ..plan import Point
+from .common import Context, interleave, point_knobs, repeated
 from .placing import distinct, file_subsystem, local_file_point, placed_point, work_file
 
 
@@ -42,21 +43,21 @@ def execute(ctx: Context, params: Params) -> None:
     def knobs(**over) -> dict:
         return point_knobs(ctx, {"rw": params.rw, "bs": 4096, "numjobs": 1, "backend": "file"} | over)
 
-    def remote(leg: str, sets: list[dict]) -> None:
-        ctx.run(repeated(ctx, sets, lambda k, r: placed_point(ctx, leg, k, r, host_cpus, target_cpus, subsystem=sub)),
-                f"parallelism: {leg}")
+    def remote(leg: str, sets: list[dict]) -> list[Point]:
+        return repeated(ctx, sets, lambda k, r: placed_point(ctx, leg, k, r, host_cpus, target_cpus, subsystem=sub))
 
-    def local(leg: str, sets: list[dict]) -> None:
-        ctx.run(repeated(ctx, sets, lambda k, r: local_file_point(ctx, leg, k, r, path, host_cpus)),
-                f"parallelism: {leg}")
+    def local(leg: str, sets: list[dict]) -> list[Point]:
+        return repeated(ctx, sets, lambda k, r: local_file_point(ctx, leg, k, r, path, host_cpus))
 
     if "numjobs" in params.legs:
-        remote("numjobs", [knobs(numjobs=j, io_queues=j, iodepth=params.numjobs_iodepth) for j in params.numjobs])
+        ctx.run(remote("numjobs", [knobs(numjobs=j, io_queues=j, iodepth=params.numjobs_iodepth)
+                                   for j in params.numjobs]), "parallelism: numjobs")
+    # local and remote side by side: each size (depth) is one comparison of the two legs
     if "size" in params.legs:
         sets = [knobs(bs=bs, iodepth=params.size_iodepth) for bs in params.bs]
-        local("size_local", sets)
-        remote("size_remote", sets)
+        ctx.run(interleave(local("size_local", sets), remote("size_remote", sets)),
+                "parallelism: size_local + size_remote", compare_by=lambda p: p.knobs["bs"])
     if "depth" in params.legs:
         sets = [knobs(iodepth=qd) for qd in params.iodepth]
-        local("depth_local", sets)
-        remote("depth_remote", sets)
+        ctx.run(interleave(local("depth_local", sets), remote("depth_remote", sets)),
+                "parallelism: depth_local + depth_remote", compare_by=lambda p: p.knobs["iodepth"])

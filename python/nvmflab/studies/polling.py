@@ -55,9 +55,17 @@ def unused_fields(spec) -> list[tuple[tuple[str, ...], str]]:
 
 
 def execute(ctx: Context, params: Params) -> None:
+    low = min(params.iodepth + [1])
+
+    def metric(knobs: dict) -> str:
+        """What the leg decides on: p99 at the lowest queue depth (the L-app), IOPS above it."""
+        return "lat_p99_ns" if knobs["iodepth"] <= low else "iops"
+
     def run_leg(leg: str, knob_sets: list[dict]) -> None:
+        # Each queue depth is one comparison (event vs poll, the idle periods, the matrix cells).
         sets = [point_knobs(ctx, TAPP | k) for k in knob_sets]
-        ctx.run(repeated(ctx, sets, lambda knobs, r: tcp_point(ctx, leg, knobs, r)), f"polling: {leg}")
+        ctx.run(repeated(ctx, sets, lambda knobs, r: tcp_point(ctx, leg, knobs, r)), f"polling: {leg}",
+                compare_by=lambda p: p.knobs["iodepth"], metric=metric)
 
     run_leg("completion", [{"completion": c, "iodepth": qd}
                            for c in ("event", "poll") for qd in params.iodepth])

@@ -31,7 +31,7 @@ from ..analysis.saturation import find_plateau
 from ..cores import cpulist
 from ..plan import Point
 from ..spec import IoDepth, NumJobs
-from .common import Context, point_knobs, repeated, tcp_point
+from .common import Context, interleave, point_knobs, repeated, tcp_point
 
 RESOURCES = ("initiator", "target")
 
@@ -75,12 +75,15 @@ def layouts(ctx: Context, resources: list[str]) -> dict[str, Layout]:
 
 
 def execute(ctx: Context, params: Params) -> None:
+    legs = []
     for leg, layout in layouts(ctx, params.resources).items():
         cores = {"host_cores": cpulist(list(layout.host)), "target_cores": cpulist(list(layout.target))}
         sets = [point_knobs(ctx, {"rw": "randread", "bs": 4096, "numjobs": j, "iodepth": qd, "resource": leg} | cores)
                 for j in params.numjobs for qd in params.iodepth]
-        ctx.run(repeated(ctx, sets, lambda knobs, r, leg=leg, layout=layout: _point(ctx, leg, layout, knobs, r)),
-                f"saturation: {leg}" + (" (skipped)" if layout.skip_reason else ""))
+        legs.append(repeated(ctx, sets, lambda knobs, r, leg=leg, layout=layout: _point(ctx, leg, layout, knobs, r)))
+    if legs:  # the resources side by side (repeat outermost): which saturates first is their comparison
+        ctx.run(interleave(*legs), "saturation: " + " + ".join(layouts(ctx, params.resources)),
+                compare_by=lambda p: (p.knobs["numjobs"], p.knobs["iodepth"]))
     if params.target_core_counts:
         scaling = scaling_layouts(ctx, params)
         sets, by_count = [], {}

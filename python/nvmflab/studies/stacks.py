@@ -82,4 +82,6 @@ def execute(ctx: Context, params: Params) -> None:
             for app in apps(params):
                 knobs = pair_knobs(ctx, target, host, app)
                 points.append(tcp_point(ctx, f"{target.name}/{host.name}", knobs, repeat, skip_reason=reason))
-    ctx.run(points, "stacks: target × host")
+    # each app is one comparison of every pair
+    ctx.run(points, "stacks: target × host", compare_by=lambda p: (p.knobs.get("app"), p.knobs.get("iodepth"),
+                                                                   p.knobs.get("bs")))

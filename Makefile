@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml | deps
 	  | sed -u -n -E '/^(Collecting|Successfully installed)/s/^/  pip: /p'
 	@touch $@
 
-test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-conformance
+test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-guest test-conformance
 
 # The workspace must build with Debian 12's own Rust (rustc-web at the workspace's rust-version,
 # which install-deps --for test puts in /usr/bin beside rustup's), as on a fresh machine without
@@ -72,7 +72,10 @@ interop: deps-test build venv
 # `conformance`: every nvme test (both columns: nvmf-target and the kernel's nvmet as control);
 # `test-conformance`: the control script alone on loopback (seconds), then the subset in
 # tests/blktests/subset.txt, each test ending as recorded there.
-.PHONY: conformance test-conformance
+.PHONY: conformance test-conformance test-guest
+# The shared trixie guest (tests/guest/trixie.py) that the blktests, TLS and RDMA checks boot.
+test-guest: deps-test venv
+	$(VENV)/bin/pytest -q tests/guest
 CONFORMANCE_RESULTS ?= results/conformance
 conformance: deps-test build
 	python3 tests/blktests/run.py --all --columns "nvmf-target nvmet" --results $(CONFORMANCE_RESULTS)

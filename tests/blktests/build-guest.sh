@@ -19,10 +19,13 @@ SUITE=trixie
 # What blktests' nvme group needs in the guest (check's own list: dd, gawk, blockdev, fio, udevadm,
 # getconf; the nvme tests: nvme-cli with JSON output, losetup, mkfs.xfs, keyctl for the keyring).
 PACKAGES=(bash coreutils util-linux mount udev kmod fio nvme-cli procps grep sed gawk findutils
-          diffutils iproute2 xfsprogs e2fsprogs libc-bin keyutils gzip hostname dash bsdextrautils)
+          diffutils iproute2 xfsprogs e2fsprogs libc-bin keyutils gzip hostname dash bsdextrautils
+          ktls-utils libibverbs1 ibverbs-providers ibverbs-utils librdmacm1t64 rdmacm-utils)
+# ktls-utils (tlshd) serves the TLS interop checks, rdma-core's libraries and providers (rxe) the
+# RDMA ones (docs/interop.md); blktests' tls and rdma variants need the same.
 # Module directories copied into the guest (the rest of the 6.12 tree is drivers it never needs).
 MODULE_DIRS=(drivers/nvme drivers/block drivers/virtio drivers/scsi drivers/md drivers/char
-             fs crypto lib arch net block)
+             fs crypto lib arch net block drivers/infiniband)
 
 mkdir -p "$CACHE"
 APT_DIR=$CACHE/apt

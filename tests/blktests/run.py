@@ -17,13 +17,11 @@ inside the guest: the target listens on the guest's 127.0.0.1:4420, so no traffi
 from __future__ import annotations
 
 import argparse
-import ctypes
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -33,6 +31,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "tests/guest"))
+import trixie  # noqa: E402  (the shared guest: build, pack, boot)
+
 BLKTESTS_SHA256 = "2487327cc076c2cf176bcdda9ffa0f62a3552dc067e780ef044854bfb303bd96"
 BLKTESTS_TAR = "blktests-a608cb5.tar.gz"
 CACHE = Path(os.environ.get("NVMFLAB_BLKTESTS_CACHE", Path.home() / ".cache/nvmflab/blktests"))
@@ -40,7 +41,6 @@ COLUMNS = ("nvmf-target", "nvmet")
 # "nvme/010 (tr=tcp bd=file) (run data verification fio job)   [passed]"
 STATUS = re.compile(r"^(nvme/\d{3})(?: => \S+)?\s+(?:\(([^)]*=[^)]*)\)\s+)?(?:\((.*)\))?\s*\[(passed|failed|not run)\]\s*$")
 TIMEOUT_LINE = re.compile(r"^(nvme/\d{3}) \[timeout after (\d+) s\]$")
-PR_SET_PDEATHSIG = 1
 
 
 def log(msg: str) -> None:
@@ -69,16 +69,16 @@ def all_tests(src: Path) -> list[str]:
 
 
 def build_guest() -> tuple[Path, Path]:
-    r = subprocess.run(["bash", str(HERE / "build-guest.sh")], stdout=subprocess.PIPE, text=True, timeout=1800)
-    if r.returncode == 3 and os.environ.get("NVMFLAB_CONFORMANCE_REQUIRE") != "1":
+    try:
+        return trixie.build()
+    except trixie.GuestUnavailable as e:
+        if os.environ.get("NVMFLAB_CONFORMANCE_REQUIRE") == "1":
+            raise SystemExit(f"blktests: {e}") from None
         # As the interop suite without its kernel: no network, no guest; said, not hidden.
-        log("SKIPPED: the guest's Debian packages could not be downloaded (no network?); "
-            "NVMFLAB_CONFORMANCE_REQUIRE=1 makes this an error")
-        raise SystemExit(0)
-    if r.returncode != 0:
-        raise SystemExit("blktests: building the guest failed (output above)")
-    kernel, base = r.stdout.strip().splitlines()[-1].split()
-    return Path(kernel), Path(base)
+        log(f"SKIPPED: {e}; NVMFLAB_CONFORMANCE_REQUIRE=1 makes this an error")
+        raise SystemExit(0) from None
+    except RuntimeError as e:
+        raise SystemExit(f"blktests: {e}") from None
 
 
 def pack_overlay(work: Path, src: Path, target_bin: Path, tests: list[str], columns: list[str],
@@ -91,59 +91,14 @@ def pack_overlay(work: Path, src: Path, target_bin: Path, tests: list[str], colu
     shutil.copy2(target_bin, tree / "usr/local/bin/nvmf-target")
     shutil.copy2(HERE / "nvmf-target-control", tree / "usr/local/bin/nvmf-target-control")
     shutil.copy2(HERE / "guest-init", tree / "init")
+    shutil.copy2(trixie.BOOT_COMMON, tree / "etc/nvmflab/boot-common.sh")
     for f in ["usr/local/bin/nvmf-target-control", "init"]:
         (tree / f).chmod(0o755)
     (tree / "etc/nvmflab/run.conf").write_text(
         f'TESTS="{" ".join(tests)}"\nCOLUMNS="{" ".join(columns)}"\n'
         f"PER_TEST_TIMEOUT_S={per_test_timeout}\nIMG_SIZE={img_size}\n"
     )
-    names = subprocess.run(["find", ".", "-mindepth", "1"], cwd=tree, check=True, capture_output=True).stdout
-    out = work / "overlay.cpio"
-    with open(out, "wb") as f:
-        subprocess.run(["cpio", "--quiet", "-o", "-H", "newc", "-R", "0:0"], cwd=tree, input=names, stdout=f, check=True)
-    return out
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def run_guest(work: Path, kernel: Path, initrd: Path, disk: Path, timeout: float, memory_mb: int) -> tuple[bool, str]:
-    """Boots the guest, echoes its @@ progress lines, kills it at `timeout`. (finished, why)"""
-    console = work / "console.log"
-    argv = [
-        "qemu-system-x86_64", "-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mb),
-        "-nodefaults", "-no-reboot", "-display", "none", "-monitor", "none", "-nic", "none",
-        "-serial", f"file:{console}", "-kernel", str(kernel), "-initrd", str(initrd),
-        "-append", "console=ttyS0 rdinit=/init panic=-1 loglevel=4 nvme_core.multipath=Y",
-        "-drive", f"file={disk},format=raw,if=virtio,cache=unsafe",
-    ]  # fmt: skip
-    qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    deadline = time.monotonic() + timeout
-    seen = 0
-    why = "the guest powered off"
-    try:
-        while qemu.poll() is None:
-            if time.monotonic() > deadline:
-                why = f"the guest ran past {timeout:.0f} s and was stopped"
-                break
-            time.sleep(1)
-            if console.exists():
-                lines = console.read_text(errors="replace").splitlines()
-                for line in lines[seen:]:
-                    if line.startswith("@@ "):
-                        log(line[3:])
-                seen = len(lines)
-    finally:
-        if qemu.poll() is None:
-            qemu.terminate()
-            try:
-                qemu.wait(10)
-            except subprocess.TimeoutExpired:
-                qemu.kill()
-                qemu.wait()
-    text = console.read_text(errors="replace") if console.exists() else ""
-    return "@@ GUEST-DONE" in text, why
+    return trixie.pack_cpio(tree, work / "overlay.cpio")
 
 
 def parse_check_log(text: str) -> dict[str, dict]:
@@ -221,16 +176,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="blktests-", dir=CACHE) as tmp:
         work = Path(tmp)
         overlay = pack_overlay(work, src, target_bin, tests, columns, a.per_test_timeout, a.img_size)
-        initrd = work / "initrd.cpio"
-        with open(initrd, "wb") as out:
-            for part in (base, overlay):
-                with open(part, "rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 20)
+        initrd = trixie.concat([base, overlay], work / "initrd.cpio")
         disk = work / "results.img"
         with open(disk, "wb") as f:
             f.truncate(256 << 20)
         log(f"booting {kernel.name}: {len(tests)} test(s), columns {' '.join(columns)}, limit {a.timeout} s")
-        finished, why = run_guest(work, kernel, initrd, disk, a.timeout, a.memory_mb)
+        finished, why = trixie.boot(work, kernel, initrd, disk, a.timeout, a.memory_mb, log)
         shutil.copy2(work / "console.log", results_dir / "console.log")
         raw = results_dir / "guest"
         raw.mkdir()

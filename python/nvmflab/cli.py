@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .spec import Spec, SpecError, load_spec
+from .spec import Spec, SpecError
+from .study_spec import load_study_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="NVMe-over-Fabrics performance laboratory.")
@@ -276,7 +277,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
 
 def _load(path: Path, quick: bool, study_name: Optional[str] = None) -> Spec:
     try:
-        return load_spec(path, quick=quick, study=study_name)
+        return load_study_spec(path, quick=quick, study=study_name)
     except SpecError as error:
         fail(str(error))
 

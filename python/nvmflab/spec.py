@@ -166,11 +166,7 @@ class Spec(_Strict):
                 base = self.base_knobs() | {key: value}
                 validate_knobs(base, where=f"sweep.{key}")
         self._check_sizes()
-        if self.knobs.io_queues is not None and self.knobs.io_queues != self.workload.numjobs:
-            raise ValueError(
-                "knobs.io_queues: nvmf-perf opens one I/O queue pair per job, so io_queues must "
-                f"equal workload.numjobs ({self.workload.numjobs}) or be left out"
-            )
+        validate_knobs(self.base_knobs())  # the base point obeys the same rules as a swept one
         return self
 
     def _check_sizes(self) -> None:
@@ -217,7 +213,9 @@ def validate_knobs(flat: dict[str, Any], where: str = "knobs") -> dict[str, Any]
     if merged["io_queues"] is None:
         merged["io_queues"] = merged["numjobs"]
     elif merged["io_queues"] != merged["numjobs"]:
-        raise ValueError(f"{where}: io_queues must equal numjobs (one I/O queue pair per job)")
+        field = "knobs.io_queues" if where == "knobs" else where
+        raise ValueError(f"{field}: nvmf-perf opens one I/O queue pair per job, so io_queues must equal "
+                         f"numjobs ({merged['numjobs']}) or be left out")
     return merged
 
 
@@ -234,9 +232,15 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def load_spec(path: Path, quick: bool = False, study: str | None = None) -> Spec:
     """Read and validate a spec file; raises SpecError with file:line, field and allowed values.
 
-    `study` is the study the caller will run: a spec without `study` gets it (and its params are
-    checked for it), a spec naming another study is refused.
+    `study` is the study the caller will run: a spec without `study` gets it, a spec naming another
+    study is refused. The study's own `[params]` are not checked here (studies import this module,
+    not the other way round): study_spec.load_study_spec checks them too.
     """
+    return read_spec(path, quick, study)[0]
+
+
+def read_spec(path: Path, quick: bool = False, study: str | None = None) -> tuple[Spec, str]:
+    """load_spec, also returning the file's text (for the line numbers of later checks)."""
     path = Path(path)
     if path.is_dir():
         raise SpecError(f"{path}: is a directory, not a spec file")
@@ -254,7 +258,7 @@ def load_spec(path: Path, quick: bool = False, study: str | None = None) -> Spec
         raise SpecError(f"{path}: the spec is empty; it would run the default point only. Write what to "
                         "measure (a [workload], [knobs] or [sweep] table, or `study = ...`; docs/harness.md)")
     if study is not None and raw.setdefault("study", study) != study:
-        raise SpecError(f"{path}{_line_suffix(text, ('study',))}: study: this spec is for {raw['study']!r}, "
+        raise SpecError(f"{path}{line_suffix(text, ('study',))}: study: this spec is for {raw['study']!r}, "
                         f"but `nvmflab study {study}` was asked")
     if quick:
         if "quick" not in raw:
@@ -264,27 +268,10 @@ def load_spec(path: Path, quick: bool = False, study: str | None = None) -> Spec
         if not isinstance(overrides, dict):
             raise SpecError(f"{path}: [quick] must be a table")
         raw = deep_merge(raw, overrides)
-    return parse_spec(raw, text, path)
-
-
-def parse_spec(raw: dict[str, Any], text: str, path: Path) -> Spec:
     try:
-        spec = Spec.model_validate(raw)
+        return Spec.model_validate(raw), text
     except ValidationError as err:
-        raise SpecError(_describe(err, text, path)) from None
-    if spec.study is not None:
-        from .studies import study_module  # studies depend on spec, not the other way round
-
-        module = study_module(spec.study)
-        params_model = module.Params
-        try:
-            params_model.model_validate(spec.params)
-        except ValidationError as err:
-            raise SpecError(_describe(err, text, path, model=params_model, within=("params",))) from None
-        # Fields the study would ignore are refused rather than silently not applied.
-        for loc, why in getattr(module, "unused_fields", lambda _spec: [])(spec):
-            raise SpecError(f"{path}{_line_suffix(text, loc)}: {'.'.join(loc)}: {why}")
-    return spec
+        raise SpecError(describe(err, text, path)) from None
 
 
 # Parts of a pydantic location that name a type, not a field: the member of a union that was tried
@@ -329,7 +316,7 @@ def _first_error(err: ValidationError) -> tuple[tuple[str | int, ...], dict[str,
     return loc, first, problem(first)
 
 
-def _describe(err: ValidationError, text: str, path: Path, model: type[BaseModel] | None = None,
+def describe(err: ValidationError, text: str, path: Path, model: type[BaseModel] | None = None,
               within: tuple[str, ...] = ()) -> str:
     """One line for the first error: file:line, the field, what is allowed."""
     loc, first, message = _first_error(err)
@@ -343,7 +330,7 @@ def _describe(err: ValidationError, text: str, path: Path, model: type[BaseModel
         if match and match.group(1).split(".")[0] in Spec.model_fields:
             loc = tuple(match.group(1).split("."))
             message = message[match.end():]
-    return f"{path}{_line_suffix(text, loc)}: {field_name(loc) or 'spec'}: {message}"
+    return f"{path}{line_suffix(text, loc)}: {field_name(loc) or 'spec'}: {message}"
 
 
 def _allowed_fields(loc: tuple[str, ...]) -> list[str]:
@@ -357,7 +344,7 @@ def _allowed_fields(loc: tuple[str, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def _line_suffix(text: str, loc: tuple[str | int, ...]) -> str:
+def line_suffix(text: str, loc: tuple[str | int, ...]) -> str:
     """':N' for the line that sets loc (table header or key), '' when it cannot be found."""
     line = find_line(text, tuple(p for p in loc if isinstance(p, str)))
     return f":{line}" if line else ""

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from nvmflab.spec import Spec, SpecError, load_spec
+from nvmflab.spec import Spec, SpecError
+from nvmflab.study_spec import load_study_spec
 
 # Every leaf field of a spec (table, key), with the study whose [params] it belongs to.
 TABLES = {"topology": ["kind", "target_cores", "host_cores"], "backend": ["kind", "size", "block_size", "path"],
@@ -113,11 +114,11 @@ def check_refusal(message: str, path: Path, expected: str) -> None:
 def test_any_bad_value_names_its_field(tmp_path, field, value):
     path = spec_file_with(tmp_path, *field, value)
     try:
-        load_spec(path, study="polling")
+        load_study_spec(path, study="polling")
     except SpecError as error:
         check_refusal(str(error), path, field_path(*field))
     else:
-        assert isinstance(load_spec(path, study="polling"), Spec)  # the value happened to be valid
+        assert isinstance(load_study_spec(path, study="polling"), Spec)  # the value happened to be valid
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -128,7 +129,7 @@ def test_any_unknown_key_is_named_with_its_table(tmp_path, table, key, value):
     assume(key not in known)
     path = spec_file_with(tmp_path, table, key, value)
     with pytest.raises(SpecError) as raised:
-        load_spec(path, study="polling")
+        load_study_spec(path, study="polling")
     message = str(raised.value)
     assert named_field(message, path) == field_path(table, key), message
     assert "unknown field; allowed: " in message and "\n" not in message
@@ -138,7 +139,7 @@ def test_union_fields_say_every_allowed_form_without_type_tags(tmp_path):
     path = tmp_path / "spec.toml"
     path.write_text('repeats = "often"\n')
     with pytest.raises(SpecError) as raised:
-        load_spec(path)
+        load_study_spec(path)
     message = str(raised.value)
     assert message.startswith(f"{path}:1: repeats: ") and "'auto'" in message and "integer" in message
     assert "constrained" not in message and "literal" not in message
@@ -153,7 +154,7 @@ def test_the_cli_answers_bad_specs_and_arguments_with_one_line_and_exit_2(tmp_pa
 
     path = spec_file_with(tmp_path, *field, value)
     try:
-        load_spec(path)
+        load_study_spec(path)
         spec_ok = True
     except SpecError:
         spec_ok = False

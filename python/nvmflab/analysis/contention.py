@@ -12,6 +12,7 @@ import pandas as pd
 from .. import plots_extra
 from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
 from .contention_many import LEG as MANY, analyze_many_apps
+from .cores_used import used_text, with_cores
 from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
 from .stats import usable
@@ -36,19 +37,46 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.findings.append("The contention study has no usable measurements"
                             + (f": {missing_leg(rows, 'isolated', 'nothing can be compared')}" if not rows.empty else "."))
         return out
-    data = data.assign(net_flows=pd.to_numeric(data["net_flows"]))
+    data = with_cores(data.assign(net_flows=pd.to_numeric(data["net_flows"])))
     storage = data[(data["part"] == "storage") & (data["role"] == "main") & (data["leg"] != MANY)]
     network = data[data["part"] == "network"]
-    _storage(rows, storage, out)
+    _storage(rows, storage, out, network)
     _network(rows, network[network["leg"] != MANY], out)
     _cpu(network, out)
     analyze_many_apps(rows, data, out)
     return out
 
 
-def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult) -> None:
+def flow_cores(network: pd.DataFrame) -> str:
+    """The cores the flows' iperf3 clients (host) and servers (target) ran on, from the per-core CPU
+    rows the flows store ("cpu:host:1"); the storage app's own cores are among them."""
+    if network.empty or "engine" not in network:
+        return ""
+    sides: dict[str, set[int]] = {}
+    for engine in network["engine"].dropna():
+        parts = str(engine).split(":")
+        if len(parts) == 3 and parts[0] == "cpu" and parts[2].isdigit():
+            sides.setdefault(parts[1], set()).add(int(parts[2]))
+    return " · ".join(f"{side} " + ",".join(f"cpu{c}" for c in sorted(cores)) for side, cores in sorted(sides.items()))
+
+
+def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult,
+             network: pd.DataFrame | None = None) -> None:
+    network = network if network is not None else storage.iloc[0:0]
     alone = means(storage[storage["leg"] == "isolated"], ["app"]).set_index("app")
     mixed = storage[storage["leg"].isin(list(PLACE))]
+    # "Different cores" that wrapped onto the storage app's cores (a small machine) are flagged and
+    # kept out of the comparisons: they would claim a separation that was not there.
+    wrapped = (mixed["leg"] == "different_core") & mixed["net_shares_storage_core"].map(
+        lambda v: v is True or v == 1 or v == "True") if "net_shares_storage_core" in mixed else None
+    if wrapped is not None and wrapped.any():
+        cells = sorted({(a, int(n)) for a, n in zip(mixed.loc[wrapped, "app"], mixed.loc[wrapped, "net_flows"])})
+        out.findings.append(
+            "On this machine the \"different cores\" placement put network apps on the storage app's cores for "
+            + ", ".join(f"{a} with {n} flow(s)" for a, n in cells)
+            + f" ({flow_cores(network[(network['leg'] == 'different_core')])}): those points are flagged "
+              "(net_shares_storage_core) and left out of the findings below.")
+        mixed = mixed[~wrapped]
     if alone.empty:
         out.findings.append(missing_leg(rows, "isolated", "no storage app has a baseline to compare against"))
         return
@@ -67,7 +95,10 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult) -> Non
         beside = mixed[(mixed["app"] == app) & (mixed["leg"] == row["leg"]) & (mixed["net_flows"] == row["net_flows"])]
         diffs.append({m: compare_frames(solo, beside, m) for m in ("bw_bytes", "lat_mean_ns", "lat_p99_ns")})
         kept = 100 * ratio(row["bw_bytes"], base["bw_bytes"])
+        flows_here = network[(network["leg"] == row["leg"]) & (network["net_flows"] == row["net_flows"])
+                             & (network["app"] == app)]
         records.append({"storage app": app, "network apps on": PLACE[row["leg"]], "iperf3 flows": int(row["net_flows"]),
+                        "storage cores": used_text(beside) or "—", "flow cores": flow_cores(flows_here) or "—",
                         "MB/s": r1(row["bw_bytes"], 1e6), "throughput kept %": r1(kept),
                         "mean (µs)": r1(row["lat_mean_ns"], 1e3), "mean × alone": r1(ratio(row["lat_mean_ns"], base["lat_mean_ns"]), 1, 2),
                         "p99 (µs)": r1(row["lat_p99_ns"], 1e3), "p99 × alone": r1(ratio(row["lat_p99_ns"], base["lat_p99_ns"]), 1, 2),

@@ -2,7 +2,10 @@
 latency CDF per core count, and concurrency = IOPS(transport, QD) / IOPS(local, QD1).
 
 Host CPU user/system/idle is the load generator's own share (its usr_cpu and sys_cpu over the
-measured phase) per host core it ran on; idle is what is left of those cores.
+measured phase) per host core it ran on; idle is what is left of those cores. The CPU per I/O the
+kernel counted over each side's cores (user + system + softirq, `cores_used`) stands beside it, and
+the cores axis names the distinct cores each side used; a point whose roles shared a core is
+flagged and left out of the scaling finding.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import pandas as pd
 
 from .. import plots, plots_extra
 from .common import Difference, compare_frames, corrected, excluded_points, missing_leg, stated, study_rows
+from .cores_used import shared, used_text, with_cores
 from .extra import means, r1, ratio, spread, with_knobs
 from .formulas import concurrency
 from .result import Figure, StudyResult, Table
@@ -27,6 +31,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     out = StudyResult(STUDY, "Four dimensions: transport × I/O pattern × I/O size × cores")
     out.excluded = excluded_points(rows)
     data = usable(rows)
+    data = with_cores(data)
     data = with_knobs(data[data["role"] == "main"] if not data.empty else data, ["transport", "cores", "host_cpus"])
     if data.empty:
         out.findings.append("The dimensions study has no usable measurements"
@@ -109,23 +114,41 @@ def _cores(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         out.findings.append(missing_leg(rows, "cores", "scaling with cores and the per-core CDF are not shown"))
         return
     data = data.assign(cores=pd.to_numeric(data["cores"]), host_cpus=pd.to_numeric(data["host_cpus"]))
-    med = means(data, ["cores", "host_cpus"])
+    med = means(data, ["cores", "host_cpus"], ["iops", "bw_bytes", "lat_mean_ns", "lat_p90_ns", "lat_p99_ns",
+                                               "lat_p99_99_ns", "usr_cpu", "sys_cpu", "host_cpu_us_per_io",
+                                               "target_cpu_us_per_io", "cpu_us_per_io"])
     records = []
     for _, row in med.iterrows():
         usr, sys, idle = _cpu(row, row["host_cpus"])
-        records.append({"cores (host = target)": int(row["cores"]), "KIOPS": r1(row["iops"], 1e3),
+        mine = data[(data["cores"] == row["cores"]) & (data["host_cpus"] == row["host_cpus"])]
+        records.append({"cores asked (host = target)": int(row["cores"]), "cores used": used_text(mine) or "—",
+                        "roles shared a core": "yes" if shared(mine).any() else "no",
+                        "KIOPS": r1(row["iops"], 1e3),
                         "MB/s": r1(row["bw_bytes"], 1e6, 0), "mean (µs)": r1(row["lat_mean_ns"], 1e3),
                         "p99 (µs)": r1(row["lat_p99_ns"], 1e3), "p99.99 (µs)": r1(row["lat_p99_99_ns"], 1e3),
                         "host usr %": r1(usr), "host sys %": r1(sys), "host idle %": r1(idle),
+                        "host cores µs/IO": r1(row["host_cpu_us_per_io"], 1, 2),
+                        "target cores µs/IO": r1(row["target_cpu_us_per_io"], 1, 2),
+                        "all cores µs/IO": r1(row["cpu_us_per_io"], 1, 2),
                         "repeats": int(row["repeats"])})
     out.tables.append(Table("Scaling with cores (4 KiB random read)", pd.DataFrame(records),
                             "N host cores (one job each) against N target reactors; where the machine has fewer "
-                            "distinct cores than asked, fewer are used (host usr/sys/idle are per core used)."))
+                            "distinct cores than asked, fewer are used (host usr/sys/idle are per core used). "
+                            "Cores used: the distinct cores each side was pinned to. µs/IO: user + system + softirq "
+                            "of those cores per I/O (per-core /proc/stat; not split where the sides shared a core)."))
     hists = {f"{int(n)} core{'s' if n > 1 else ''}": merge_histograms(g["histogram_json"])
              for n, g in data.groupby("cores")}
     out.figures.append(Figure("dimensions_latency_cdf_per_cores", plots.latency_cdf(
         hists, title="Latency CDF per core count (4 KiB random read)"),
         "Histograms merged over repeats, one line per core count."))
+    flagged = shared(data)
+    if flagged.any():
+        counts = sorted({int(n) for n in data.loc[flagged, "cores"]})
+        out.findings.append(f"At {', '.join(map(str, counts))} core(s) asked, roles shared a core "
+                            f"({used_text(data[flagged])}): those points are flagged in the table and left out of "
+                            "the scaling finding, which is about host and target on cores of their own.")
+        data = data[~flagged]
+        med = med[med["cores"].isin(set(data["cores"]))].reset_index(drop=True)
     if len(med) > 1:
         first, last = med.iloc[0], med.iloc[-1]
 
@@ -139,7 +162,10 @@ def _cores(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
                       f"gave no significant difference in IOPS from {int(first['cores'])}")
         p99 = stated(tail, us, "higher" if tail.diff > 0 else "lower" if tail.diff < 0 else "the same",
                      f"{us(last['lat_p99_ns'])} vs {us(first['lat_p99_ns'])}")
-        out.findings.append(f"{int(last['cores'])} cores {verb}; p99 {p99}.")
+        used = [(int(r["cores"]), used_text(pick(r))) for r in (first, last)]
+        named = "; ".join(f"{n} → {text}" for n, text in used if text)
+        out.findings.append(f"{int(last['cores'])} cores {verb}; p99 {p99}."
+                            + (f" Cores used: {named}." if named else ""))
 
 
 def _concurrency(rows: pd.DataFrame, local: pd.DataFrame, remote: pd.DataFrame, out: StudyResult) -> None:

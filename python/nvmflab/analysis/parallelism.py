@@ -4,7 +4,10 @@ latency local vs remote.
 
 Host CPU per I/O is the load generator's usr_cpu + sys_cpu over the measured phase divided by the
 I/Os it completed there; target CPU per I/O is the target's CPU seconds over the whole point
-divided by the I/Os of ramp and run (IOPS × (ramp_time + runtime))."""
+divided by the I/Os of ramp and run (IOPS × (ramp_time + runtime)). Beside them, the CPU per I/O the
+kernel counted over each side's cores (user + system + softirq from per-core /proc/stat,
+`cores_used`), which includes softirq and kworker time the processes' own counters miss; tables
+and findings name the distinct cores each side used."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import pandas as pd
 
 from .. import plots_extra
 from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
+from .cores_used import shared, used_text, with_cores
 from .extra import means, r1, ratio
 from .result import Figure, StudyResult, Table
 from .stats import usable
@@ -49,7 +53,9 @@ def cpu_columns(frame: pd.DataFrame, ramps: dict[int, float]) -> pd.DataFrame:
 
 
 EXTRA = ["host_usr_us_per_io", "host_sys_us_per_io", "host_us_per_io", "kernel_share", "target_us_per_io",
-         "iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns", "usr_cpu", "sys_cpu"]
+         "iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns", "usr_cpu", "sys_cpu",
+         "host_cpu_us_per_io", "target_cpu_us_per_io", "cpu_us_per_io", "host_softirq_us_per_io",
+         "target_softirq_us_per_io"]
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -61,7 +67,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.findings.append("The parallelism study has no usable measurements"
                             + (f": {missing_leg(rows, 'numjobs', 'nothing can be shown')}" if not rows.empty else "."))
         return out
-    data = cpu_columns(data[data["role"] == "main"], _ramps(runs))
+    data = cpu_columns(with_cores(data)[lambda d: d["role"] == "main"], _ramps(runs))
     _numjobs(rows, data[data["leg"] == "numjobs"], out)
     _size(rows, data, out)
     _depth(rows, data, out)
@@ -80,7 +86,12 @@ def _numjobs(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         "host CPU %": [r1(u + s) for u, s in zip(med["usr_cpu"], med["sys_cpu"])],
         "host µs/IO": [r1(v, 1, 2) for v in med["host_us_per_io"]],
         "target µs/IO": [r1(v, 1, 2) for v in med["target_us_per_io"]],
-        "repeats": med["repeats"].astype(int)}), "Host CPU % is summed over jobs (100 % = one core busy)."))
+        "host cores µs/IO (kernel count)": [r1(v, 1, 2) for v in med["host_cpu_us_per_io"]],
+        "target cores µs/IO (kernel count)": [r1(v, 1, 2) for v in med["target_cpu_us_per_io"]],
+        "cores used": [used_text(data[data["numjobs"] == n]) for n in med["numjobs"]],
+        "repeats": med["repeats"].astype(int)}),
+        "Host CPU % is summed over jobs (100 % = one core busy). µs/IO: the load generator's and the target's "
+        "own CPU; kernel count: user + system + softirq of each side's cores (per-core /proc/stat)."))
     out.figures.append(Figure("parallelism_numjobs", plots_extra.lines(
         {"bandwidth (MB/s)": (list(med["numjobs"]), list(med["bw_bytes"] / 1e6)),
          "p99 latency (µs)": (list(med["numjobs"]), list(med["lat_p99_ns"] / 1e3))},
@@ -113,10 +124,18 @@ def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         "remote ÷ local": [r1(ratio(mr.at[b, "host_us_per_io"], ml.at[b, "host_us_per_io"]), 1, 2) for b in sizes],
         "local kernel %": [r1(ml.at[b, "kernel_share"]) for b in sizes],
         "remote kernel %": [r1(mr.at[b, "kernel_share"]) for b in sizes],
-        "target µs/IO": [r1(mr.at[b, "target_us_per_io"], 1, 2) for b in sizes]})
+        "target µs/IO": [r1(mr.at[b, "target_us_per_io"], 1, 2) for b in sizes],
+        "local host cores µs/IO (kernel count)": [r1(ml.at[b, "host_cpu_us_per_io"], 1, 2) for b in sizes],
+        "remote host cores µs/IO (kernel count)": [r1(mr.at[b, "host_cpu_us_per_io"], 1, 2) for b in sizes],
+        "remote target cores µs/IO (kernel count)": [r1(mr.at[b, "target_cpu_us_per_io"], 1, 2) for b in sizes],
+        "remote softirq µs/IO host | target": [f"{r1(mr.at[b, 'host_softirq_us_per_io'], 1, 2)} | "
+                                                f"{r1(mr.at[b, 'target_softirq_us_per_io'], 1, 2)}" for b in sizes]})
     out.tables.append(Table("CPU cost per I/O by request size, remote vs local", table,
                             "Host: the load generator's CPU over the measured phase per completed I/O; kernel % "
-                            "is its system share. Target: the target's CPU per I/O (remote only)."))
+                            "is its system share. Target: the target's CPU per I/O (remote only). Kernel count: "
+                            "user + system + softirq of each side's cores from per-core /proc/stat per I/O, "
+                            f"softirq kernel receive work included (local {used_text(local)}; remote "
+                            f"{used_text(remote)})."))
     labels = [size(b) for b in sizes]
     out.figures.append(Figure("parallelism_cpu_per_io", plots_extra.grouped_bars(labels, {
         "local user": [ml.at[b, "host_usr_us_per_io"] for b in sizes],
@@ -134,6 +153,30 @@ def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
                   "showed no significant difference in host CPU per I/O from local")
     out.findings.append(f"At {size(b)}, remote I/O {said}; the kernel's "
                         f"share was {ml.at[b, 'kernel_share']:.1f} % local and {mr.at[b, 'kernel_share']:.1f} % remote.")
+    out.findings.append(kernel_count_finding(local[local["bs"] == b], remote[remote["bs"] == b], size(b)))
+
+
+def kernel_count_finding(local: pd.DataFrame, remote: pd.DataFrame, label: str) -> str:
+    """CPU per I/O counted by the kernel over each side's cores, naming them, and where softirq
+    (receive processing) landed; points whose roles shared a core give only their total."""
+    def mean(frame: pd.DataFrame, column: str) -> float:
+        values = pd.to_numeric(frame[column], errors="coerce").dropna() if column in frame else pd.Series(dtype=float)
+        return float(values.mean()) if len(values) else math.nan
+
+    apart = remote[~shared(remote)]
+    text = (f"Counted by the kernel over each side's cores (user + system + softirq, per-core /proc/stat) at "
+            f"{label}: local I/O {mean(local, 'host_cpu_us_per_io'):.2f} µs per I/O on {used_text(local) or 'its cores'}")
+    if apart.empty:
+        return (text + f"; remote I/O {mean(remote, 'cpu_us_per_io'):.2f} µs per I/O in all, not split between the "
+                f"sides: the host and the target shared a core ({used_text(remote)}).")
+    text += (f"; remote I/O {mean(apart, 'host_cpu_us_per_io'):.2f} µs on the host's cores and "
+             f"{mean(apart, 'target_cpu_us_per_io'):.2f} µs on the target's ({used_text(apart)}), of which softirq "
+             f"(kernel receive processing) {mean(apart, 'host_softirq_us_per_io'):.2f} µs and "
+             f"{mean(apart, 'target_softirq_us_per_io'):.2f} µs. Over loopback or a veth the receive path runs on "
+             "the sending side's core, so each side's figure holds part of the other side's receive work.")
+    if len(apart) < len(remote):
+        text += f" {len(remote) - len(apart)} point(s) whose roles shared a core are left out of the split."
+    return text
 
 
 def _depth(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:

@@ -118,13 +118,34 @@ def bandwidth_vs_bs(agg: pd.DataFrame, series: str, title: str,
 
 
 def load_positions(loads: Sequence[float]) -> dict[float, float]:
-    """Where each background load sits on the x-axis; 'max' (inf, uncapped) goes last."""
+    """Where each background load sits on the x-axis; 'max' (inf, uncapped) goes last, a tenth of
+    the axis (at least) after the highest finite load, so its label stands clear of that one's."""
     finite = sorted({float(v) for v in loads if not math.isinf(v) and not math.isnan(v)})
-    step = min((b - a for a, b in zip(finite, finite[1:])), default=10.0)
+    span = finite[-1] - finite[0] if finite else 0.0
+    step = max(min((b - a for a, b in zip(finite, finite[1:])), default=10.0), span / 10, 1.0)
     positions = {v: v for v in finite}
     if any(math.isinf(v) for v in loads):
         positions[math.inf] = (finite[-1] if finite else 0.0) + step
     return positions
+
+
+def blank_overlapping_labels(figure: Figure, axes) -> None:
+    """Blank each x tick label that would overlap the last one kept (measured on the laid-out
+    figure); the last label ('max' on a load axis) is always kept, in place of a neighbour it
+    overlaps."""
+    figure.draw_without_rendering()  # lays the labels out, so their extents are known
+    labels = axes.get_xticklabels()  # fresh Text objects each call: decide first, then set them
+    texts = [label.get_text() for label in labels]
+    boxes = [label.get_window_extent() for label in labels]
+    kept: list[int] = []
+    for index in (i for i, text in enumerate(texts) if text):
+        if kept and boxes[index].x0 < boxes[kept[-1]].x1 + 2:
+            if index < len(texts) - 1:
+                texts[index] = ""
+                continue
+            texts[kept.pop()] = ""
+        kept.append(index)
+    axes.set_xticklabels(texts)
 
 
 def vs_load(
@@ -158,6 +179,7 @@ def vs_load(
     loads = sorted(positions)
     axes.xaxis.set_major_locator(FixedLocator([positions[v] for v in loads]))
     axes.set_xticklabels(["max" if math.isinf(v) else f"{v:g}" for v in loads])
+    blank_overlapping_labels(figure, axes)  # achieved loads of several series can lie close together
     axes.set_xlabel(LOAD_LABEL)
     axes.set_ylabel(ylabel)
     axes.legend(fontsize=9)

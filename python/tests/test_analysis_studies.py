@@ -193,6 +193,13 @@ def test_interference_curves_guidelines_and_invalid_points():
                                                "interference_target_latency_cdf"}
 
 
+
+def test_a_background_beyond_its_reference_says_the_reference_was_not_the_limit():
+    assert "was not the resource's limit" in interference.reached_text(142.2)
+    assert "at most 142 %" in interference.reached_text(142.2)
+    assert "not the resource's limit" not in interference.reached_text(100.4)  # within repeat noise
+    assert interference.reached_text(math.nan) == ""
+
 def test_control_without_an_isolated_foreground_claims_nothing():
     data = interference_measurements()
     data = data[~data["point_id"].isin(["control-1-iso", "control-128-iso"])]

@@ -48,6 +48,18 @@ def test_load_axis_puts_max_last_and_switches_to_log_for_wide_ranges():
     assert plots.load_positions([20.0, 40.0, math.inf])[math.inf] == 60.0
 
 
+
+def test_vs_load_labels_close_loads_without_overlap():
+    # a quick run's achieved loads: 50 and 50.8 of two legs, 142.2 and the uncapped 'max'
+    frame = pd.DataFrame({"bg_load_pct": [50.0, 50.8, 142.2, math.inf, 50.0, 142.2],
+                          "latency_interference": [1.1, 1.2, 1.5, 2.0, 1.0, 1.4],
+                          "leg": ["initiator"] * 4 + ["target"] * 2})
+    figure = plots.vs_load(frame, "latency_interference", series="leg", title="t", ylabel="x", reference=1.0)
+    shown = [t for t in figure.axes[0].get_xticklabels() if t.get_text()]
+    assert [t.get_text() for t in shown] == ["50", "142.2", "max"]  # 50.8 sits on 50's label
+    boxes = [t.get_window_extent() for t in shown]
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:]))
+
 def test_latency_cdf_and_bars():
     figure = plots.latency_cdf({"isolated": [[100_000, 99], [200_000, 1]]}, "CDF")
     title, xlabel, ylabel, legend = labels(figure)

@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from .analysis import interference, overhead, polling, saturation, stacks, sweep
 from .analysis import busy_poll, contention, dimensions, parallelism
 from .analysis.common import study_rows
+from .analysis.cores_used import cores_note
 from .analysis.result import StudyResult
 from .analysis.stability import stability_note
 from .analysis.stats import usable
@@ -151,6 +152,9 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
         probes.add_to_report(result, study_rows(measurements, name))  # energy, network counters (issue 24)
         noisy = noisy_rows(study_rows(measurements, name))
         _add_noise(result, noisy)
+        used = cores_note(usable(study_rows(measurements, name)))  # issue 22 item 8: cores as they were
+        if used:
+            result.findings.append(used)
         note = stability_note(measurements, runs, name)
         if note:
             result.findings.append(note)
@@ -170,10 +174,11 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
         })
     absent = [name for name in ANALYZERS if name not in measured] if measured & set(ANALYZERS) else []
     unmeasured = sorted(recorded - measured - set(ANALYZERS))
+    summary = findings_data.summary(studies)
     template = Environment(loader=FileSystemLoader(TEMPLATES),
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     page = template.render(
-        studies=studies, absent=absent, unmeasured=unmeasured, runs=_runs(runs),
+        studies=studies, summary=summary, absent=absent, unmeasured=unmeasured, runs=_runs(runs),
         measurement_count=len(measurements), source=source,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

@@ -109,3 +109,19 @@ def test_contention_keeps_wrapped_different_cores_out_of_its_findings(tmp_path):
     table = next(t.frame for t in result.tables if t.title == "Storage apps beside iperf3 flows")
     assert list(table["storage cores"]) == ["host cpu1 · target cpu0"]
     assert list(table["flow cores"]) == ["host cpu2"]
+
+
+def test_the_report_names_each_legs_cores_and_counts_shared_points():
+    from nvmflab.analysis.cores_used import cores_note
+
+    apart = cores_json({"main": [1], "target": [0]}, {0: (0, 0, 0), 1: (0, 0, 0)})
+    wrapped = cores_json({"main": [0], "target": [0]}, {0: (0, 0, 0)})
+    rows = pd.DataFrame([{"point_key": "a", "leg": "completion", "cpu_cores_json": apart},
+                         {"point_key": "b", "leg": "matrix", "cpu_cores_json": apart},
+                         {"point_key": "c", "leg": "wrap", "cpu_cores_json": wrapped},
+                         {"point_key": "d", "leg": "local", "cpu_cores_json": None}])
+    note = cores_note(rows)
+    assert note.startswith("Cores used (the distinct cores each side was pinned to, per leg): "
+                           "completion, matrix: host cpu1 · target cpu0; wrap: host cpu0 · target cpu0.")
+    assert "1 point(s) (wrap) had roles on one core" in note
+    assert cores_note(rows[rows["leg"] == "local"]) is None

@@ -10,6 +10,7 @@ import pandas as pd
 
 from .. import plots_extra
 from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
+from .cores_used import shared as shared_core, used_text, with_cores
 from .extra import means, r1, ratio, spread, with_knobs
 from .result import Figure, StudyResult, Table
 from .stats import merge_generators, usable
@@ -35,7 +36,8 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     out = StudyResult(STUDY, "Busy polling and queue placement vs target cores (ADQ-style)")
     out.excluded = excluded_points(rows)
     # placed points run one load generator per target core: together they are the point's T-app
-    data = merge_generators(with_knobs(usable(rows), ["config", "target_cpus", "conns", "shares_host_cores"]))
+    data = merge_generators(with_cores(with_knobs(usable(rows), ["config", "target_cpus", "conns",
+                                                                  "shares_host_cores"])))
     if data.empty:
         out.findings.append("The busy-poll study has no usable measurements"
                             + (f": {missing_leg(rows, 'off', 'nothing can be compared')}" if not rows.empty else "."))
@@ -46,7 +48,10 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     records = []
     for _, row in med.iterrows():
         records.append({"configuration": LABEL.get(row["config"], row["config"]),
-                        "target cores": int(row["target_cpus"]), "KIOPS": r1(row["iops"], 1e3),
+                        "target cores": int(row["target_cpus"]),
+                        "cores used": used_text(data[(data["config"] == row["config"])
+                                                     & (data["target_cpus"] == row["target_cpus"])]) or "—",
+                        "KIOPS": r1(row["iops"], 1e3),
                         "mean (µs)": r1(row["lat_mean_ns"], 1e3), "p99 (µs)": r1(row["lat_p99_ns"], 1e3),
                         "p99.99 (µs)": r1(row["lat_p99_99_ns"], 1e3), "repeats": int(row["repeats"])})
     out.tables.append(Table("Configurations × target cores (4 KiB random read)", pd.DataFrame(records),
@@ -68,10 +73,12 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.findings.append(_near_best(data, med, config, cores, best))
     out.tables.append(Table("Target cores needed for the highest throughput", pd.DataFrame(summary)))
     _compare(data, med, out)
-    shared = sorted({int(n) for n, v in zip(data["target_cpus"], data["shares_host_cores"]) if v})
+    overlap = data[data["shares_host_cores"].map(lambda v: v is True or v == 1) | shared_core(data)]
+    shared = sorted({int(n) for n in overlap["target_cpus"]})
     if shared:
         out.findings.append(f"With {', '.join(map(str, shared))} target cores the target shared cores with the load "
-                            "generators on this machine, so those points measure contention as well as scaling.")
+                            f"generators on this machine ({used_text(overlap)}), so those points measure contention "
+                            "as well as scaling.")
     for config in ("off", "on"):
         if config not in configs:
             out.findings.append(missing_leg(rows, config, "the on/off comparison is incomplete"))

@@ -135,3 +135,29 @@ def shared(rows: pd.DataFrame) -> pd.Series:
     if rows.empty or "roles_share_core" not in rows:
         return pd.Series(False, index=rows.index)
     return rows["roles_share_core"].map(lambda v: v is True or v == 1)
+
+
+def cores_note(rows: pd.DataFrame) -> str | None:
+    """One statement per study: the distinct cores each leg's points used, legs with the same cores
+    named together, and how many points had roles on one core; None without per-core windows."""
+    if rows.empty or "cpu_cores_json" not in rows or "leg" not in rows:
+        return None
+    points = rows.drop_duplicates("point_key") if "point_key" in rows else rows
+    points = with_cores(points[points["cpu_cores_json"].notna()])
+    if points.empty:
+        return None
+    by_text: dict[str, list[str]] = {}
+    for leg, group in points.groupby("leg", sort=False):
+        text = used_text(group)
+        if text:
+            by_text.setdefault(text, []).append(str(leg))
+    if not by_text:
+        return None
+    named = "; ".join(f"{', '.join(legs)}: {text}" for text, legs in by_text.items())
+    note = f"Cores used (the distinct cores each side was pinned to, per leg): {named}."
+    flagged = points[shared(points)]
+    if len(flagged):
+        legs = ", ".join(dict.fromkeys(str(v) for v in flagged["leg"]))
+        note += (f" {len(flagged)} point(s) ({legs}) had roles on one core: flagged (roles_share_core) and not "
+                 "counted as roles on cores of their own.")
+    return note

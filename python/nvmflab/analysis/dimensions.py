@@ -63,7 +63,9 @@ def _pattern(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
     if data.empty:
         out.findings.append(missing_leg(rows, "pattern", "there is no pattern × size table"))
         return
-    med = means(data, ["rw", "bs", "iodepth"])
+    med = means(data, ["rw", "bs", "iodepth"], ["iops", "bw_bytes", "lat_mean_ns", "lat_p90_ns", "lat_p99_ns",
+                                                "lat_p99_99_ns", "usr_cpu", "sys_cpu", "host_cpu_us_per_io",
+                                                "target_cpu_us_per_io"])
     records = []
     for _, row in med.iterrows():
         usr, sys, idle = _cpu(row, 1)
@@ -72,10 +74,14 @@ def _pattern(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
                         "mean (µs)": r1(row["lat_mean_ns"], 1e3), "p90 (µs)": r1(row["lat_p90_ns"], 1e3),
                         "p99 (µs)": r1(row["lat_p99_ns"], 1e3), "p99.99 (µs)": r1(row["lat_p99_99_ns"], 1e3),
                         "host usr %": r1(usr), "host sys %": r1(sys), "host idle %": r1(idle),
+                        "host cores µs/IO": r1(row["host_cpu_us_per_io"], 1, 2),
+                        "target cores µs/IO": r1(row["target_cpu_us_per_io"], 1, 2),
                         "repeats": int(row["repeats"])})
     out.tables.append(Table("Pattern × I/O size (NVMe/TCP, one host core, one target core)", pd.DataFrame(records),
                             "Means over repeats; rw and randrw mix reads and writes as the spec's rwmixread says "
-                            "(70 % reads by default). Host CPU: the load generator's share of its core."))
+                            "(70 % reads by default). Host CPU: the load generator's share of its core. µs/IO: "
+                            "user + system + softirq of each side's cores per I/O (per-core /proc/stat), "
+                            f"cores used: {used_text(data) or 'not recorded'}."))
     series = {rw: (list(g["bs"]), list(g["bw_bytes"] / 1e6)) for rw, g in med.groupby("rw")}
     if len(set(med["bs"])) > 1:
         out.figures.append(Figure("dimensions_bandwidth_vs_size", plots_extra.lines(

@@ -294,3 +294,51 @@ def read(path: Path) -> list[dict]:
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: not an nvmflab findings file (format {doc.get('format')!r})")
     return doc["findings"]
+
+
+CLEAR = ("clear increase", "clear decrease")
+UNDECIDED = ("cannot decide", "no difference could be formed")
+
+
+def summary(studies: Iterable[Any]) -> dict:
+    """The report's opening page: per study, what was decided (a clear difference, or a
+    recommendation chosen from the measurements), each with the anchor of its finding, then what
+    could not be decided and why (the finding's or recommendation's own words)."""
+    decided, undecided = [], []
+    for study in studies:
+        result = study["result"] if isinstance(study, dict) else study
+        for index, f in enumerate(result.findings, start=1):
+            f = f if isinstance(f, Finding) else Finding(f, result.study)
+            item = {"study": result.study, "anchor": f"{result.study}-f{index}", "text": f.text}
+            decisions = {e["decision"] for e in f.evidence}
+            if decisions & set(CLEAR):
+                decided.append(item)
+            elif (decisions and decisions <= set(UNDECIDED)) or "cannot decide" in f.text:
+                undecided.append(item | {"why": _why(f)})
+        recommendations = getattr(result, "recommendations", None)
+        if recommendations is None or recommendations.empty or "decision" not in recommendations:
+            continue
+        for _, row in recommendations.iterrows():
+            decision = str(row.get("decision", ""))
+            what = " = ".join(str(row[c]) for c in ("knob", "suggested value") if c in row and pd.notna(row[c]))
+            item = {"study": result.study, "anchor": f"{result.study}-recommendations",
+                    "text": f"{what}: {decision}" if what else decision}
+            if decision.startswith("chosen"):
+                decided.append(item)
+            elif decision.startswith("cannot decide") or decision.startswith("no clear winner"):
+                undecided.append(item | {"why": decision})
+    return {"decided": decided, "undecided": undecided}
+
+
+def _why(f: Finding) -> str:
+    """Why a finding could not decide: its comparisons' own reasons, else its sentence."""
+    text = f.text
+    start = text.find("cannot decide (")
+    if start >= 0:  # the analysis said why in its own words
+        end = text.find(")", start)
+        if end > start:
+            return text[start + len("cannot decide ("):end]
+    for e in f.evidence:
+        if e.get("interval") is None:
+            return "no interval: fewer than two usable repeats on a side, or repeats without spread"
+    return "the finding says"

@@ -31,7 +31,7 @@ def test_every_finding_of_the_page_is_in_the_json_with_its_study(written):
     _, page, doc, _ = written
     assert doc["format"] == findings_data.FORMAT
     html = page.read_text()
-    items = re.findall(r'<li data-kind="(\w+)" data-decision="([^"]*)">', html)
+    items = re.findall(r'<li id="[^"]+" data-kind="(\w+)" data-decision="([^"]*)">', html)
     assert len(items) == len(doc["findings"]) > 0
     # Same objects: kind and decision on the page equal those in the JSON, in the same order.
     assert [(k, d) for k, d in items] == [(f["kind"], f["decision"]) for f in doc["findings"]]
@@ -114,3 +114,29 @@ def test_cli_report_json_prints_the_document(written, tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
     assert [f["text"] for f in printed["findings"]] == [f["text"] for f in doc["findings"]]
+
+
+def test_the_report_opens_with_decided_then_undecided_each_linking_to_its_finding(written):
+    _, page, doc, _ = written
+    html = page.read_text()
+    summary = html.split('<section id="summary">')[1].split("</section>")[0]
+    assert html.index('<section id="summary">') < html.index('<section id="polling">')
+    decided = summary.split("<h3>Decided</h3>")[1].split("<h3>Could not be decided</h3>")[0]
+    undecided = summary.split("<h3>Could not be decided</h3>")[1]
+    clear = [f for f in doc["findings"] if f["decision"] in findings_data.CLEAR]
+    assert clear, "the fixtures hold clear differences"
+    for f in clear:  # every clear finding is listed, linked to its own item on the page
+        anchors = re.findall(r'<li id="([^"]+)"[^>]*>' + re.escape(html_escape(f["text"])), html)
+        assert anchors and f'href="#{anchors[0]}"' in decided
+    for f in doc["findings"]:
+        if f["decision"] in ("cannot decide", "no difference could be formed"):
+            assert html_escape(f["text"]) in undecided
+    for anchor in re.findall(r'href="#([^"]+)"', summary):
+        assert f'id="{anchor}"' in html
+    assert undecided.count("<li>") == undecided.count("Why: ")
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)

@@ -96,18 +96,24 @@ class Workload(_Strict):
     size: Size | None = None  # region each job touches; default: whole namespace
 
 
+def _knob(default: Any, what: str, sides: tuple[str, ...], **limits: Any) -> Any:
+    """A knob field: what it controls and the side(s) of the connection that set it (the knob
+    registry, knobs.py, is built from these)."""
+    return Field(default=default, description=what, json_schema_extra={"sides": list(sides)}, **limits)
+
+
 class Knobs(_Strict):
-    completion: Literal["poll", "event"] = "event"
-    target_mode: Literal["poll", "event"] = "event"
-    idle_poll_us: int = Field(default=0, ge=0)
-    hdr_digest: bool = False
-    data_digest: bool = False
-    so_priority: int = Field(default=0, ge=0, le=6)
-    tos: int = Field(default=0, ge=0, le=255)
-    busy_poll_us: int = Field(default=0, ge=0)
-    in_capsule_data_size: Size = 8192
+    completion: Literal["poll", "event"] = _knob("event", "host completion polling", ("host",))
+    target_mode: Literal["poll", "event"] = _knob("event", "target busy polling", ("target",))
+    idle_poll_us: int = _knob(0, "target idle polling (µs)", ("target",), ge=0)
+    hdr_digest: bool = _knob(False, "header digest", ("target", "host"))
+    data_digest: bool = _knob(False, "data digest", ("target", "host"))
+    so_priority: int = _knob(0, "socket priority", ("target", "host"), ge=0, le=6)
+    tos: int = _knob(0, "type of service", ("target", "host"), ge=0, le=255)
+    busy_poll_us: int = _knob(0, "socket busy polling (µs)", ("target", "host"), ge=0)
+    in_capsule_data_size: Size = _knob(8192, "in-capsule data size", ("target",))
     # nvmf-perf opens one I/O queue pair per job; None means "= numjobs".
-    io_queues: int | None = Field(default=None, ge=1)
+    io_queues: int | None = _knob(None, "number of I/O queues", ("host",), ge=1)
 
 
 SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)

@@ -170,7 +170,7 @@ def test_perf_args():
     assert argv[:2] == ["-r", f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:{NQN}"]
     pairs = dict(zip(argv[2::2], argv[3::2]))
     assert pairs["-c"] == "0xc" and pairs["-q"] == "8" and pairs["-o"] == "4096" and pairs["-w"] == "randrw"
-    assert pairs["-t"] == "10" and pairs["-P"] == "2"
+    assert pairs["-t"] == "10" and argv[argv.index("-P") + 1] == "2"  # the registry's setters add -P, -H, -I
     assert argv[argv.index("-a") + 1] == "2" and argv[argv.index("-M") + 1] == "70"
     assert {"-H", "-I", "-LL"} <= set(argv)
     plain = perf_args(job(), "10.0.0.1", 4421, 5, 0)

@@ -9,6 +9,7 @@ from conftest import nvmflab
 
 from nvmflab.session import with_stack_defaults
 from nvmflab.spec import Knobs, SpecError, load_spec
+from nvmflab.knobs import Setter
 from nvmflab.stacks import Fixed, StackError, get_stack
 from nvmflab.stacks.ours import OurStack
 from nvmflab.store import ResultsStore
@@ -74,7 +75,7 @@ def test_every_stack_maps_every_knob_it_has_to_a_setting_of_its_own():
         for side in ("target", "host"):
             for knob, setting in stack.knob_map(side).items():
                 assert knob in DEFAULTS, f"{name} {side} maps unknown knob {knob}"
-                assert isinstance(setting, Fixed) or (isinstance(setting, str) and setting), (name, knob)
+                assert isinstance(setting, Fixed) or (isinstance(setting, Setter) and setting.doc), (name, knob)
 
 
 def test_cli_stack_flags_reach_the_run_and_refusals_come_before_anything_runs(tmp_path, fake_env, tiny_spec):

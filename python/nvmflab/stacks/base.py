@@ -6,35 +6,24 @@ on an initiator `Host`: whatever must happen before the load generator runs (not
 and spdk_nvme_perf, `nvme connect` for the kernel), the load generator's command line, the reader
 that turns its output into fio-layout JSON, and the teardown.
 
-Knobs (DESIGN.md's table) map to each stack's own settings through `target_knobs`/`host_knobs`; a
-knob a stack lacks is refused by `check_knobs` before anything runs, naming the knob and the stack.
+Knobs (the registry in knobs.py, built from spec.Knobs) map to each stack's own settings through
+`target_knobs`/`host_knobs`: a `Setter` per knob the stack has (knobs.apply calls them), a `Fixed`
+value it always has; a knob it lacks is refused by `check_knobs` before anything runs, naming the
+knob and the stack.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from ..knobs import KNOBS, Fixed, KnobMap, Side
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host
 
-Side = Literal["target", "host"]
-
 # Which side of the connection each knob is set on (both: each side sets its own socket).
-KNOB_SIDES: dict[str, tuple[Side, ...]] = {
-    "target_mode": ("target",),
-    "idle_poll_us": ("target",),
-    "in_capsule_data_size": ("target",),
-    "completion": ("host",),
-    "io_queues": ("host",),
-    "so_priority": ("target", "host"),
-    "tos": ("target", "host"),
-    "busy_poll_us": ("target", "host"),
-    "hdr_digest": ("target", "host"),
-    "data_digest": ("target", "host"),
-}
+KNOB_SIDES: dict[str, tuple[Side, ...]] = {name: knob.sides for name, knob in KNOBS.items()}
 
 
 class StackError(Exception):
@@ -58,19 +47,6 @@ def error_line(text: str) -> str:
         if "error" in lowered or "panicked" in lowered or "failed" in lowered:
             return line
     return useful[-1] if useful else lines[-1] if lines else "(no output)"
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """The stack always behaves as `value` (SPDK's host always polls); another value is refused."""
-
-    value: Any
-    why: str
-
-
-# knob -> the stack's own setting name, or Fixed; a knob missing from the map is one the stack
-# lacks: only the knob's default value (spec.Knobs) is accepted for it.
-KnobMap = dict[str, "str | Fixed"]
 
 
 class RunningTarget(ABC):

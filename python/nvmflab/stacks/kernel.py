@@ -22,6 +22,7 @@ from typing import Any
 
 from ..plan import PerfJob, Subsystem, TargetSetup
 from ..topology.base import Host, HostError
+from ..knobs import KnobMap, Setter, apply
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
 from .fio import LOG_AVG_MSEC, fio_argv, fio_intervals, log_prefix, parse_fio
 
@@ -218,19 +219,44 @@ class KernelSession(HostSession):
             print(f"nvmflab: kernel host teardown on {self.host.name}: {errors[0]}", file=sys.stderr)
 
 
+def _queues(knobs: dict[str, Any]) -> int:
+    return knobs.get("io_queues") or knobs["numjobs"]
+
+
+ACCEPTED = "accepted: nvmet_tcp follows what the host asks in ICReq"
+TARGET_KNOBS: KnobMap = {
+    "target_mode": Fixed("event", "nvmet_tcp's io_work runs on a kernel workqueue, woken by the socket; "
+                                  "there is no polling reactor (see idle_poll_us)"),
+    # Module parameters and the port attribute are written by KernelTarget._start (configfs, sysfs).
+    "idle_poll_us": Setter("nvmet_tcp module parameter `idle_poll_period_usecs`"),
+    "in_capsule_data_size": Setter("port attribute `param_inline_data_size`"),
+    "so_priority": Setter("nvmet_tcp module parameter `so_priority`"),
+    "tos": Setter("accepted: nvmet_tcp answers with the TOS of the host's connection"),
+    "hdr_digest": Setter(ACCEPTED),
+    "data_digest": Setter(ACCEPTED),
+    # busy_poll_us is absent: nvmet_tcp never busy-polls its sockets, so it is refused.
+}
+HOST_KNOBS: KnobMap = {
+    # fio's hipri I/O goes to the poll queues (fio.fio_argv adds --hipri)
+    "completion": Setter("`nvme connect --nr-poll-queues` (= io_queues) + fio `--hipri` (io_uring)",
+                         lambda v, k: [f"--nr-poll-queues={_queues(k)}"] if v == "poll" else []),
+    "io_queues": Setter("`nvme connect --nr-io-queues` (default: numjobs)",
+                        lambda _v, k: [f"--nr-io-queues={_queues(k)}"]),
+    # Host-wide settings held for the session by KernelStack._open (read when a socket is made).
+    "so_priority": Setter("nvme_tcp module parameter `so_priority` (host-wide, restored afterwards)"),
+    "busy_poll_us": Setter("sysctl `net.core.busy_read` (host-wide, restored afterwards)"),
+    "tos": Setter("`nvme connect --tos` (when > 0)", lambda v, _k: [f"--tos={v}"] if v else []),
+    "hdr_digest": Setter("`nvme connect --hdr-digest`", lambda v, _k: ["--hdr-digest"] if v else []),
+    "data_digest": Setter("`nvme connect --data-digest`", lambda v, _k: ["--data-digest"] if v else []),
+}
+
+
 def connect_argv(job: PerfJob, address: str, port: int, hostnqn: str, hostid: str) -> list[str]:
-    k = job.knobs
-    queues = k.get("io_queues") or k["numjobs"]
-    argv = ["nvme", "connect", "-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn or "",
-            f"--hostnqn={hostnqn}", f"--hostid={hostid}", f"--nr-io-queues={queues}",
-            f"--ctrl-loss-tmo={CTRL_LOSS_TMO_S}"]
-    if k["completion"] == "poll":
-        argv.append(f"--nr-poll-queues={queues}")  # fio's hipri I/O goes to the poll queues
-    if k["tos"]:
-        argv.append(f"--tos={k['tos']}")
-    argv += ["--hdr-digest"] if k["hdr_digest"] else []
-    argv += ["--data-digest"] if k["data_digest"] else []
-    return argv
+    """`nvme connect`; the knob options come from the registry's setters (HOST_KNOBS)."""
+    k = job.knobs | {"io_queues": _queues(job.knobs)}
+    return ["nvme", "connect", "-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn or "",
+            f"--hostnqn={hostnqn}", f"--hostid={hostid}", f"--ctrl-loss-tmo={CTRL_LOSS_TMO_S}",
+            *apply(HOST_KNOBS, "host", k)]
 
 
 def opens_direct(host: Host, path: str) -> bool:
@@ -242,26 +268,8 @@ def opens_direct(host: Host, path: str) -> bool:
 
 class KernelStack(Stack):
     name = "kernel"
-    target_knobs = {
-        "target_mode": Fixed("event", "nvmet_tcp's io_work runs on a kernel workqueue, woken by the socket; "
-                                      "there is no polling reactor (see idle_poll_us)"),
-        "idle_poll_us": "nvmet_tcp idle_poll_period_usecs",
-        "in_capsule_data_size": "port param_inline_data_size",
-        "so_priority": "nvmet_tcp so_priority",
-        "tos": "tos (nvmet_tcp answers with the TOS of the host's connection)",
-        "hdr_digest": "hdr_digest (nvmet_tcp follows the host's ICReq)",
-        "data_digest": "data_digest (nvmet_tcp follows the host's ICReq)",
-        # busy_poll_us is absent: nvmet_tcp never busy-polls its sockets, so it is refused.
-    }
-    host_knobs = {
-        "completion": "nr_poll_queues + fio hipri",
-        "io_queues": "nr_io_queues",
-        "so_priority": "nvme_tcp so_priority",
-        "tos": "nvme connect --tos",
-        "busy_poll_us": "net.core.busy_read",
-        "hdr_digest": "nvme connect --hdr-digest",
-        "data_digest": "nvme connect --data-digest",
-    }
+    target_knobs = TARGET_KNOBS
+    host_knobs = HOST_KNOBS
 
     def __init__(self, root: str = "/", sudo: list[str] | None = None):
         self.root = root

@@ -1,6 +1,7 @@
 """Our stack: nvmf-target (config TOML, ready line, /stats) and nvmf-perf (fio-layout JSON).
 
-Every knob of DESIGN.md's table is a setting of ours with the same name, on both sides."""
+Every knob of the registry (knobs.py) is a setting of ours with the same name, on both sides: a
+line of the target's config, an option of nvmf-perf; both are made by the setters below."""
 
 from __future__ import annotations
 
@@ -14,22 +15,71 @@ from ..cores import cpulist
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
 from ..units import format_size
+from ..knobs import KnobMap, Setter, apply
 from .base import HostSession, RunningTarget, Stack, StackError, error_line
 
 READY_TIMEOUT_S = 15.0
 
 
+def _line(key: str) -> Setter:
+    """A knob that is one line of the target's [target] table."""
+    quote = key == "mode"
+    return Setter(f"config `{key}`", lambda v, _k: [f'{key} = "{v}"' if quote else f"{key} = {int(v)}"])
+
+
+def _flag(flag: str) -> Setter:
+    """A knob that is one nvmf-perf option taking the value."""
+    return Setter(f"nvmf-perf `{flag}`", lambda v, _k: [flag, str(v)])
+
+
+def _switch(flag: str) -> Setter:
+    """A yes/no knob that is one nvmf-perf option given when yes."""
+    return Setter(f"nvmf-perf `{flag}`", lambda v, _k: [flag] if v else [])
+
+
+def _one_queue_per_job(value: Any, knobs: dict[str, Any]) -> list[str]:
+    if value is not None and value != knobs.get("numjobs"):
+        raise StackError(f"io_queues {value}: nvmf-perf opens one I/O queue pair per job, so it must equal "
+                         f"numjobs ({knobs.get('numjobs')})")
+    return []  # carried by --numjobs
+
+
+ACCEPTED = "accepted: follows the host's ICReq"
+TARGET_KNOBS: KnobMap = {
+    "target_mode": _line("mode"),
+    "idle_poll_us": _line("idle_poll_us"),
+    "in_capsule_data_size": _line("in_capsule_data_size"),
+    "so_priority": _line("so_priority"),
+    "tos": _line("tos"),
+    "busy_poll_us": _line("busy_poll_us"),
+    "hdr_digest": Setter(ACCEPTED),
+    "data_digest": Setter(ACCEPTED),
+}
+HOST_KNOBS: KnobMap = {
+    "completion": _flag("--completion"),
+    "io_queues": Setter("nvmf-perf `--numjobs` (one I/O queue pair per job; another count is refused)",
+                        _one_queue_per_job),
+    "so_priority": _flag("--so_priority"),
+    "tos": _flag("--tos"),
+    "busy_poll_us": _flag("--busy_poll_us"),
+    "hdr_digest": _switch("--hdr_digest"),
+    "data_digest": _switch("--data_digest"),
+}
+
+
+def target_values(setup: TargetSetup) -> dict[str, Any]:
+    """The target-side knob values a setup carries (the setup names `target_mode` `mode`)."""
+    return {"target_mode": setup.mode, "idle_poll_us": setup.idle_poll_us, "so_priority": setup.so_priority,
+            "in_capsule_data_size": setup.in_capsule_data_size, "tos": setup.tos,
+            "busy_poll_us": setup.busy_poll_us}
+
+
 def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
-    """The target's TOML config (CONTRACTS.md §2)."""
+    """The target's TOML config (CONTRACTS.md §2); the knob lines come from the registry's setters."""
     lines = [
         "[target]",
         f"cores = [{', '.join(str(c) for c in setup.cores)}]",
-        f'mode = "{setup.mode}"',
-        f"idle_poll_us = {setup.idle_poll_us}",
-        f"in_capsule_data_size = {setup.in_capsule_data_size}",
-        f"so_priority = {setup.so_priority}",
-        f"tos = {setup.tos}",
-        f"busy_poll_us = {setup.busy_poll_us}",
+        *apply(TARGET_KNOBS, "target", target_values(setup)),
         f'stats = "{setup.listen_ip}:{stats_port}"',
         "",
         "[[port]]",
@@ -129,17 +179,10 @@ class OurSession(HostSession):
         return argv
 
 
-# Our settings carry the knob names of DESIGN.md's table unchanged.
-OUR_KNOBS = {name: name for name in ("target_mode", "idle_poll_us", "in_capsule_data_size", "completion",
-                                     "io_queues", "so_priority", "tos", "busy_poll_us", "hdr_digest",
-                                     "data_digest")}
-OUR_KNOBS["target_mode"] = "mode"
-
-
 class OurStack(Stack):
     name = "ours"
-    target_knobs = OUR_KNOBS
-    host_knobs = OUR_KNOBS
+    target_knobs = TARGET_KNOBS
+    host_knobs = HOST_KNOBS
 
     def start_target(self, setup: TargetSetup, host: Host, workdir: Path) -> OurTarget:
         try:
@@ -168,11 +211,7 @@ class OurStack(Stack):
             return argv + ["--local", job.local_path]
         if address is None or job.nqn is None:
             raise StackError("a tcp job needs a running target and a subsystem NQN")
-        argv += ["-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn,
-                 "--completion", k["completion"], "--so_priority", str(k["so_priority"]),
-                 "--tos", str(k["tos"]), "--busy_poll_us", str(k["busy_poll_us"])]
-        argv += ["--hdr_digest"] if k["hdr_digest"] else []
-        argv += ["--data_digest"] if k["data_digest"] else []
+        argv += ["-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn, *apply(HOST_KNOBS, "host", k)]
         argv += ["--hostnqn", job.hostnqn] if job.hostnqn else []
         return argv
 

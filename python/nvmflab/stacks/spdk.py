@@ -22,7 +22,8 @@ from typing import Any
 
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
-from .base import Fixed, HostSession, KnobMap, RunningTarget, Stack, StackError, error_line
+from ..knobs import KnobMap, Setter, apply
+from .base import Fixed, HostSession, RunningTarget, Stack, StackError, error_line
 
 DEFAULT_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/nvmflab/spdk-24.01"
 BUILD_HINT = "build it with `make spdk` (scripts/build-spdk.sh) or point NVMFLAB_SPDK_DIR at an SPDK build"
@@ -34,22 +35,25 @@ MAX_REPORT_CHARS = 8 << 20
 MAX_HISTOGRAM_ROWS = 100_000
 TIMES_MARK = "nvmflab-times"
 
+ACCEPTED = "accepted: negotiated by the host"
 TARGET_KNOBS: KnobMap = {
     "target_mode": Fixed("poll", "SPDK's reactors always busy-poll their poll groups"),
-    "in_capsule_data_size": "nvmf_create_transport --in-capsule-data-size",
-    "so_priority": "nvmf_create_transport --sock-priority",
+    # Set through the RPCs of target_rpcs.
+    "in_capsule_data_size": Setter("`nvmf_create_transport -c` (multiple of 16, ≤ 128 KiB)"),
+    "so_priority": Setter("`nvmf_create_transport --sock-priority`"),
     # v24.01 has no busy-poll microseconds; ADQ-style steering is the posix sock placement id
     # (NAPI), the kernel's net.core.busy_poll/busy_read sysctls do the rest.
-    "busy_poll_us": "sock_impl_set_options --enable-placement-id 1 (when > 0)",
-    # The target accepts whatever digests the host negotiates in ICReq.
-    "hdr_digest": "HDGST negotiated by the host",
-    "data_digest": "DDGST negotiated by the host",
+    "busy_poll_us": Setter("`sock_impl_set_options --enable-placement-id 1` when > 0 (v24.01 has no µs "
+                           "setting; the kernel's `net.core.busy_poll`/`busy_read` apply)"),
+    "hdr_digest": Setter(ACCEPTED),
+    "data_digest": Setter(ACCEPTED),
 }
 HOST_KNOBS: KnobMap = {
     "completion": Fixed("poll", "spdk_nvme_perf always polls its queue pairs"),
-    "io_queues": "spdk_nvme_perf -P (queue pairs per namespace and core)",
-    "hdr_digest": "spdk_nvme_perf -H",
-    "data_digest": "spdk_nvme_perf -I",
+    "io_queues": Setter("spdk_nvme_perf `-P` (queue pairs per core: io_queues / numjobs)",
+                        lambda v, k: ["-P", str(v // int(k.get("numjobs", 1)))]),
+    "hdr_digest": Setter("spdk_nvme_perf `-H`", lambda v, _k: ["-H"] if v else []),
+    "data_digest": Setter("spdk_nvme_perf `-I`", lambda v, _k: ["-I"] if v else []),
 }
 RW = {"read": "read", "write": "write", "randread": "randread", "randwrite": "randwrite",
       "rw": "rw", "randrw": "randrw"}
@@ -325,14 +329,12 @@ def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: 
     if job.hostnqn:
         trid += f" hostnqn:{job.hostnqn}"
     argv = ["-r", trid, "-c", core_mask(cpus[:numjobs]), "-q", str(k["iodepth"]), "-o", str(k["bs"]),
-            "-w", RW[k["rw"]], "-t", str(int(runtime)), "-P", str(queues // numjobs), "-LL"]
+            "-w", RW[k["rw"]], "-t", str(int(runtime)), "-LL"]
     if ramp_time:
         argv += ["-a", str(warmup_seconds(ramp_time))]
     if k["rw"] in ("rw", "randrw"):
         argv += ["-M", str(k["rwmixread"])]
-    argv += ["-H"] if k.get("hdr_digest") else []
-    argv += ["-I"] if k.get("data_digest") else []
-    return argv
+    return argv + apply(HOST_KNOBS, "host", k | {"io_queues": queues})  # -P, -H, -I
 
 
 def wrap_output(argv: list[str], output: str) -> list[str]:

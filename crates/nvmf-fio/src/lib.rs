@@ -25,7 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nvmf_host::{default_hostnqn, Completion, ConnectOptions, Controller, Error, IoQueue};
+use nvmf_host::{default_hostnqn, Completion, ConnectOptions, Controller, Error, IoQueue, TlsOptions};
 
 /// Operation codes of [`nvmf_fio_queue`] (shared with shim.c).
 pub const OP_READ: c_int = 0;
@@ -51,6 +51,36 @@ pub struct Conf {
     pub iodepth: u32,
     pub thread_number: u32,
     pub max_bs: u64,
+    pub tls_key: *const c_char,
+    pub tls_key_identity: *const c_char,
+    pub tls: u32,
+    pub tls_compat: u32,
+}
+
+/// The TLS settings from the engine options, as nvmf-perf takes `--tls`, `--tls-key` and
+/// `--tls-key-identity`: a key implies `tls`; `tls` without a key is refused (there is no
+/// keyring). The target holds each PSK under a host NQN, so the host NQN must be a fixed one
+/// (`hostnqn=` or /etc/nvme/hostnqn), not the random one made when neither exists.
+pub fn tls_options(tls: bool, key: Option<String>, identity: Option<String>, hostnqn: Option<&str>) -> Result<Option<TlsOptions>, String> {
+    let Some(key) = key else {
+        if tls {
+            return Err("tls=1 needs tls_key= (the PSK, NVMeTLSkey-1:HH:<base64>:; there is no keyring)".into());
+        }
+        if identity.is_some() {
+            return Err("tls_key_identity= needs tls_key=".into());
+        }
+        return Ok(None);
+    };
+    let hostnqn = match hostnqn {
+        Some(h) => h.to_string(),
+        None => match std::fs::read_to_string("/etc/nvme/hostnqn").map(|s| s.trim().to_string()) {
+            Ok(h) if !h.is_empty() => h,
+            _ => return Err("tls_key= needs hostnqn= (or /etc/nvme/hostnqn): the target holds the PSK per host NQN".into()),
+        },
+    };
+    let parsed = TlsOptions::parse(&key, identity.as_deref(), &hostnqn);
+    // The host library's messages name nvmf-perf's flags; say the engine's option names.
+    parsed.map(Some).map_err(|e| e.replace("--tls-key-identity", "tls_key_identity=").replace("--tls-key", "tls_key="))
 }
 
 /// [`Conf`] checked and owned.
@@ -67,6 +97,9 @@ pub struct Settings {
     pub max_bs: u64,
     /// fio's job number (for messages).
     pub job: u32,
+    /// TLS 1.3 with a PSK (`tls`, `tls_key`, `tls_key_identity`): every connection of the job,
+    /// the size query's included, does the handshake before ICReq.
+    pub tls: Option<TlsOptions>,
 }
 
 fn cstr(p: *const c_char) -> Option<String> {
@@ -89,17 +122,25 @@ impl Settings {
             .ok()
             .filter(|p| *p != 0)
             .ok_or_else(|| format!("trsvcid={} is not a TCP port", c.trsvcid))?;
+        let hostnqn = cstr(c.hostnqn);
+        let mut tls = tls_options(c.tls != 0, cstr(c.tls_key), cstr(c.tls_key_identity), hostnqn.as_deref())?;
+        match tls.as_mut() {
+            Some(t) => t.compat = c.tls_compat != 0,
+            None if c.tls_compat != 0 => return Err("tls_compat=1 needs tls_key=".into()),
+            None => {}
+        }
         Ok(Settings {
             traddr,
             trsvcid,
             subnqn,
-            hostnqn: cstr(c.hostnqn),
+            hostnqn,
             hdr_digest: c.hdr_digest != 0,
             data_digest: c.data_digest != 0,
             poll: c.poll != 0,
             iodepth: c.iodepth.max(1),
             max_bs: c.max_bs.max(512),
             job: c.thread_number,
+            tls,
         })
     }
 
@@ -118,6 +159,7 @@ impl Settings {
         o.hdr_digest = self.hdr_digest;
         o.data_digest = self.data_digest;
         o.timeout = CONNECT_TIMEOUT;
+        o.tls = self.tls.clone();
         o
     }
 
@@ -152,6 +194,7 @@ impl Failure {
 /// The errno values used here (Linux), without a libc dependency.
 mod libc_errno {
     pub const EIO: i32 = 5;
+    pub const EACCES: i32 = 13;
     pub const EINVAL: i32 = 22;
     pub const ETIMEDOUT: i32 = 110;
 }
@@ -161,6 +204,8 @@ fn errno_of(e: &Error) -> c_int {
         Error::Connect { source, .. } | Error::Io(source) => source.raw_os_error().unwrap_or(libc_errno::EIO),
         Error::Timeout(_) => libc_errno::ETIMEDOUT,
         Error::Unsupported(_) => libc_errno::EINVAL,
+        // A refused TLS key or DH-HMAC-CHAP secret: permission, not an I/O failure.
+        Error::Auth(_) => libc_errno::EACCES,
         _ => libc_errno::EIO,
     }
 }
@@ -731,9 +776,40 @@ mod tests {
             iodepth: 1,
             max_bs: 4096,
             job: 1,
+            tls: None,
         };
         assert_eq!(s.addr(), "[::1]:4420");
         s.traddr = "127.0.0.1".into();
         assert_eq!(s.addr(), "127.0.0.1:4420");
+    }
+
+    // A SHA-256 key (hash field 01) from libnvme's test/psk.c, as nvmf-tls's key tests use it.
+    const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0f01fb42-9f7f-4856-b0b3-51e60b8de349";
+
+    #[test]
+    fn tls_options_follow_nvme_cli_rules() {
+        assert!(tls_options(false, None, None, None).unwrap().is_none());
+        // A key implies tls; the identity option picks the version.
+        let o = tls_options(false, Some(KEY.into()), None, Some(HOST)).unwrap().unwrap();
+        assert_eq!(format!("{:?}", o.version), "V1");
+        let v0 = tls_options(true, Some(KEY.into()), Some("0".into()), Some(HOST)).unwrap().unwrap();
+        assert_eq!(format!("{:?}", v0.version), "V0");
+        let id = format!("NVMe0R01 {HOST} nqn.x");
+        let named = tls_options(true, Some(KEY.into()), Some(id), Some(HOST)).unwrap().unwrap();
+        assert_eq!(format!("{:?}", named.version), "V0");
+    }
+
+    #[test]
+    fn bad_tls_options_are_refused_with_the_engine_option_names() {
+        let e = tls_options(true, None, None, Some(HOST)).unwrap_err();
+        assert!(e.contains("tls=1 needs tls_key="), "{e}");
+        let e = tls_options(false, None, Some("1".into()), Some(HOST)).unwrap_err();
+        assert!(e.contains("tls_key_identity= needs tls_key="), "{e}");
+        let e = tls_options(true, Some("NVMeTLSkey-1:01:AAAA:".into()), None, Some(HOST)).unwrap_err();
+        assert!(e.starts_with("tls_key=:"), "{e}");
+        let other = "NVMe0R01 nqn.2014-08.org.nvmexpress:uuid:other nqn.x";
+        let e = tls_options(true, Some(KEY.into()), Some(other.into()), Some(HOST)).unwrap_err();
+        assert!(e.starts_with("tls_key_identity=") && e.contains("names host"), "{e}");
     }
 }

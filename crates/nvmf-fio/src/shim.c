@@ -27,6 +27,11 @@ struct nvmf_fio_conf {
 	uint32_t iodepth;
 	uint32_t thread_number;
 	uint64_t max_bs;
+	/* TLS 1.3 (nvme-cli's --tls, --tls-key, --tls-key-identity); appended to keep the layout. */
+	const char *tls_key;
+	const char *tls_key_identity;
+	uint32_t tls;
+	uint32_t tls_compat;
 };
 
 extern void *nvmf_fio_job_open(const struct nvmf_fio_conf *conf, int *error);
@@ -53,6 +58,10 @@ struct nvmf_fio_options {
 	unsigned int hdr_digest;
 	unsigned int data_digest;
 	unsigned int completion; /* 0 = event, 1 = poll */
+	unsigned int tls;
+	char *tls_key;
+	char *tls_key_identity;
+	unsigned int tls_compat;
 };
 
 static struct fio_option options[] = {
@@ -130,6 +139,46 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_NETIO,
 	},
 	{
+		.name = "tls",
+		.lname = "TLS 1.3",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct nvmf_fio_options, tls),
+		.def = "0",
+		.help = "Secure the connection with TLS 1.3 and a PSK (needs tls_key), as nvme-cli --tls",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NETIO,
+	},
+	{
+		.name = "tls_key",
+		.lname = "TLS PSK",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct nvmf_fio_options, tls_key),
+		.help = "Configured PSK, NVMeTLSkey-1:HH:<base64>: as nvme gen-tls-key prints it; implies tls",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NETIO,
+	},
+	{
+		.name = "tls_key_identity",
+		.lname = "TLS PSK identity",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct nvmf_fio_options, tls_key_identity),
+		.help = "PSK identity version to offer: 1 (NVMe1R.., default), 0 (NVMe0R..), or an identity "
+			"written out whose version is used",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NETIO,
+	},
+	{
+		.name = "tls_compat",
+		.lname = "TLS PSK compat derivation",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct nvmf_fio_options, tls_compat),
+		.def = "0",
+		.help = "Derive the TLS PSK as libnvme before 1.16 does (nvme-cli --compat; Debian trixie's "
+			"nvme-cli 2.13), for a kernel target holding such keys",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NETIO,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -160,6 +209,10 @@ static void fill_conf(struct thread_data *td, struct nvmf_fio_conf *c)
 	c->iodepth = td->o.iodepth ? td->o.iodepth : 1;
 	c->thread_number = td->thread_number;
 	c->max_bs = max_bs(td);
+	c->tls = o ? o->tls : 0;
+	c->tls_key = o ? o->tls_key : NULL;
+	c->tls_key_identity = o ? o->tls_key_identity : NULL;
+	c->tls_compat = o ? o->tls_compat : 0;
 }
 
 extern struct ioengine_ops nvmf_fio_ops;

@@ -186,9 +186,12 @@ impl ServerConfig {
 
     /// A server for subsystem `subnqn` that holds each allowed host's configured PSK: an offered
     /// `NVMe0R`/`NVMe1R` identity naming that host and subsystem gets the TLS PSK derived from the
-    /// host's key with the identity's version (`compat`: libnvme's `--compat` derivation). For
-    /// version 1 the digest in the identity must match the one derived, so a host with another key
-    /// is told apart before the binder is checked.
+    /// host's key with the identity's version. For version 1 the digest in the identity must match
+    /// one derived from the key, so a host with another key is told apart before the binder is
+    /// checked; the digest also tells which derivation the host used, the specification's or the
+    /// older one of libnvme before 1.16 (nvme-cli's `--compat`, and what Debian trixie's nvme-cli
+    /// 2.13 inserts into the keyring), and both are accepted. A version 0 identity carries no
+    /// digest: it gets the derivation `compat` names.
     pub fn for_subsystem(subnqn: &str, hosts: Vec<(String, ConfiguredPsk)>, compat: bool) -> Result<Self, TlsError> {
         ServerConfig::for_subsystems(vec![subnqn.to_string()], hosts, compat)
     }
@@ -205,7 +208,14 @@ impl ServerConfig {
             if key.cipher_hash() != id.hash {
                 return None;
             }
-            let psk = TlsPsk::derive(key, &id.hostnqn, &id.subnqn, Derivation { version: id.version, compat }).ok()?;
+            let derive = |compat| TlsPsk::derive(key, &id.hostnqn, &id.subnqn, Derivation { version: id.version, compat }).ok();
+            let mut psk = derive(compat)?;
+            if id.version == IdentityVersion::V1 && psk.identity() != offered {
+                // The other derivation, for a host whose keys libnvme derived the other way.
+                if let Some(other) = derive(!compat).filter(|p| p.identity() == offered) {
+                    psk = other;
+                }
+            }
             match id.version {
                 IdentityVersion::V1 if psk.identity() != offered => {
                     // Same host and subsystem, other digest: the client holds another key. Hand

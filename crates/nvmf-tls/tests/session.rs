@@ -118,6 +118,34 @@ fn fixed_key_table_and_compat_keys() {
     assert!(s.is_established());
 }
 
+/// libnvme before 1.16 (Debian trixie's nvme-cli 2.13) derives version 1 identities and TLS PSKs
+/// the compat way without being asked: the server tells by the digest and accepts both; a version
+/// 0 identity carries no digest, so only the server's configured derivation works for it.
+#[test]
+fn version_1_identities_of_either_derivation_are_accepted() {
+    for server_compat in [false, true] {
+        for client_compat in [false, true] {
+            for version in [IdentityVersion::V0, IdentityVersion::V1] {
+                let key = configured(PskTransform::Sha256);
+                let server = ServerConfig::for_subsystem(SUB, vec![(HOST.to_string(), key.clone())], server_compat).unwrap();
+                let psk = TlsPsk::derive(&key, HOST, SUB, Derivation { version, compat: client_compat }).unwrap();
+                let identity = psk.identity().to_string();
+                let mut c = TlsSession::client(&ClientConfig::new(psk).unwrap()).unwrap();
+                let mut s = TlsSession::server(&server).unwrap();
+                let (rc, rs) = pump(&mut c, &mut s);
+                let case = format!("server compat {server_compat}, client compat {client_compat}, {version:?}");
+                if version == IdentityVersion::V1 || server_compat == client_compat {
+                    rc.unwrap_or_else(|e| panic!("{case}: {e}"));
+                    rs.unwrap_or_else(|e| panic!("{case}: {e}"));
+                    assert!(s.is_established(), "{case}");
+                } else {
+                    assert_eq!(rs.unwrap_err(), TlsError::WrongKey { identity }, "{case}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn wrong_key_fails_and_names_the_identity() {
     for version in [IdentityVersion::V0, IdentityVersion::V1] {

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .names import STACK_NAMES, STUDY_NAMES, module_name
 from .spec import Spec, SpecError
 from .study_spec import load_study_spec
 
@@ -30,14 +31,9 @@ err = Console(stderr=True, soft_wrap=True)
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
 
 
-class StudyName(str, Enum):
-    polling = "polling"
-    overhead = "overhead"
-    saturation = "saturation"
-    interference = "interference"
-    stacks = "stacks"
-    contention, dimensions, busy_poll, parallelism = "contention", "dimensions", "busy-poll", "parallelism"
-    all = "all"
+# The choices of `nvmflab study NAME` and `--stack NAME`, from names.py (members are the names
+# with `-` as `_`: StudyName.busy_poll is "busy-poll").
+StudyName = Enum("StudyName", {module_name(n): n for n in (*STUDY_NAMES, "all")}, type=str)
 
 
 class Format(str, Enum):
@@ -50,13 +46,11 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-class StackOption(str, Enum):
-    ours = "ours"
-    kernel = "kernel"
-    spdk = "spdk"
+StackOption = Enum("StackOption", {module_name(n): n for n in STACK_NAMES}, type=str)
 
 
-STACK_HELP = "stack for both target and host: ours, kernel or spdk (overrides the spec's \\[stack])"
+STACK_HELP = (f"stack for both target and host: {', '.join(STACK_NAMES[:-1])} or {STACK_NAMES[-1]} "
+              "(overrides the spec's \\[stack])")
 STACK_OPT = typer.Option(None, "--stack", help=STACK_HELP)
 TARGET_STACK_OPT = typer.Option(None, "--target-stack", help="stack serving the target (after --stack)")
 HOST_STACK_OPT = typer.Option(None, "--host-stack", help="stack driving the load (after --stack)")
@@ -69,9 +63,7 @@ FORCE_OPT = typer.Option(False, "--force", help="overwrite a file nvmflab did no
 
 
 @app.command()
-def study(name: StudyName = typer.Argument(..., help="a study of studies/ (polling, overhead, saturation, "
-                                           "interference, stacks, contention, dimensions, busy-poll, "
-                                           "parallelism) or all"),
+def study(name: StudyName = typer.Argument(..., help=f"a study of studies/ ({', '.join(STUDY_NAMES)}) or all"),
           spec: Optional[Path] = typer.Option(None, "--spec", help="spec file (default: studies/NAME.toml)"),
           quick: bool = typer.Option(False, "--quick", help="apply the spec's \\[quick] overrides (about a minute)"),
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .cores import available_cores
+from .names import STACK_NAMES
 from .tools import OUR_BINARIES, REPO_ROOT, VERSION_FLAGS, tools_found
 
 
@@ -189,7 +190,7 @@ def nic_for(host, probe) -> tuple[str | None, str | None]:
 def stack_availability(host) -> dict[str, dict[str, str | None]]:
     """stack -> side -> None (usable) or what is missing; a stack that cannot even load says why."""
     out: dict[str, dict[str, str | None]] = {}
-    for name in ("ours", "kernel", "spdk"):
+    for name in STACK_NAMES:
         try:
             from .stacks import get_stack
 

@@ -10,6 +10,7 @@ or missing database gives a page that says there are no results.
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from .analysis import interference, overhead, polling, saturation, stacks, sweep
-from .analysis import busy_poll, contention, dimensions, parallelism
+from .analysis import sweep
 from .analysis.common import study_rows
 from .analysis.cores_used import cores_note
 from .analysis.result import StudyResult
@@ -29,16 +29,11 @@ from .analysis.stability import stability_note
 from .analysis.stats import usable
 from .analysis.timeline import timeline_figures
 from . import findings_data, probes
+from .names import STUDY_NAMES, module_name
 
+# Each study's analysis.NAME.analyze (names.py lists the studies).
 ANALYZERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame], StudyResult]] = {
-    "polling": polling.analyze,
-    "overhead": overhead.analyze,
-    "saturation": saturation.analyze,
-    "interference": interference.analyze,
-    "stacks": stacks.analyze,
-    "contention": contention.analyze, "dimensions": dimensions.analyze, "busy-poll": busy_poll.analyze,
-    "parallelism": parallelism.analyze,
-}
+    name: importlib.import_module(f"{__package__}.analysis.{module_name(name)}").analyze for name in STUDY_NAMES}
 STORE_FILE = "results.sqlite"
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from .names import STACK_NAMES, STUDY_NAMES
 from .units import parse_size
 
 Size = Annotated[int, BeforeValidator(parse_size)]
@@ -60,8 +61,8 @@ class Topology(_Strict):
         return self
 
 
-StackName = Literal["ours", "kernel", "spdk"]
-STACK_NAMES = ("ours", "kernel", "spdk")
+StackName = Literal[STACK_NAMES]
+StudyName = Literal[STUDY_NAMES]
 
 
 def _stack_table(value: Any) -> Any:
@@ -121,8 +122,7 @@ SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)
 
 class Spec(_Strict):
     name: str = "sweep"
-    study: Literal["polling", "overhead", "saturation", "interference", "stacks", "contention", "dimensions",
-                   "busy-poll", "parallelism"] | None = None
+    study: StudyName | None = None
     description: str = ""
     topology: Topology = Topology()
     stack: Annotated[StackChoice, BeforeValidator(_stack_table)] = StackChoice()

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import importlib
 
+from ..names import STACK_NAMES, module_name
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
 
-STACKS = {"ours": "OurStack", "kernel": "KernelStack", "spdk": "SpdkStack"}
+STACKS = STACK_NAMES  # each one a module here whose STACK is its Stack class
 
 
 def get_stack(name: str) -> Stack:
     if name not in STACKS:
         raise StackError(f"stack {name!r} is not known; allowed: {', '.join(STACKS)}")
     try:
-        module = importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(f"{__name__}.{module_name(name)}")
     except ImportError as err:
         raise StackError(f"stack {name!r} cannot be loaded: {err}") from None
-    return getattr(module, STACKS[name])()
+    return module.STACK()
 
 
 __all__ = ["Fixed", "HostSession", "RunningTarget", "Stack", "StackError", "STACKS", "get_stack"]

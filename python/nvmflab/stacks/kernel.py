@@ -554,3 +554,6 @@ def _name(text: str, what: str) -> str:
     if not text or len(text) > 223 or "/" in text or text in (".", "..") or not text.isprintable():
         raise StackError(f"{what} {text[:60]!r} cannot name a configfs directory")
     return text
+
+
+STACK = KernelStack  # what get_stack('kernel') makes

@@ -237,3 +237,6 @@ class OurStack(Stack):
 
 def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+STACK = OurStack  # what get_stack('ours') makes

@@ -510,3 +510,6 @@ class SpdkStack(Stack):
             return {"spdk": None}
         found = re.findall(r"SPDK v[\w.\-]+", done.stdout + done.stderr)
         return {"spdk": found[-1] if found else None}
+
+
+STACK = SpdkStack  # what get_stack('spdk') makes

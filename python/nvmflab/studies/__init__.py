@@ -9,14 +9,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-STUDIES = ("polling", "overhead", "saturation", "interference", "stacks", "contention", "dimensions", "busy-poll",
-           "parallelism")
+from ..names import STUDY_NAMES, module_name
+
+STUDIES = STUDY_NAMES
 
 
 def study_module(name: str) -> ModuleType:
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}")
-    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")  # busy-poll -> busy_poll
+    return importlib.import_module(f"{__name__}.{module_name(name)}")
 
 
 def study_params(name: str, raw: dict[str, Any]) -> BaseModel:

@@ -105,9 +105,14 @@ impl TlsLink {
             let n = match l.inner.recv(&mut l.scratch) {
                 Ok(n) => n,
                 Err(Error::Closed) => {
-                    return Err(Error::Protocol(
-                        "the target closed the connection during the TLS handshake (does its port allow TLS?)".into(),
-                    ))
+                    // No alert to tell why. A kernel target (tlshd) that finds no PSK for the
+                    // identity closes like this, and a version 1 identity names the key by its
+                    // digest, so a wrong key looks the same as a port without TLS.
+                    return Err(Error::Protocol(format!(
+                        "the target closed the connection during the TLS handshake: it holds no PSK for identity '{}' \
+                         (another key, or keys derived the other way: compat) or its port does not take TLS",
+                        config.psk().identity()
+                    )));
                 }
                 Err(e) => return Err(e),
             };

@@ -90,6 +90,10 @@ pub struct TargetArgs {
     /// version is used; the identity is derived per connection), or just 0 or 1 (default 1).
     #[arg(long = "tls-key-identity")]
     pub tls_key_identity: Option<String>,
+    /// Derive the TLS PSK the way libnvme before 1.16 does (nvme-cli's `--compat`; what Debian
+    /// trixie's nvme-cli 2.13 inserts into the keyring), for a kernel target holding such keys.
+    #[arg(long = "tls-compat")]
+    pub tls_compat: bool,
 }
 
 #[derive(Debug, Clone, Args)]

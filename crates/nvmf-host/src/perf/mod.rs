@@ -72,11 +72,14 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
     o.dhchap_secret = secret("--dhchap-secret", &t.dhchap_secret)?;
     o.dhchap_ctrl_secret = secret("--dhchap-ctrl-secret", &t.dhchap_ctrl_secret)?;
     o.tls = match (&t.tls_key, t.tls) {
-        (Some(key), _) => Some(
-            nvmf_host_tls::TlsOptions::parse(key, t.tls_key_identity.as_deref(), &o.hostnqn).map_err(usage)?,
-        ),
+        (Some(key), _) => {
+            let mut tls = nvmf_host_tls::TlsOptions::parse(key, t.tls_key_identity.as_deref(), &o.hostnqn).map_err(usage)?;
+            tls.compat = t.tls_compat;
+            Some(tls)
+        }
         (None, true) => return Err(usage("--tls needs --tls-key (there is no keyring to take the PSK from)")),
         (None, false) if t.tls_key_identity.is_some() => return Err(usage("--tls-key-identity needs --tls-key")),
+        (None, false) if t.tls_compat => return Err(usage("--tls-compat needs --tls-key")),
         (None, false) => None,
     };
     Ok(o)

@@ -103,3 +103,46 @@ def test_ratios_are_of_medians_against_the_baseline_pair(tmp_path):
     flat = stacks.analyze(*(lambda s: (s.measurements(), s.runs()))(_store(tmp_path / "flat", values))).findings
     assert any(f.startswith("With the spdk host, cannot decide whether the ours or the spdk target limits")
                and "repeats without spread" in f for f in flat), flat
+
+
+def test_pairs_poll_on_both_sides_by_default_and_the_spec_modes_on_request(tmp_path, fake_env):
+    spec = tmp_path / "stacks.toml"
+    spec.write_text(SPEC.replace("iodepth = [1, 4]", "iodepth = [4]").replace("repeats = 2", "repeats = 1"))
+    plan = nvmflab("study", "stacks", "--spec", str(spec), "--plan", env=fake_env)
+    assert plan.returncode == 0, plan.stderr
+    perf = [line for line in plan.stdout.splitlines() if "nvmf-perf run" in line]
+    assert perf and all("--completion poll" in line for line in perf)
+    assert 'mode = "poll"' in plan.stdout and 'mode = "event"' not in plan.stdout  # ours target polls
+    spec.write_text(spec.read_text() + 'modes = "spec"\n')
+    plan = nvmflab("study", "stacks", "--spec", str(spec), "--plan", env=fake_env)
+    perf = [line for line in plan.stdout.splitlines() if "nvmf-perf run" in line]
+    assert perf and all("--completion event" in line for line in perf)
+
+
+def test_which_side_limits_names_the_modes_and_flags_unlike_ones(tmp_path):
+    values = {
+        ("ours/spdk", "T-app", 32, 4096): [150_000, 151_000, 149_000],
+        ("kernel/spdk", "T-app", 32, 4096): [100_000, 101_000, 99_000],
+        ("spdk/spdk", "T-app", 32, 4096): [120_000, 121_000, 119_000],
+    }
+    modes = {"ours": "poll", "kernel": "event", "spdk": "poll"}
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("stacks", 'study = "stacks"\n[params]\nbaseline = "spdk/spdk"\n', {})
+    for (leg, app, qd, bs), per_repeat in values.items():
+        target, host = leg.split("/")
+        for repeat, iops in enumerate(per_repeat):
+            knobs = {"app": app, "rw": "randread", "bs": bs, "iodepth": qd, "numjobs": 1, "target_stack": target,
+                     "host_stack": host, "completion": "poll", "target_mode": modes[target]}
+            store.save_point(run, f"{leg}-{repeat}", "stacks", leg, knobs, repeat, "ok", None,
+                             [{"role": "main", "iops": iops, "bw_bytes": iops * bs, "lat_mean_ns": 1e9 / iops,
+                               "lat_p99_ns": 2e9 / iops, "knobs": knobs}])
+    result = stacks.analyze(store.measurements(), store.runs())
+    side = next(t.frame for t in result.tables if t.title == "Pairs side by side").set_index("target × host")
+    assert side.at["kernel target × spdk host", "modes"] == "target reactor event, host completion poll"
+    limit = next(f for f in result.findings if f.startswith("With the spdk host, the ours target gives"))
+    assert "of the kernel target" in limit
+    assert ("Modes: the spdk host completion poll; the ours target reactor poll, the kernel target reactor event: "
+            "different reactor modes, so this compares the modes as much as the targets.") in limit
+    against = next(f for f in result.findings if f.startswith("kernel target × spdk host:"))
+    assert "different modes" in against
+    assert not any("different modes" in f for f in result.findings if f.startswith("ours target × spdk host:"))

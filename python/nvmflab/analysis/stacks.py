@@ -7,6 +7,10 @@ per-repeat IOPS with Welch's interval (cannot decide below two repeats a side or
 Holm-corrected over the pairs compared with the baseline, and over every pair that shares a host
 (or a target) when telling which side limits: with the host fixed, a faster pair has the faster
 target.
+
+Each pair's modes (the target's reactor mode `target_mode` and the host's `completion`, as its
+points recorded them) are shown beside it, and a finding about which side limits names them and
+says when the compared sides ran in different modes (then it compares modes as much as stacks).
 """
 
 from __future__ import annotations
@@ -93,10 +97,11 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     qds = sorted(set(tapp["iodepth"]))
     ref_qd = REFERENCE_QD if REFERENCE_QD in qds else (max(qds) if qds else None)
     samples = _samples(data, ref_qd)
-    _side_by_side(med, pairs, baseline, ref_qd, samples, out)
+    modes = pair_modes(data)
+    _side_by_side(med, pairs, baseline, ref_qd, samples, out, modes)
     if ref_qd is not None:
         _matrix(tapp, pairs, baseline, ref_qd, out)
-        _bottleneck(tapp, pairs, ref_qd, samples, out)
+        _bottleneck(tapp, pairs, ref_qd, samples, out, modes)
     if len(qds) > 1:
         out.figures.append(Figure(
             "stacks_iops_vs_qd",
@@ -108,6 +113,23 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     _bars(med, pairs, out)
     _skipped_pairs(rows, data, out)
     return out
+
+
+def pair_modes(data: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Per pair, the modes its points ran with: {"target": reactor mode, "host": completion}; a
+    side whose points disagree (or recorded nothing) reads "mixed" (or "not recorded")."""
+    out: dict[str, dict[str, str]] = {}
+    for leg, group in data.groupby("leg", sort=False):
+        sides = {}
+        for side, column in (("target", "target_mode"), ("host", "completion")):
+            seen = sorted({str(v) for v in group.get(column, pd.Series(dtype=object)).dropna()})
+            sides[side] = seen[0] if len(seen) == 1 else ("mixed: " + "/".join(seen) if seen else "not recorded")
+        out[leg] = sides
+    return out
+
+
+def modes_text(modes: dict[str, str]) -> str:
+    return f"target reactor {modes['target']}, host completion {modes['host']}"
 
 
 def _app(knobs_json: str) -> str:
@@ -138,7 +160,10 @@ def _tapp_iops(tapp: pd.DataFrame, leg: str, qd: int) -> float:
 
 
 def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,
-                  samples: dict[str, list[float]], out: StudyResult) -> None:
+                  samples: dict[str, list[float]], out: StudyResult,
+                  modes: dict[str, dict[str, str]] | None = None) -> None:
+    modes = modes or {}
+    unknown = {"target": "not recorded", "host": "not recorded"}
     records = []
     b_lat = _value(med, baseline, "L-app", "lat_mean_ns")
     b_bw = _value(med, baseline, "B-app", "bw_bytes")
@@ -153,7 +178,7 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
         iops = _tapp_iops(tapp, leg, ref_qd) if ref_qd else math.nan
         bw = _value(med, leg, "B-app", "bw_bytes")
         records.append({
-            "target × host": pair_label(leg),
+            "target × host": pair_label(leg), "modes": modes_text(modes.get(leg, unknown)),
             "L-app mean (µs)": round(lat / 1e3, 1), "L-app p99 (µs)": round(_value(med, leg, "L-app", "lat_p99_ns") / 1e3, 1),
             f"T-app QD{ref_qd} KIOPS": round(iops / 1e3, 1), "B-app MB/s": round(bw / 1e6, 0),
             "L-app latency ÷ baseline": round(lat / b_lat, 2), f"QD{ref_qd} IOPS ÷ baseline": round(iops / b_iops, 2),
@@ -168,10 +193,13 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
             else:
                 head = (f"{pair_label(leg)}: {times(iops / b_iops)} the IOPS of {pair_label(baseline)} at QD{ref_qd} "
                         f"({kiops(iops)} vs {kiops(b_iops)}; {words})")
+            mine, theirs = modes.get(leg, unknown), modes.get(baseline, unknown)
+            unlike = (f" The two ran in different modes ({modes_text(mine)} against {modes_text(theirs)}), so "
+                      "this compares the modes as much as the stacks." if mine != theirs else "")
             out.findings.append(
                 f"{head}; L-app mean latency {us(lat)} vs {us(b_lat)}"
                 + (f"; B-app {mbps(bw)} vs {mbps(b_bw)} ({times(bw / b_bw)})" if not math.isnan(bw / b_bw) else "")
-                + ".")
+                + "." + unlike)
     bapp = med[med["app"] == "B-app"]
     bapp_note = f" B-app: {size(bapp['bs'].iloc[0])} random read at QD{int(bapp['iodepth'].iloc[0])}." if len(bapp) else ""
     out.tables.append(Table("Pairs side by side", pd.DataFrame(records),
@@ -191,8 +219,12 @@ def _matrix(tapp: pd.DataFrame, pairs: list[str], baseline: str, qd: int, out: S
 
 
 def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, samples: dict[str, list[float]],
-                out: StudyResult) -> None:
-    """With one side fixed, the other side's stacks compared: which side limits the pair."""
+                out: StudyResult, modes: dict[str, dict[str, str]] | None = None) -> None:
+    """With one side fixed, the other side's stacks compared: which side limits the pair. The
+    finding names the modes each side ran with."""
+    modes = modes or {}
+    unknown = {"target": "not recorded", "host": "not recorded"}
+    mode_word = {"target": "reactor", "host": "completion"}
     for side, fixed_index in (("host", 2), ("target", 0)):
         by_fixed: dict[str, list[str]] = {}
         for leg in pairs:
@@ -213,15 +245,22 @@ def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, samples: dict[str
                                for i, j in pairs_of])
             significant, words = _difference_text(diffs[pairs_of.index((0, len(legs_ranked) - 1))])
             a, b = best.partition('/')[pick], worst.partition('/')[pick]
+            # the fixed side's mode, then the compared side's mode in each of the two pairs
+            fixed_mode = modes.get(best, unknown)[side]
+            mode_a, mode_b = modes.get(best, unknown)[other], modes.get(worst, unknown)[other]
+            named = (f" Modes: the {fixed} {side} {mode_word[side]} {fixed_mode}; the {a} {other} "
+                     f"{mode_word[other]} {mode_a}, the {b} {other} {mode_word[other]} {mode_b}"
+                     + (f": different {mode_word[other]} modes, so this compares the modes as much as the "
+                        f"{other}s." if mode_a != mode_b else "."))
             if significant is None:
                 out.findings.append(f"With the {fixed} {side}, cannot decide whether the {a} or the {b} {other} "
-                                    f"limits at QD{qd} ({kiops(top)} vs {kiops(low)}; {words}).")
+                                    f"limits at QD{qd} ({kiops(top)} vs {kiops(low)}; {words})." + named)
             elif significant is False:
                 out.findings.append(f"With the {fixed} {side}, no significant difference between the {a} and {b} "
-                                    f"{other}s at QD{qd} ({words}).")
+                                    f"{other}s at QD{qd} ({words})." + named)
             else:
                 out.findings.append(f"With the {fixed} {side}, the {a} {other} gives {times(top / low)} the QD{qd} "
-                                    f"IOPS of the {b} {other} ({words}).")
+                                    f"IOPS of the {b} {other} ({words})." + named)
 
 
 def _bars(med: pd.DataFrame, pairs: list[str], out: StudyResult) -> None:

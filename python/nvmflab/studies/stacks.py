@@ -6,11 +6,19 @@ Each pair measures the L-app (4 KiB random read, QD1), the T-app (4 KiB random r
 `iodepth`) and the B-app (`bapp_bs` random read at `bapp_iodepth`). Repeats are interleaved: round
 r measures every pair before round r+1 starts, so a machine that gets busier for a while hurts
 every pair alike. A pair whose stacks cannot run here (no nvmet on this kernel, no SPDK build) is
-stored as skipped with the reason. Knobs the spec leaves unset take the value each stack always has
-(SPDK's host always polls); a knob set explicitly must be one every pair can honour.
+stored as skipped with the reason.
+
+Like with like: SPDK always polls (reactors and host queue pairs), so by default (`modes = "poll"`)
+every pair polls on both sides where its stack can: host completion `poll`, target reactors `poll`.
+A side that cannot (nvmet has no polling reactor) runs the mode it always has, and each point
+records the `completion` and `target_mode` it ran with, so the analysis names them. `modes =
+"spec"` runs the spec's knobs instead. Either way a knob set explicitly in the spec wins, and must be
+one every pair can honour.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -30,6 +38,8 @@ class Params(BaseModel):
     iodepth: list[IoDepth] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128], min_length=1)
     bapp_bs: Size = 128 << 10
     bapp_iodepth: IoDepth = 32
+    # "poll": both sides poll where the stack can (SPDK always does); "spec": the spec's knobs.
+    modes: Literal["poll", "spec"] = "poll"
 
     @field_validator("baseline")
     @classmethod
@@ -47,12 +57,16 @@ def apps(params: Params) -> list[dict]:
     return [LAPP] + tapp + bapp
 
 
-def pair_knobs(ctx: Context, target: Stack, host: Stack, app: dict) -> dict:
-    """The app's knobs for one pair: fixed stack behaviour fills what the spec left unset."""
+POLLING = {"completion": "poll", "target_mode": "poll"}
+
+
+def pair_knobs(ctx: Context, target: Stack, host: Stack, app: dict, modes: str = "poll") -> dict:
+    """The app's knobs for one pair: polling on both sides (modes "poll"), then what each stack
+    always does, fill what the spec left unset."""
     explicit = ctx.spec.knobs.model_fields_set
-    fixed = {k: v for k, v in (target.fixed_defaults("target") | host.fixed_defaults("host")).items()
-             if k not in explicit}
-    return point_knobs(ctx, app | fixed | {"target_stack": target.name, "host_stack": host.name})
+    wanted = (POLLING if modes == "poll" else {}) | target.fixed_defaults("target") | host.fixed_defaults("host")
+    chosen = {k: v for k, v in wanted.items() if k not in explicit}
+    return point_knobs(ctx, app | chosen | {"target_stack": target.name, "host_stack": host.name})
 
 
 def unavailable(ctx: Context, target: Stack, host: Stack) -> str | None:
@@ -80,7 +94,7 @@ def execute(ctx: Context, params: Params) -> None:
         for target, host in pairs:
             reason = reasons[(target.name, host.name)]
             for app in apps(params):
-                knobs = pair_knobs(ctx, target, host, app)
+                knobs = pair_knobs(ctx, target, host, app, params.modes)
                 points.append(tcp_point(ctx, f"{target.name}/{host.name}", knobs, repeat, skip_reason=reason))
     # each app is one comparison of every pair
     ctx.run(points, "stacks: target × host", compare_by=lambda p: (p.knobs.get("app"), p.knobs.get("iodepth"),

@@ -82,7 +82,8 @@ def test_quick_studies_run_every_leg(tmp_path, fake_env):
     no_spdk.mkdir()
     env = fake_env | {"FAKE_PERF_SLEEP": "0", "NVMFLAB_SPDK_DIR": str(no_spdk)}
     results = tmp_path / "r"
-    done = nvmflab("study", "all", "--quick", "--results", str(results), env=env, timeout=300)
+    # three repeats per quick comparison: about 4 minutes on a busy 2-core machine
+    done = nvmflab("study", "all", "--quick", "--results", str(results), env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1].endswith("report.html")
     frame = ResultsStore(results).measurements()
@@ -90,23 +91,17 @@ def test_quick_studies_run_every_leg(tmp_path, fake_env):
     assert {("polling", "completion"), ("polling", "idle_poll"), ("polling", "matrix"), ("overhead", "local"),
             ("overhead", "loopback"), ("overhead", "netns"), ("saturation", "initiator"), ("saturation", "target"),
             ("interference", "calibrate_initiator"), ("interference", "initiator"),
-            ("interference", "target"), ("interference", "control_initiator"),
-            ("interference", "control_target")} <= legs
+            ("interference", "target")} <= legs
     inter = frame[(frame["study"] == "interference") & frame["bg_load_pct"].notna()]
     assert set(inter["role"]) == {"fg", "bg"} and inter["invariant_ok"].all()
-    capped = inter[(inter["role"] == "bg") & (inter["bg_load_pct"] == 20)]
+    capped = inter[(inter["role"] == "bg") & (inter["bg_load_pct"] == 50)]
     assert (capped["rate_iops"] > 0).all()
     assert set(frame[frame["study"] == "overhead"]["engine"].dropna()) == {"local", "tcp"}
-    # the control leg: the foreground alone, then beside the uncapped background on cores of its own
-    control = frame[frame["leg"] == "control_initiator"]  # one per resource leg, at its bg job count
-    assert set(control["status"]) == {"ok"}
-    assert sorted((role, str(load)) for role, load in zip(control["role"], control["bg_load_pct"])) == [
-        ("bg", "inf"), ("fg", "inf"), ("fg", "nan")]
+    # three interleaved repeats of every quick comparison (issue 22 item 12)
+    assert set(frame["repeat"]) == {0, 1, 2}
     html = (results / "report" / "report.html").read_text()
     assert 'data-figure="interference_throughput_vs_load"' in html
-    # one repeat in --quick: the control reports its numbers but cannot judge without an interval
-    assert "Control (shared network only, background as in the initiator leg), L-app: with a background" in html
-    assert "the control cannot judge" in html
+    assert html.index('<section id="summary">') < html.index('<section id="polling">')
 
 
 def test_help_keeps_the_spec_table_names(fake_env):

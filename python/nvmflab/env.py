@@ -12,6 +12,7 @@ from typing import Any
 
 from .cores import available_cores
 from .names import STACK_NAMES
+from .topology import napi
 from .tools import OUR_BINARIES, REPO_ROOT, VERSION_FLAGS, tools_found
 
 
@@ -46,8 +47,10 @@ def git_rev() -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def collect() -> dict[str, Any]:
-    return {
+def collect(hosts=None) -> dict[str, Any]:
+    """This machine's description for a run record; with the run's `hosts`, also its data path:
+    the NAPI id of a probe connection and the busy-poll sysctls (topology/napi.py)."""
+    return ({"data_path": data_path(hosts)} if hosts is not None else {}) | {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
@@ -59,6 +62,11 @@ def collect() -> dict[str, Any]:
         "git_rev": git_rev(),
         "nics": nics(),
     }
+
+
+def data_path(hosts) -> dict[str, Any]:
+    """The run's data path as topology/napi.py measured it (never raises)."""
+    return napi.probe(hosts.target, hosts.initiator(None), hosts.target.data_ip).as_dict()
 
 
 def nics(root: str = "/sys/class/net") -> dict[str, dict[str, Any]]:

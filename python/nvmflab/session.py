@@ -115,7 +115,7 @@ def _session(spec, path, study_name, results, quick, plan, force_mix, target_sta
 
 def _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts,
              planned: list[Point]) -> str:
-    env = collect() | {"spec_effective": spec.model_dump(mode="json"), "quick": quick, "spec_path": str(path),
+    env = collect(hosts) | {"spec_effective": spec.model_dump(mode="json"), "quick": quick, "spec_path": str(path),
                        "stacks": {"target": target_stack.name, "host": host_stack.name}}
     run_id = store.start_run(study_name, Path(path).read_bytes().decode("utf-8", "replace"), env)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -40,6 +40,6 @@ LEGS = {
     "stacks": {"ours/ours"},
     "contention": {"isolated", "same_core", "many_apps"},
     "dimensions": {"pattern", "cores", "local", "concurrency"},
-    "busy-poll": {"off", "on"},
+    "busy-poll": {"off", "on", "busy_only", "placement_only"},  # factors = true by default
     "parallelism": {"numjobs", "size_local", "size_remote", "depth_local", "depth_remote"},
 }

@@ -4,11 +4,13 @@ reach its highest throughput (the first core count within 5 % of its best)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 
 from .. import plots_extra
+from ..topology import napi
 from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
 from .cores_used import shared as shared_core, used_text, with_cores
 from .extra import means, r1, ratio, spread, with_knobs
@@ -82,7 +84,23 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     for config in ("off", "on"):
         if config not in configs:
             out.findings.append(missing_leg(rows, config, "the on/off comparison is incomplete"))
+    if set(configs) & {"on", "busy_only"}:
+        out.findings.append(napi.inert_text(data_path(runs)))
     return out
+
+
+def data_path(runs: pd.DataFrame) -> dict | None:
+    """The data path (NAPI id, busy-poll sysctls) the latest busy-poll run recorded, or None."""
+    if runs is None or runs.empty or "env_json" not in runs:
+        return None
+    for text in reversed(list(runs.loc[runs["study"] == STUDY, "env_json"])):
+        try:
+            found = json.loads(text or "{}").get("data_path")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 def _near_best(data: pd.DataFrame, med: pd.DataFrame, config: str, cores: int, best: float) -> str:

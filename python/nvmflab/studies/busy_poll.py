@@ -9,7 +9,8 @@ For each N in `target_cores` (reactors), the T-app (4 KiB random read at `iodept
   reactor (pinned with `reactor = i`) driven by its own load generator of `conns_per_core` jobs
   pinned to its own host core, so every connection's host thread, socket and reactor stay together
   (what ADQ's queue groups and symmetric steering give); their roles are `main`, `lg1`, ...;
-- `busy_only` / `placement_only` (when `factors = true`): each of the two changes alone.
+- `busy_only` / `placement_only` (`factors = true`, the default): each of the two changes alone, so
+  placement and busy polling are told apart.
 A stack that cannot busy-poll (the kernel's nvmet target) gets its `on` points stored skipped with
 the stack's own reason. Knobs: `config`, `target_cpus`, `conns` (connections).
 """
@@ -32,7 +33,7 @@ class Params(BaseModel):
     conns_per_core: int = Field(default=3, ge=1, le=64)
     iodepth: IoDepth = 32
     busy_poll_us: int = Field(default=50, gt=0)
-    factors: bool = False  # also measure busy polling alone and placement alone
+    factors: bool = True  # also busy polling alone and placement alone, so the two are told apart
 
 
 def configs(params: Params) -> list[tuple[str, int, bool]]:

@@ -1,0 +1,140 @@
+"""Whether busy polling has anything to poll on a run's data path: the NAPI id of its connections.
+
+Socket busy polling (SO_BUSY_POLL, net.core.busy_poll/busy_read) polls the device queue a socket's
+packets arrived on, named by the socket's NAPI id (SO_INCOMING_NAPI_ID). Loopback has no NAPI, and
+a veth has one only with GRO or an XDP program on it: there a socket's NAPI id is 0 and busy
+polling is inert, whatever it is set to.
+
+Our target does not report its sockets' NAPI ids, so the harness measures the data path itself:
+a probe connection made the way NVMe/TCP connects (a listener on the target host's data address, a
+client on the initiator host) whose accepted socket reads SO_INCOMING_NAPI_ID after data arrived.
+The probe runs through the `Host` interface (this machine, a namespace, a server over SSH), with
+python3 there, bounded in time; anything it cannot do is a reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .base import Host, HostError
+
+PROBE_WAIT_S = 5.0
+SO_INCOMING_NAPI_ID = 56  # Linux's value where Python's socket module lacks the name
+
+_LISTEN = r"""
+import socket, sys
+addr, port, wait, opt = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((addr, port)); s.listen(1); s.settimeout(wait)
+c, _ = s.accept(); c.settimeout(wait)
+if c.recv(1) != b"x": sys.exit("probe: no data arrived")
+try:
+    print("napi_id", c.getsockopt(socket.SOL_SOCKET, getattr(socket, "SO_INCOMING_NAPI_ID", opt)))
+except OSError as err:
+    print("unsupported", err.errno)
+"""
+_CONNECT = r"""
+import socket, sys, time
+addr, port, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline = time.monotonic() + wait
+while True:
+    try:
+        c = socket.create_connection((addr, port), timeout=wait); break
+    except OSError:
+        if time.monotonic() > deadline: raise
+        time.sleep(0.05)
+c.sendall(b"x"); c.settimeout(wait)
+c.recv(1)  # the listener closes after reading its NAPI id
+"""
+
+
+@dataclass(frozen=True)
+class DataPath:
+    """What a probe connection on the data path found: its NAPI id (None: not measured, `why`
+    says so) and the busy-poll sysctls of both ends (None where unreadable)."""
+
+    address: str
+    napi_id: int | None
+    why: str = ""
+    busy_poll: dict[str, int | None] | None = None  # host name -> net.core.busy_poll
+    busy_read: dict[str, int | None] | None = None  # host name -> net.core.busy_read
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_probe(text: str) -> tuple[int | None, str]:
+    """The listener's one line: (NAPI id, '') or (None, why)."""
+    words = text.strip().split()
+    if len(words) == 2 and words[0] == "napi_id" and words[1].isdigit() and len(words[1]) <= 10:
+        return int(words[1]), ""
+    if len(words) == 2 and words[0] == "unsupported":
+        return None, f"SO_INCOMING_NAPI_ID unsupported here (errno {words[1][:6]}; a kernel without busy polling)"
+    return None, f"the probe printed {text.strip()[:80]!r}"
+
+
+def sysctl(host: Host, name: str) -> int | None:
+    try:
+        text = host.read_text(f"/proc/sys/net/core/{name}").strip()
+    except HostError:
+        return None
+    return int(text) if text.isdigit() and len(text) <= 10 else None
+
+
+def probe(target: Host, initiator: Host, address: str, wait: float = PROBE_WAIT_S) -> DataPath:
+    """One probe connection from `initiator` to `address` on `target`; never raises."""
+    hosts = {target.name: target, initiator.name: initiator}
+    sysctls = {"busy_poll": {n: sysctl(h, "busy_poll") for n, h in hosts.items()},
+             "busy_read": {n: sysctl(h, "busy_read") for n, h in hosts.items()}}
+    try:
+        port = target.free_port()
+    except HostError as err:
+        return DataPath(address, None, f"no free port on {target.name}: {err}", **sysctls)
+    client_error: list[str] = []
+
+    def connect() -> None:
+        try:
+            done = initiator.run(["python3", "-c", _CONNECT, address, str(port), str(wait)], timeout=wait + 5,
+                                 check=False)
+            if done.returncode != 0:
+                client_error.append(" ".join((done.stderr or "").split())[-120:] or f"exit {done.returncode}")
+        except HostError as err:
+            client_error.append(str(err))
+
+    client = threading.Thread(target=connect, daemon=True)
+    client.start()
+    try:
+        done = target.run(["python3", "-c", _LISTEN, address, str(port), str(wait), str(SO_INCOMING_NAPI_ID)],
+                          timeout=wait + 5, check=False)
+    except HostError as err:
+        client.join(wait + 6)
+        return DataPath(address, None, f"probe listener on {target.name}: {err}", **sysctls)
+    client.join(wait + 6)
+    if done.returncode != 0:
+        why = " ".join((done.stderr or "").split())[-120:] or (client_error[0] if client_error else "")
+        return DataPath(address, None, f"probe connection failed: {why or f'exit {done.returncode}'}", **sysctls)
+    napi_id, why = parse_probe(done.stdout or "")
+    return DataPath(address, napi_id, why, **sysctls)
+
+
+def inert_text(path: dict[str, Any] | None) -> str:
+    """A sentence for a report: busy polling inert (NAPI id 0), possible (its id), or not measured."""
+    if not path:
+        return "The NAPI id of the data path was not measured (a run recorded before it was)."
+    napi_id, address = path.get("napi_id"), path.get("address", "?")
+    def per_host(values: Any) -> str:
+        return ", ".join(f"{v} on {h}" for h, v in values.items()) if isinstance(values, dict) and values else "?"
+
+    sysctls = f"net.core.busy_poll {per_host(path.get('busy_poll'))}; busy_read {per_host(path.get('busy_read'))}"
+    if napi_id is None:
+        return f"The NAPI id of the data path ({address}) could not be measured: {path.get('why') or 'no reason'}."
+    if napi_id == 0:
+        return (f"Busy polling inert (no NAPI id): a connection on the data path ({address}) reports "
+                "SO_INCOMING_NAPI_ID 0 (loopback has no NAPI; a veth has one only with GRO or XDP), so busy "
+                "polling had no device queue to poll and any difference it shows comes from queue placement "
+                f"and the busy-wait loop itself ({sysctls}).")
+    return (f"A connection on the data path ({address}) reports NAPI id {napi_id}: busy polling can poll its "
+            f"device queue ({sysctls}).")

@@ -125,3 +125,24 @@ def test_the_report_names_each_legs_cores_and_counts_shared_points():
                            "completion, matrix: host cpu1 · target cpu0; wrap: host cpu0 · target cpu0.")
     assert "1 point(s) (wrap) had roles on one core" in note
     assert cores_note(rows[rows["leg"] == "local"]) is None
+
+
+def test_interference_gives_no_guideline_where_processes_meant_apart_shared_a_core():
+    from test_analysis_fixtures import interference_measurements, runs_frame
+
+    from nvmflab.analysis import interference
+
+    data = interference_measurements()
+    wrapped = cores_json({"fg": [0], "bg": [0], "target": [0]}, {0: (0.1, 0.1, 0.1)})
+    target = data["leg"] == "target"
+    data = data.assign(fg_bg_shared_core=target,
+                       cpu_cores_json=[wrapped if t else None for t in target],
+                       point_key=data["point_id"])
+    result = interference.analyze(data, runs_frame(["interference"]))
+    text = "\n".join(result.findings)
+    assert ("Guideline (shared target core, L-app): not given: on this machine processes meant for different "
+            "cores shared one (host cpu0 · target cpu0)") in text
+    guide = result.recommendations.set_index(["resource", "application"])
+    limit = "keep background load at or below"
+    assert guide.at[("shared target core", "L-app"), limit] == "not given (unintended sharing)"
+    assert guide.at[("shared initiator core", "L-app"), limit] != "not given (unintended sharing)"

@@ -17,6 +17,7 @@ import pandas as pd
 
 from .. import plots
 from .common import Difference, compare, corrected, excluded_points, missing_leg, study_rows, within_spread
+from .cores_used import used_text, with_cores
 from .decide import fieller_summary, safe_upto
 from .formulas import latency_interference, throughput_sustained
 from .result import Figure, StudyResult, Table
@@ -310,6 +311,17 @@ def reached_text(achieved: float) -> str:
     return text
 
 
+def unintended_sharing(rows: pd.DataFrame, leg: str) -> str:
+    """The cores the leg's points used when any of them mapped processes meant for different cores
+    onto one (`fg_bg_shared_core`); "" when none did."""
+    if "fg_bg_shared_core" not in rows or "leg" not in rows:
+        return ""
+    mine = rows[(rows["leg"] == leg) & rows["fg_bg_shared_core"].map(lambda v: v is True or v == 1)]
+    if mine.empty:
+        return ""
+    return used_text(with_cores(mine.drop_duplicates("point_key") if "point_key" in mine else mine)) or "cores"
+
+
 def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
               guidelines: list[dict], lat_limit: float, sus_limit: float) -> None:
     for leg, what in LEGS.items():
@@ -358,7 +370,13 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                                "highest load reached": "n/a" if math.isnan(reached) else f"{reached:.0f} %",
                                "largest jump": _jump_text(jump, metric)})
             lowest = curve.iloc[0]["load_label"]
-            if safe is None and no_interval:
+            wrapped = unintended_sharing(rows, leg)
+            if wrapped:  # issue 22 item 8: a guideline about one shared resource needs the rest apart
+                guidelines[-1]["keep background load at or below"] = "not given (unintended sharing)"
+                out.findings.append(f"Guideline ({what}, {app}): not given: on this machine processes meant for "
+                                    f"different cores shared one ({wrapped}), so these points measure more "
+                                    f"sharing than the {LEGS[leg]} alone.")
+            elif safe is None and no_interval:
                 out.findings.append(f"Guideline ({what}, {app}): no load can be called safe ({rule}): the lowest "
                                     f"background load tried ({lowest}) has no 95 % interval of its ratio (fewer "
                                     "than two repeats, or repeats without spread)"

@@ -141,9 +141,13 @@ def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         "local user": [ml.at[b, "host_usr_us_per_io"] for b in sizes],
         "local kernel": [ml.at[b, "host_sys_us_per_io"] for b in sizes],
         "remote user": [mr.at[b, "host_usr_us_per_io"] for b in sizes],
-        "remote kernel": [mr.at[b, "host_sys_us_per_io"] for b in sizes]},
-        title="Host CPU per I/O by request size: user and kernel, local vs remote", ylabel="CPU µs per I/O"),
-        "Means over repeats."))
+        "remote kernel": [mr.at[b, "host_sys_us_per_io"] for b in sizes],
+        "local host cores": [ml.at[b, "host_cpu_us_per_io"] for b in sizes],
+        "remote host cores": [mr.at[b, "host_cpu_us_per_io"] for b in sizes],
+        "remote target cores": [mr.at[b, "target_cpu_us_per_io"] for b in sizes]},
+        title="CPU per I/O by request size, local vs remote", ylabel="CPU µs per I/O"),
+        "Means over repeats. user / kernel: the load generator's own CPU; host / target cores: user + system + "
+        "softirq of each side's cores (per-core /proc/stat), kernel receive work included."))
     b = sizes[0]
     extra = 100 * (ratio(mr.at[b, "host_us_per_io"], ml.at[b, "host_us_per_io"]) - 1)
     more = "more" if extra >= 0 else "less"

@@ -78,7 +78,7 @@ fn check_nqn(which: &'static str, nqn: &str) -> Result<(), DeriveError> {
     Ok(())
 }
 
-fn hmac(hash: TlsHash, key: &[u8], parts: &[&[u8]]) -> Secret {
+pub(crate) fn hmac(hash: TlsHash, key: &[u8], parts: &[&[u8]]) -> Secret {
     match hash {
         TlsHash::Sha256 => {
             let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
@@ -98,13 +98,13 @@ fn hmac(hash: TlsHash, key: &[u8], parts: &[&[u8]]) -> Secret {
 }
 
 /// HKDF-Extract (RFC 5869) with no salt, i.e. a salt of hash-length zeros.
-fn hkdf_extract(hash: TlsHash, ikm: &[u8]) -> Secret {
+pub(crate) fn hkdf_extract(hash: TlsHash, ikm: &[u8]) -> Secret {
     let zeros = [0u8; 48];
     hmac(hash, &zeros[..hash.digest_len()], &[ikm])
 }
 
 /// HKDF-Expand (RFC 5869). `len` is at most 48 here, far below 255 blocks.
-fn hkdf_expand(hash: TlsHash, prk: &[u8], info: &[u8], len: usize) -> Secret {
+pub(crate) fn hkdf_expand(hash: TlsHash, prk: &[u8], info: &[u8], len: usize) -> Secret {
     let mut out = Vec::with_capacity(len + hash.digest_len());
     let mut prev = Secret::new(Vec::new());
     let mut counter = 1u8;
@@ -119,7 +119,7 @@ fn hkdf_expand(hash: TlsHash, prk: &[u8], info: &[u8], len: usize) -> Secret {
 }
 
 /// The HkdfLabel of RFC 8446 section 7.1 (`compat`: libnvme's older layout, see the module doc).
-fn hkdf_label(len: usize, label: &str, context: &[u8], compat: bool) -> Result<Vec<u8>, DeriveError> {
+pub(crate) fn hkdf_label(len: usize, label: &str, context: &[u8], compat: bool) -> Result<Vec<u8>, DeriveError> {
     let full_label = format!("tls13 {label}");
     if context.len() > 255 {
         return Err(DeriveError::ContextTooLong { len: context.len() });

@@ -12,6 +12,7 @@
 //!
 //! Nothing here does I/O; docs/tls.md says what is wired and what is left.
 
+pub mod binder;
 pub mod derive;
 pub mod hostile;
 pub mod key;

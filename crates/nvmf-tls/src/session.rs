@@ -20,7 +20,7 @@ use std::ffi::{c_int, c_uchar, c_uint};
 use std::io::{self, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use foreign_types::ForeignTypeRef;
 use libc::size_t;
@@ -102,10 +102,18 @@ impl From<ErrorStack> for TlsError {
 /// How a server finds the TLS PSK for an identity a client offers.
 pub type PskLookup = dyn Fn(&str) -> Option<TlsPsk> + Send + Sync;
 
+/// Other TLS PSKs an identity may stand for, tried by their binder when the first does not match
+/// (see [`crate::binder`]).
+pub type AlternatePsks = dyn Fn(&str) -> Vec<TlsPsk> + Send + Sync;
+
 /// Per-connection state the OpenSSL callbacks reach through the SSL's ex_data.
 struct ConnState {
     client_psk: Option<TlsPsk>,
     lookup: Option<Arc<PskLookup>>,
+    alternates: Option<Arc<AlternatePsks>>,
+    /// Server: the ClientHello as it arrived, for the binder check among alternates (the session
+    /// fills it; OpenSSL's stream gives no mutable access to the ex_data).
+    hello: Arc<Mutex<crate::binder::ClientHelloCapture>>,
     /// Server: the first identity the client offered.
     offered: Option<String>,
     /// Server: the key found for it.
@@ -167,6 +175,7 @@ impl ClientConfig {
 pub struct ServerConfig {
     ctx: SslContext,
     lookup: Arc<PskLookup>,
+    alternates: Option<Arc<AlternatePsks>>,
 }
 
 impl ServerConfig {
@@ -176,7 +185,7 @@ impl ServerConfig {
         b.set_client_hello_callback(client_hello_cb);
         // SAFETY: as above.
         unsafe { SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_session_cb)) };
-        Ok(ServerConfig { ctx: b.build(), lookup: Arc::new(lookup) })
+        Ok(ServerConfig { ctx: b.build(), lookup: Arc::new(lookup), alternates: None })
     }
 
     /// A server with a fixed set of TLS PSKs, found by exact identity.
@@ -199,7 +208,11 @@ impl ServerConfig {
     /// [`ServerConfig::for_subsystem`] for a server that exports several subsystems (a target's
     /// port): an identity naming any of `subnqns` and a host in `hosts` is looked up.
     pub fn for_subsystems(subnqns: Vec<String>, hosts: Vec<(String, ConfiguredPsk)>, compat: bool) -> Result<Self, TlsError> {
-        ServerConfig::new(move |offered| {
+        let hosts = Arc::new(hosts);
+        let subs = Arc::new(subnqns);
+        let (alt_hosts, alt_subs) = (hosts.clone(), subs.clone());
+        let mut config = ServerConfig::new(move |offered| {
+            let subnqns = &subs;
             let id = PskIdentity::parse(offered).ok()?;
             if !subnqns.contains(&id.subnqn) {
                 return None;
@@ -228,7 +241,18 @@ impl ServerConfig {
                 }
                 _ => Some(psk),
             }
-        })
+        })?;
+        // A version 0 identity names no digest: the other derivation is chosen by the binder.
+        config.alternates = Some(Arc::new(move |offered: &str| {
+            let Ok(id) = PskIdentity::parse(offered) else { return Vec::new() };
+            if id.version != IdentityVersion::V0 || !alt_subs.contains(&id.subnqn) {
+                return Vec::new();
+            }
+            let Some((_, key)) = alt_hosts.iter().find(|(h, _)| *h == id.hostnqn) else { return Vec::new() };
+            let how = Derivation { version: id.version, compat: !compat };
+            TlsPsk::derive(key, &id.hostnqn, &id.subnqn, how).into_iter().collect()
+        }));
+        Ok(config)
     }
 }
 
@@ -280,10 +304,25 @@ fn client_hello_cb(ssl: &mut SslRef, _alert: &mut openssl::ssl::SslAlert) -> Res
     let no_dhe_mode = !client_hello_ext(ssl, EXT_PSK_KEY_EXCHANGE_MODES)
         .and_then(|m| m.get(1..1 + *m.first()? as usize))
         .is_some_and(|modes| modes.contains(&PSK_DHE_KE));
-    let selected = match (ssl.ex_data(idx).and_then(|s| s.lookup.clone()), std::str::from_utf8(raw)) {
+    let mut selected = match (ssl.ex_data(idx).and_then(|s| s.lookup.clone()), std::str::from_utf8(raw)) {
         (Some(lookup), Ok(id)) if raw.len() <= MAX_IDENTITY_LEN => lookup(id),
         _ => None,
     };
+    // The key whose binder the client computed, where the identity leaves a choice.
+    let other = match (ssl.ex_data(idx), std::str::from_utf8(raw), selected.as_ref()) {
+        (Some(state), Ok(id), Some(first)) => state.alternates.as_ref().and_then(|alternates| {
+            let capture = state.hello.lock().unwrap_or_else(|p| p.into_inner());
+            let hello = capture.client_hello()?;
+            if crate::binder::binder_matches(hello, first) {
+                return None;
+            }
+            alternates(id).into_iter().find(|p| crate::binder::binder_matches(hello, p))
+        }),
+        _ => None,
+    };
+    if other.is_some() {
+        selected = other;
+    }
     let identity = printable_identity(raw);
     if let Some(psk) = &selected {
         // The suite is chosen before the PSK extension is looked at: make the PSK's the only one.
@@ -455,6 +494,8 @@ pub struct TlsSession {
     phase: Phase,
     peer_closed: bool,
     info: Option<SessionInfo>,
+    /// Server with alternate PSKs: where [`TlsSession::feed_into`] keeps the ClientHello.
+    hello: Option<Arc<Mutex<crate::binder::ClientHelloCapture>>>,
 }
 
 impl std::fmt::Debug for TlsSession {
@@ -468,7 +509,18 @@ impl TlsSession {
     pub fn client(config: &ClientConfig) -> Result<Self, TlsError> {
         let idx = state_index()?;
         let mut ssl = Ssl::new(&config.ctx)?;
-        ssl.set_ex_data(idx, ConnState { client_psk: Some(config.psk.clone()), lookup: None, offered: None, selected: None, no_dhe_mode: false });
+        ssl.set_ex_data(
+            idx,
+            ConnState {
+                client_psk: Some(config.psk.clone()),
+                lookup: None,
+                alternates: None,
+                hello: Default::default(),
+                offered: None,
+                selected: None,
+                no_dhe_mode: false,
+            },
+        );
         ssl.set_connect_state();
         let mut s = TlsSession::wrap(ssl, Role::Client)?;
         s.drive(&mut Vec::new())?;
@@ -479,23 +531,29 @@ impl TlsSession {
     pub fn server(config: &ServerConfig) -> Result<Self, TlsError> {
         let idx = state_index()?;
         let mut ssl = Ssl::new(&config.ctx)?;
+        let hello = Arc::new(Mutex::new(Default::default()));
         ssl.set_ex_data(
             idx,
             ConnState {
                 client_psk: None,
                 lookup: Some(config.lookup.clone()),
+                alternates: config.alternates.clone(),
+                hello: hello.clone(),
                 offered: None,
                 selected: None,
                 no_dhe_mode: false,
             },
         );
         ssl.set_accept_state();
-        TlsSession::wrap(ssl, Role::Server)
+        let mut s = TlsSession::wrap(ssl, Role::Server)?;
+        // Only a server with alternates needs the ClientHello's bytes.
+        s.hello = config.alternates.is_some().then_some(hello);
+        Ok(s)
     }
 
     fn wrap(ssl: Ssl, role: Role) -> Result<Self, TlsError> {
         let stream = SslStream::new(ssl, MemIo::default())?;
-        Ok(TlsSession { stream, role, phase: Phase::Handshaking, peer_closed: false, info: None })
+        Ok(TlsSession { stream, role, phase: Phase::Handshaking, peer_closed: false, info: None, hello: None })
     }
 
     pub fn role(&self) -> Role {
@@ -563,6 +621,9 @@ impl TlsSession {
             Phase::Failed(e) => return Err(e.clone()),
             Phase::Closed => return Err(TlsError::Closed),
             _ => {}
+        }
+        if let (Some(hello), true) = (&self.hello, self.is_handshaking()) {
+            hello.lock().unwrap_or_else(|p| p.into_inner()).push(ciphertext);
         }
         self.stream.get_mut().input.extend(ciphertext);
         match self.drive(plaintext) {

@@ -118,11 +118,11 @@ fn fixed_key_table_and_compat_keys() {
     assert!(s.is_established());
 }
 
-/// libnvme before 1.16 (Debian trixie's nvme-cli 2.13) derives version 1 identities and TLS PSKs
-/// the compat way without being asked: the server tells by the digest and accepts both; a version
-/// 0 identity carries no digest, so only the server's configured derivation works for it.
+/// libnvme before 1.16 (Debian trixie's nvme-cli 2.13) derives identities and TLS PSKs the compat
+/// way without being asked: the server tells a version 1 identity's derivation by its digest and
+/// a version 0 one's by the ClientHello's binder, and accepts both, with either as its default.
 #[test]
-fn version_1_identities_of_either_derivation_are_accepted() {
+fn identities_of_either_derivation_are_accepted() {
     for server_compat in [false, true] {
         for client_compat in [false, true] {
             for version in [IdentityVersion::V0, IdentityVersion::V1] {
@@ -134,14 +134,30 @@ fn version_1_identities_of_either_derivation_are_accepted() {
                 let mut s = TlsSession::server(&server).unwrap();
                 let (rc, rs) = pump(&mut c, &mut s);
                 let case = format!("server compat {server_compat}, client compat {client_compat}, {version:?}");
-                if version == IdentityVersion::V1 || server_compat == client_compat {
-                    rc.unwrap_or_else(|e| panic!("{case}: {e}"));
-                    rs.unwrap_or_else(|e| panic!("{case}: {e}"));
-                    assert!(s.is_established(), "{case}");
-                } else {
-                    assert_eq!(rs.unwrap_err(), TlsError::WrongKey { identity }, "{case}");
-                }
+                rc.unwrap_or_else(|e| panic!("{case}: {e}"));
+                rs.unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert!(s.is_established(), "{case}");
+                assert_eq!(s.info().unwrap().identity, identity, "{case}");
+                // Data both ways: both sides use the same key.
+                let wire = c.send(b"ping").unwrap();
+                assert_eq!(s.feed(&wire).unwrap(), b"ping", "{case}");
             }
+        }
+    }
+}
+
+#[test]
+fn a_wrong_key_fails_under_either_derivation() {
+    for compat in [false, true] {
+        for version in [IdentityVersion::V0, IdentityVersion::V1] {
+            let right = configured(PskTransform::Sha256);
+            let wrong = configured(PskTransform::Sha256);
+            let psk = TlsPsk::derive(&wrong, HOST, SUB, Derivation { version, compat }).unwrap();
+            let identity = psk.identity().to_string();
+            let mut c = TlsSession::client(&ClientConfig::new(psk).unwrap()).unwrap();
+            let mut s = TlsSession::server(&server_for(&right)).unwrap();
+            let (_, rs) = pump(&mut c, &mut s);
+            assert_eq!(rs.unwrap_err(), TlsError::WrongKey { identity }, "compat {compat}, {version:?}");
         }
     }
 }

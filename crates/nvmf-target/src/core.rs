@@ -66,6 +66,8 @@ pub struct Port {
     pub subsystems: Option<Vec<String>>,
     pub tls: crate::config::PortTls,
     pub tls_stats: Arc<crate::wire::PortTlsStats>,
+    /// An NVMe over RDMA port (discovery reports TRTYPE rdma); TCP otherwise.
+    pub rdma: bool,
 }
 
 impl Port {
@@ -254,7 +256,7 @@ impl Target {
         let ports = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone(), tls: p.tls, tls_stats: Default::default() })
+            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone(), tls: p.tls, tls_stats: Default::default(), rdma: false })
             .collect();
         let buffer_memory = usize::try_from(settings.buffer_memory_bytes()).unwrap_or(usize::MAX);
         let buffer_align = subs

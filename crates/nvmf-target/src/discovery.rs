@@ -5,8 +5,15 @@ use crate::config::PortTls;
 use crate::core::Target;
 use nvmf_proto::discovery::{
     DiscoveryLogEntry, DiscoveryLogPage, ADRFAM_IPV4, ADRFAM_IPV6, SECTYPE_NONE, SECTYPE_TLS13, SUBTYPE_NVME, TREQ_DISABLE_SQFLOW,
-    TREQ_NOT_REQUIRED, TREQ_NOT_SPECIFIED, TREQ_REQUIRED, TRTYPE_TCP,
+    TREQ_NOT_REQUIRED, TREQ_NOT_SPECIFIED, TREQ_REQUIRED, TRTYPE_TCP, HEADER_LEN, ENTRY_LEN,
 };
+
+/// TRTYPE RDMA, and its TSAS (as nvmet reports it): QP type reliable connected, no provider
+/// type, RDMA CM.
+const TRTYPE_RDMA: u8 = 1;
+const RDMA_QPTYPE_CONNECTED: u8 = 1;
+const RDMA_PRTYPE_NOT_SPECIFIED: u8 = 1;
+const RDMA_CMS_RDMA_CM: u8 = 1;
 
 /// TREQ's secure channel bits and TSAS's SECTYPE for a port, as nvmet reports them: `addr_tsas`
 /// tls1.3 sets SECTYPE 2 (TLS 1.3) and, unless `addr_treq` says "not required", TREQ "required".
@@ -23,11 +30,15 @@ pub const GENCTR: u64 = 1;
 
 pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
     let mut entries = Vec::new();
+    let mut rdma_entries = Vec::new();
     for port in &target.ports {
-        let (treq, sectype) = secure_channel(port.tls);
+        let (treq, sectype) = if port.rdma { (TREQ_NOT_SPECIFIED, RDMA_QPTYPE_CONNECTED) } else { secure_channel(port.tls) };
         for s in target.subsystems.iter().filter(|s| port.exports(&s.nqn) && s.allows(hostnqn)) {
+            if port.rdma {
+                rdma_entries.push(entries.len());
+            }
             entries.push(DiscoveryLogEntry {
-                trtype: TRTYPE_TCP,
+                trtype: if port.rdma { TRTYPE_RDMA } else { TRTYPE_TCP },
                 adrfam: if port.addr.is_ipv4() { ADRFAM_IPV4 } else { ADRFAM_IPV6 },
                 subtype: SUBTYPE_NVME,
                 // As nvmet: nvme-cli names only this combination with the SQ flow control bit.
@@ -43,5 +54,13 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
             });
         }
     }
-    DiscoveryLogPage { genctr: GENCTR, entries }.encode()
+    let mut page = DiscoveryLogPage { genctr: GENCTR, entries }.encode();
+    // The RDMA TSAS's other two bytes (QP type went in as the first, where TCP has SECTYPE).
+    for i in rdma_entries {
+        let tsas = HEADER_LEN + i * ENTRY_LEN + 768;
+        if let Some(b) = page.get_mut(tsas + 1..tsas + 3) {
+            b.copy_from_slice(&[RDMA_PRTYPE_NOT_SPECIFIED, RDMA_CMS_RDMA_CM]);
+        }
+    }
+    page
 }

@@ -43,17 +43,22 @@ pub enum StartError {
     Tls(String),
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
+    #[error("an RDMA port ({0}) was asked for, but this nvmf-target was built without RDMA: rebuild it with `cargo build --release -p nvmf-target --features rdma`, which needs rdma-core's librdmacm-dev and libibverbs-dev")]
+    NoRdma(SocketAddr),
+    #[error("cannot listen for NVMe/RDMA on {addr}: {source} (is there an RDMA device, e.g. rxe, on that address?)")]
+    RdmaListen { addr: SocketAddr, source: std::io::Error },
 }
 
 impl StartError {
     /// Errors in what the user asked for (exit status 2) rather than in the environment.
     pub fn is_config_error(&self) -> bool {
-        matches!(self, StartError::Config(_) | StartError::Backend(_))
+        matches!(self, StartError::Config(_) | StartError::Backend(_) | StartError::NoRdma(_))
     }
 }
 
 pub struct RunningTarget {
     listen_addrs: Vec<SocketAddr>,
+    rdma_addrs: Vec<SocketAddr>,
     stats_addr: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     wakers: Vec<Arc<mio::Waker>>,
@@ -80,8 +85,13 @@ impl RunningTarget {
     pub fn ready_line(&self) -> String {
         let listen: Vec<String> = self.listen_addrs.iter().map(|a| a.to_string()).collect();
         let stats = self.stats_addr.map_or("none".to_string(), |a| a.to_string());
-        let tls: Vec<String> = self.stats.ports.iter().map(|p| p.tls_description()).collect();
-        format!("ready listen={} stats={} tls={}", listen.join(","), stats, tls.join(","))
+        let tls: Vec<String> = self.stats.ports.iter().filter(|p| !p.rdma).map(|p| p.tls_description()).collect();
+        let mut line = format!("ready listen={} stats={} tls={}", listen.join(","), stats, tls.join(","));
+        if !self.rdma_addrs.is_empty() {
+            let rdma: Vec<String> = self.rdma_addrs.iter().map(|a| a.to_string()).collect();
+            line += &format!(" rdma={}", rdma.join(","));
+        }
+        line
     }
 
     /// Stops every thread after closing all connections.
@@ -109,6 +119,10 @@ impl Drop for RunningTarget {
 /// Starts a target. The config is validated again here (it may have been built in code).
 pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     config.validate("config")?;
+    #[cfg(not(feature = "rdma"))]
+    if let Some(p) = config.rdma_ports.first() {
+        return Err(StartError::NoRdma(p.addr));
+    }
     let mut listeners = Vec::new();
     let mut bound = Vec::new();
     for p in &config.ports {
@@ -118,7 +132,16 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         bound.push(PortConfig { addr, ..p.clone() });
         listeners.push(mio::net::TcpListener::from_std(l));
     }
-    let target = Arc::new(core::Target::new(config.target.clone(), &config.subsystems, &bound)?.with_host_auth(&config.hosts));
+    let mut target = core::Target::new(config.target.clone(), &config.subsystems, &bound)?.with_host_auth(&config.hosts);
+    target.ports.extend(config.rdma_ports.iter().enumerate().map(|(i, p)| core::Port {
+        portid: p.portid.unwrap_or((bound.len() + i) as u16 + 1),
+        addr: p.addr,
+        subsystems: p.subsystems.clone(),
+        tls: p.tls,
+        tls_stats: Default::default(),
+        rdma: true,
+    }));
+    let target = Arc::new(target);
     let stop = Arc::new(AtomicBool::new(false));
     let t = &config.target;
     let mut handles = Vec::new();
@@ -151,7 +174,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     let tls_config = tls_server_config(&config)?;
     let acceptor = Acceptor {
         tls_config,
-        target,
+        target: target.clone(),
         listeners: listeners.into_iter().zip(ports).collect(),
         reactors: handles,
         placement: Placement::new(&config),
@@ -161,9 +184,10 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     threads.push(
         std::thread::Builder::new().name("nvmf-acceptor".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?,
     );
+    let rdma_addrs = start_rdma(&target, &stop, &mut threads)?;
     std::mem::forget(guard);
     let listen_addrs = bound.iter().map(|p| p.addr).collect();
-    Ok(RunningTarget { listen_addrs, stats_addr, stop, wakers, threads, stats: registry })
+    Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry })
 }
 
 /// The TLS server config of a target with a TLS port: the TLS PSK for an identity naming a
@@ -181,6 +205,25 @@ fn tls_server_config(config: &TargetConfig) -> Result<Option<Arc<nvmf_tls::Serve
     let hosts = config.tls_keys.iter().map(|k| (k.nqn.clone(), k.key.clone())).collect();
     let server = nvmf_tls::ServerConfig::for_subsystems(subnqns, hosts, false).map_err(|e| StartError::Tls(e.to_string()))?;
     Ok(Some(Arc::new(server)))
+}
+
+/// Starts one NVMe/RDMA listener thread per RDMA port; returns their addresses.
+#[cfg(feature = "rdma")]
+fn start_rdma(target: &Arc<core::Target>, stop: &Arc<AtomicBool>, threads: &mut Vec<JoinHandle<()>>) -> Result<Vec<SocketAddr>, StartError> {
+    let mut addrs = Vec::new();
+    for port in target.ports.iter().filter(|p| p.rdma) {
+        let h = transport::rdma::spawn(target.clone(), port.clone(), stop.clone())
+            .map_err(|source| StartError::RdmaListen { addr: port.addr, source })?;
+        threads.push(h.thread);
+        addrs.push(h.addr);
+    }
+    Ok(addrs)
+}
+
+/// Without the `rdma` feature `start` has refused RDMA ports already.
+#[cfg(not(feature = "rdma"))]
+fn start_rdma(_: &Arc<core::Target>, _: &Arc<AtomicBool>, _: &mut Vec<JoinHandle<()>>) -> Result<Vec<SocketAddr>, StartError> {
+    Ok(Vec::new())
 }
 
 /// Stops already started threads when `start` fails half way.

@@ -5,16 +5,18 @@
 mod budget;
 mod buf;
 mod file;
+mod model;
 mod null;
 mod ram;
 
 pub use budget::MemoryBudget;
 pub use buf::{AlignedBuf, AllocError};
 pub use file::{DurabilityCounters, FileStore};
+pub use model::{ModelParams, ModelStore};
 pub use ram::RamStore;
 
 use crate::config::BackendConfig;
-use io_uring::IoUring;
+use io_uring::{opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -32,6 +34,7 @@ pub enum Backend {
     Null { size: u64 },
     Ram(RamStore),
     File(FileStore),
+    Model(ModelStore),
 }
 
 impl Backend {
@@ -40,6 +43,7 @@ impl Backend {
             BackendConfig::Null { size } => Backend::Null { size: *size },
             BackendConfig::Ram { size } => Backend::Ram(RamStore::new(*size)),
             BackendConfig::File { path } => Backend::File(FileStore::open(path, block_size)?),
+            BackendConfig::Model { size, params } => Backend::Model(ModelStore::new(*size, *params)),
         })
     }
 
@@ -49,6 +53,7 @@ impl Backend {
             Backend::Null { size } => *size,
             Backend::Ram(r) => r.size(),
             Backend::File(f) => f.size(),
+            Backend::Model(m) => m.size(),
         }
     }
 
@@ -57,7 +62,7 @@ impl Backend {
     pub fn sync(&self) -> Result<(), i32> {
         match self {
             Backend::File(f) => f.sync(),
-            Backend::Null { .. } | Backend::Ram(_) => Ok(()),
+            Backend::Null { .. } | Backend::Ram(_) | Backend::Model(_) => Ok(()),
         }
     }
 
@@ -66,7 +71,7 @@ impl Backend {
     pub fn buffer_align(&self) -> usize {
         match self {
             Backend::File(f) => f.memory_align(),
-            Backend::Null { .. } | Backend::Ram(_) => 1,
+            Backend::Null { .. } | Backend::Ram(_) | Backend::Model(_) => 1,
         }
     }
 
@@ -76,7 +81,7 @@ impl Backend {
     }
 
     /// Whether completed writes may sit in a volatile cache until a Flush (reported as VWC).
-    /// Null stores nothing and ram has no non-volatile medium to flush to: neither has a cache.
+    /// Null stores nothing and ram (model too) has no non-volatile medium to flush to: no cache.
     pub fn volatile_cache(&self) -> bool {
         matches!(self, Backend::File(f) if f.volatile_cache())
     }
@@ -120,6 +125,9 @@ struct Pending {
     /// Where a completed Flush or FUA write is counted (None for other operations: no
     /// reference-count traffic on the data path).
     counters: Option<Arc<DurabilityCounters>>,
+    /// A model namespace's completion time: the request waits in the ring as an absolute
+    /// timeout (boxed: the kernel reads it at submission, and `pending` may move).
+    timer: Option<Box<types::Timespec>>,
 }
 
 /// Per-reactor submission engine. Without io_uring (kernel refuses it) file I/O runs
@@ -181,7 +189,8 @@ impl IoEngine {
         self.done.push(IoCompletion { tag, result });
     }
 
-    /// Starts `req`. Null and ram complete immediately (seen at the next [`reap`](Self::reap)).
+    /// Starts `req`. Null and ram complete immediately (seen at the next [`reap`](Self::reap));
+    /// a model namespace's request completes when its model says (an io_uring timeout).
     ///
     /// # Safety
     /// For Read and Write, `req.buf` must be valid for `req.len` bytes and stay valid and unmoved
@@ -191,39 +200,53 @@ impl IoEngine {
             Backend::Null { .. } => null::execute(&req),
             Backend::Ram(r) => r.execute(&req),
             Backend::File(f) if self.ring.is_some() && file::uring_entry(f.raw_fd(), &req).is_some() => {
-                let id = self.free.pop().unwrap_or_else(|| {
-                    self.pending.push(None);
-                    self.pending.len() - 1
-                });
                 let counters = matches!(req.op, IoOp::Flush | IoOp::WriteFua).then(|| f.counters().clone());
-                self.pending[id] = Some(Pending { req, fd: f.raw_fd(), done: 0, counters });
-                self.in_flight += 1;
-                match self.push(id) {
+                match self.start(Pending { req, fd: f.raw_fd(), done: 0, counters, timer: None }) {
                     Ok(()) => return,
-                    Err(errno) => {
-                        self.pending[id] = None;
-                        self.free.push(id);
-                        self.in_flight -= 1;
-                        Err(errno)
-                    }
+                    Err(errno) => Err(errno),
                 }
             }
             Backend::File(f) => f.execute_sync(&req),
+            Backend::Model(m) => {
+                let now = model::monotonic_ns();
+                match m.execute(&req, now) {
+                    // Without a ring (warned at start) the model's delay is lost: completes at once.
+                    (Ok(()), done_at) if done_at > now && self.ring.is_some() => {
+                        let ts = types::Timespec::new().sec(done_at / 1_000_000_000).nsec((done_at % 1_000_000_000) as u32);
+                        match self.start(Pending { req, fd: -1, done: 0, counters: None, timer: Some(Box::new(ts)) }) {
+                            Ok(()) => return,
+                            Err(errno) => Err(errno),
+                        }
+                    }
+                    (result, _) => result,
+                }
+            }
         };
         self.done.push(IoCompletion { tag: req.tag, result });
+    }
+
+    /// Puts `p` in the ring; on failure it is forgotten again.
+    fn start(&mut self, p: Pending) -> Result<(), i32> {
+        let id = self.free.pop().unwrap_or_else(|| {
+            self.pending.push(None);
+            self.pending.len() - 1
+        });
+        self.pending[id] = Some(p);
+        self.in_flight += 1;
+        self.push(id).inspect_err(|_| {
+            self.pending[id] = None;
+            self.free.push(id);
+            self.in_flight -= 1;
+        })
     }
 
     /// Queues the SQE for what is left of pending request `id`.
     fn push(&mut self, id: usize) -> Result<(), i32> {
         let p = self.pending[id].as_ref().expect("pending request");
-        let rest = IoRequest {
-            offset: p.req.offset + p.done,
-            len: p.req.len - p.done,
-            // SAFETY (of the pointer arithmetic): done < len, inside the caller's buffer.
-            buf: if p.req.buf.is_null() { p.req.buf } else { unsafe { p.req.buf.add(p.done as usize) } },
-            ..p.req
+        let entry = match &p.timer {
+            Some(ts) => Self::timer_entry(ts).user_data(id as u64),
+            None => Self::file_entry(p).user_data(id as u64),
         };
-        let entry = file::uring_entry(p.fd, &rest).expect("a ring operation").user_data(id as u64);
         let ring = self.ring.as_mut().expect("ring");
         loop {
             // SAFETY: the entry's buffer stays valid until its completion (submit's contract).
@@ -243,6 +266,23 @@ impl IoEngine {
                 }
             }
         }
+    }
+
+    /// The SQE for what is left of a file request.
+    fn file_entry(p: &Pending) -> squeue::Entry {
+        let rest = IoRequest {
+            offset: p.req.offset + p.done,
+            len: p.req.len - p.done,
+            // SAFETY (of the pointer arithmetic): done < len, inside the caller's buffer.
+            buf: if p.req.buf.is_null() { p.req.buf } else { unsafe { p.req.buf.add(p.done as usize) } },
+            ..p.req
+        };
+        file::uring_entry(p.fd, &rest).expect("a ring operation")
+    }
+
+    /// An absolute CLOCK_MONOTONIC timeout: the ring completes it (-ETIME) at `ts`.
+    fn timer_entry(ts: &types::Timespec) -> squeue::Entry {
+        opcode::Timeout::new(ts).flags(types::TimeoutFlags::ABS).build()
     }
 
     /// Hands queued submissions to the kernel (one syscall for the batch).
@@ -281,7 +321,10 @@ impl IoEngine {
     fn complete(&mut self, id: usize, res: i32) {
         let Some(p) = self.pending.get_mut(id).and_then(Option::as_mut) else { return };
         let result = match p.req.op {
-            _ if res < 0 => Err(-res),
+            // A model request's timer: expiring (-ETIME) is its completion.
+            _ if p.timer.is_some() => {
+                if res < 0 && res != -libc::ETIME { Err(-res) } else { Ok(()) }
+            }
             IoOp::Read | IoOp::Write | IoOp::WriteFua => {
                 p.done += res as u64;
                 if p.done >= p.req.len {
@@ -472,6 +515,38 @@ mod tests {
         let ok = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("engine hung with a full ring");
         assert_eq!(ok, 256);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn model_requests_complete_when_the_model_says() {
+        // One unit of 2 ms: three reads submitted together complete about 2, 4 and 6 ms later,
+        // in that order, and carry what was written.
+        let b = Backend::Model(ModelStore::new(1 << 20, ModelParams { latency_ns: 2_000_000, parallelism: 1, bandwidth: None }));
+        let mut e = IoEngine::new(8);
+        if e.ring_fd().is_none() {
+            return; // no io_uring here: the model cannot delay (warned at start)
+        }
+        let mut w = vec![9u8; 4096];
+        run(&mut e, &b, IoOp::Write, 0, &mut w).unwrap();
+        let mut bufs = vec![vec![0u8; 4096]; 3];
+        let start = std::time::Instant::now();
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            let req = IoRequest { op: IoOp::Read, offset: 0, len: 4096, buf: buf.as_mut_ptr(), tag: i as u64 };
+            unsafe { e.submit(&b, req) };
+        }
+        e.flush();
+        let mut out = Vec::new();
+        let mut at = Vec::new();
+        while out.len() < 3 && start.elapsed() < std::time::Duration::from_secs(5) {
+            e.wait_one();
+            let before = out.len();
+            e.reap(&mut out);
+            at.extend(std::iter::repeat(start.elapsed()).take(out.len() - before));
+        }
+        assert_eq!(out.iter().map(|c| (c.tag, c.result)).collect::<Vec<_>>(), vec![(0, Ok(())), (1, Ok(())), (2, Ok(()))]);
+        assert!(at[2] >= std::time::Duration::from_millis(6), "third read done after {:?}", at[2]);
+        assert!(at[0] >= std::time::Duration::from_millis(2), "first read done after {:?}", at[0]);
+        assert!(bufs.iter().all(|b| b.iter().all(|x| *x == 9)));
     }
 
     #[test]

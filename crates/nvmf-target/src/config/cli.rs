@@ -121,12 +121,11 @@ impl Cli {
             t.buffer_memory = Some(parse_size(s).ok_or_else(|| bad(format!("--buffer-memory {s:?}: expected a size like 2GiB")))?);
         }
         if !self.listen.is_empty() {
-            c.ports = self
-                .listen
-                .iter()
-                .map(|l| Ok(PortConfig { addr: addr(l, "--listen")?, portid: None, subsystems: None, tls: Default::default() }))
-                .collect::<Result<_, ConfigError>>()?;
-        } else if c.ports.is_empty() {
+            let port = |l: &str| Ok(PortConfig { addr: addr(l, "--listen")?, portid: None, subsystems: None, tls: Default::default() });
+            let rdma = |l: &&String| l.starts_with("rdma:");
+            c.ports = self.listen.iter().filter(|l| !rdma(l)).map(|l| port(l.strip_prefix("tcp:").unwrap_or(l))).collect::<Result<_, ConfigError>>()?;
+            c.rdma_ports = self.listen.iter().filter(rdma).map(|l| port(&l["rdma:".len()..])).collect::<Result<_, ConfigError>>()?;
+        } else if c.ports.is_empty() && c.rdma_ports.is_empty() {
             c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("literal"), portid: None, subsystems: None, tls: Default::default() });
         }
         if let Some(m) = &self.tls {
@@ -150,13 +149,19 @@ impl Cli {
             for (i, spec) in self.ns.iter().enumerate() {
                 let (kind, arg) = spec
                     .split_once(':')
-                    .ok_or_else(|| bad(format!("--ns {spec:?}: expected null:SIZE, ram:SIZE or file:PATH")))?;
+                    .ok_or_else(|| bad(format!("--ns {spec:?}: expected null:SIZE, ram:SIZE, model:SIZE[,lat=..,par=..,bw=..] or file:PATH")))?;
                 let size = || parse_size(arg).ok_or_else(|| bad(format!("--ns {spec:?}: bad size {arg:?}")));
                 let backend = match kind {
                     "null" => BackendConfig::Null { size: size()? },
                     "ram" => BackendConfig::Ram { size: size()? },
                     "file" => BackendConfig::File { path: arg.into() },
-                    _ => return Err(bad(format!("--ns {spec:?}: backend must be null, ram or file"))),
+                    "model" => {
+                        let (size_text, params) = arg.split_once(',').unwrap_or((arg, ""));
+                        let size = parse_size(size_text).ok_or_else(|| bad(format!("--ns {spec:?}: bad size {size_text:?}")))?;
+                        let params = crate::backend::ModelParams::parse(params).map_err(|e| bad(format!("--ns {spec:?}: {e}")))?;
+                        BackendConfig::Model { size, params }
+                    }
+                    _ => return Err(bad(format!("--ns {spec:?}: backend must be null, ram, model or file"))),
                 };
                 sub.namespaces.push(NamespaceConfig { nsid: i as u32 + 1, backend, block_size, nguid: None, uuid: None });
             }
@@ -221,6 +226,17 @@ mod tests {
         assert_eq!(c.subsystems[0].nqn, "nqn.2024-01.io.nvmflab:demo");
         assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Ram { size: 1 << 30 });
         assert!(c.subsystems[0].allow_any_host);
+    }
+
+    #[test]
+    fn model_namespaces_take_size_then_parameters() {
+        let c = cli(&["--ns", "model:64m,lat=20us,par=4,bw=1GiB"]).unwrap();
+        let want = crate::backend::ModelParams { latency_ns: 20_000, parallelism: 4, bandwidth: Some(1 << 30) };
+        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Model { size: 64 << 20, params: want });
+        let plain = cli(&["--ns", "model:64m"]).unwrap();
+        assert_eq!(plain.subsystems[0].namespaces[0].backend, BackendConfig::Model { size: 64 << 20, params: Default::default() });
+        let e = cli(&["--ns", "model:64m,par=0"]).unwrap_err().to_string();
+        assert!(e.contains("par=0") && e.contains("parallelism"), "{e}");
     }
 
     #[test]

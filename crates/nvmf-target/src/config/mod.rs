@@ -32,6 +32,9 @@ pub struct TargetConfig {
     pub hosts: Vec<HostAuthConfig>,
     /// TLS PSKs (configured, interchange format) of the hosts that may use TLS.
     pub tls_keys: Vec<HostTlsKey>,
+    /// NVMe over RDMA ports (`--listen rdma:ADDR:PORT`, `[[port]] trtype = "rdma"`); served
+    /// only by a build with the `rdma` feature. Their PORTIDs follow the TCP ports'.
+    pub rdma_ports: Vec<PortConfig>,
 }
 
 /// TLS on a port (nvmet's `addr_treq` with `addr_tsas` = tls1.3).
@@ -285,6 +288,8 @@ pub enum BackendConfig {
     Null { size: u64 },
     Ram { size: u64 },
     File { path: PathBuf },
+    /// RAM answering like a device (backend/model.rs).
+    Model { size: u64, params: crate::backend::ModelParams },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -378,6 +383,7 @@ impl TargetConfig {
             host_map: Vec::new(),
             hosts: Vec::new(),
             tls_keys: Vec::new(),
+            rdma_ports: Vec::new(),
         }
     }
 
@@ -417,10 +423,19 @@ impl TargetConfig {
         if t.buffer_memory.is_some_and(|b| b < 2 << 20) {
             return bad("target.buffer_memory: at least 2 MiB (one command of MDTS)".into());
         }
-        if self.ports.is_empty() {
+        if self.ports.is_empty() && self.rdma_ports.is_empty() {
             return bad("no listen address: add a [[port]] or --listen".into());
         }
         let mut portids = HashSet::new();
+        for (i, p) in self.rdma_ports.iter().enumerate() {
+            let id = p.portid.unwrap_or((self.ports.len() + i) as u16 + 1);
+            if !portids.insert(id) {
+                return bad(format!("RDMA port {}: portid {id} is used twice", p.addr));
+            }
+            if p.tls != PortTls::None {
+                return bad(format!("RDMA port {}: TLS is a NVMe/TCP feature", p.addr));
+            }
+        }
         for (i, p) in self.ports.iter().enumerate() {
             if !portids.insert(p.portid.unwrap_or(i as u16 + 1)) {
                 return bad(format!("port[{i}] ({}): portid {} is used twice", p.addr, p.portid.unwrap_or(i as u16 + 1)));
@@ -439,7 +454,7 @@ impl TargetConfig {
             .iter()
             .flat_map(|s| &s.namespaces)
             .map(|ns| match ns.backend {
-                BackendConfig::Ram { size } => size,
+                BackendConfig::Ram { size } | BackendConfig::Model { size, .. } => size,
                 _ => 0,
             })
             .fold(0u64, u64::saturating_add);
@@ -477,7 +492,7 @@ impl TargetConfig {
                 if !ns.block_size.is_power_of_two() || !(512..=4096).contains(&ns.block_size) {
                     return bad(format!("{at}: block_size {} must be 512, 1024, 2048 or 4096", ns.block_size));
                 }
-                if let BackendConfig::Null { size } | BackendConfig::Ram { size } = ns.backend {
+                if let BackendConfig::Null { size } | BackendConfig::Ram { size } | BackendConfig::Model { size, .. } = ns.backend {
                     if size == 0 || size % ns.block_size as u64 != 0 {
                         return bad(format!(
                             "{at}: size {size} must be a non-zero multiple of the block size {}",

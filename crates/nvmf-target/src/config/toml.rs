@@ -64,6 +64,8 @@ struct RawPort {
     subsystems: Option<Vec<String>>,
     /// "none" (default), "allowed" or "required".
     tls: Option<Spanned<String>>,
+    /// "tcp" (default) or "rdma".
+    trtype: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -99,6 +101,8 @@ struct RawNamespace {
     backend: Spanned<String>,
     size: Option<Spanned<RawSize>>,
     path: Option<PathBuf>,
+    /// The model backend's parameters, "lat=80us,par=32,bw=3GiB" (backend/model.rs).
+    model: Option<String>,
     block_size: Option<u32>,
     nguid: Option<String>,
     uuid: Option<String>,
@@ -166,7 +170,13 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     }
 
     let mut ports = Vec::new();
+    let mut rdma_ports = Vec::new();
     for (i, p) in raw.port.into_iter().enumerate() {
+        let rdma = match p.trtype.as_ref().map(|t| (t.get_ref().as_str(), t.span())) {
+            None | Some(("tcp", _)) => false,
+            Some(("rdma", _)) => true,
+            Some((other, span)) => return Err(bad_at(span, format!("port[{i}].trtype = {other:?}: expected \"tcp\" or \"rdma\""))),
+        };
         let addr = super::parse_listen_addr(p.addr.get_ref())
             .map_err(|e| bad_at(p.addr.span(), format!("port[{i}].addr = {e}")))?;
         let tls = match &p.tls {
@@ -175,7 +185,8 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
                 bad_at(t.span(), format!("port[{i}].tls = {:?}: expected \"none\", \"allowed\" or \"required\"", t.get_ref()))
             })?,
         };
-        ports.push(PortConfig { addr, portid: p.portid, subsystems: p.subsystems, tls });
+        let port = PortConfig { addr, portid: p.portid, subsystems: p.subsystems, tls };
+        if rdma { rdma_ports.push(port) } else { ports.push(port) }
     }
 
     let mut subsystems = Vec::new();
@@ -195,12 +206,20 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
             };
             let backend_span = n.backend.span();
             let backend_name = n.backend.into_inner();
+            if n.model.is_some() && backend_name != "model" {
+                return Err(bad(format!("{at}: `model` belongs to backend \"model\" only")));
+            }
             let backend = match (backend_name.as_str(), size, n.path) {
+                ("model", Some(size), None) => BackendConfig::Model {
+                    size,
+                    params: crate::backend::ModelParams::parse(n.model.as_deref().unwrap_or(""))
+                        .map_err(|e| bad(format!("{at}.model: {e}")))?,
+                },
                 ("null", Some(size), None) => BackendConfig::Null { size },
                 ("ram", Some(size), None) => BackendConfig::Ram { size },
                 ("file", None, Some(path)) => BackendConfig::File { path },
-                ("null" | "ram", None, _) => return Err(bad(format!("{at}: backend {backend_name:?} needs size"))),
-                ("null" | "ram", _, Some(_)) => {
+                ("null" | "ram" | "model", None, _) => return Err(bad(format!("{at}: backend {backend_name:?} needs size"))),
+                ("null" | "ram" | "model", _, Some(_)) => {
                     return Err(bad(format!("{at}: backend {backend_name:?} takes no path")))
                 }
                 ("file", _, None) => return Err(bad(format!("{at}: backend \"file\" needs path"))),
@@ -210,7 +229,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
                 (other, _, _) => {
                     return Err(bad_at(
                         backend_span,
-                        format!("{at}.backend = {other:?}: expected \"null\", \"ram\" or \"file\""),
+                        format!("{at}.backend = {other:?}: expected \"null\", \"ram\", \"model\" or \"file\""),
                     ))
                 }
             };
@@ -260,7 +279,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
             tls_keys.push(super::HostTlsKey { nqn: h.nqn.clone(), key });
         }
     }
-    let config = TargetConfig { target, ports, subsystems, host_map, hosts, tls_keys };
+    let config = TargetConfig { target, ports, subsystems, host_map, hosts, tls_keys, rdma_ports };
     config.validate(&origin)?;
     Ok(config)
 }
@@ -340,6 +359,18 @@ reactor = 0
         assert_eq!(s.namespaces[1].backend, BackendConfig::Null { size: 1 << 30 });
         assert_eq!(s.namespaces[1].block_size, 4096);
         assert_eq!(c.host_map[0].reactor, 0);
+    }
+
+    #[test]
+    fn model_namespaces_take_their_parameters_and_only_they() {
+        let ns = |extra: &str| format!("[[port]]\naddr = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"nqn.s\"\n[[subsystem.namespace]]\nnsid = 1\n{extra}\n");
+        let c = parse(&ns("backend = \"model\"\nsize = \"1MiB\"\nmodel = \"lat=5us,par=2,bw=none\""), Path::new("m.toml")).map_err(|e| e.to_string()).unwrap();
+        let want = crate::backend::ModelParams { latency_ns: 5_000, parallelism: 2, bandwidth: None };
+        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Model { size: 1 << 20, params: want });
+        let e = parse(&ns("backend = \"ram\"\nsize = \"1MiB\"\nmodel = \"lat=5us\""), Path::new("m.toml")).unwrap_err().to_string();
+        assert!(e.contains("`model` belongs to backend \"model\""), "{e}");
+        let e = parse(&ns("backend = \"model\"\nsize = \"1MiB\"\nmodel = \"lat=fast\""), Path::new("m.toml")).unwrap_err().to_string();
+        assert!(e.contains("namespace[0].model") && e.contains("lat=fast"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,433 @@
+//! One NVMe over RDMA queue: its queue pair, receive buffers (one per command the host may have
+//! outstanding; a command keeps its buffer until its response has been sent, as nvmet does),
+//! response buffers, command data buffers, and the command layer behind it.
+//!
+//! Work request ids say what completed: kind in the high 32 bits, command slot (= receive
+//! buffer index) in the low. RDMA WRITEs are unsignaled: the SEND after them on the same queue
+//! pair completes after them.
+
+use super::{is_identify_controller, mark_keyed_sgls, normalize_sqe, KeyedSgl, TRANSFER_SGL};
+use crate::backend::{AlignedBuf, IoCompletion, IoEngine};
+use crate::command::{Action, BackendRequest, Commands, Work};
+use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
+use nvmf_proto::{Cqe, Sqe, Status};
+use nvmf_rdma::{Connection, MemoryRegion, SendOp, WorkCompletion};
+use std::sync::Arc;
+use std::time::Instant;
+
+const WR_RECV: u64 = 1;
+const WR_RESPONSE: u64 = 2;
+const WR_READ: u64 = 3;
+const WR_WRITE: u64 = 4;
+const SQE_LEN: usize = 64;
+const CQE_LEN: usize = 16;
+/// Data buffers kept for reuse per queue; more are freed when their command completes.
+const KEEP_BUFFERS: usize = 16;
+
+fn wr_id(kind: u64, slot: usize) -> u64 {
+    (kind << 32) | slot as u64
+}
+
+/// A command data buffer registered with the queue pair's PD. `mr` is declared first so that it
+/// is deregistered before the memory is freed.
+struct DataBuf {
+    mr: MemoryRegion,
+    buf: AlignedBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    /// The receive buffer is posted.
+    Posted,
+    /// A command is being served (its data read, its backend requests run, or held: AER).
+    Busy,
+    /// The response SEND is posted; the buffer is reposted when it completes.
+    Responding,
+}
+
+struct Slot {
+    state: SlotState,
+    cid: u16,
+    sgl: Option<KeyedSgl>,
+    work: Option<Work>,
+    data: Option<DataBuf>,
+    pending: u32,
+    status: Status,
+}
+
+pub struct Queue {
+    pub cmd: Commands,
+    target: Arc<Target>,
+    token: u32,
+    capsule_len: usize,
+    slots: Vec<Slot>,
+    spare: Vec<DataBuf>,
+    recv_mr: MemoryRegion,
+    recv_mem: AlignedBuf,
+    rsp_mr: MemoryRegion,
+    rsp_mem: AlignedBuf,
+    /// The host disconnected, or we asked to: serve nothing more.
+    pub closing: bool,
+    /// The command layer ended the queue (Disconnect): disconnect once its response is out.
+    ending: bool,
+    /// Declared last: dropped after the memory regions registered on it.
+    pub conn: Connection,
+}
+
+impl Queue {
+    /// Sets up the buffers of a queue of `depth` commands and posts the receives; the caller
+    /// accepts the connection after this.
+    pub fn new(conn: Connection, target: Arc<Target>, port: Option<Port>, qid: u16, depth: u32, token: u32) -> std::io::Result<Queue> {
+        let nomem = || std::io::Error::from(std::io::ErrorKind::OutOfMemory);
+        // Admin queues (and Connect) may carry up to 8 KiB in the capsule, as on TCP; I/O queues
+        // what IOCCSZ advertises.
+        let in_capsule = if qid == 0 { ADMIN_IN_CAPSULE } else { target.settings.in_capsule_data_size.max(ADMIN_IN_CAPSULE) };
+        let capsule_len = SQE_LEN + in_capsule as usize;
+        let depth = depth as usize;
+        let mut recv_mem = AlignedBuf::new();
+        recv_mem.try_resize(capsule_len * depth).map_err(|_| nomem())?;
+        let mut rsp_mem = AlignedBuf::new();
+        rsp_mem.try_resize(CQE_LEN * depth).map_err(|_| nomem())?;
+        // SAFETY: both buffers live in the Queue, unmoved (heap memory), and the regions are
+        // dropped before them (field order).
+        let recv_mr = unsafe { conn.register(recv_mem.as_mut_ptr(), recv_mem.len())? };
+        let rsp_mr = unsafe { conn.register(rsp_mem.as_mut_ptr(), rsp_mem.len())? };
+        let slots = (0..depth)
+            .map(|_| Slot { state: SlotState::Posted, cid: 0, sgl: None, work: None, data: None, pending: 0, status: Status::SUCCESS })
+            .collect();
+        let now = Instant::now();
+        let mut q = Queue {
+            cmd: Commands::new(target.clone(), port, TRANSFER_SGL, now),
+            target,
+            token,
+            capsule_len,
+            slots,
+            spare: Vec::new(),
+            recv_mr,
+            recv_mem,
+            rsp_mr,
+            rsp_mem,
+            closing: false,
+            ending: false,
+            conn,
+        };
+        for i in 0..depth {
+            q.post_recv(i)?;
+        }
+        Ok(q)
+    }
+
+    fn post_recv(&mut self, slot: usize) -> std::io::Result<()> {
+        self.slots[slot].state = SlotState::Posted;
+        let at = slot * self.capsule_len;
+        // SAFETY: the range lies in recv_mem, registered as recv_mr, alive while the QP is.
+        unsafe {
+            let p = self.recv_mem.as_mut_ptr().add(at);
+            self.conn.post_recv(wr_id(WR_RECV, slot), p, self.capsule_len as u32, self.recv_mr.lkey)
+        }
+    }
+
+    /// Ends the queue from our side (Disconnect, a fatal error, a timeout): the host sees the
+    /// connection go, and the CM reports it disconnected.
+    pub fn shut(&mut self, why: &str) {
+        if !self.closing {
+            tracing::info!(why, "closing NVMe/RDMA queue");
+            self.closing = true;
+            self.cmd.release();
+            let _ = self.conn.disconnect();
+        }
+    }
+
+    /// Handles the completions on the CQ; backend requests go to `engine`.
+    pub fn poll(&mut self, engine: &mut IoEngine, now: Instant) {
+        let mut wcs = [WorkCompletion::default(); 32];
+        loop {
+            let n = match self.conn.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.shut(&format!("polling the CQ failed: {e}"));
+                    return;
+                }
+            };
+            for wc in &wcs[..n] {
+                self.completion(wc, now);
+            }
+            self.submit(engine);
+            if n < wcs.len() {
+                return;
+            }
+        }
+    }
+
+    fn completion(&mut self, wc: &WorkCompletion, now: Instant) {
+        let (kind, slot) = (wc.wr_id >> 32, (wc.wr_id & 0xFFFF_FFFF) as usize);
+        if !wc.ok() {
+            // After a disconnect, posted work is flushed with an error: expected.
+            if !self.closing {
+                self.shut(&format!("work request failed: {}", wc.status_name()));
+            }
+            return;
+        }
+        if self.closing || slot >= self.slots.len() {
+            return;
+        }
+        match kind {
+            WR_RECV => self.capsule(slot, wc.byte_len as usize, now),
+            WR_READ => self.data_read(slot, now),
+            WR_RESPONSE => self.response_sent(slot),
+            _ => {}
+        }
+    }
+
+    /// A command capsule arrived in receive buffer `slot`.
+    fn capsule(&mut self, slot: usize, len: usize, now: Instant) {
+        if len < SQE_LEN || len > self.capsule_len {
+            return self.shut("capsule shorter than an SQE");
+        }
+        let at = slot * self.capsule_len;
+        let recv = std::mem::take(&mut self.recv_mem);
+        let capsule = &recv.as_slice()[at..at + len];
+        let raw = Sqe::from_bytes(capsule).expect("64 bytes");
+        let (sqe, sgl) = normalize_sqe(&raw);
+        let s = &mut self.slots[slot];
+        s.state = SlotState::Busy;
+        s.cid = sqe.cid();
+        s.sgl = sgl;
+        s.status = Status::SUCCESS;
+        let connected = self.cmd.queue().is_some();
+        let action = self.cmd.command(&sqe, &capsule[SQE_LEN..], true, now);
+        let action = match action {
+            Action::Send(mut data) if is_identify_controller(&sqe) => {
+                mark_keyed_sgls(&mut data);
+                Action::Send(data)
+            }
+            a => a,
+        };
+        self.act(slot, action);
+        self.recv_mem = recv;
+        if !connected {
+            if let Some(q) = self.cmd.queue() {
+                let (cntlid, qid, sqsize) = (q.ctrl.cntlid, q.qid, q.sqsize);
+                tracing::info!(cntlid, qid, sqsize, subnqn = %q.stats.subnqn, hostnqn = %q.stats.hostnqn, "RDMA queue connected");
+            }
+        }
+    }
+
+    /// Carries out what the command layer asked for the command in `slot`.
+    fn act(&mut self, slot: usize, action: Action) {
+        match action {
+            Action::Respond(status, result) => self.respond(slot, status, result),
+            Action::Send(data) => self.send_data(slot, &data),
+            Action::Hold => {}
+            Action::Buffer { work, len, in_capsule } => self.buffer(slot, work, len, in_capsule),
+        }
+        if self.cmd.take_ending() {
+            self.ending = true;
+        }
+    }
+
+    /// A registered buffer of `len` bytes (0: none needed).
+    fn data_buf(&mut self, len: usize) -> Option<DataBuf> {
+        if let Some(i) = self.spare.iter().position(|d| d.buf.capacity() >= len) {
+            let mut d = self.spare.swap_remove(i);
+            d.buf.try_resize(len).ok()?;
+            return Some(d);
+        }
+        let mut buf = AlignedBuf::with_align(self.target.buffer_align);
+        buf.try_resize(len.max(4096).next_power_of_two()).ok()?;
+        // SAFETY: the region is dropped before the buffer (DataBuf's field order) and the buffer's
+        // memory does not move while its length stays within capacity.
+        let mr = unsafe { self.conn.register(buf.as_mut_ptr(), buf.capacity()) }.ok()?;
+        buf.try_resize(len).ok()?;
+        Some(DataBuf { mr, buf })
+    }
+
+    fn release_buf(&mut self, slot: usize) {
+        if let Some(d) = self.slots[slot].data.take() {
+            if self.spare.len() < KEEP_BUFFERS {
+                self.spare.push(d);
+            }
+        }
+    }
+
+    fn buffer(&mut self, slot: usize, work: Work, len: u32, in_capsule: Option<&[u8]>) {
+        let Some(mut data) = self.data_buf(len as usize) else {
+            tracing::warn!(len, "no memory for a command buffer");
+            return self.respond(slot, Status::INTERNAL_ERROR, 0);
+        };
+        if let Some(d) = in_capsule {
+            data.buf.as_mut_slice().copy_from_slice(d);
+        }
+        let s = &mut self.slots[slot];
+        s.work = Some(work);
+        let fetch = in_capsule.is_none()
+            && match work {
+                Work::Io(plan) => plan.host_data_len() > 0,
+                Work::Connect(_) | Work::AuthSend(_) => true,
+            };
+        s.data = Some(data);
+        if !fetch {
+            return self.execute(slot);
+        }
+        // The host's data: one RDMA READ of its keyed SGL into our buffer.
+        let Some(sgl) = s.sgl else { return self.respond(slot, Status::SGL_INVALID_TYPE.with_dnr(), 0) };
+        let d = s.data.as_mut().expect("just set");
+        let (p, lkey) = (d.buf.as_mut_ptr(), d.mr.lkey);
+        // SAFETY: the buffer (len bytes, registered) stays in the slot until the READ completes.
+        let r = unsafe { self.conn.post_send(SendOp::Read(sgl.addr, sgl.key), wr_id(WR_READ, slot), true, p, len, lkey) };
+        if let Err(e) = r {
+            self.shut(&format!("posting an RDMA READ failed: {e}"));
+        }
+    }
+
+    /// The RDMA READ of the host's data completed.
+    fn data_read(&mut self, slot: usize, now: Instant) {
+        match self.slots[slot].work {
+            Some(Work::Io(_)) => self.execute(slot),
+            Some(work) => {
+                let data = self.slots[slot].data.as_ref().map(|d| d.buf.as_slice().to_vec()).unwrap_or_default();
+                self.release_buf(slot);
+                let connected = self.cmd.queue().is_some();
+                let action = self.cmd.data_in(work, &data, None, now);
+                self.act(slot, action);
+                if !connected && self.cmd.queue().is_some() {
+                    let q = self.cmd.queue().expect("connected");
+                    tracing::info!(cntlid = q.ctrl.cntlid, qid = q.qid, sqsize = q.sqsize, "RDMA queue connected");
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn execute(&mut self, slot: usize) {
+        let tag = ((self.token as u64) << 32) | slot as u64;
+        let s = &mut self.slots[slot];
+        let Some(Work::Io(plan)) = s.work else { return self.respond(slot, Status::INTERNAL_ERROR, 0) };
+        let mut empty = AlignedBuf::new();
+        let buf = match s.data.as_mut() {
+            Some(d) => &mut d.buf,
+            None => &mut empty,
+        };
+        match self.cmd.execute(plan, buf, tag) {
+            Ok(0) => self.finish(slot, Status::SUCCESS),
+            Ok(n) => self.slots[slot].pending = n,
+            Err(status) => self.finish(slot, status),
+        }
+    }
+
+    /// Hands the queued backend requests to the engine.
+    pub fn submit(&mut self, engine: &mut IoEngine) {
+        for r in self.cmd.backend_requests() {
+            match r {
+                // SAFETY: each request's buffer is a slot's DataBuf, kept until its completion
+                // (a closed queue is kept until in_flight is 0).
+                BackendRequest::Submit(backend, req) => unsafe { engine.submit(backend, req) },
+                BackendRequest::Done(tag) => engine.complete_now(tag, Ok(())),
+            }
+        }
+    }
+
+    /// A backend request of this queue finished.
+    pub fn io_done(&mut self, c: IoCompletion) {
+        let slot = (c.tag & 0xFFFF_FFFF) as usize;
+        let Some(s) = self.slots.get_mut(slot) else { return };
+        if s.pending == 0 {
+            return;
+        }
+        s.pending -= 1;
+        let status = self.cmd.request_done(c.result, s.cid);
+        if !status.is_success() {
+            s.status = status;
+        }
+        if s.pending == 0 && !self.closing {
+            let status = s.status;
+            self.finish(slot, status);
+        }
+    }
+
+    /// An I/O command completes: its read data by RDMA WRITE, then the response.
+    fn finish(&mut self, slot: usize, status: Status) {
+        let Some(Work::Io(plan)) = self.slots[slot].work else { return self.respond(slot, status, 0) };
+        let read = self.cmd.io_done(plan, status);
+        if read > 0 {
+            if let Err(e) = self.write_to_host(slot, None) {
+                return self.shut(&format!("posting an RDMA WRITE failed: {e}"));
+            }
+        }
+        self.respond(slot, status, 0);
+    }
+
+    /// Data the command layer produced (Identify, log pages...): RDMA WRITE, then success.
+    fn send_data(&mut self, slot: usize, data: &[u8]) {
+        if !data.is_empty() {
+            let Some(mut d) = self.data_buf(data.len()) else { return self.respond(slot, Status::INTERNAL_ERROR, 0) };
+            d.buf.as_mut_slice().copy_from_slice(data);
+            self.slots[slot].data = Some(d);
+            if let Err(e) = self.write_to_host(slot, Some(data.len())) {
+                return self.shut(&format!("posting an RDMA WRITE failed: {e}"));
+            }
+        }
+        self.respond(slot, Status::SUCCESS, 0);
+    }
+
+    /// Posts an unsignaled RDMA WRITE of the slot's buffer (its first `len` bytes, or all) to the
+    /// host's keyed SGL; the response SEND posted next completes after it.
+    fn write_to_host(&mut self, slot: usize, len: Option<usize>) -> std::io::Result<()> {
+        let s = &mut self.slots[slot];
+        let (Some(sgl), Some(d)) = (s.sgl, s.data.as_mut()) else { return Ok(()) };
+        let len = len.unwrap_or(d.buf.len()).min(sgl.len as usize);
+        let (p, lkey) = (d.buf.as_mut_ptr(), d.mr.lkey);
+        // SAFETY: the buffer stays in the slot until the response SEND after it completes.
+        unsafe { self.conn.post_send(SendOp::Write(sgl.addr, sgl.key), wr_id(WR_WRITE, slot), false, p, len as u32, lkey) }
+    }
+
+    /// Sends the completion of the command in `slot` (with Invalidate when the host asked).
+    fn respond(&mut self, slot: usize, status: Status, result: u64) {
+        let (sqid, sqhd) = self.cmd.sq_ids();
+        let s = &mut self.slots[slot];
+        let cqe = Cqe { result, sqhd, sqid, cid: s.cid, status };
+        s.state = SlotState::Responding;
+        let op = match s.sgl {
+            Some(k) if k.invalidate => SendOp::SendInvalidate(k.key),
+            _ => SendOp::Send,
+        };
+        let at = slot * CQE_LEN;
+        self.rsp_mem.as_mut_slice()[at..at + CQE_LEN].copy_from_slice(&cqe.encode());
+        // SAFETY: the 16 bytes lie in rsp_mem (registered), reused only after this SEND completes.
+        let r = unsafe {
+            let p = self.rsp_mem.as_mut_ptr().add(at);
+            self.conn.post_send(op, wr_id(WR_RESPONSE, slot), true, p, CQE_LEN as u32, self.rsp_mr.lkey)
+        };
+        if let Err(e) = r {
+            self.shut(&format!("posting a response failed: {e}"));
+        }
+    }
+
+    /// The response of `slot` went out: its buffers are free and its receive is posted again.
+    fn response_sent(&mut self, slot: usize) {
+        if self.slots[slot].state != SlotState::Responding {
+            return;
+        }
+        self.release_buf(slot);
+        let s = &mut self.slots[slot];
+        (s.work, s.sgl, s.pending) = (None, None, 0);
+        if self.ending {
+            return self.shut("host disconnected the queue (Fabrics Disconnect)");
+        }
+        if let Err(e) = self.post_recv(slot) {
+            self.shut(&format!("reposting a receive failed: {e}"));
+        }
+    }
+
+    /// Time passes: keep-alive, Connect and authentication timeouts.
+    pub fn tick(&mut self, now: Instant) {
+        if !self.closing && self.cmd.expired(now) {
+            self.shut("timed out (keep-alive, Connect or authentication)");
+        }
+    }
+
+    /// Backend requests outstanding: the queue's buffers must outlive them.
+    pub fn in_flight(&self) -> usize {
+        self.cmd.in_flight()
+    }
+}

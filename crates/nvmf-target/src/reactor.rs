@@ -12,7 +12,7 @@ use crate::transport::tcp::Connection;
 use crate::wire::Wire;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
@@ -159,25 +159,33 @@ struct Entry {
 
 /// Reads all available bytes: how many, or None when the peer closed or the socket failed.
 ///
-/// Readiness is edge-triggered, so the socket must be read until it would block: when the
-/// receive buffer fills first (a burst of H2CData larger than it), the PDUs already in are
-/// processed to make room. Only if that frees nothing (output backpressure, or a connection
-/// that is not attached yet) does reading stop; the reactor reads again once output drains.
+/// Readiness is edge-triggered, so the socket must be read until it would block. Each read is
+/// vectored: a large payload whose header is in lands straight in its command buffer, the
+/// bytes after it in the receive buffer. After a read that filled all it was given, the PDUs
+/// in are processed: that makes room, and tells where the next payload goes. Only if that
+/// frees nothing (output backpressure, or a connection that is not attached yet) does reading
+/// stop; the reactor reads again once output drains.
 fn read_all(stream: &mut Wire, conn: &mut Connection, now: Instant) -> Option<usize> {
     let mut total = 0;
     loop {
         if !conn.wants().read {
             return Some(total); // backpressure: resume once output drains
         }
-        if conn.recv_space().is_empty() {
+        let result = {
+            let mut iov: [IoSliceMut; 4] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+            let n = conn.recv_slices(&mut iov);
+            let want: usize = iov[..n].iter().map(|s| s.len()).sum();
+            (want > 0).then(|| (stream.read_vectored(&mut iov[..n]), want))
+        };
+        let Some((read, want)) = result else {
             conn.process(now);
-            if conn.recv_space().is_empty() {
+            let mut probe: [IoSliceMut; 4] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+            if conn.recv_slices(&mut probe) == 0 {
                 return Some(total);
             }
-        }
-        let space = conn.recv_space();
-        let want = space.len();
-        match stream.read(space) {
+            continue;
+        };
+        match read {
             Ok(0) => return None,
             Ok(n) => {
                 conn.recv_commit(n);
@@ -185,6 +193,7 @@ fn read_all(stream: &mut Wire, conn: &mut Connection, now: Instant) -> Option<us
                 if n < want {
                     return Some(total);
                 }
+                conn.process(now);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Some(total),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,

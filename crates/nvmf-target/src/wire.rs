@@ -13,7 +13,7 @@ use crate::config::PortTls;
 use crate::core::Port;
 use mio::net::TcpStream;
 use nvmf_tls::{PskIdentity, ServerConfig, TlsSession};
-use std::io::{self, ErrorKind, IoSlice, Read, Write};
+use std::io::{self, ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -226,6 +226,13 @@ impl TlsWire {
 }
 
 impl Read for Wire {
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        match self.state {
+            State::Plain => self.stream.read_vectored(bufs),
+            _ => self.read_each(bufs),
+        }
+    }
+
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let State::Sniff { required } = self.state {
             if !self.sniff(required)? {
@@ -295,6 +302,30 @@ impl Read for Wire {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+impl Wire {
+    /// Reads into several buffers in order, with [`Read::read`]'s contract: fewer bytes than
+    /// they hold only when the socket had no more (edge-triggered readiness relies on it).
+    /// Plain TCP is one `readv`, straight from the socket into each buffer; with TLS the bytes
+    /// are decrypted into the session's buffer first and copied from there (the record layer
+    /// needs a whole record before it can authenticate any of it).
+    fn read_each(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let mut total = 0;
+        for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+            match self.read(b) {
+                Ok(n) => {
+                    total += n;
+                    if n < b.len() {
+                        break;
+                    }
+                }
+                Err(e) if total > 0 && e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
     }
 }
 

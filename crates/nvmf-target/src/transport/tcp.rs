@@ -11,18 +11,23 @@
 //! whose buffer does not fit the connection's budget wait in a FIFO (see `slots`). Fatal
 //! protocol errors queue a C2HTermReq and the connection closes once it is written.
 
+mod landing;
+
 use super::slots::{SlotState, Slots, BUFFER_BUDGET};
+use landing::{Arrival, Landing, Sink};
 use super::stall::StallWatch;
 use crate::backend::IoCompletion;
 use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
 use crate::stats::ReactorStats;
-use nvmf_proto::nvme::SGL_TRANSPORT_DATA_BLOCK;
+use crate::config::MAX_IN_CAPSULE_DATA_SIZE;
+use nvmf_proto::nvme::{admin_opcode, SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK};
 use nvmf_proto::pdu::{
     encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
     TERM_REQ_MAX_HEADER,
 };
 use nvmf_proto::{digest, Cqe, Digests, FatalError, Framer, PduHeader, Role, Sqe, Status};
+use std::io::IoSliceMut;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,6 +45,16 @@ const C2H_CHUNK: usize = 128 << 10;
 /// ones are copied into the output buffer, which was cheaper for 4 KiB (one contiguous write:
 /// 753 K against 698 K IOPS at QD32), while 128 KiB gained 20-29 % from not copying.
 const SEND_FROM_SLOT_MIN: usize = 16 << 10;
+/// H2CData and in-capsule payloads at least this large are received straight into their
+/// command buffer once their header is in (see `landing`); smaller ones are copied from the
+/// receive buffer, which takes them in bulk with the PDUs around them.
+const LAND_MIN: usize = 16 << 10;
+/// While a payload lands, room for at most this many bytes after it: the next PDU's header
+/// (and a little of its data, copied) without swallowing a large payload that could land too.
+const LANDING_TAIL: usize = 8 << 10;
+/// Stands in for in-capsule data that has not arrived when the command layer looks at the
+/// capsule: for an I/O write it only slices it (the data lands in the slot's buffer later).
+static NOT_YET_ARRIVED: [u8; MAX_IN_CAPSULE_DATA_SIZE as usize] = [0; MAX_IN_CAPSULE_DATA_SIZE as usize];
 /// Cap on MAXR2T we honour per command, whatever the host offers.
 const MAX_R2T_PER_CMD: u32 = 16;
 /// Byte offsets reported as FEI.
@@ -98,6 +113,12 @@ pub struct Connection {
     out_charged: usize,
     /// Whole or partial PDUs wait in `inbuf` because [`Connection::reads_input`] said no.
     input_held: bool,
+    /// The payload now being received into its command buffer; the bytes in `inbuf` follow it.
+    landing: Option<Landing>,
+    /// Payloads from this size on land in their buffer ([`LAND_MIN`] unless a test lowers it).
+    land_min: usize,
+    /// Payload bytes that landed in their buffer (the rest of a PDU's were copied).
+    landed_bytes: u64,
     sends: std::collections::VecDeque<DataSend>,
     /// Bytes of the first of `sends` already written.
     send_pos: usize,
@@ -143,6 +164,9 @@ impl Connection {
             out_high: 0,
             out_charged: 0,
             input_held: false,
+            landing: None,
+            land_min: LAND_MIN,
+            landed_bytes: 0,
             out_pos: 0,
             sends: std::collections::VecDeque::new(),
             send_pos: 0,
@@ -157,8 +181,42 @@ impl Connection {
 
     // ---- bytes in ----
 
-    /// Free space to read socket bytes into; call [`recv_commit`](Self::recv_commit) after.
-    pub fn recv_space(&mut self) -> &mut [u8] {
+    /// Payloads of at least `min` bytes land in their command buffer instead of being copied:
+    /// tests and fuzzers lower it to reach that path with small PDUs.
+    pub fn land_payloads_from(&mut self, min: usize) {
+        self.land_min = min.max(1);
+    }
+
+    /// Payload bytes received straight into command buffers so far (with the few that came
+    /// with their header, copied there).
+    pub fn landed_bytes(&self) -> u64 {
+        self.landed_bytes
+    }
+
+    /// Where the next socket bytes go, for one vectored read: the payload now landing (and its
+    /// digest), then room in the receive buffer. Fills `iov` from the start and returns how many
+    /// it filled (0: no room until [`process`](Self::process) runs); call
+    /// [`recv_commit`](Self::recv_commit) with the bytes read.
+    pub fn recv_slices<'a>(&'a mut self, iov: &mut [IoSliceMut<'a>]) -> usize {
+        self.make_room();
+        let Connection { landing, slots, inbuf, in_len, .. } = self;
+        let (mut n, mut tail) = (0, usize::MAX);
+        if let Some(l) = landing.as_mut().filter(|l| !l.landed()) {
+            let (filled, whole) = l.slices(slots, iov);
+            n = filled;
+            tail = if whole { LANDING_TAIL } else { 0 };
+        }
+        let space = &mut inbuf[*in_len..];
+        let room = space.len().min(tail);
+        if room > 0 && n < iov.len() {
+            iov[n] = IoSliceMut::new(&mut space[..room]);
+            n += 1;
+        }
+        n
+    }
+
+    /// Compacts and grows the receive buffer so that a whole PDU always fits.
+    fn make_room(&mut self) {
         if self.in_pos > 0 && (self.in_pos == self.in_len || self.inbuf.len() - self.in_len < RECV_CHUNK / 4) {
             self.inbuf.copy_within(self.in_pos..self.in_len, 0);
             self.in_len -= self.in_pos;
@@ -169,20 +227,40 @@ impl Connection {
         if self.inbuf.len() < want {
             self.inbuf.resize(want, 0);
         }
-        &mut self.inbuf[self.in_len..]
     }
 
-    pub fn recv_commit(&mut self, n: usize) {
+    /// `n` bytes were read into the slices [`recv_slices`](Self::recv_slices) gave.
+    pub fn recv_commit(&mut self, mut n: usize) {
+        if let Some(l) = self.landing.as_mut().filter(|l| !l.landed()) {
+            n -= l.commit(n, &mut self.slots);
+        }
         self.in_len = (self.in_len + n).min(self.inbuf.len());
     }
 
-    /// Test and hand-off convenience: appends bytes to the receive buffer.
+    /// Test and fuzzing convenience: receives `bytes` as one socket read would, into the
+    /// slices [`recv_slices`](Self::recv_slices) gives (a landing payload first); returns how
+    /// many it took. [`process`](Self::process) between calls says where the next payload goes.
+    pub fn receive(&mut self, bytes: &[u8]) -> usize {
+        let mut iov: [IoSliceMut; 4] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+        let filled = self.recv_slices(&mut iov);
+        let mut n = 0;
+        for s in &mut iov[..filled] {
+            let k = s.len().min(bytes.len() - n);
+            s[..k].copy_from_slice(&bytes[n..n + k]);
+            n += k;
+        }
+        self.recv_commit(n);
+        n
+    }
+
+    /// Test and hand-off convenience: receives all of `bytes` without processing (so no new
+    /// payload starts landing), as far as there is room.
     pub fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
-            let space = self.recv_space();
-            let n = space.len().min(bytes.len());
-            space[..n].copy_from_slice(&bytes[..n]);
-            self.recv_commit(n);
+            let n = self.receive(bytes);
+            if n == 0 {
+                return;
+            }
             bytes = &bytes[n..];
         }
     }
@@ -344,7 +422,8 @@ impl Connection {
     /// to a reactor) is ours to finish, not the host's.
     fn waiting_on_host(&self) -> bool {
         let reading = self.reads_input() && (self.attached || self.cmd.queue().is_none());
-        (reading && self.in_pos < self.in_len) || self.slots.awaits_data() || self.output_len() > 0
+        let landing = self.landing.as_ref().is_some_and(|l| !l.landed());
+        (reading && self.in_pos < self.in_len) || landing || self.slots.awaits_data() || self.output_len() > 0
     }
 
     /// Time passes: enforces the stall, connect and keep-alive timeouts; gives idle buffers
@@ -383,9 +462,27 @@ impl Connection {
             && self.reads_input()
             && (self.attached || self.cmd.queue().is_none())
         {
+            if let Some(l) = self.landing.take_if(|l| l.landed()) {
+                self.landed(l, now);
+                continue;
+            }
+            if self.landing.is_some() {
+                break; // the bytes in `inbuf` come after the payload still arriving
+            }
             let buf = &inbuf[self.in_pos..self.in_len];
             match self.framer.next(buf) {
-                Ok(None) => break,
+                Ok(None) => {
+                    match self.start_landing(buf, now) {
+                        Ok(0) => break,
+                        Ok(used) => self.in_pos += used,
+                        Err(e) => {
+                            self.fatal_error(e, buf);
+                            break;
+                        }
+                    }
+                    self.stall.progressed();
+                    self.charge_output();
+                }
                 Err(e) => {
                     self.fatal_error(e, buf);
                     break;
@@ -403,6 +500,87 @@ impl Connection {
         self.admit_held();
         self.charge_output();
         self.input_held = self.in_pos < self.in_len && !self.reads_input();
+    }
+
+    /// A PDU whose header is in but not all its data: when its payload is large enough and has
+    /// a place, starts receiving it there. Returns how many bytes of `buf` it took (0: none; the
+    /// PDU waits in the receive buffer to be handled whole, errors included).
+    fn start_landing(&mut self, buf: &[u8], now: Instant) -> Result<usize, FatalError> {
+        if self.phase != Phase::Ready {
+            return Ok(0);
+        }
+        let Some(h) = self.framer.next_header(buf)? else { return Ok(0) };
+        let len = h.data.len();
+        if len < self.land_min {
+            return Ok(0);
+        }
+        let (sink, arrival) = match h.header {
+            PduHeader::H2CData(d) if self.h2c_check(&d, len).is_ok() => {
+                (Sink::Slot { slot: d.ttag, at: d.datao as usize }, Arrival::H2C(d))
+            }
+            PduHeader::CapsuleCmd(c) => match self.capsule_landing(&c.sqe, len, now) {
+                Some(place) => place,
+                None => return Ok(0),
+            },
+            _ => return Ok(0),
+        };
+        let mut landing = Landing::new(sink, arrival, len, h.data_digest);
+        let used = h.data.start + landing.absorb(&buf[h.data.start..], &mut self.slots);
+        self.landing = Some(landing);
+        Ok(used)
+    }
+
+    /// Where a capsule's in-capsule data goes before it arrives, for an I/O write whose data is
+    /// the whole payload; None for any other capsule (handled whole). The command layer sees the
+    /// capsule now; what it answers other than a buffer waits for the data and its digest.
+    fn capsule_landing(&mut self, sqe: &Sqe, len: usize, now: Instant) -> Option<(Sink, Arrival)> {
+        let sgl = sqe.sgl();
+        let io_queue = self.cmd.queue().is_some_and(|q| q.qid > 0);
+        if !io_queue
+            || sqe.opcode() == admin_opcode::FABRICS
+            || len > self.cmd.in_capsule_limit(sqe) as usize
+            || (sgl.sgl_type, sgl.addr, sgl.length as usize) != (SGL_DATA_BLOCK_OFFSET, 0, len)
+        {
+            return None;
+        }
+        let cid = sqe.cid();
+        match self.cmd.command(sqe, NOT_YET_ARRIVED.get(..len)?, true, now) {
+            Action::Buffer { work, len, in_capsule: Some(_) } => match self.claim_in_capsule(cid, work, len) {
+                Some(idx) => {
+                    self.slots[idx].state = SlotState::AwaitData;
+                    Some((Sink::Slot { slot: idx, at: 0 }, Arrival::Capsule { cid, then: None }))
+                }
+                None => Some((Sink::Discard(Vec::new()), Arrival::Capsule { cid, then: None })),
+            },
+            then => Some((Sink::Discard(Vec::new()), Arrival::Capsule { cid, then: Some(then) })),
+        }
+    }
+
+    /// A landing payload (and its digest) is all in: the PDU is handled as if it came whole.
+    fn landed(&mut self, landing: Landing, now: Instant) {
+        let ok = landing.digest_ok();
+        if matches!(landing.sink, Sink::Slot { .. }) {
+            self.landed_bytes += landing.len() as u64;
+        }
+        match (landing.sink, landing.arrival) {
+            (Sink::Slot { .. }, Arrival::H2C(h)) => self.h2c_arrived(h, ok, now),
+            // The slot lost its buffer (it cannot): the command fails as for a damaged PDU.
+            (Sink::Discard(_), Arrival::H2C(h)) => self.h2c_arrived(h, false, now),
+            (Sink::Slot { slot, .. }, Arrival::Capsule { .. }) => {
+                let s = &mut self.slots[slot];
+                s.received = s.len;
+                if ok {
+                    self.execute(slot);
+                } else {
+                    self.finish(slot, Status::TRANSIENT_TRANSPORT_ERROR);
+                }
+            }
+            (Sink::Discard(_), Arrival::Capsule { cid, then: Some(_) }) if !ok => {
+                self.respond(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0)
+            }
+            (Sink::Discard(_), Arrival::Capsule { cid, then: Some(action) }) => self.act(cid, action),
+            (Sink::Discard(_), Arrival::Capsule { then: None, .. }) => {} // answered already
+        }
     }
 
     fn fatal_error(&mut self, e: FatalError, buf: &[u8]) {
@@ -568,14 +746,16 @@ impl Connection {
     /// to fill (reads). I/O commands wait for buffer memory when the budget is short; Connect
     /// and AUTH_Send take it over the budget (they are small and rare).
     fn buffer(&mut self, cid: u16, work: Work, buf_len: u32, in_capsule: Option<&[u8]>) {
-        let Some(idx) = self.slots.alloc(self.cmd.slot_limit(), cid, work, buf_len) else {
-            return match work {
-                // More commands outstanding than the queue has entries: the host broke SQSIZE.
-                Work::Io(_) => self.term_req(fes::PDU_SEQ_ERR, 0, Vec::new()),
-                // Before Connect there is one slot: a second Connect while the first awaits data.
-                _ => self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0),
-            };
-        };
+        if let Some(d) = in_capsule {
+            if let Some(idx) = self.claim_in_capsule(cid, work, buf_len) {
+                let slot = &mut self.slots[idx];
+                slot.buf.as_mut_slice().copy_from_slice(d);
+                slot.received = buf_len;
+                self.execute(idx);
+            }
+            return;
+        }
+        let Some(idx) = self.alloc_slot(cid, work, buf_len) else { return };
         if !matches!(work, Work::Io(_)) {
             if self.slots.reserve(idx, true).is_err() {
                 self.slots.free(idx);
@@ -584,22 +764,11 @@ impl Connection {
             self.slots[idx].state = SlotState::AwaitData;
             return self.send_r2ts(idx);
         }
-        match in_capsule {
-            Some(d) => {
-                // The data already arrived, so waiting for the budget would save nothing.
-                if self.slots.reserve(idx, true).is_err() {
-                    tracing::warn!(cid, buf_len, "no memory for a command buffer");
-                    return self.finish(idx, NO_MEMORY);
-                }
-                let slot = &mut self.slots[idx];
-                slot.buf.as_mut_slice().copy_from_slice(d);
-                slot.received = buf_len;
-                self.execute(idx);
-            }
-            None if buf_len == 0 => self.execute(idx),
+        match () {
+            _ if buf_len == 0 => self.execute(idx),
             // Behind commands already waiting for memory, so that none starves.
-            None if self.slots.is_holding() => self.slots.hold(idx),
-            None => match self.slots.reserve(idx, false) {
+            _ if self.slots.is_holding() => self.slots.hold(idx),
+            _ => match self.slots.reserve(idx, false) {
                 Ok(true) => self.start_transfer(idx),
                 Ok(false) => self.slots.hold(idx),
                 Err(_) => {
@@ -608,6 +777,34 @@ impl Connection {
                 }
             },
         }
+    }
+
+    /// A slot for command `cid`; None when there is none left (the command or the connection
+    /// was answered).
+    fn alloc_slot(&mut self, cid: u16, work: Work, buf_len: u32) -> Option<u16> {
+        let idx = self.slots.alloc(self.cmd.slot_limit(), cid, work, buf_len);
+        if idx.is_none() {
+            match work {
+                // More commands outstanding than the queue has entries: the host broke SQSIZE.
+                Work::Io(_) => self.term_req(fes::PDU_SEQ_ERR, 0, Vec::new()),
+                // Before Connect there is one slot: a second Connect while the first awaits data.
+                _ => self.respond(cid, Status::CMD_SEQ_ERROR.with_dnr(), 0),
+            }
+        }
+        idx
+    }
+
+    /// A slot with its buffer for a command whose data comes in its capsule; None when the
+    /// command was answered instead (no slot, or no memory). The data has arrived or is arriving,
+    /// so waiting for the budget would save nothing.
+    fn claim_in_capsule(&mut self, cid: u16, work: Work, buf_len: u32) -> Option<u16> {
+        let idx = self.alloc_slot(cid, work, buf_len)?;
+        if self.slots.reserve(idx, true).is_err() {
+            tracing::warn!(cid, buf_len, "no memory for a command buffer");
+            self.finish(idx, NO_MEMORY);
+            return None;
+        }
+        Some(idx)
     }
 
     /// A command with its buffer: ask for the host's data, or run it (reads).
@@ -654,26 +851,36 @@ impl Connection {
         }
     }
 
-    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], now: Instant) {
-        let check = match self.slots.get(h.ttag) {
+    /// Whether an H2CData header fits the transfer it names: the FES and FEI of the TermReq
+    /// otherwise.
+    fn h2c_check(&self, h: &H2CData, data_len: usize) -> Result<(), (u16, u32)> {
+        match self.slots.get(h.ttag) {
             // A PDU larger than the MAXH2CDATA we advertised.
             _ if h.datal > self.target.settings.maxh2cdata => Err((fes::DATA_LIMIT_EXCEEDED, 0)),
             None => Err((fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
             Some(s) if s.state != SlotState::AwaitData => Err((fes::INVALID_PDU_HDR, FEI_H2C_TTAG)),
             Some(s) if s.cid != h.cccid => Err((fes::INVALID_PDU_HDR, FEI_H2C_CCCID)),
-            Some(_) if h.datal as usize != data.len() => Err((fes::INVALID_PDU_HDR, FEI_H2C_DATAL)),
+            Some(_) if h.datal as usize != data_len => Err((fes::INVALID_PDU_HDR, FEI_H2C_DATAL)),
             Some(s) if h.datao != s.received => Err((fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAO)),
             Some(s) if h.datao as u64 + h.datal as u64 > s.r2t_upto as u64 => {
                 Err((fes::DATA_OUT_OF_RANGE, FEI_H2C_DATAL))
             }
             Some(_) => Ok(()),
-        };
-        if let Err((fes, fei)) = check {
+        }
+    }
+
+    fn h2c_data(&mut self, h: H2CData, data: &[u8], data_ok: bool, raw: &[u8], now: Instant) {
+        if let Err((fes, fei)) = self.h2c_check(&h, data.len()) {
             return self.term_req(fes, fei, raw.to_vec());
         }
-        let slot = &mut self.slots[h.ttag];
         let at = h.datao as usize;
-        slot.buf.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
+        self.slots[h.ttag].buf.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
+        self.h2c_arrived(h, data_ok, now);
+    }
+
+    /// The data of a checked H2CData PDU is in its slot's buffer.
+    fn h2c_arrived(&mut self, h: H2CData, data_ok: bool, now: Instant) {
+        let slot = &mut self.slots[h.ttag];
         slot.received += h.datal;
         if !data_ok {
             slot.failed = Some(Status::TRANSIENT_TRANSPORT_ERROR);

@@ -326,8 +326,25 @@ def summary(studies: Iterable[Any]) -> dict:
             if decision.startswith("chosen"):
                 decided.append(item)
             elif decision.startswith("cannot decide") or decision.startswith("no clear winner"):
-                undecided.append(item | {"why": decision})
-    return {"decided": decided, "undecided": undecided}
+                evidence = row.get("evidence") if "evidence" in row else None
+                why = str(evidence) if evidence is not None and pd.notna(evidence) and str(evidence) else decision
+                undecided.append(item | {"why": why})
+    return {"decided": decided, "undecided": undecided, "noise": None}
+
+
+def noise_sentence(measurements: pd.DataFrame, limit_pct: float = 10.0) -> str | None:
+    """A sentence for the summary when other processes took a large share of the experiment's
+    cores during the points (median noise_pct above `limit_pct`): intervals widen and fewer
+    differences can be decided. None otherwise."""
+    if measurements.empty or "noise_pct" not in measurements:
+        return None
+    values = pd.to_numeric(measurements.drop_duplicates("point_key")["noise_pct"] if "point_key" in measurements
+                           else measurements["noise_pct"], errors="coerce").dropna()
+    if values.empty or float(values.median()) <= limit_pct:
+        return None
+    return (f"Other processes (or steal) took a median {values.median():.0f} % of the experiment's cores during the "
+            f"points (up to {values.max():.0f} %, noise_pct): the repeats spread wider and fewer differences can "
+            "be decided than on a quiet machine.")
 
 
 def _why(f: Finding) -> str:

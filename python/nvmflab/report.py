@@ -170,6 +170,7 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     absent = [name for name in ANALYZERS if name not in measured] if measured & set(ANALYZERS) else []
     unmeasured = sorted(recorded - measured - set(ANALYZERS))
     summary = findings_data.summary(studies)
+    summary["noise"] = findings_data.noise_sentence(measurements)
     template = Environment(loader=FileSystemLoader(TEMPLATES),
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     page = template.render(

@@ -140,3 +140,14 @@ def html_escape(text: str) -> str:
     import html
 
     return html.escape(text, quote=True)
+
+
+def test_the_summary_says_when_other_processes_took_the_cores():
+    import pandas as pd
+
+    busy = pd.DataFrame({"point_key": ["a", "a", "b", "c"], "noise_pct": [60.0, 60.0, 80.0, 5.0]})
+    text = findings_data.noise_sentence(busy)
+    assert text.startswith("Other processes (or steal) took a median 60 % of the experiment's cores")
+    assert "up to 80 %" in text
+    assert findings_data.noise_sentence(busy.assign(noise_pct=[1.0, 1.0, 2.0, 3.0])) is None
+    assert findings_data.noise_sentence(pd.DataFrame()) is None

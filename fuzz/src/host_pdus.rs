@@ -25,9 +25,12 @@ const SUBNQN: &str = "nqn.2024-01.io.nvmflab:fuzz";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-4000-8000-000000000002";
 /// PDUs per script: bounds the work one input can ask for.
 const MAX_PDUS: usize = 128;
-/// The I/O session's commands, by tag: read 4 KiB, write 8 KiB (through R2T), read 512 B, flush.
-const IO_READ_LENS: [usize; 4] = [4096, 0, 512, 0];
+/// The I/O session's commands, by tag: read 32 KiB (large enough that its C2HData payloads
+/// land straight in the buffer), write 8 KiB (through R2T), read 512 B, flush.
+const IO_READ_LENS: [usize; 4] = [32768, 0, 512, 0];
 const IO_WRITE_LEN: usize = 8192;
+/// Largest I/O of the session's queue (its buffers' size).
+const IO_MAX: usize = 32768;
 /// Admin reads (Identify, log pages) are on tag 0.
 const ADMIN_READ_LENS: [usize; 4] = [4096, 0, 0, 0];
 /// Longest the host may legitimately wait for anything here (the stream always ends).
@@ -68,14 +71,14 @@ pub fn run(input: &[u8]) {
 
 fn io_session(link: Box<dyn Link>, opts: &ConnectOptions, tainted: bool) {
     let params = IoQueueParams { opts: opts.clone(), subnqn: SUBNQN.into(), cntlid: 1, in_capsule: 0 };
-    let Ok(mut q) = IoQueue::connect_over(link, &params, 1, 4, IO_WRITE_LEN) else { return };
+    let Ok(mut q) = IoQueue::connect_over(link, &params, 1, 4, IO_MAX) else { return };
     for (tag, &len) in IO_READ_LENS.iter().enumerate() {
         // Bytes the target never sent: a read that "succeeds" with them is a mis-verification.
         for (i, b) in q.buffer(tag as u16)[..len].iter_mut().enumerate() {
             *b = !pattern(tag as u16, i);
         }
     }
-    let submitted = q.submit_read(0, 0, 8).and_then(|_| {
+    let submitted = q.submit_read(0, 0, 64).and_then(|_| {
         q.submit_write(1, 0, 16)?;
         q.submit_read(2, 8, 1)?;
         q.submit_flush(3)?;
@@ -248,9 +251,9 @@ impl<'s, 'a> TargetScript<'s, 'a> {
     }
 }
 
-/// The target's side of the connection: the script's bytes, then the end of the stream (the
-/// host must not wait beyond it); what the host sends is dropped. `dropped` is set when the host
-/// lets go of its connection.
+/// The target's side of the connection: the script's bytes, in fragments of varying size (as
+/// a socket hands them over), then the end of the stream (the host must not wait beyond it);
+/// what the host sends is dropped. `dropped` is set when the host lets go of its connection.
 struct ScriptLink {
     bytes: Vec<u8>,
     pos: usize,
@@ -259,7 +262,9 @@ struct ScriptLink {
 
 impl Link for ScriptLink {
     fn recv(&mut self, buf: &mut [u8]) -> nvmf_host::Result<usize> {
-        let n = buf.len().min(self.bytes.len() - self.pos);
+        // Fragment sizes 1..=6000 from the position: deterministic, so replays repeat.
+        let fragment = 1 + (self.pos.wrapping_mul(2_654_435_761) >> 7) % 6000;
+        let n = buf.len().min(self.bytes.len() - self.pos).min(fragment);
         if n == 0 {
             return Err(Error::Closed); // as a socket's read of 0 bytes says
         }

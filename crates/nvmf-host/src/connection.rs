@@ -1,18 +1,15 @@
-//! One NVMe/TCP connection: ICReq/ICResp and PDU framing over reusable send and receive
-//! buffers, on a [`Link`] that moves the bytes. The link is a TCP socket (set-up and options
-//! here), non-blocking once connected; callers that want to sleep use [`Connection::wait`]
-//! (poll(2)), callers that spin just retry. Tests and the fuzzer give it bytes in memory
-//! instead, so the queue pair's protocol machine runs without a socket.
+//! What a connection needs below the protocol: the options of a connection, and the [`Link`]
+//! that moves its bytes. The link is a TCP socket (set-up and options here), non-blocking once
+//! connected, with TLS on top when asked for; [`Link::wait`] sleeps in poll(2) for callers that
+//! want to sleep, callers that spin just retry. Tests and the fuzzer give bytes in memory
+//! instead; the protocol itself is [`crate::machine::QueueMachine`], which knows no link.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::io::AsRawFd;
 use std::time::{Duration, Instant};
 
-use nvmf_proto::pdu::{encode_pdu, IcReq, TermReq, PFV_1_0};
-use nvmf_proto::{Digests, Frame, Framer, PduHeader, Role};
-
-use crate::error::{fes_name, Error, Result};
+use crate::error::{Error, Result};
 
 /// How to reach a controller and what to ask of it; shared by the admin and I/O queues.
 #[derive(Debug, Clone)]
@@ -99,6 +96,22 @@ pub trait Link: Send {
     fn recv(&mut self, buf: &mut [u8]) -> Result<usize>;
     /// Writes what the link takes now: how many bytes, 0 when it would block.
     fn send(&mut self, buf: &[u8]) -> Result<usize>;
+    /// [`Link::recv`] into several buffers in order (readv(2) on a socket). By default only the
+    /// first non-empty one is filled.
+    fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> Result<usize> {
+        match bufs.iter_mut().find(|b| !b.is_empty()) {
+            Some(b) => self.recv(b),
+            None => Ok(0),
+        }
+    }
+    /// [`Link::send`] from several buffers in order (writev(2) on a socket). By default only
+    /// the first non-empty one is sent.
+    fn send_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize> {
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(b) => self.send(b),
+            None => Ok(0),
+        }
+    }
     /// Sleeps until input may have arrived (or, with `writing`, the link may take more) or
     /// `timeout` passed.
     fn wait(&self, timeout: Duration, writing: bool) -> Result<()>;
@@ -132,6 +145,36 @@ impl Link for TcpLink {
         }
     }
 
+    fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0); // a read of nothing returns 0, which is not the end of the stream
+        }
+        loop {
+            match self.0.read_vectored(bufs) {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn send_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        loop {
+            match self.0.write_vectored(bufs) {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     fn wait(&self, timeout: Duration, writing: bool) -> Result<()> {
         let mut pfd = libc::pollfd {
             fd: self.0.as_raw_fd(),
@@ -154,195 +197,21 @@ impl Link for TcpLink {
     }
 }
 
-/// A connected, initialized NVMe/TCP connection.
-pub struct Connection {
-    link: Box<dyn Link>,
-    framer: Framer,
-    pub digests: Digests,
-    /// Largest H2CData payload the controller accepts.
-    pub maxh2cdata: u32,
-    rx: Vec<u8>,
-    rx_start: usize,
-    rx_end: usize,
-    /// PDUs waiting to be written; `tx_sent` bytes of it already went out.
-    pub tx: Vec<u8>,
-    tx_sent: usize,
-}
-
-impl Connection {
-    /// Connects, applies the socket options, runs the TLS handshake when `opts.tls` asks for
-    /// it (its PSK identity names `subnqn`) and exchanges ICReq/ICResp. `max_c2h` is the
-    /// largest C2HData payload this connection must accept (the largest read it will issue).
-    pub fn open(opts: &ConnectOptions, subnqn: &str, max_c2h: u32) -> Result<Connection> {
-        let stream = connect_tcp(&opts.addr, opts.timeout)?;
-        stream.set_nodelay(true)?;
-        set_socket_options(&stream, opts)?;
-        stream.set_nonblocking(true)?;
-        let link: Box<dyn Link> = Box::new(TcpLink(stream));
-        let link = match &opts.tls {
-            None => link,
-            Some(tls) => {
-                let psk = tls.psk(&opts.hostnqn, subnqn)?;
-                Box::new(crate::tls::TlsLink::handshake(link, psk, Instant::now() + opts.timeout)?)
-            }
-        };
-        Connection::open_on(link, opts, max_c2h)
-    }
-
-    /// Exchanges ICReq/ICResp on `link` (`opts.addr` and the socket options are not used).
-    pub fn open_on(link: Box<dyn Link>, opts: &ConnectOptions, max_c2h: u32) -> Result<Connection> {
-        let framer = Framer::new(Role::Host, max_c2h.max(4096));
-        let rx_cap = (2 * framer.max_pdu_len()).max(256 << 10);
-        let mut c = Connection {
-            link,
-            framer,
-            digests: Digests::default(),
-            maxh2cdata: 0,
-            rx: vec![0; rx_cap],
-            rx_start: 0,
-            rx_end: 0,
-            tx: Vec::with_capacity(256 << 10),
-            tx_sent: 0,
-        };
-        c.initialize(opts)?;
-        Ok(c)
-    }
-
-    fn initialize(&mut self, opts: &ConnectOptions) -> Result<()> {
-        let req = IcReq { pfv: PFV_1_0, hpda: 0, hdgst: opts.hdr_digest, ddgst: opts.data_digest, maxr2t: 0 };
-        encode_pdu(&mut self.tx, &PduHeader::IcReq(req), &[], Digests::default());
-        let deadline = Instant::now() + opts.timeout;
-        self.flush_until(deadline)?;
-        let frame = self.recv_until(deadline, "ICResp")?;
-        let PduHeader::IcResp(resp) = frame.header else {
-            return Err(Error::Protocol(format!("expected ICResp, got {:?}", frame.header.pdu_type())));
-        };
-        self.consume(&frame);
-        if resp.pfv != PFV_1_0 {
-            return Err(Error::Protocol(format!("ICResp PFV {} is not 0 (NVMe/TCP 1.0)", resp.pfv)));
+/// Connects to `opts.addr`, applies the socket options, and runs the TLS handshake when
+/// `opts.tls` asks for it (its PSK identity names `subnqn`): the link a queue pair runs on.
+pub fn open_link(opts: &ConnectOptions, subnqn: &str) -> Result<Box<dyn Link>> {
+    let stream = connect_tcp(&opts.addr, opts.timeout)?;
+    stream.set_nodelay(true)?;
+    set_socket_options(&stream, opts)?;
+    stream.set_nonblocking(true)?;
+    let link: Box<dyn Link> = Box::new(TcpLink(stream));
+    Ok(match &opts.tls {
+        None => link,
+        Some(tls) => {
+            let psk = tls.psk(&opts.hostnqn, subnqn)?;
+            Box::new(crate::tls::TlsLink::handshake(link, psk, Instant::now() + opts.timeout)?)
         }
-        if resp.maxh2cdata < 4096 || resp.maxh2cdata % 4 != 0 {
-            return Err(Error::Protocol(format!(
-                "ICResp MAXH2CDATA {} is under 4096 or not a multiple of 4",
-                resp.maxh2cdata
-            )));
-        }
-        if resp.hdgst != opts.hdr_digest || resp.ddgst != opts.data_digest {
-            return Err(Error::Protocol(format!(
-                "digests asked header={} data={}, target answered header={} data={}",
-                opts.hdr_digest, opts.data_digest, resp.hdgst, resp.ddgst
-            )));
-        }
-        self.digests = Digests { header: resp.hdgst, data: resp.ddgst };
-        self.framer.digests = self.digests;
-        self.maxh2cdata = resp.maxh2cdata;
-        Ok(())
-    }
-
-    /// Writes as much of the pending PDUs as the socket takes now. True when all went out.
-    pub fn flush(&mut self) -> Result<bool> {
-        while self.tx_sent < self.tx.len() {
-            match self.link.send(&self.tx[self.tx_sent..])? {
-                0 => return Ok(false),
-                n => self.tx_sent += n,
-            }
-        }
-        self.tx.clear();
-        self.tx_sent = 0;
-        Ok(true)
-    }
-
-    pub fn has_pending_tx(&self) -> bool {
-        self.tx_sent < self.tx.len()
-    }
-
-    /// Reads what the socket has now into the receive buffer; returns the byte count (0 when
-    /// nothing was ready).
-    pub fn fill(&mut self) -> Result<usize> {
-        if self.rx_start == self.rx_end {
-            self.rx_start = 0;
-            self.rx_end = 0;
-        } else if self.rx_end == self.rx.len() {
-            self.rx.copy_within(self.rx_start..self.rx_end, 0);
-            self.rx_end -= self.rx_start;
-            self.rx_start = 0;
-        }
-        let n = self.link.recv(&mut self.rx[self.rx_end..])?;
-        self.rx_end += n;
-        Ok(n)
-    }
-
-    /// The next whole PDU in the receive buffer, if any. Its `data` range indexes
-    /// [`Connection::rx_bytes`]; call [`Connection::consume`] when done with it. A framing error
-    /// is answered with an H2CTermReq and returned; a C2HTermReq from the target becomes an error.
-    pub fn next_frame(&mut self) -> Result<Option<Frame>> {
-        let buf = &self.rx[self.rx_start..self.rx_end];
-        match self.framer.next(buf) {
-            Ok(None) => Ok(None),
-            Ok(Some(mut f)) => {
-                f.data = f.data.start + self.rx_start..f.data.end + self.rx_start;
-                if let PduHeader::C2HTermReq(t) = &f.header {
-                    return Err(Error::TermReq { fes: t.fes, fei: t.fei, reason: fes_name(t.fes) });
-                }
-                Ok(Some(f))
-            }
-            Err(fatal) => {
-                let header = buf[..fatal.hlen.min(buf.len())].to_vec();
-                self.terminate(fatal.fes, fatal.fei, header);
-                Err(Error::Protocol(format!("{} in a PDU from the target (FEI {})", fes_name(fatal.fes), fatal.fei)))
-            }
-        }
-    }
-
-    pub fn rx_bytes(&self) -> &[u8] {
-        &self.rx
-    }
-
-    pub fn consume(&mut self, frame: &Frame) {
-        self.rx_start += frame.len;
-    }
-
-    /// Sends an H2CTermReq (best effort) before the caller drops the connection.
-    pub fn terminate(&mut self, fes: u16, fei: u32, header: Vec<u8>) {
-        self.tx.clear();
-        self.tx_sent = 0;
-        let t = TermReq { fes, fei, header };
-        encode_pdu(&mut self.tx, &PduHeader::H2CTermReq(t), &[], Digests::default());
-        let _ = self.flush_until(Instant::now() + Duration::from_millis(100));
-    }
-
-    /// Sleeps until the link is readable (or writable, while PDUs are pending) or `timeout`.
-    pub fn wait(&self, timeout: Duration) -> Result<()> {
-        self.link.wait(timeout, self.has_pending_tx())
-    }
-
-    /// Flushes everything pending, sleeping as needed, until `deadline`.
-    pub fn flush_until(&mut self, deadline: Instant) -> Result<()> {
-        while !self.flush()? {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout("the target stopped reading from the socket".into()));
-            }
-            self.wait(left)?;
-        }
-        Ok(())
-    }
-
-    /// Receives one PDU, sleeping as needed, until `deadline`.
-    pub fn recv_until(&mut self, deadline: Instant, what: &str) -> Result<Frame> {
-        loop {
-            if let Some(f) = self.next_frame()? {
-                return Ok(f);
-            }
-            if self.fill()? == 0 {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(Error::Timeout(format!("no {what} from the target")));
-                }
-                self.wait(left)?;
-            }
-        }
-    }
+    })
 }
 
 fn connect_tcp(addr: &str, timeout: Duration) -> Result<TcpStream> {

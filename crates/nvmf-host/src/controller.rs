@@ -13,9 +13,10 @@ use nvmf_proto::identify::{decode_ns_list, IdentifyController, IdentifyNamespace
 use nvmf_proto::nvme::{admin_opcode, cns, feature};
 use nvmf_proto::Sqe;
 
-use crate::connection::{ConnectOptions, Connection, Link};
+use crate::connection::{open_link, ConnectOptions, Link};
 use crate::error::{Error, Result};
 use crate::fabrics;
+pub use crate::fabrics::IoQueueParams;
 use crate::queue::{QueuePair, Xfer};
 
 /// Admin queue entries asked for in Connect (0's based SQSIZE 31), as Linux does.
@@ -66,29 +67,15 @@ pub struct Controller {
     id: IdentifyController,
 }
 
-/// What an I/O queue needs to join a controller (cheap to clone into job threads).
-#[derive(Debug, Clone)]
-pub struct IoQueueParams {
-    pub opts: ConnectOptions,
-    pub subnqn: String,
-    pub cntlid: u16,
-    /// Bytes of write data carried in the capsule (from IOCCSZ).
-    pub in_capsule: usize,
-}
-
 impl Controller {
     /// Connects the admin queue to `subnqn` and enables the controller.
     pub fn connect(opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        Controller::connect_on(Connection::open(opts, subnqn, ADMIN_MAX_XFER as u32)?, opts, subnqn)
+        Controller::connect_over(open_link(opts, subnqn)?, opts, subnqn)
     }
 
     /// [`Controller::connect`] over `link` instead of a TCP connection to `opts.addr`.
     pub fn connect_over(link: Box<dyn Link>, opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        Controller::connect_on(Connection::open_on(link, opts, ADMIN_MAX_XFER as u32)?, opts, subnqn)
-    }
-
-    fn connect_on(conn: Connection, opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        let mut admin = QueuePair::new(conn, 0, 1, ADMIN_MAX_XFER, ADMIN_IN_CAPSULE);
+        let mut admin = QueuePair::open(link, opts, 0, 1, ADMIN_MAX_XFER, ADMIN_IN_CAPSULE)?;
         let cntlid = fabrics::connect(&mut admin, opts, subnqn, CNTLID_DYNAMIC, ADMIN_SQSIZE, opts.kato_ms)?;
         let mut ctrl = Controller {
             admin: Arc::new(Mutex::new(admin)),

@@ -7,6 +7,16 @@ use crate::connection::ConnectOptions;
 use crate::error::Result;
 use crate::queue::{QueuePair, Xfer};
 
+/// What an I/O queue needs to join a controller (cheap to clone into job threads).
+#[derive(Debug, Clone)]
+pub struct IoQueueParams {
+    pub opts: ConnectOptions,
+    pub subnqn: String,
+    pub cntlid: u16,
+    /// Bytes of write data carried in the capsule (from IOCCSZ).
+    pub in_capsule: usize,
+}
+
 /// Connects queue `conn_q` (its qid) to `subnqn`: controller `cntlid` or a new one
 /// (CNTLID_DYNAMIC); authenticates if asked. Returns the controller ID.
 pub(crate) fn connect(

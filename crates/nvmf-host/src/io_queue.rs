@@ -6,10 +6,9 @@ use std::time::Duration;
 use nvmf_proto::nvme::io_opcode;
 use nvmf_proto::Sqe;
 
-use crate::connection::{Connection, Link};
-use crate::controller::IoQueueParams;
+use crate::connection::{open_link, Link};
 use crate::error::{Error, Result};
-use crate::fabrics;
+use crate::fabrics::{self, IoQueueParams};
 use crate::queue::{Completion, QueuePair, Xfer};
 
 /// An I/O queue on its own connection.
@@ -21,10 +20,10 @@ pub struct IoQueue {
     max_io: usize,
 }
 
-/// I/O queue `qid` on `conn`, joined to the controller with Connect, in a queue pair of `slots`
+/// I/O queue `qid` on `link`, joined to the controller with Connect, in a queue pair of `slots`
 /// command slots (a reconnect needs only Connect's: it keeps its own).
-fn join_io_queue(conn: Connection, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize, slots: usize) -> Result<QueuePair> {
-    let mut qp = QueuePair::new(conn, qid, slots, max_io.max(1024), params.in_capsule);
+fn join_io_queue(link: Box<dyn Link>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize, slots: usize) -> Result<QueuePair> {
+    let mut qp = QueuePair::open(link, &params.opts, qid, slots, max_io.max(1024), params.in_capsule)?;
     // SQSIZE is 0's based: depth + 1 entries, so `depth` commands never fill the queue.
     fabrics::connect(&mut qp, &params.opts, &params.subnqn, params.cntlid, depth as u16, 0)?;
     Ok(qp)
@@ -33,25 +32,21 @@ fn join_io_queue(conn: Connection, params: &IoQueueParams, qid: u16, depth: usiz
 impl IoQueue {
     /// Connects I/O queue `qid` with `depth` command slots, each with a `max_io`-byte buffer.
     pub fn connect(params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        IoQueue::connect_on(Connection::open(&params.opts, &params.subnqn, max_io as u32)?, params, qid, depth, max_io)
+        IoQueue::connect_over(open_link(&params.opts, &params.subnqn)?, params, qid, depth, max_io)
     }
 
     /// [`IoQueue::connect`] over `link` instead of a TCP connection to `params.opts.addr`.
     pub fn connect_over(link: Box<dyn Link>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        IoQueue::connect_on(Connection::open_on(link, &params.opts, max_io as u32)?, params, qid, depth, max_io)
-    }
-
-    fn connect_on(conn: Connection, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        let qp = join_io_queue(conn, params, qid, depth, max_io, depth.max(1))?;
+        let qp = join_io_queue(link, params, qid, depth, max_io, depth.max(1))?;
         Ok(IoQueue { qp, nsid: 1, lba_shift: 9, max_io })
     }
 
     /// Joins the same qid to the controller `params` names (after a controller reconnect) on a
     /// new connection, and resubmits every command in flight there. Returns how many.
     pub fn reconnect(&mut self, params: &IoQueueParams) -> Result<usize> {
-        let conn = Connection::open(&params.opts, &params.subnqn, self.max_io as u32)?;
-        let fresh = join_io_queue(conn, params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
-        self.qp.resubmit_on(fresh.conn, params.in_capsule)
+        let link = open_link(&params.opts, &params.subnqn)?;
+        let fresh = join_io_queue(link, params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
+        self.qp.resubmit_on(fresh, params.in_capsule)
     }
 
     /// Namespace the NVM commands address and its logical block size (a power of two).

@@ -2,6 +2,7 @@
 and the busy-poll report says when busy polling was inert."""
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from nvmflab.analysis import busy_poll
 from nvmflab.env import collect
 from nvmflab.store import ResultsStore
-from nvmflab.topology import napi
+from nvmflab.topology import napi, netns
 from nvmflab.topology.base import HostError, Hosts
 from nvmflab.topology.local import LocalHost
 
@@ -83,3 +84,40 @@ def test_an_older_run_without_a_data_path_says_it_was_not_measured(tmp_path):
     store = _busy_poll_store(tmp_path, None)
     findings = busy_poll.analyze(store.measurements(), store.runs()).findings
     assert any("NAPI id of the data path was not measured" in f for f in findings), findings
+
+
+def test_sysctls_are_set_per_point_and_restored(tmp_path):
+    for name, value in (("busy_poll", "0"), ("busy_read", "7")):
+        (tmp_path / name).write_text(value + "\n")
+    sysctls = napi.BusyPollSysctls(str(tmp_path))
+    sysctls.set(50)
+    assert (tmp_path / "busy_poll").read_text() == "50" and (tmp_path / "busy_read").read_text() == "50"
+    sysctls.set(0)
+    assert (tmp_path / "busy_read").read_text() == "0"
+    sysctls.restore()
+    assert (tmp_path / "busy_poll").read_text() == "0" and (tmp_path / "busy_read").read_text() == "7"
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=f"no network namespace here: {netns.unavailable()}")
+def test_a_veth_with_napi_gives_its_connections_a_napi_id():
+    with netns.EmulatedLink(0, None, napi=True) as link:
+        inside = LocalHost(name="ns", data_ip=netns.TARGET_IP, netns=link.netns)
+        path = napi.probe(inside, LocalHost(), netns.TARGET_IP)
+        assert link.napi and "with NAPI" in link.emulation, link.napi_error
+        assert path.napi_id and path.napi_id > 0, path  # measured here: 260-263
+        plain = napi.probe(LocalHost(), LocalHost(), "127.0.0.1")
+        assert plain.napi_id in (0, None)
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
+    assert link.netns not in names  # the namespace is gone again
+
+
+def test_busy_poll_report_uses_the_points_own_data_path(tmp_path):
+    store = _busy_poll_store(tmp_path, {"address": "127.0.0.1", "napi_id": 0, "why": ""})
+    run = store.start_run("busy-poll", 'study = "busy-poll"', {})
+    knobs = {"config": "on", "target_cpus": 1, "rw": "randread", "bs": 4096, "iodepth": 32, "numjobs": 3,
+             "link": "netns veth with NAPI", "napi_id": 263}
+    store.save_point(run, "on-netns", "busy-poll", "on", knobs, 0, "ok", None,
+                     [{"role": "main", "iops": 1000, "lat_mean_ns": 1e6, "knobs": knobs}])
+    findings = busy_poll.analyze(store.measurements(), store.runs()).findings
+    assert any("data path (netns veth with NAPI) reports NAPI id 263" in f and "each point's busy_poll_us" in f
+               for f in findings), findings

@@ -39,7 +39,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     out.excluded = excluded_points(rows)
     # placed points run one load generator per target core: together they are the point's T-app
     data = merge_generators(with_cores(with_knobs(usable(rows), ["config", "target_cpus", "conns",
-                                                                  "shares_host_cores"])))
+                                                                  "shares_host_cores", "link", "napi_id"])))
     if data.empty:
         out.findings.append("The busy-poll study has no usable measurements"
                             + (f": {missing_leg(rows, 'off', 'nothing can be compared')}" if not rows.empty else "."))
@@ -85,8 +85,19 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         if config not in configs:
             out.findings.append(missing_leg(rows, config, "the on/off comparison is incomplete"))
     if set(configs) & {"on", "busy_only"}:
-        out.findings.append(napi.inert_text(data_path(runs)))
+        out.findings.append(napi.inert_text(point_path(data) or data_path(runs)))
     return out
+
+
+def point_path(data: pd.DataFrame) -> dict | None:
+    """The data path the points themselves recorded (knobs `link`, `napi_id`; a run on a veth with
+    NAPI sets the busy-poll sysctls per point), or None for points that recorded none."""
+    found = data[data["napi_id"].notna()] if "napi_id" in data else data.iloc[0:0]
+    if found.empty:
+        return None
+    ids = sorted({int(v) for v in found["napi_id"]})
+    return {"address": str(found["link"].iloc[0]), "napi_id": 0 if ids == [0] else max(ids),
+            "sysctls": "net.core.busy_poll and busy_read set to each point's busy_poll_us, 0 when off"}
 
 
 def data_path(runs: pd.DataFrame) -> dict | None:

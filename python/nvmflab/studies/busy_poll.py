@@ -12,17 +12,26 @@ For each N in `target_cores` (reactors), the T-app (4 KiB random read at `iodept
 - `busy_only` / `placement_only` (`factors = true`, the default): each of the two changes alone, so
   placement and busy polling are told apart.
 A stack that cannot busy-poll (the kernel's nvmet target) gets its `on` points stored skipped with
-the stack's own reason. Knobs: `config`, `target_cpus`, `conns` (connections).
+the stack's own reason. Knobs: `config`, `target_cpus`, `conns` (connections), `link` (the data
+path) and `napi_id` (SO_INCOMING_NAPI_ID of a probe connection on it; 0: busy polling is inert).
+
+By default (`link = "netns"`) the target runs in a network namespace behind a veth pair whose ends
+have GRO asked for and TSO off, so their receive path runs in NAPI and sockets have a NAPI id (on
+loopback they never do); each point sets net.core.busy_poll and busy_read to its busy_poll_us (0
+when off) and both are restored after the study.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..plan import PerfJob, Point, generator_roles
 from ..spec import IoDepth
+from ..topology import napi, netns
+from ..topology.local import LocalHost
 from .common import Context, backend_subsystem, logical, point_knobs, target_setup
 from .placing import distinct, perf_knobs, placed_point, stack_refusal
 
@@ -34,6 +43,8 @@ class Params(BaseModel):
     iodepth: IoDepth = 32
     busy_poll_us: int = Field(default=50, gt=0)
     factors: bool = True  # also busy polling alone and placement alone, so the two are told apart
+    # "netns": the target behind a veth pair with NAPI (local topology, root); "topology": its own path
+    link: Literal["netns", "topology"] = "netns"
 
 
 def configs(params: Params) -> list[tuple[str, int, bool]]:
@@ -44,8 +55,59 @@ def configs(params: Params) -> list[tuple[str, int, bool]]:
     return out
 
 
+DESCRIPTION = "busy-poll: configurations × target cores"
+
+
 def execute(ctx: Context, params: Params) -> None:
-    topo = ctx.spec.topology
+    """On a local topology with `link = "netns"` (the default) the target runs in a namespace
+    behind a veth pair with NAPI, so busy polling has a device queue to poll; each point sets
+    net.core.busy_poll/busy_read to its busy_poll_us (0 when off), and they are restored after.
+    Elsewhere, or where no namespace can be made, the topology's own data path is used."""
+    if params.link == "topology" or ctx.spec.topology.kind != "local":
+        return _run(ctx, _points(ctx, params, {"link": "topology"}))
+    if ctx.planning:  # only the points: no namespace is built for a plan
+        return _run(ctx, [_on_link(p, "nvmflab-PID", None) for p in _points(ctx, params, {"link": NAPI_LINK})])
+    reason = netns.unavailable()
+    if reason:
+        ctx.console_note(f"busy-poll: no veth with NAPI ({reason}): measured on the topology's data path")
+        return _run(ctx, _points(ctx, params, {"link": f"topology (netns: {reason})"}))
+    sysctls = napi.BusyPollSysctls()
+    try:
+        with netns.EmulatedLink(0, None, napi=True) as link:
+            inside = LocalHost(name="busy-poll target", data_ip=netns.TARGET_IP, netns=link.netns)
+            path = napi.probe(inside, LocalHost(), netns.TARGET_IP)
+            if not link.napi:
+                ctx.console_note(f"busy-poll: the veth has no NAPI ({link.napi_error}); its NAPI id says so")
+            knobs = {"link": NAPI_LINK if link.napi else "netns veth", "napi_id": path.napi_id}
+            try:
+                _run(ctx, [_on_link(p, link.netns, sysctls) for p in _points(ctx, params, knobs)])
+            finally:
+                ctx.runner.close()  # the target lives in the namespace: stop it before the namespace goes
+    except netns.NetnsError as err:
+        ctx.console_note(f"busy-poll: no veth with NAPI ({err}): measured on the topology's data path")
+        _run(ctx, _points(ctx, params, {"link": "topology (netns failed)"}))
+    finally:
+        sysctls.restore()
+
+
+NAPI_LINK = "netns veth with NAPI"
+
+
+def _run(ctx: Context, points: list[Point]) -> None:
+    # each target core count is one comparison of the configurations
+    ctx.run(points, DESCRIPTION, compare_by=lambda p: p.knobs.get("target_cpus"))
+
+
+def _on_link(point: Point, namespace: str, sysctls: "napi.BusyPollSysctls | None") -> Point:
+    """The point with its target in the namespace, setting the busy-poll sysctls to its own value."""
+    point.target = replace(point.target, netns=namespace, listen_ip=netns.TARGET_IP)
+    busy = int(point.knobs.get("busy_poll_us") or 0)
+    point.prepare = (lambda: sysctls.set(busy)) if sysctls is not None else None
+    return point
+
+
+def _points(ctx: Context, params: Params, link_knobs: dict) -> list[Point]:
+    """Every configuration × target core count, interleaved (repeat outermost)."""
     points: list[Point] = []
     for repeat in range(ctx.spec.repeats):  # interleaved: every configuration once per round
         for n in params.target_cores:
@@ -57,6 +119,7 @@ def execute(ctx: Context, params: Params) -> None:
                                           "numjobs": conns, "io_queues": conns, "busy_poll_us": busy})
                 knobs |= {"config": name, "target_cpus": n, "conns": conns, "placement": placed,
                           "host_cpus": len(host_cpus), "shares_host_cores": bool(set(target_cpus) & set(host_cpus))}
+                knobs |= link_knobs
                 reason = stack_refusal(ctx, knobs) if busy else None
                 if len(target_cpus) < n and reason is None:
                     reason = f"{n} target cores asked, this machine has {len(target_cpus)} to give"
@@ -64,8 +127,7 @@ def execute(ctx: Context, params: Params) -> None:
                     points.append(_placed(ctx, knobs, repeat, n, targets, hosts, params, reason))
                 else:
                     points.append(placed_point(ctx, name, knobs, repeat, host_cpus, target_cpus, skip_reason=reason))
-    # each target core count is one comparison of the configurations
-    ctx.run(points, "busy-poll: configurations × target cores", compare_by=lambda p: p.knobs.get("target_cpus"))
+    return points
 
 
 def cores_for(ctx: Context, n: int) -> tuple[list[int], list[int]]:

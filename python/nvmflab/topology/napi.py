@@ -128,7 +128,8 @@ def inert_text(path: dict[str, Any] | None) -> str:
     def per_host(values: Any) -> str:
         return ", ".join(f"{v} on {h}" for h, v in values.items()) if isinstance(values, dict) and values else "?"
 
-    sysctls = f"net.core.busy_poll {per_host(path.get('busy_poll'))}; busy_read {per_host(path.get('busy_read'))}"
+    sysctls = path.get("sysctls") or (f"net.core.busy_poll {per_host(path.get('busy_poll'))}; "
+                                      f"busy_read {per_host(path.get('busy_read'))}")
     if napi_id is None:
         return f"The NAPI id of the data path ({address}) could not be measured: {path.get('why') or 'no reason'}."
     if napi_id == 0:
@@ -138,3 +139,29 @@ def inert_text(path: dict[str, Any] | None) -> str:
                 f"and the busy-wait loop itself ({sysctls}).")
     return (f"A connection on the data path ({address}) reports NAPI id {napi_id}: busy polling can poll its "
             f"device queue ({sysctls}).")
+
+
+class BusyPollSysctls:
+    """net.core.busy_poll and busy_read of this machine (one value for every namespace), set for
+    each point and put back as they were by `restore` (the study calls it in a finally)."""
+
+    NAMES = ("busy_poll", "busy_read")
+
+    def __init__(self, root: str = "/proc/sys/net/core"):
+        self.root = root
+        self.saved: dict[str, str] = {}
+
+    def set(self, value: int) -> None:
+        for name in self.NAMES:
+            path = f"{self.root}/{name}"
+            if name not in self.saved:
+                with open(path) as f:
+                    self.saved[name] = f.read().strip()
+            with open(path, "w") as f:
+                f.write(str(int(value)))
+
+    def restore(self) -> None:
+        for name, value in self.saved.items():
+            with open(f"{self.root}/{name}", "w") as f:
+                f.write(value)
+        self.saved = {}

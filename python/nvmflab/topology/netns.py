@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 HOST_IP, TARGET_IP = "10.249.0.1", "10.249.0.2"
 
@@ -27,15 +28,36 @@ def unavailable() -> str | None:
     return None
 
 
-class EmulatedLink:
-    """Context manager: namespace + veth + netem; removed again on exit, even after errors."""
+# Legacy ethtool ioctls (no ethtool binary needed): ETHTOOL_SGRO and ETHTOOL_STSO take an
+# ethtool_value {cmd, data}. GRO is switched off and on so that it is *asked for* (veth starts
+# its NAPI only then), and TSO off makes the TCP packets eligible for that NAPI path.
+_NAPI_SCRIPT = r"""
+import ctypes, fcntl, socket, struct, sys
+def set_value(dev, cmd, data):
+    value = ctypes.create_string_buffer(struct.pack("II", cmd, data), 8)
+    request = struct.pack("16sP", dev.encode()[:15], ctypes.addressof(value)) + bytes(16)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), 0x8946, request)
+for cmd, data in ((0x2c, 0), (0x2c, 1), (0x1f, 0)):
+    set_value(sys.argv[1], cmd, data)
+"""
 
-    def __init__(self, delay_us: int, rate: str | None):
+
+class EmulatedLink:
+    """Context manager: namespace + veth + netem; removed again on exit, even after errors.
+
+    With `napi`, both veth ends get GRO asked for and TSO off, so their receive path runs in NAPI
+    and sockets on it have a NAPI id (busy polling has a queue to poll); `self.napi` says whether
+    that worked and `self.emulation` names it."""
+
+    def __init__(self, delay_us: int, rate: str | None, napi: bool = False):
         suffix = str(os.getpid())
         self.netns = f"nvmflab-{suffix}"
         self.host_if, self.target_if = f"nvfh{suffix}"[:15], f"nvft{suffix}"[:15]
-        self.delay_us, self.rate = delay_us, rate
+        self.delay_us, self.rate, self.want_napi = delay_us, rate, napi
         self.emulation = "none"  # what the link really does, stored with every point
+        self.napi: bool = False
+        self.napi_error: str = ""
 
     def __enter__(self) -> "EmulatedLink":
         try:
@@ -47,9 +69,11 @@ class EmulatedLink:
             _ip("-n", self.netns, "addr", "add", f"{TARGET_IP}/24", "dev", self.target_if)
             _ip("-n", self.netns, "link", "set", self.target_if, "up")
             _ip("-n", self.netns, "link", "set", "lo", "up")
+            if self.want_napi:
+                self._enable_napi()
             if not self.delay_us and not self.rate:
                 # Nothing to emulate: no qdisc at all, so the hop costs what a veth pair costs.
-                self.emulation = "plain veth (no delay or rate asked)"
+                self.emulation = "plain veth (no delay or rate asked)" + (" with NAPI" if self.napi else "")
                 return self
             try:
                 self._netem([], self.host_if)
@@ -62,6 +86,14 @@ class EmulatedLink:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _enable_napi(self) -> None:
+        try:
+            _run([sys.executable, "-c", _NAPI_SCRIPT, self.host_if])
+            _run(["ip", "netns", "exec", self.netns, sys.executable, "-c", _NAPI_SCRIPT, self.target_if])
+            self.napi = True
+        except NetnsError as err:
+            self.napi_error = str(err)[:200]
 
     def _netem(self, prefix: list[str], dev: str) -> None:
         # Half the round-trip delay on each side, so ping shows delay_us.

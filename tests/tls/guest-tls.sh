@@ -1,0 +1,298 @@
+#!/bin/bash
+# Runs inside the trixie guest (tests/guest/trixie.py) as root: NVMe/TCP over TLS 1.3 between our
+# stack and Linux 6.12's (tlshd from ktls-utils, nvme-cli 2.13, keyutils), both directions, on the
+# guest's own loopback. tests/tls/test_tls_interop.py boots it and asserts each check.
+#
+# Every check writes one line "NAME<TAB>pass|fail<TAB>detail" to $OUT/checks.tsv; the evidence
+# (command output, logs, /stats, the keyring) goes to $OUT/*.txt. The script itself exits 0 when it
+# ran to its end, whatever the checks said.
+#
+# Needs in the guest: /usr/local/bin/nvmf-target and /usr/local/bin/nvmf-perf, HOSTNQN and OUT set.
+set -u
+export PATH=/usr/local/bin:$PATH
+SUB=nqn.2024-01.io.nvmflab:tls
+DISC=nqn.2014-08.org.nvmexpress.discovery
+OUR_PORT=4420      # nvmf-target, tls=required
+NVMET_PORT=4421    # nvmet-tcp, addr_tsas=tls1.3, addr_treq=required
+STATS=9100
+TPID=
+say() { echo "@@ $*"; }
+check() { # NAME pass|fail DETAIL...
+    local name=$1 result=$2; shift 2
+    printf '%s\t%s\t%s\n' "$name" "$result" "$*" >>"$OUT/checks.tsv"
+    say "CHECK $name $result [${SECONDS}s] $*"
+}
+# Runs a command with a time limit, its output appended to $OUT/NAME.txt; returns its status.
+logged() { # NAME SECONDS CMD...
+    local name=$1 secs=$2; shift 2
+    { echo "\$ $*"; timeout -k 5 "$secs" "$@"; echo "[exit $?]"; } >>"$OUT/$name.txt" 2>&1
+    tail -1 "$OUT/$name.txt" | grep -q '^\[exit 0\]$'
+}
+stats() { # GET /stats of our target (no curl in the guest)
+    local body
+    exec 3<>/dev/tcp/127.0.0.1/$STATS || return 1
+    printf 'GET /stats HTTP/1.0\r\nHost: x\r\n\r\n' >&3
+    body=$(timeout 5 cat <&3)
+    exec 3>&-
+    printf '%s\n' "${body#*$'\r\n\r\n'}"
+}
+stat_field() { # PORT-COUNTER NAME: the number in /stats' ports[] (one port here)
+    stats | grep -o "\"$1\": *[0-9]*" | head -1 | grep -o '[0-9]*$'
+}
+
+# ---- the guest's TLS plumbing: modules, tlshd with the .nvme keyring ------------------------------
+for m in tls nvme-tcp nvmet nvmet-tcp; do modprobe "$m" || say "modprobe $m failed"; done
+cat >/etc/tlshd.conf <<'EOF'
+[debug]
+loglevel=1
+tls=0
+nl=0
+[authenticate]
+keyrings=.nvme
+[authenticate.client]
+[authenticate.server]
+EOF
+tlshd --stderr >"$OUT/tlshd.txt" 2>&1 &
+sleep 1
+{
+    uname -r; nvme version; tlshd --version 2>&1; keyctl --version 2>&1 | head -1
+    grep -E 'CONFIG_(NVME_TCP_TLS|NVME_TARGET_TCP_TLS|TLS)=' /boot/config-"$(uname -r)"
+    grep -E '^(tls|nvme_tcp|nvmet_tcp|nvme_keyring) ' /proc/modules
+} >"$OUT/versions.txt" 2>&1
+if pgrep -x tlshd >/dev/null; then check guest-tlshd pass "tlshd running"; else check guest-tlshd fail "tlshd did not start: $(tail -3 "$OUT/tlshd.txt")"; fi
+
+# Keys: one configured PSK per host NQN (what our target holds), inserted into .nvme for each
+# identity a kernel peer may look up: subsystem and discovery NQN, identity versions 0 and 1.
+gen_key() { nvme gen-tls-key --hmac=1 2>>"$OUT/keys.txt" | grep -o 'NVMeTLSkey-1:0[0-2]:[A-Za-z0-9+/=]*:' | head -1; }
+insert_key() { # KEY: into .nvme for SUB and DISC, versions 0 and 1
+    local nqn v
+    for nqn in "$SUB" "$DISC"; do
+        for v in 0 1; do
+            logged keys 20 nvme check-tls-key --keyring=.nvme --hostnqn="$HOSTNQN" --subsysnqn="$nqn" \
+                --keydata="$1" --identity=$v --insert || return 1
+        done
+    done
+}
+KEY=$(gen_key)
+WRONG=$(gen_key)
+if [[ -n $KEY && -n $WRONG && $KEY != "$WRONG" ]] && insert_key "$KEY"; then
+    check keys pass "nvme gen-tls-key made two keys; $KEY inserted for 4 identities"
+else
+    check keys fail "key generation or insertion failed (keys.txt)"
+fi
+keyctl show %:.nvme >"$OUT/keyring.txt" 2>&1
+
+# ---- kernel host -> nvmf-target (tls = required) ---------------------------------------------------
+start_target() { # KEY-FOR-HOSTNQN LOGNAME
+    RUST_LOG=info,nvmf_target::wire=debug nvmf-target --listen 127.0.0.1:$OUR_PORT --nqn "$SUB" \
+        --ns ram:64MiB --tls required --tls-key "$HOSTNQN=$1" --stats 127.0.0.1:$STATS \
+        >"$OUT/$2.txt" 2>&1 &
+    TPID=$!
+    for _ in $(seq 50); do grep -q '^ready' "$OUT/$2.txt" && return 0; sleep 0.2; done
+    return 1
+}
+stop_target() { [[ -n $TPID ]] && kill "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=; }
+ctrl_of() { # the /sys/class/nvme controller connected to SUB
+    local c
+    for c in /sys/class/nvme/nvme*; do
+        [[ -e $c/subsysnqn && $(cat "$c/subsysnqn") == "$SUB" ]] && { basename "$c"; return 0; }
+    done
+    return 1
+}
+say "kernel host -> nvmf-target"
+if start_target "$KEY" target-right; then
+    check k2o-target-start pass "$(grep '^ready' "$OUT/target-right.txt")"
+else
+    check k2o-target-start fail "no ready line: $(tail -3 "$OUT/target-right.txt")"
+fi
+
+if logged k2o-discover 60 nvme discover -t tcp -a 127.0.0.1 -s $OUR_PORT --tls; then
+    entry=$(grep -A12 "subnqn: *$SUB" "$OUT/k2o-discover.txt" | head -12)
+    sectype=$(awk '/^subnqn: *'"${SUB//./\\.}"'/{f=1} f&&/^sectype:/{print $2; exit}' "$OUT/k2o-discover.txt")
+    treq=$(grep -B8 "subnqn: *$SUB" "$OUT/k2o-discover.txt" | grep '^treq:' | tail -1 | sed 's/^treq: *//')
+    if grep -q 'sectype: *tls13' "$OUT/k2o-discover.txt" && [[ $treq == *required* && $treq != *"not required"* ]]; then
+        check k2o-discover-tsas pass "discovery over TLS: treq '$treq', sectype $sectype"
+    else
+        check k2o-discover-tsas fail "treq '$treq' sectype '$sectype': $(echo "$entry" | tr '\n' ' ')"
+    fi
+else
+    check k2o-discover-tsas fail "nvme discover --tls failed: $(tail -3 "$OUT/k2o-discover.txt" | tr '\n' ' ')"
+fi
+
+if logged k2o-connect 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
+    sleep 1
+    ctrl=$(ctrl_of)
+    serial=$(cat "/sys/class/nvme/$ctrl/tls_key" 2>/dev/null)
+    established=$(grep -c 'TLS established' "$OUT/target-right.txt")
+    idline=$(grep 'TLS established' "$OUT/target-right.txt" | tail -1 | grep -o 'identity=[^ ]* [^ ]* [^ ]*[^ ]*' | head -1)
+    suite=$(grep 'TLS established' "$OUT/target-right.txt" | tail -1 | grep -o 'suite="[^"]*"\|suite=[^ ]*')
+    if [[ -n $ctrl && -n $serial ]]; then
+        check k2o-connect pass "$ctrl tls_key $serial ($(keyctl describe "0x$serial" 2>/dev/null || keyctl describe "$serial" 2>/dev/null)); target: $established TLS sessions, $suite"
+    else
+        check k2o-connect fail "connected but no controller with a tls_key ($ctrl/$serial)"
+    fi
+    echo "$idline" >>"$OUT/k2o-connect.txt"
+    dev=$(nvme list -o json 2>/dev/null | grep -o '"DevicePath" *: *"/dev/nvme[0-9]*n[0-9]*"' | grep -o '/dev/[a-z0-9]*' | head -1)
+    [[ -b ${dev:-} ]] || dev=$(ls /dev/nvme*n1 2>/dev/null | head -1)
+    for bs in 4k 128k 1m; do
+        case $bs in 4k) size=4m rw=randwrite ;; 128k) size=16m rw=write ;; 1m) size=16m rw=write ;; esac
+        if [[ -b ${dev:-} ]] && logged "k2o-fio-$bs" 150 fio --name=tls-$bs --filename="$dev" --ioengine=libaio \
+                --direct=1 --rw=$rw --bs=$bs --size=$size --iodepth=8 --verify=crc32c --do_verify=1 \
+                --verify_fatal=1 --output-format=terse --terse-version=3; then
+            # terse v3: field 6 read KiB, 47 write KiB (the verify reads back all that was written).
+            kib=$(grep -E '^3;' "$OUT/k2o-fio-$bs.txt" | awk -F';' '{print $6"/"$47}')
+            check "k2o-fio-$bs" pass "fio verify on $dev over TLS: read/write KiB $kib"
+        else
+            check "k2o-fio-$bs" fail "fio verify failed on '${dev:-no device}': $(grep -iE 'verify|error|bad' "$OUT/k2o-fio-$bs.txt" | head -3 | tr '\n' ' ')"
+        fi
+    done
+    logged k2o-disconnect 30 nvme disconnect -n "$SUB"
+else
+    check k2o-connect fail "nvme connect --tls failed: $(tail -3 "$OUT/k2o-connect.txt" | tr '\n' ' ')"
+    for bs in 4k 128k 1m; do check "k2o-fio-$bs" fail "no connection"; done
+fi
+
+# Only version 0 identities left for the subsystem, as `nvme gen-tls-key --insert` makes them by
+# default: the kernel then offers NVMe0R01, which names no digest, so our target cannot tell the
+# derivation from the identity.
+for serial in $(keyctl show %:.nvme | awk -v nqn="$SUB" '/psk: NVMe1R/ && index($0, " " nqn " ") {print $1}'); do
+    keyctl unlink "$serial" %:.nvme >>"$OUT/keys.txt" 2>&1
+done
+keyctl show %:.nvme >"$OUT/keyring-v0.txt" 2>&1
+if logged k2o-connect-v0 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
+    sleep 1
+    ctrl=$(ctrl_of)
+    serial=$(cat "/sys/class/nvme/$ctrl/tls_key" 2>/dev/null)
+    desc=$(keyctl describe "0x$serial" 2>/dev/null)
+    if [[ $desc == *"psk: NVMe0R01 "* ]]; then
+        check k2o-connect-v0 pass "$ctrl over TLS with ${desc##*psk: }"
+    else
+        check k2o-connect-v0 fail "connected, but with key '$desc' ($ctrl/$serial), not a version 0 one"
+    fi
+    logged k2o-connect-v0 30 nvme disconnect -n "$SUB"
+else
+    check k2o-connect-v0 fail "nvme connect --tls with only NVMe0R01 keys failed: $(grep 'WARN' "$OUT/target-right.txt" | tail -1 | cut -c1-250)"
+fi
+
+insert_key "$KEY" || say "re-inserting the version 1 keys failed"   # nvmet's checks need them
+
+# A plain connect to the TLS-required port: refused by the target, logged and counted.
+before=$(stat_field plain_refused)
+if logged k2o-plain 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB"; then
+    check k2o-plain fail "a plain nvme connect to a TLS-required port succeeded"
+    logged k2o-plain 30 nvme disconnect -n "$SUB"
+else
+    after=$(stat_field plain_refused)
+    if grep -q 'requires TLS' "$OUT/target-right.txt" && (( ${after:-0} > ${before:-0} )); then
+        check k2o-plain pass "refused: nvme connect failed, target counted plain_refused ${before:-?} -> $after and logged it"
+    else
+        check k2o-plain fail "nvme connect failed but the target did not log/count a refused plain connect (${before:-?} -> ${after:-?})"
+    fi
+fi
+stats >"$OUT/target-right-stats.json"
+stop_target
+
+# The wrong key: the target holds another PSK for this host than the one in the host's keyring.
+if start_target "$WRONG" target-wrong; then
+    if logged k2o-wrong 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
+        check k2o-wrong-key fail "nvme connect --tls with the wrong key succeeded"
+        logged k2o-wrong 30 nvme disconnect -n "$SUB"
+    else
+        failures=$(stat_field tls_handshake_failures)
+        line=$(grep -m1 'closing the connection' "$OUT/target-wrong.txt")
+        if (( ${failures:-0} > 0 )) && [[ $line == *"$HOSTNQN"* ]]; then
+            check k2o-wrong-key pass "refused; target: $failures handshake failure(s), log names the host: ${line:0:300}"
+        else
+            check k2o-wrong-key fail "connect failed but target log/counter do not show a handshake failure naming the host (failures ${failures:-?}): ${line:0:300}"
+        fi
+    fi
+    stats >"$OUT/target-wrong-stats.json"
+else
+    check k2o-wrong-key fail "the target did not start: $(tail -3 "$OUT/target-wrong.txt")"
+fi
+stop_target
+
+# ---- our host (nvmf-perf) -> nvmet-tcp with TLS ----------------------------------------------------
+say "nvmf-perf -> nvmet"
+CFS=/sys/kernel/config/nvmet
+nvmet_setup() {
+    truncate -s 64M /tmp/nvmet-ns.img || return 1
+    mkdir "$CFS/hosts/$HOSTNQN" || return 1
+    mkdir "$CFS/subsystems/$SUB" || return 1
+    echo 0 >"$CFS/subsystems/$SUB/attr_allow_any_host"
+    ln -s "$CFS/hosts/$HOSTNQN" "$CFS/subsystems/$SUB/allowed_hosts/$HOSTNQN" || return 1
+    mkdir "$CFS/subsystems/$SUB/namespaces/1" || return 1
+    echo /tmp/nvmet-ns.img >"$CFS/subsystems/$SUB/namespaces/1/device_path"
+    echo 1 >"$CFS/subsystems/$SUB/namespaces/1/enable" || return 1
+    mkdir "$CFS/ports/1" || return 1
+    echo tcp >"$CFS/ports/1/addr_trtype"
+    echo ipv4 >"$CFS/ports/1/addr_adrfam"
+    echo 127.0.0.1 >"$CFS/ports/1/addr_traddr"
+    echo $NVMET_PORT >"$CFS/ports/1/addr_trsvcid"
+    echo tls1.3 >"$CFS/ports/1/addr_tsas" || return 1
+    echo required >"$CFS/ports/1/addr_treq" || return 1
+    ln -s "$CFS/subsystems/$SUB" "$CFS/ports/1/subsystems/$SUB" || return 1
+}
+if nvmet_setup >"$OUT/nvmet-setup.txt" 2>&1; then
+    check o2k-nvmet-setup pass "port 1: tsas $(cat $CFS/ports/1/addr_tsas), treq $(cat $CFS/ports/1/addr_treq)"
+else
+    check o2k-nvmet-setup fail "configfs setup failed: $(tail -3 "$OUT/nvmet-setup.txt" | tr '\n' ' ')"
+fi
+# trixie's libnvme 1.13 derived the keyring's PSKs the pre-1.16 way: our host derives likewise.
+PERF=(-t tcp -a 127.0.0.1 -s $NVMET_PORT -q "$HOSTNQN" --tls-compat)
+
+if logged o2k-discover 60 nvmf-perf discover "${PERF[@]}" --tls-key "$KEY"; then
+    if grep -q 'sectype: *tls13' "$OUT/o2k-discover.txt" && grep -q "$SUB" "$OUT/o2k-discover.txt"; then
+        check o2k-discover pass "nvmf-perf discover over TLS: $(grep -E '^(treq|sectype):' "$OUT/o2k-discover.txt" | head -2 | tr '\n' ' ')"
+    else
+        check o2k-discover fail "discovery answered without $SUB or sectype tls13"
+    fi
+else
+    check o2k-discover fail "$(tail -3 "$OUT/o2k-discover.txt" | tr '\n' ' ')"
+fi
+
+if logged o2k-identify 60 nvmf-perf identify "${PERF[@]}" -n "$SUB" --tls-key "$KEY"; then
+    check o2k-identify pass "$(grep -iE 'model|mn|nsze' "$OUT/o2k-identify.txt" | head -2 | tr '\n' ' ')"
+else
+    check o2k-identify fail "$(tail -3 "$OUT/o2k-identify.txt" | tr '\n' ' ')"
+fi
+
+for run in 1-4k 1-128k 0-4k; do   # identity version - block size
+    v=${run%%-*} bs=${run#*-} name=o2k-verify-v${run}
+    if logged "$name" 120 nvmf-perf run "${PERF[@]}" -n "$SUB" --tls-key "$KEY" --tls-key-identity $v \
+            --rw randwrite --bs $bs --iodepth 8 --size 8MiB --runtime 2 --verify; then
+        check "$name" pass "identity version $v: $(grep -E '^ *(write:|verify)' "$OUT/$name.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
+    else
+        check "$name" fail "$(tail -4 "$OUT/$name.txt" | tr '\n' ' ')"
+    fi
+done
+
+# A wrong key: with a version 1 identity its digest names no key in nvmet's keyring; with version
+# 0 tlshd finds the identity and GnuTLS fails on the binder. Either way tlshd gives up and the
+# kernel closes the socket without an alert, so our host can only report the close, naming the
+# identity it offered (not an "authentication failed" as against our target, which sends one).
+if logged o2k-wrong-v1 60 nvmf-perf identify "${PERF[@]}" -n "$SUB" --tls-key "$WRONG"; then
+    check o2k-wrong-key-v1 fail "identify with the wrong key succeeded"
+elif grep -q "holds no PSK for identity 'NVMe1R01 " "$OUT/o2k-wrong-v1.txt"; then
+    check o2k-wrong-key-v1 pass "$(grep -m1 'holds no PSK' "$OUT/o2k-wrong-v1.txt" | cut -c1-300)"
+else
+    check o2k-wrong-key-v1 fail "failed, but not naming the identity: $(tail -2 "$OUT/o2k-wrong-v1.txt" | tr '\n' ' ')"
+fi
+if logged o2k-wrong-v0 60 nvmf-perf identify "${PERF[@]}" -n "$SUB" --tls-key "$WRONG" --tls-key-identity 0; then
+    check o2k-wrong-key-v0 fail "identify with the wrong key succeeded"
+elif grep -q "holds no PSK for identity 'NVMe0R01 " "$OUT/o2k-wrong-v0.txt"; then
+    check o2k-wrong-key-v0 pass "$(grep -m1 'holds no PSK' "$OUT/o2k-wrong-v0.txt" | cut -c1-300)"
+else
+    check o2k-wrong-key-v0 fail "failed, but not naming the version 0 identity: $(tail -2 "$OUT/o2k-wrong-v0.txt" | tr '\n' ' ')"
+fi
+
+if logged o2k-plain 60 nvmf-perf identify -t tcp -a 127.0.0.1 -s $NVMET_PORT -q "$HOSTNQN" -n "$SUB"; then
+    check o2k-plain fail "a plain connect to nvmet's TLS-required port succeeded"
+else
+    check o2k-plain pass "refused: $(grep -v '^\[exit' "$OUT/o2k-plain.txt" | tail -1 | cut -c1-300)"
+fi
+
+dmesg >"$OUT/dmesg.txt"
+kill %1 2>/dev/null
+say "TLS-INTEROP-DONE"
+exit 0

@@ -66,6 +66,13 @@ test-python: deps-test build venv spdk
 interop: deps-test build venv
 	bash tests/interop/run.sh
 
+# NVMe over RDMA on Soft-RoCE (rdma_rxe) in the trixie guest (tests/rdma, docs/rdma.md): the kernel
+# host against nvmet-rdma (control) and against nvmf-target built with `--features rdma` (into
+# target/rdma; needs librdmacm-dev and libibverbs-dev). About two minutes under TCG.
+.PHONY: test-rdma
+test-rdma: deps-test venv
+	$(VENV)/bin/pytest -q tests/rdma
+
 # blktests' nvme tests in a Debian trixie qemu guest (TCG) against nvmf-target, through
 # tests/blktests/nvmf-target-control (docs/conformance.md). The guest is built from apt-get
 # downloads into ~/.cache/nvmflab/blktests; blktests' source comes from ../shared/peers.

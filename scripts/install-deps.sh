@@ -33,6 +33,9 @@ TEST_PACKAGES=(chromium)
 # and fio also let `study stacks` drive the kernel host where nvmet is loaded.
 INTEROP_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static nvme-cli fio kmod cpio lz4
                   openssh-server openssh-client)
+# rdma-core's development files: nvmf-target's `rdma` feature (NVMe over RDMA, make test-rdma)
+# compiles a C shim against rdma_cma.h and verbs.h and links librdmacm and libibverbs.
+RDMA_PACKAGES=(librdmacm-dev libibverbs-dev)
 # Building SPDK from ../shared/peers (scripts/build-spdk.sh); see ../shared/peers/README.md.
 SPDK_PACKAGES=(dpdk-dev libdpdk-dev pkg-config libnuma-dev libaio-dev uuid-dev libssl-dev libjson-c-dev
                libcunit1-dev python3-pyelftools meson ninja-build libncurses-dev)
@@ -42,6 +45,7 @@ groups=("RUN_PACKAGES|to build and run (make run)")
 if [ "$purpose" = spdk ]; then groups+=("SPDK_PACKAGES|to build SPDK (make spdk)"); fi
 if [ "$purpose" = test ]; then
   groups+=("TEST_PACKAGES|to check the report in a browser (make test)")
+  groups+=("RDMA_PACKAGES|to build the target with NVMe over RDMA for its guest check (make test-rdma)")
   if [ "${NVMFLAB_SKIP_INTEROP:-0}" != "1" ]; then
     groups+=("INTEROP_PACKAGES|for kernel interop under qemu and the SSH topology tests (make test; NVMFLAB_SKIP_INTEROP=1 leaves them out)")
   fi

@@ -1,0 +1,124 @@
+#!/bin/bash
+# Runs inside the trixie guest (tests/rdma/check.py boots it): NVMe over RDMA on Soft-RoCE.
+#   1. control: the kernel host (nvme-cli) against the kernel target (nvmet-rdma);
+#   2. the kernel host against our target (/usr/local/bin/nvmf-target, built with --features rdma).
+# Each: discover, connect, identify, then fio write+verify at 4k, 128k and 1m, disconnect.
+# Every step writes "PASS name" or "FAIL name: why" to $OUT/results.txt; the exit status is the
+# number of failures. Everything is bounded by `timeout`.
+set -u
+ADDR=10.77.0.1
+NQN_KERNEL=nqn.2024-01.io.nvmflab:rdma-nvmet
+NQN_OURS=nqn.2024-01.io.nvmflab:rdma-ours
+RESULTS=$OUT/results.txt
+FAILS=0
+: >"$RESULTS"
+say() { echo "@@ $*"; }
+pass() { echo "PASS $1" >>"$RESULTS"; say "PASS $1"; }
+fail() { echo "FAIL $1: $2" >>"$RESULTS"; say "FAIL $1: $2"; FAILS=$((FAILS + 1)); }
+
+setup_rxe() {
+  for m in rdma_rxe nvme-rdma nvmet nvmet-rdma; do modprobe $m || { fail setup "modprobe $m"; return 1; }; done
+  # rxe needs an Ethernet device with an address; traffic to its own address takes rxe's
+  # loopback path inside the device, so one veth end is enough.
+  modprobe veth 2>/dev/null || insmod /root/veth.ko.xz || { fail setup "no veth module"; return 1; }
+  ip link add rv0 type veth peer name rv1 && ip addr add $ADDR/24 dev rv0 && ip link set rv0 up && ip link set rv1 up \
+    || { fail setup "veth"; return 1; }
+  rdma link add rxe0 type rxe netdev rv0 || { fail setup "rdma link add"; return 1; }
+  rdma link show >$OUT/rdma-link.txt 2>&1
+  ibv_devices >$OUT/ibv_devices.txt 2>&1
+  pass setup
+}
+
+# The namespace block device of subsystem $1: under native multipath its head nvmeXn1 sits in
+# the subsystem's sysfs directory; without it, nvmeYn1 sits in the controller's.
+find_ns() {
+  local nqn=$1 d b
+  for i in $(seq 50); do
+    for d in /sys/class/nvme-subsystem/nvme-subsys* /sys/class/nvme/nvme*; do
+      [ "$(cat $d/subsysnqn 2>/dev/null)" = "$nqn" ] || continue
+      for b in $d/nvme*n1; do [ -e "$b" ] && { echo /dev/$(basename $b); return 0; }; done
+    done
+    sleep 0.2
+  done
+  return 1
+}
+
+verify_io() {
+  local tag=$1 dev=$2 bs size
+  for spec in 4k:8M 128k:16M 1m:32M; do
+    bs=${spec%%:*}; size=${spec##*:}
+    if timeout 120 fio --name=v-$bs --filename=$dev --rw=write --bs=$bs --size=$size --direct=1 --ioengine=libaio \
+         --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 --offset=0 >$OUT/fio-$tag-$bs.txt 2>&1; then
+      pass "$tag write+verify $bs"
+    else
+      fail "$tag write+verify $bs" "fio exit $? (fio-$tag-$bs.txt)"
+    fi
+  done
+}
+
+# discover, connect, identify, I/O, disconnect against $ADDR:$2 subsystem $3.
+exercise() {
+  local tag=$1 port=$2 nqn=$3 dev
+  if timeout 60 nvme discover -t rdma -a $ADDR -s $port >$OUT/discover-$tag.txt 2>&1 && grep -q "subnqn: *$nqn" $OUT/discover-$tag.txt \
+     && grep -q "trtype: *rdma" $OUT/discover-$tag.txt; then
+    pass "$tag discover"
+  else
+    fail "$tag discover" "no rdma entry for $nqn (discover-$tag.txt)"
+  fi
+  if ! timeout 60 nvme connect -t rdma -a $ADDR -s $port -n $nqn >$OUT/connect-$tag.txt 2>&1; then
+    fail "$tag connect" "nvme connect failed (connect-$tag.txt)"
+    return
+  fi
+  if ! dev=$(find_ns $nqn); then
+    fail "$tag connect" "no namespace device appeared"
+    timeout 30 nvme disconnect -n $nqn >/dev/null 2>&1
+    return
+  fi
+  pass "$tag connect ($dev)"
+  local ctrl
+  ctrl=$(for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn)" = "$nqn" ] && basename $c; done | head -1)
+  if timeout 30 nvme id-ctrl /dev/$ctrl >$OUT/id-ctrl-$tag.txt 2>&1 && grep -q "^subnqn *: *$nqn" $OUT/id-ctrl-$tag.txt \
+     && [ "$(cat /sys/class/nvme/$ctrl/transport)" = rdma ]; then
+    pass "$tag identify"
+  else
+    fail "$tag identify" "id-ctrl (id-ctrl-$tag.txt)"
+  fi
+  verify_io $tag $dev
+  if timeout 60 nvme disconnect -n $nqn >$OUT/disconnect-$tag.txt 2>&1; then pass "$tag disconnect"; else fail "$tag disconnect" "exit $?"; fi
+}
+
+control_nvmet() {
+  local cfs=/sys/kernel/config/nvmet
+  truncate -s 256M /tmp/nvmet-ns.img
+  mkdir $cfs/subsystems/$NQN_KERNEL && echo 1 >$cfs/subsystems/$NQN_KERNEL/attr_allow_any_host \
+    && mkdir $cfs/subsystems/$NQN_KERNEL/namespaces/1 && echo /tmp/nvmet-ns.img >$cfs/subsystems/$NQN_KERNEL/namespaces/1/device_path \
+    && echo 1 >$cfs/subsystems/$NQN_KERNEL/namespaces/1/enable && mkdir $cfs/ports/1 \
+    && echo rdma >$cfs/ports/1/addr_trtype && echo ipv4 >$cfs/ports/1/addr_adrfam && echo $ADDR >$cfs/ports/1/addr_traddr \
+    && echo 4420 >$cfs/ports/1/addr_trsvcid && ln -s $cfs/subsystems/$NQN_KERNEL $cfs/ports/1/subsystems/$NQN_KERNEL \
+    || { fail "nvmet setup" "configfs"; return; }
+  exercise nvmet 4420 $NQN_KERNEL
+  rm -f $cfs/ports/1/subsystems/$NQN_KERNEL; rmdir $cfs/ports/1
+  echo 0 >$cfs/subsystems/$NQN_KERNEL/namespaces/1/enable; rmdir $cfs/subsystems/$NQN_KERNEL/namespaces/1 $cfs/subsystems/$NQN_KERNEL
+}
+
+ours() {
+  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:256MiB >$OUT/target.log 2>&1 &
+  local pid=$!
+  for i in $(seq 100); do grep -q "^ready" $OUT/target.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  if ! grep -q "^ready.* rdma=$ADDR:4421" $OUT/target.log; then
+    fail "ours start" "no ready line with rdma= (target.log)"
+    kill $pid 2>/dev/null
+    return
+  fi
+  pass "ours start"
+  exercise ours 4421 $NQN_OURS
+  kill -INT $pid; for i in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $pid 2>/dev/null; then fail "ours stop" "still running 5 s after SIGINT"; kill -9 $pid; else
+    wait $pid; rc=$?; [ $rc = 0 ] && pass "ours stop" || fail "ours stop" "exit $rc"; fi
+}
+
+setup_rxe || exit 1
+case "${RDMA_CHECKS:-control ours}" in *control*) control_nvmet ;; esac
+case "${RDMA_CHECKS:-control ours}" in *ours*) ours ;; esac
+dmesg >$OUT/dmesg.txt
+exit $FAILS

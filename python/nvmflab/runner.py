@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import counters, probes, procs, sysstat
+from . import counters, perfstat, probes, procs, sysstat
 from .files import place_file
 from .metrics import summarize
 from .plan import PerfJob, Point, TargetSetup
@@ -172,14 +172,20 @@ class Runner:
         machines = self._machines(point)
         probes_before = probes.take(machines)  # energy and network counters (issue 24)
         sys_before = self._snapshots(machines)
-        outputs = self._run_perf(point, host_stack, target, raw)
+        counting = perfstat.start(machines["local"][1], self.workdir / f"{point.key}-perfstat.csv") \
+            if "local" in machines else None  # perf stat software counters on this machine's cores
+        try:
+            outputs = self._run_perf(point, host_stack, target, raw)
+        finally:
+            perf_counts = counting.stop() if counting is not None else None
         sys_after = self._snapshots(machines)
         probes_after = probes.take(machines)
         after = target.stats() if target else None
         cpu_after = target.cpu_seconds() if target else None
         noise = self._noise(point, machines, sys_before, sys_after, outputs,
                             None if cpu_before is None or cpu_after is None
-                            else (cpu_after[0] - cpu_before[0]) + (cpu_after[1] - cpu_before[1]))
+                            else (cpu_after[0] - cpu_before[0]) + (cpu_after[1] - cpu_before[1]),
+                            {"local": perf_counts} if perf_counts else None)
         raw["noise"] = {k: v for k, v in noise.items() if k != "cpu_cores_json"}
         delta = counters.diff(before, after) if before is not None and after is not None else None
         raw["target_stats_before"], raw["target_stats_after"] = before, after
@@ -281,7 +287,8 @@ class Runner:
         return out
 
     def _noise(self, point: Point, machines, before: dict[str, sysstat.Snapshot], after: dict[str, sysstat.Snapshot],
-               outputs: dict[str, Any], target_cpu_s: float | None) -> dict[str, Any]:
+               outputs: dict[str, Any], target_cpu_s: float | None,
+               perf: dict[str, dict] | None = None) -> dict[str, Any]:
         experiment = {key: 0.0 for key in machines}
         for job in point.jobs:
             key = sysstat.machine_key(self.hosts.initiator(job.host))
@@ -298,7 +305,7 @@ class Runner:
             if point.target:
                 roles.setdefault(sysstat.machine_key(self._target_host(point.target)), {})["target"] = \
                     sorted(point.target.cores)
-            return sysstat.summarize(windows, self.noise_limit_pct, roles) if windows else {}
+            return sysstat.summarize(windows, self.noise_limit_pct, roles, perf) if windows else {}
         except (KeyError, ValueError, ZeroDivisionError):  # unreadable noise must not cost the measurement
             return {}
 

@@ -272,9 +272,11 @@ def governor_text(governors: dict[int, str]) -> str | None:
 
 
 def summarize(windows: dict[str, MachineWindow], limit_pct: float | None,
-              roles: dict[str, dict[str, list[int]]] | None = None) -> dict[str, Any]:
+              roles: dict[str, dict[str, list[int]]] | None = None,
+              perf: dict[str, dict[str, dict[str, float]]] | None = None) -> dict[str, Any]:
     """The measurement columns for one point, from each machine's window; `roles` names the cores
-    each process was pinned to per machine ({"local": {"target": [0], "main": [1]}})."""
+    each process was pinned to per machine ({"local": {"target": [0], "main": [1]}}); `perf` the
+    perf stat software counters per machine and core where they were counted (perfstat.py)."""
     outside = sum(w.outside_s for w in windows.values())
     steal = sum(w.steal_s for w in windows.values())
     n_cores = sum(len(w.involved) for w in windows.values())
@@ -291,6 +293,7 @@ def summarize(windows: dict[str, MachineWindow], limit_pct: float | None,
                   "steal_s": round(w.steal_s, 3), "governor": governor_text(w.governors),
                   "throttle_events": w.throttle_events, "roles": (roles or {}).get(m, {}),
                   "cores": {str(c): {k: round(v, 3) for k, v in s.items()} for c, s in sorted(w.cores.items())}}
+              | ({"perf_stat": (perf or {})[m]} if (perf or {}).get(m) else {})
               for m, w in windows.items()}
     return {"outside_cpu_s": round(outside, 3), "steal_s": round(steal, 3),
             "noise_pct": None if noise is None else round(noise, 2), "noisy": noisy,

@@ -15,7 +15,10 @@ seconds of its window (`cpu_cores_json`, sysstat.py). From that, per point:
   side's core, so each side's figure holds part of the other's receive work (`softirq_us_per_io`
   per side says how much). Cores both sides share cannot be split: there the per-side figures are
   NaN and only the total stands. Other processes on those cores count too (the noise columns say
-  how much that was).
+  how much that was);
+- where `perf stat` counted on the point's cores (perfstat.py: this machine, perf installed), the
+  context switches per I/O on each side's cores (`host_cswitch_per_io`, `target_cswitch_per_io`)
+  and the CPU migrations on all of them (`cpu_migrations`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import pandas as pd
 
 FIELDS = ("user_s", "system_s", "softirq_s")
 COLUMNS = ["host_cores_used", "target_cores_used", "distinct_cores", "roles_share_core", "host_cpu_us_per_io",
-           "target_cpu_us_per_io", "cpu_us_per_io", "host_softirq_us_per_io", "target_softirq_us_per_io"]
+           "target_cpu_us_per_io", "cpu_us_per_io", "host_softirq_us_per_io", "target_softirq_us_per_io",
+           "host_cswitch_per_io", "target_cswitch_per_io", "cpu_migrations"]
 
 
 def _name(machine: str, core: Any) -> str:
@@ -55,6 +59,8 @@ def point_cores(text: Any) -> dict[str, Any] | None:
     host, target, shared_within = set(), set(), False
     seconds = {"host": 0.0, "target": 0.0, "shared": 0.0}
     softirq = {"host": 0.0, "target": 0.0, "shared": 0.0}
+    switches: dict[str, float] = {}  # perf stat context switches per side, where counted
+    migrations: float | None = None
     found = False
     for machine, window in detail.items():
         roles = (window or {}).get("roles") or {}
@@ -76,13 +82,18 @@ def point_cores(text: Any) -> dict[str, Any] | None:
                 values = cores.get(core) or {}
                 seconds[side] += sum(float(values.get(f, 0.0) or 0.0) for f in FIELDS)
                 softirq[side] += float(values.get("softirq_s", 0.0) or 0.0)
+                counted = ((window or {}).get("perf_stat") or {}).get(core) or {}
+                if "context-switches" in counted:
+                    switches[side] = switches.get(side, 0.0) + float(counted["context-switches"])
+                if "cpu-migrations" in counted:
+                    migrations = (migrations or 0.0) + float(counted["cpu-migrations"])
         host |= {_name(machine, c) for c in mine_h}
         target |= {_name(machine, c) for c in mine_t}
     if not found:
         return None
     return {"host": sorted(host, key=_sort_key), "target": sorted(target, key=_sort_key),
             "distinct": len(host | target), "shared": bool(host & target) or shared_within,
-            "seconds": seconds, "softirq": softirq}
+            "seconds": seconds, "softirq": softirq, "switches": switches, "migrations": migrations}
 
 
 def with_cores(rows: pd.DataFrame) -> pd.DataFrame:
@@ -113,6 +124,13 @@ def with_cores(rows: pd.DataFrame) -> pd.DataFrame:
         out["host_softirq_us_per_io"].append(per_io(cores["softirq"]["host"]) if split else math.nan)
         out["target_softirq_us_per_io"].append(per_io(cores["softirq"]["target"]) if split and cores["target"]
                                                else math.nan)
+        per_io_count = (lambda c: c / n) if n and n > 0 and not math.isnan(n) else (lambda c: math.nan)
+        switches = cores["switches"]
+        out["host_cswitch_per_io"].append(per_io_count(switches["host"]) if split and "host" in switches
+                                          else math.nan)
+        out["target_cswitch_per_io"].append(per_io_count(switches["target"]) if split and "target" in switches
+                                            else math.nan)
+        out["cpu_migrations"].append(math.nan if cores["migrations"] is None else cores["migrations"])
     return rows.assign(**out)
 
 

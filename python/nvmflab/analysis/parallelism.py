@@ -55,7 +55,7 @@ def cpu_columns(frame: pd.DataFrame, ramps: dict[int, float]) -> pd.DataFrame:
 EXTRA = ["host_usr_us_per_io", "host_sys_us_per_io", "host_us_per_io", "kernel_share", "target_us_per_io",
          "iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns", "usr_cpu", "sys_cpu",
          "host_cpu_us_per_io", "target_cpu_us_per_io", "cpu_us_per_io", "host_softirq_us_per_io",
-         "target_softirq_us_per_io"]
+         "target_softirq_us_per_io", "host_cswitch_per_io", "target_cswitch_per_io"]
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -129,11 +129,15 @@ def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         "remote host cores µs/IO (kernel count)": [r1(mr.at[b, "host_cpu_us_per_io"], 1, 2) for b in sizes],
         "remote target cores µs/IO (kernel count)": [r1(mr.at[b, "target_cpu_us_per_io"], 1, 2) for b in sizes],
         "remote softirq µs/IO host | target": [f"{r1(mr.at[b, 'host_softirq_us_per_io'], 1, 2)} | "
-                                                f"{r1(mr.at[b, 'target_softirq_us_per_io'], 1, 2)}" for b in sizes]})
+                                                f"{r1(mr.at[b, 'target_softirq_us_per_io'], 1, 2)}" for b in sizes],
+        "remote context switches/IO host | target (perf stat)": [
+            f"{r1(mr.at[b, 'host_cswitch_per_io'], 1, 3)} | {r1(mr.at[b, 'target_cswitch_per_io'], 1, 3)}"
+            for b in sizes]})
     out.tables.append(Table("CPU cost per I/O by request size, remote vs local", table,
                             "Host: the load generator's CPU over the measured phase per completed I/O; kernel % "
                             "is its system share. Target: the target's CPU per I/O (remote only). Kernel count: "
                             "user + system + softirq of each side's cores from per-core /proc/stat per I/O, "
+                            "context switches per I/O from perf stat where perf could count (empty otherwise); "
                             f"softirq kernel receive work included (local {used_text(local)}; remote "
                             f"{used_text(remote)})."))
     labels = [size(b) for b in sizes]

@@ -3,10 +3,13 @@
 
 Suites (--suites, default matrix,scaling,memory):
   matrix    every target x host pair of {SPDK nvmf_tgt, nvmf-target} x {spdk_nvme_perf, nvmf-perf}
-            on 4 KiB randread QD1/QD32/QD128, 4 KiB randwrite QD32 and 128 KiB randread QD32
-            (null namespace, target busy-polling on one core, host polling on another), in
-            interleaved rounds; each round adds our stack in event mode at QD1 and the busy and
-            blocking TCP ping-pong floors. Prints ratios of medians and issue 9's goals. With SPDK
+            on 4 KiB randread QD1/QD32/QD128, 4 KiB randwrite QD32 and 128 KiB randread and
+            randwrite QD32 (null namespace, target busy-polling on one core, host polling on
+            another), in interleaved rounds; each round adds our stack in event mode at QD1 and
+            at 128 KiB, and the busy and blocking TCP ping-pong floors. Prints ratios of medians,
+            each side's user and system CPU per GiB at 128 KiB (polling and event mode), and
+            issue 9's goals; the report names the CPU model, and a full run (not --quick) keeps
+            its tables in bench/README.md as the latest for its CPU vendor. With SPDK
             built, SPDK's target also runs as spdk-spec: C2HData SUCCESS only where the
             specification allows it (as ours), to show what SPDK's shortcut is worth.
   scaling   our target's IOPS with 1..N reactors (N = half the cores), enough host jobs.
@@ -20,6 +23,7 @@ a build its pairs are skipped with the reason.
 
 Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk,spdk-spec]
                     [--works all] [--suites matrix,scaling,memory] [--out bench/results.json]
+                    [--readme | --no-readme]
 """
 
 from __future__ import annotations
@@ -62,11 +66,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--target-core", type=int, default=0)
     ap.add_argument("--host-core", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    ap.add_argument("--readme", action=argparse.BooleanOptionalAction, default=None,
+                    help="put the tables in bench/README.md as the latest figures for this CPU vendor (one block "
+                         "per vendor); default on, off with --quick")
     a = ap.parse_args(argv)
     a.seconds = a.seconds if a.seconds is not None else (1 if a.quick else 3)
     a.ramp = a.ramp if a.ramp is not None else (0 if a.quick else 1)
     a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
     a.wait_for_fast = a.wait_for_fast if a.wait_for_fast is not None else (0.0 if a.quick else 600.0)
+    a.readme = a.readme if a.readme is not None else not a.quick
     counts = a.memory_counts or ("1,10" if a.quick else ",".join(str(c) for c in memory.COUNTS))
     suites = SUITES if a.suites == "all" else tuple(s.strip() for s in a.suites.split(",") if s.strip())
     stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
@@ -176,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     text = report.markdown(results)
     a.out.write_text(json.dumps(results, indent=2))
     a.out.with_suffix(".md").write_text(text)
+    vendor = results["machine"]["vendor"]
+    if a.readme and results["matrix"]:
+        readme = ROOT / "bench" / "README.md"
+        readme.write_text(report.readme_with_latest(readme.read_text(), vendor, text))
+        print(f"bench: bench/README.md now holds these figures as the latest on {vendor}", file=sys.stderr)
     print(text)
     print(f"bench: details in {a.out}, tables in {a.out.with_suffix('.md')}", file=sys.stderr)
     return 0

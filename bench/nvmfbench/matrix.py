@@ -1,7 +1,8 @@
 """The side-by-side matrix: every target x host pair of {SPDK, ours} on every workload, in
 interleaved rounds (each round visits every pair once, alternating the order, so slow drifts of
 a shared machine fall on all pairs alike). Each round also measures our stack in event mode at
-QD1 and the two ping-pong floors, so floors and stacks see the same machine. Every run is
+QD1 and on the 128 KiB workloads (whose CPU per GiB the report gives, in both modes), and the
+two ping-pong floors, so floors and stacks see the same machine. Every run is
 bracketed by speed probes (nvmfbench.speed): runs from a slow phase of the machine are noisy."""
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from .stacks import MATRIX_WORKS, Bench, BenchError, Work
 
 EVENT = "ours-event"  # target/host label of the event-mode runs (reactor and host sleep when idle)
 EVENT_WORK = MATRIX_WORKS[0]
+
+
+def event_works(works: Sequence[Work]) -> list[Work]:
+    """Our stack in event mode: QD1 always, and every 128 KiB workload the matrix runs."""
+    return [EVENT_WORK] + [w for w in works if w.bs >= 128 << 10 and w != EVENT_WORK]
 
 
 @dataclass
@@ -40,7 +46,8 @@ def in_turn(items: Sequence[Any], round_index: int) -> list[Any]:
 
 
 def planned_runs(cfg: Config) -> int:
-    per_round = len(cfg.targets) * len(cfg.hosts) * len(cfg.works) + int(cfg.event) + 2 * int(cfg.floor)
+    events = len(event_works(cfg.works)) if cfg.event else 0
+    per_round = len(cfg.targets) * len(cfg.hosts) * len(cfg.works) + events + 2 * int(cfg.floor)
     return per_round * cfg.rounds
 
 
@@ -96,10 +103,10 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
                                "error": str(err)}
                         runs.append(run)
                         progress.step(f"round {r + 1} {target_stack} target x {host_stack} host, {work.name}", run)
-        if cfg.event:
-            run = event_run(bench, cfg, gate)
-            runs.append(run | {"target": EVENT, "host": EVENT, "work": EVENT_WORK.name, "round": r})
-            progress.step(f"round {r + 1} ours x ours, event mode, {EVENT_WORK.name}", run)
+        for work in event_works(cfg.works) if cfg.event else []:
+            run = event_run(bench, cfg, work, gate)
+            runs.append(run | {"target": EVENT, "host": EVENT, "work": work.name, "round": r})
+            progress.step(f"round {r + 1} ours x ours, event mode, {work.name}", run)
         if cfg.floor:
             for mode in in_turn(floor.MODES, r):
                 with speed.Bracket(bench, cfg.target_core, cfg.host_core, gate=gate) as probes:
@@ -113,12 +120,12 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     return {"runs": runs, "floor": floors, "waited_s": gate.waited if gate else 0.0}
 
 
-def event_run(bench: Bench, cfg: Config, gate: speed.Gate | None = None) -> dict[str, Any]:
+def event_run(bench: Bench, cfg: Config, work: Work = EVENT_WORK, gate: speed.Gate | None = None) -> dict[str, Any]:
     """Our target and host in event mode (both sleep when idle; the default)."""
     try:
         with bench.target("ours", [cfg.target_core], "event") as target:
             with speed.Bracket(bench, cfg.target_core, cfg.host_core, target, gate) as probes:
-                run = bench.measure("ours", target, EVENT_WORK, "event", [cfg.host_core], cfg.seconds, cfg.ramp)
+                run = bench.measure("ours", target, work, "event", [cfg.host_core], cfg.seconds, cfg.ramp)
             return run | probes.fields
     except BenchError as err:
         return {"error": str(err)}

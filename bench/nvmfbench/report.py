@@ -26,17 +26,26 @@ def pairs_run(table: dict[tuple[str, str, str], Any]) -> tuple[tuple[str, str, s
     return PAIRS + tuple(p for p in SPEC_PAIRS if (p[0], p[1]) in ran)
 
 
-def machine() -> dict[str, Any]:
-    """Where the numbers came from."""
-    model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
+# /proc/cpuinfo's vendor_id, as bench/README.md names the machines it keeps figures for.
+VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
+CPU_SIDES = ("host_usr", "host_sys", "target_usr", "target_sys")
+
+
+def machine(cpuinfo: str | None = None) -> dict[str, Any]:
+    """Where the numbers came from: the CPU model and vendor (from /proc/cpuinfo), cores, kernel."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("model name", "vendor_id", "CPU implementer"):
+            fields.setdefault(key.strip(), value.strip())
+    vendor_id = fields.get("vendor_id") or fields.get("CPU implementer")
+    return {"cpu": fields.get("model name"), "vendor": VENDORS.get(vendor_id or "", vendor_id or "unknown"),
+            "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
 
 
 def floor_summary(floor_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -80,12 +89,25 @@ def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works
         "floor": floors,
         "qd1_over_floor": multiples,
         "goals": goals.goal_rows(table, floors, event or None, spdk_missing or ""),
+        "cpu_per_gib": cpu_summary(runs),
         "scaling": scaling_summary(scaling),
         "memory": memory_summary(memory),
         "runs": runs,
         "floor_runs": floor_runs,
         "scaling_runs": scaling,
     }
+
+
+def cpu_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (target, host, work) cell that recorded it (the 128 KiB ones, polling and event
+    mode): the median over its clean runs of each side's user and system CPU seconds per GiB."""
+    out = []
+    for (t, h, work), group in sorted(stats.group(stats.usable(runs), ("target", "host", "work")).items()):
+        chosen, _ = stats.pick_clean(group)
+        values = {f"{side}_s_per_gib": _r(stats.median_of(chosen, f"{side}_s_per_gib"), 4) for side in CPU_SIDES}
+        if work.startswith("128k") and any(v is not None for v in values.values()):
+            out.append({"target": t, "host": h, "work": work, "used": len(chosen)} | values)
+    return out
 
 
 def scaling_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,14 +165,15 @@ def _mark(c: dict[str, Any]) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     """Every section the run has data for, as Markdown."""
-    sections = [_header(results), _matrix(results), _ratios(results), _floor(results), _goals(results),
-                _scaling(results), _memory(results), _classic(results)]
+    sections = [_header(results), _matrix(results), _ratios(results), _cpu(results), _floor(results),
+                _goals(results), _scaling(results), _memory(results), _classic(results)]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
 def _header(results: dict[str, Any]) -> str:
     m, cfg, noise = results["machine"], results["config"], results["noise"]
-    text = (f"Measured {results['when']} on {m['cpu']} ({m['cores']} cores, Linux {m['kernel']}); "
+    text = (f"Measured {results['when']} on {m['cpu']} ({m.get('vendor', 'unknown')}, {m['cores']} cores, "
+            f"Linux {m['kernel']}); "
             f"{cfg['rounds']} interleaved rounds of {cfg['seconds']} s (+{cfg['ramp']} s ramp), target busy-polling "
             f"on core {cfg['target_core']}, host on core {cfg['host_core']}, null namespace. SPDK: {results['spdk']}.\n\n")
     if noise["limit_pct"] is None:
@@ -176,10 +199,10 @@ def _matrix(results: dict[str, Any]) -> str:
     lines = ["| work | " + " | ".join(label for *_, label in pairs) + " |", "|---|" + "---|" * len(pairs)]
     for work in results["config"]["works"]:
         lines.append(f"| {work} | " + " | ".join(_fmt_cell(cells.get((t, h, work)), work) for t, h, _ in pairs) + " |")
-    event = cells.get((EVENT, EVENT, EVENT_WORK.name))
-    if event:
-        lines += ["", f"Event mode (our reactor and host sleep when idle), {EVENT_WORK.name}: "
-                  f"{_fmt_cell(event, EVENT_WORK.name)}."]
+    events = [f"{work}: {_fmt_cell(cells[(EVENT, EVENT, work)], work)}"
+              for work in dict.fromkeys([EVENT_WORK.name, *results["config"]["works"]]) if (EVENT, EVENT, work) in cells]
+    if events:
+        lines += ["", "Event mode (our reactor and host sleep when idle), ours x nvmf-perf: " + "; ".join(events) + "."]
     failed = sorted({f"{r['target']} x {r['host']}, {r['work']}: {r['error']}" for r in results["runs"]
                      if r.get("error")})
     if failed:
@@ -196,6 +219,41 @@ def _ratios(results: dict[str, Any]) -> str:
         lines.append(f"| {r['comparison']} | {r['work']} | {_x(r['iops_ratio'])} | "
                      f"{_x(r['lat_mean_ns_ratio'])} | {_x(r['lat_p99_99_ns_ratio'])} |")
     return "\n".join(lines)
+
+
+def _cpu(results: dict[str, Any]) -> str:
+    rows = results.get("cpu_per_gib") or []
+    if not rows:
+        return ""
+    labels = {(t, h): label for t, h, label in pairs_run({(r["target"], r["host"], r["work"]): r for r in rows})}
+    labels[(EVENT, EVENT)] = "ours x nvmf-perf, event mode"
+    lines = ["CPU seconds per GiB moved at 128 KiB (user / system, from each process's counters over the run; a "
+             "polling process spins its core, so only event mode shows the work done):", "",
+             "| pair | work | host user | host system | target user | target system |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        label = labels.get((r["target"], r["host"]), f"{r['target']} x {r['host']}")
+        lines.append(f"| {label} | {r['work']} | " + " | ".join(_s(r[f"{side}_s_per_gib"]) for side in CPU_SIDES) + " |")
+    return "\n".join(lines)
+
+
+def _s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} s"
+
+
+def readme_with_latest(readme: str, vendor: str, block: str) -> str:
+    """bench/README.md with `block` as the latest figures for `vendor`'s CPUs: replaces the block
+    kept for that vendor, or adds one at the top of the latest results. Figures of other vendors'
+    machines stay, so the README keeps the latest run of each."""
+    start, end = f"<!-- latest {vendor} -->", f"<!-- end latest {vendor} -->"
+    section = f"{start}\n### Latest on {vendor}\n\n{block.strip()}\n{end}"
+    if start in readme and end in readme:
+        head, rest = readme.split(start, 1)
+        return head + section + rest.split(end, 1)[1]
+    anchor = "## Latest results\n"
+    if anchor in readme:
+        head, rest = readme.split(anchor, 1)
+        return f"{head}{anchor}\n{section}\n{rest}"
+    return readme.rstrip("\n") + f"\n\n{anchor}\n{section}\n"
 
 
 def _floor(results: dict[str, Any]) -> str:

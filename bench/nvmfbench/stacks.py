@@ -44,7 +44,9 @@ MATRIX_WORKS = (
     Work("4k randread QD128", "randread", 4096, 128),
     Work("4k randwrite QD32", "randwrite", 4096, 32),
     Work("128k randread QD32", "randread", 131072, 32),
+    Work("128k randwrite QD32", "randwrite", 131072, 32),
 )
+GIB = 1 << 30
 
 
 def spdk_missing() -> str | None:
@@ -119,8 +121,10 @@ class Bench:
         measured = {k: summary.get(k) for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns")}
         # The whole histogram, so that a cell's p99.99 can be taken over all its runs' samples.
         measured["histogram"] = json.loads(summary.get("histogram_json") or "[]")
-        cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(sum(target_after) - sum(target_before), 3)}
-        return measured | cpu | noise
+        target_usr, target_sys = (a - b for a, b in zip(target_after, target_before))
+        cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(target_usr + target_sys, 3)}
+        return measured | cpu | cpu_per_gib(usr, sys_, target_usr, target_sys, measured.get("bw_bytes"),
+                                            seconds + ramp) | noise
 
     def noise(self, before: sysstat.Snapshot, after: sysstat.Snapshot, cores: list[int], experiment_cpu_s: float,
               roles: dict[str, list[int]]) -> dict[str, Any]:
@@ -170,6 +174,18 @@ def spdk_transport_args(extra: list[str]) -> Iterator[None]:
         yield
     finally:
         spdk_stack.target_rpcs = original
+
+
+def cpu_per_gib(host_usr: float, host_sys: float, target_usr: float, target_sys: float, bw_bytes: float | None,
+                window_s: float) -> dict[str, float]:
+    """Each side's user and system CPU seconds per GiB moved. The CPU times cover the whole run
+    (ramp included; the host's also its connect), the bytes are the measured bandwidth over
+    ramp + runtime: a copy saved shows up here even where loopback bandwidth is the limit."""
+    if not bw_bytes or window_s <= 0:
+        return {}
+    gib = bw_bytes * window_s / GIB
+    sides = {"host_usr": host_usr, "host_sys": host_sys, "target_usr": target_usr, "target_sys": target_sys}
+    return {f"{k}_s_per_gib": round(v / gib, 4) for k, v in sides.items()}
 
 
 class BenchError(Exception):

@@ -41,6 +41,15 @@ def test_quick_bench_with_our_stack_writes_every_table(tmp_path):
     for work in results["config"]["works"]:
         assert cells[("ours", "ours", work)]["iops"] > 0, work
     assert cells[("ours-event", "ours-event", "4k randread QD1")]["lat_mean_ns"] > 0
+    # 128 KiB rows: both directions, polling and event mode, each side's CPU per GiB recorded.
+    for work in ("128k randread QD32", "128k randwrite QD32"):
+        assert cells[("ours-event", "ours-event", work)]["bw_bytes"] > 0, work
+        for pair in ("ours", "ours-event"):
+            row = next(r for r in results["cpu_per_gib"] if (r["target"], r["work"]) == (pair, work))
+            assert row["host_usr_s_per_gib"] + row["host_sys_s_per_gib"] > 0, (pair, work)
+            assert row["target_usr_s_per_gib"] + row["target_sys_s_per_gib"] > 0, (pair, work)
+    assert results["machine"]["cpu"] and results["machine"]["vendor"] != "unknown"
+    assert "CPU seconds per GiB moved at 128 KiB" in out.with_suffix(".md").read_text()
     assert all(results["floor"][mode]["mean_ns"] > 0 for mode in ("busy", "blocking"))
     assert not [r for r in results["runs"] + results["floor_runs"] if r.get("error")]
     # Every run is bracketed by two speed probes, taken with the busy-polling target paused.
@@ -55,3 +64,4 @@ def test_quick_bench_with_our_stack_writes_every_table(tmp_path):
     assert goals["4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1"] != "not measured"
     assert results["spdk"] == "left out by --stacks"
     assert "| 4k randread QD1 |" in out.with_suffix(".md").read_text()
+    assert "bench/README.md" not in done.stderr, "--quick leaves the README alone"

@@ -303,9 +303,53 @@ def test_the_command_line_checks_workloads_and_stacks_before_anything_runs(capsy
     spec.loader.exec_module(run_py)
     a = run_py.parse_args(["--works", "128k-randread-qd32,4k-randread-qd1"])
     assert [w.key for w in a.works] == ["4k-randread-qd1", "128k-randread-qd32"], "in the matrix's order"
-    assert len(run_py.parse_args([]).works) == 5
+    assert len(run_py.parse_args([]).works) == 6
     for argv, says in ((["--works", "4k-qd1"], "unknown workload '4k-qd1'"), (["--works", ","], "names no workload"),
                        (["--stacks", "spdk-spec"], "needs a host"), (["--stacks", "kernel"], "unknown stack 'kernel'")):
         with pytest.raises(SystemExit):
             run_py.parse_args(argv)
         assert says in capsys.readouterr().err, argv
+
+
+def test_cpu_per_gib_divides_each_sides_counters_by_the_bytes_moved():
+    from nvmfbench.stacks import cpu_per_gib
+
+    # 2 GiB/s for 3 s + 1 s ramp is 8 GiB: 4 s of host user CPU is 0.5 s per GiB.
+    got = cpu_per_gib(4.0, 0.8, 2.0, 1.6, 2 * (1 << 30), 4)
+    assert got == {"host_usr_s_per_gib": 0.5, "host_sys_s_per_gib": 0.1, "target_usr_s_per_gib": 0.25,
+                   "target_sys_s_per_gib": 0.2}
+    assert cpu_per_gib(1, 1, 1, 1, None, 4) == {} and cpu_per_gib(1, 1, 1, 1, 1e9, 0) == {}
+
+
+def test_cpu_rows_are_medians_of_clean_128k_runs_in_both_modes():
+    big = "128k randwrite QD32"
+    per = lambda v: {f"{s}_s_per_gib": v for s in report.CPU_SIDES}  # noqa: E731
+    runs = [run("ours", "ours", big, 40_000, 800, bw=5e9, **per(0.1)),
+            run("ours", "ours", big, 40_000, 800, bw=5e9, **per(0.3)),
+            run("ours", "ours", big, 40_000, 800, bw=5e9, noisy=True, **per(9.0)),
+            run(matrix.EVENT, matrix.EVENT, big, 30_000, 900, bw=4e9, **per(0.05)),
+            run("ours", "ours", "4k randread QD32", 800_000, 40, **per(1.0))]
+    rows = {r["target"]: r for r in report.cpu_summary(runs)}
+    assert set(rows) == {"ours", matrix.EVENT}  # 4 KiB rows carry no CPU table
+    assert rows["ours"]["host_usr_s_per_gib"] == pytest.approx(0.2) and rows["ours"]["used"] == 2
+    config = {"seconds": 3, "ramp": 1, "rounds": 1, "target_core": 0, "host_core": 1, "works": [big]}
+    text = report.markdown(report.assemble(runs, [], [big], config, None, [], [], 10.0))
+    assert "| ours x nvmf-perf, event mode | 128k randwrite QD32 | 0.050 s | 0.050 s | 0.050 s | 0.050 s |" in text
+    assert "128k randwrite QD32 bandwidth: ours x ours / SPDK x SPDK >= 1.05" in text
+
+
+def test_the_cpu_model_and_vendor_come_from_cpuinfo():
+    m = report.machine("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n")
+    assert (m["cpu"], m["vendor"]) == ("Intel(R) Xeon(R) Platinum 8480C", "Intel")
+    assert report.machine("vendor_id : AuthenticAMD\nmodel name : AMD EPYC 9654\n")["vendor"] == "AMD"
+    assert report.machine("")["vendor"] == "unknown"
+
+
+def test_the_readme_keeps_the_latest_figures_of_each_cpu_vendor():
+    readme = "# bench\n\n## Latest results\n\nolder prose\n"
+    one = report.readme_with_latest(readme, "AMD", "amd run 1")
+    two = report.readme_with_latest(one, "Intel", "intel run 1")
+    three = report.readme_with_latest(two, "AMD", "amd run 2")
+    assert "amd run 2" in three and "amd run 1" not in three and "intel run 1" in three
+    assert three.count("### Latest on AMD") == 1 and "older prose" in three
+    assert report.readme_with_latest("# bench\n", "Intel", "x").endswith("<!-- end latest Intel -->\n")

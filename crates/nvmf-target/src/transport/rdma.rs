@@ -226,6 +226,30 @@ mod tests {
     }
 
     #[test]
+    fn discovery_reports_rdma_ports_with_trtype_rdma_and_their_tsas() {
+        use crate::config::{PortConfig, SubsystemConfig, TargetSettings};
+        let sub = SubsystemConfig::new("nqn.2024-01.io.nvmflab:r");
+        let tcp = PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() };
+        let mut t = crate::core::Target::new(TargetSettings::default(), &[sub], &[tcp]).unwrap();
+        t.ports.push(crate::core::Port {
+            portid: 2,
+            addr: "10.0.0.1:4421".parse().unwrap(),
+            subsystems: None,
+            tls: Default::default(),
+            tls_stats: Default::default(),
+            rdma: true,
+        });
+        let page = crate::discovery::log_page(&t, "nqn.host");
+        assert_eq!(u64::from_le_bytes(page[8..16].try_into().unwrap()), 2, "one record per port");
+        let (tcp, rdma) = (&page[1024..2048], &page[2048..3072]);
+        assert_eq!((tcp[0], tcp[768], tcp[769], tcp[770]), (3, 0, 0, 0), "TCP: trtype 3, no security");
+        assert_eq!(rdma[0], 1, "TRTYPE rdma");
+        assert_eq!(&rdma[768..771], &[1, 1, 1], "QP connected, provider not specified, RDMA CM");
+        assert_eq!(u16::from_le_bytes([rdma[4], rdma[5]]), 2);
+        assert!(rdma[512..].starts_with(b"10.0.0.1 ") && rdma[32..].starts_with(b"4421 "));
+    }
+
+    #[test]
     fn identify_controller_gets_keyed_sgl_support() {
         let mut id = vec![0u8; 4096];
         id[536] = 0x01;

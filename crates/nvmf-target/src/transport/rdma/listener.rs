@@ -5,7 +5,9 @@
 //! the ring.
 
 use super::queue::Queue;
-use super::{cm_reject, cm_reply, CmRequest};
+use super::queue::receive_memory;
+use super::{cm_reject, cm_reply, cm_status, CmRequest};
+use crate::transport::BUFFER_BUDGET;
 use crate::backend::{IoCompletion, IoEngine};
 use crate::core::{Port, Target};
 use nvmf_rdma::{Connection, EventKind, Listener};
@@ -89,6 +91,8 @@ impl Loop {
                 }
             }
         }
+        // Before the listener: the queues' CM ids report on its event channel.
+        self.queues.clear();
     }
 
     /// Waits for a CM event, a completion or a backend completion, at most one tick.
@@ -144,6 +148,15 @@ impl Loop {
             }
         };
         let depth = req.depth();
+        // Receive buffers are taken at accept, for the whole queue: bounded like a TCP
+        // connection's command buffers, and connections count against max_connections.
+        let live = self.queues.iter().flatten().count();
+        let memory = receive_memory(&self.target, req.qid, depth);
+        if live >= self.target.settings.max_connections as usize || memory > BUFFER_BUDGET {
+            tracing::warn!(qid = req.qid, depth, memory, live, "refusing an RDMA connect request: no resources");
+            let _ = ev.id.reject(&cm_reject(cm_status::NO_RESOURCES));
+            return;
+        }
         // Per command at most an RDMA WRITE and a SEND, or an RDMA READ, are outstanding.
         let conn = match Connection::create(ev.id, 2 * depth + 1, depth) {
             Ok(c) => c,

@@ -24,6 +24,19 @@ const CQE_LEN: usize = 16;
 /// Data buffers kept for reuse per queue; more are freed when their command completes.
 const KEEP_BUFFERS: usize = 16;
 
+/// The receive buffer size of a queue: an SQE and the in-capsule data it may carry. Admin queues
+/// (and Connect) may carry up to 8 KiB in the capsule, as on TCP; I/O queues what IOCCSZ
+/// advertises, at least that.
+fn capsule_len(target: &Target, qid: u16) -> usize {
+    let in_capsule = if qid == 0 { ADMIN_IN_CAPSULE } else { target.settings.in_capsule_data_size.max(ADMIN_IN_CAPSULE) };
+    SQE_LEN + in_capsule as usize
+}
+
+/// Bytes of receive buffers a queue of `depth` commands takes.
+pub fn receive_memory(target: &Target, qid: u16, depth: u32) -> usize {
+    capsule_len(target, qid) * depth as usize
+}
+
 fn wr_id(kind: u64, slot: usize) -> u64 {
     (kind << 32) | slot as u64
 }
@@ -79,10 +92,7 @@ impl Queue {
     /// accepts the connection after this.
     pub fn new(conn: Connection, target: Arc<Target>, port: Option<Port>, qid: u16, depth: u32, token: u32) -> std::io::Result<Queue> {
         let nomem = || std::io::Error::from(std::io::ErrorKind::OutOfMemory);
-        // Admin queues (and Connect) may carry up to 8 KiB in the capsule, as on TCP; I/O queues
-        // what IOCCSZ advertises.
-        let in_capsule = if qid == 0 { ADMIN_IN_CAPSULE } else { target.settings.in_capsule_data_size.max(ADMIN_IN_CAPSULE) };
-        let capsule_len = SQE_LEN + in_capsule as usize;
+        let capsule_len = capsule_len(&target, qid);
         let depth = depth as usize;
         let mut recv_mem = AlignedBuf::new();
         recv_mem.try_resize(capsule_len * depth).map_err(|_| nomem())?;

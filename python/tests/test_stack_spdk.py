@@ -210,7 +210,9 @@ def test_target_rpcs():
     calls = target_rpcs(setup(subsystems=subs, in_capsule_data_size=4096, so_priority=2, busy_poll_us=50), 4420)
     assert calls[0] == ["sock_impl_set_options", "-i", "posix", "--enable-placement-id", "1"]
     assert calls[1:3] == [["framework_start_init"], ["framework_wait_init"]]
-    assert calls[3] == ["nvmf_create_transport", "-t", "tcp", "-c", "4096", "-u", "131072", "-y", "2"]
+    transport = calls[3]  # the registry's setters add -y and -c
+    assert transport[:3] == ["nvmf_create_transport", "-t", "tcp"]
+    assert dict(zip(transport[3::2], transport[4::2])) == {"-u": "131072", "-c": "4096", "-y": "2"}
     assert ["bdev_null_create", "nvmflab0", "64", "4096"] in calls
     assert ["bdev_malloc_create", "-b", "nvmflab1", "32", "512"] in calls
     assert ["bdev_aio_create", "/tmp/disk.img", "nvmflab2", "512"] in calls

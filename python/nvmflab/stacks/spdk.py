@@ -35,12 +35,18 @@ MAX_REPORT_CHARS = 8 << 20
 MAX_HISTOGRAM_ROWS = 100_000
 TIMES_MARK = "nvmflab-times"
 
+def _in_capsule(size: int, _knobs: dict) -> list[str]:
+    if size % 16 or not 0 <= size <= IO_UNIT_SIZE:
+        raise StackError(f"SPDK in-capsule data size must be a multiple of 16 up to {IO_UNIT_SIZE}; got {size}")
+    return ["-c", str(size)]
+
+
 ACCEPTED = "accepted: negotiated by the host"
 TARGET_KNOBS: KnobMap = {
     "target_mode": Fixed("poll", "SPDK's reactors always busy-poll their poll groups"),
-    # Set through the RPCs of target_rpcs.
-    "in_capsule_data_size": Setter("`nvmf_create_transport -c` (multiple of 16, ≤ 128 KiB)"),
-    "so_priority": Setter("`nvmf_create_transport --sock-priority`"),
+    # Options of target_rpcs's nvmf_create_transport call.
+    "in_capsule_data_size": Setter("`nvmf_create_transport -c` (multiple of 16, ≤ 128 KiB)", _in_capsule),
+    "so_priority": Setter("`nvmf_create_transport --sock-priority`", lambda v, _k: ["-y", str(v)]),
     # v24.01 has no busy-poll microseconds; ADQ-style steering is the posix sock placement id
     # (NAPI), the kernel's net.core.busy_poll/busy_read sysctls do the rest.
     "busy_poll_us": Setter("`sock_impl_set_options --enable-placement-id 1` when > 0 (v24.01 has no µs "
@@ -111,11 +117,9 @@ def target_rpcs(setup: TargetSetup, port: int) -> list[list[str]]:
     if setup.busy_poll_us > 0:
         calls.append(["sock_impl_set_options", "-i", "posix", "--enable-placement-id", "1"])
     calls += [["framework_start_init"], ["framework_wait_init"]]
-    if setup.in_capsule_data_size % 16 or not 0 <= setup.in_capsule_data_size <= IO_UNIT_SIZE:
-        raise StackError(f"SPDK in-capsule data size must be a multiple of 16 up to {IO_UNIT_SIZE}; "
-                         f"got {setup.in_capsule_data_size}")
-    calls.append(["nvmf_create_transport", "-t", "tcp", "-c", str(setup.in_capsule_data_size),
-                  "-u", str(IO_UNIT_SIZE), "-y", str(setup.so_priority)])
+    transport = {"in_capsule_data_size": setup.in_capsule_data_size, "so_priority": setup.so_priority}
+    calls.append(["nvmf_create_transport", "-t", "tcp", "-u", str(IO_UNIT_SIZE),
+                  *apply(TARGET_KNOBS, "target", transport)])  # -y, -c from the registry's setters
     for index, sub in enumerate(setup.subsystems):
         bdev = bdev_name(index)
         if sub.backend == "null":

@@ -87,3 +87,13 @@ def test_kernel_and_spdk_hosts_take_their_options_from_the_setters():
     assert {"--nr-io-queues=2", "--nr-poll-queues=2", "--tos=16", "--hdr-digest", "--data-digest"} <= set(argv)
     spdk = perf_args(PerfJob(role="main", knobs=k | {"io_queues": 4}, cpus=(1, 2), nqn="nqn.x"), "a", 1, 5, 0)
     assert spdk[spdk.index("-P") + 1] == "2" and {"-H", "-I"} <= set(spdk)
+
+
+def test_kernel_target_module_parameters_and_port_attribute_come_from_the_setters():
+    from nvmflab.plan import TargetSetup
+    from nvmflab.stacks.kernel import target_settings
+
+    setup = TargetSetup(cores=(0,), mode="event", idle_poll_us=50, in_capsule_data_size=4096, so_priority=3, tos=0,
+                        busy_poll_us=0, subsystems=())
+    assert target_settings(setup) == ([("idle_poll_period_usecs", "50"), ("so_priority", "3")],
+                                      [("param_inline_data_size", "4096")])

@@ -64,9 +64,10 @@ class KernelTarget(RunningTarget):
         s, setup = self.stack, self.setup
         s._load_module(self.host, "nvmet", self.undo)
         s._load_module(self.host, "nvmet_tcp", self.undo)
+        module_params, port_attrs = target_settings(setup)
         # Module parameters apply to sockets accepted afterwards, so they are set before the port.
-        for param, value in (("idle_poll_period_usecs", setup.idle_poll_us), ("so_priority", setup.so_priority)):
-            s._set(self.host, s.path(f"sys/module/nvmet_tcp/parameters/{param}"), str(value), self.undo)
+        for param, value in module_params:
+            s._set(self.host, s.path(f"sys/module/nvmet_tcp/parameters/{param}"), value, self.undo)
         nvmet = s.path("sys/kernel/config/nvmet")
         if not s._exists(self.host, nvmet):
             raise StackError(f"{self.host.name}: {nvmet} missing (configfs not mounted or nvmet not loaded)")
@@ -89,8 +90,7 @@ class KernelTarget(RunningTarget):
         port_dir = f"{nvmet}/ports/{port_id}"
         s._mkdir(self.host, port_dir, self.undo, what=f"port {port_id}")
         for attr, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"), ("addr_traddr", setup.listen_ip),
-                            ("addr_trsvcid", str(self.port)),
-                            ("param_inline_data_size", str(setup.in_capsule_data_size))):
+                            ("addr_trsvcid", str(self.port)), *port_attrs):
             s._write(self.host, f"{port_dir}/{attr}", value)
         for nqn, sub_dir in sub_dirs:  # linking a subsystem to a port starts listening
             link = f"{port_dir}/subsystems/{nqn}"
@@ -223,14 +223,33 @@ def _queues(knobs: dict[str, Any]) -> int:
     return knobs.get("io_queues") or knobs["numjobs"]
 
 
+def _module_param(name: str) -> Setter:
+    return Setter(f"nvmet_tcp module parameter `{name}`", lambda v, _k: [f"module:{name}", str(int(v))])
+
+
+def _port_attr(name: str) -> Setter:
+    return Setter(f"port attribute `{name}`", lambda v, _k: [f"port:{name}", str(int(v))])
+
+
+def target_settings(setup: TargetSetup) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(nvmet_tcp module parameters, port attributes) as (name, value), made by the registry's
+    setters (TARGET_KNOBS) from the setup's knob values."""
+    values = {"idle_poll_us": setup.idle_poll_us, "so_priority": setup.so_priority,
+              "in_capsule_data_size": setup.in_capsule_data_size}
+    made = apply(TARGET_KNOBS, "target", values)
+    pairs = [(where.split(":", 1), value) for where, value in zip(made[::2], made[1::2])]
+    return ([(name, value) for (kind, name), value in pairs if kind == "module"],
+            [(name, value) for (kind, name), value in pairs if kind == "port"])
+
+
 ACCEPTED = "accepted: nvmet_tcp follows what the host asks in ICReq"
 TARGET_KNOBS: KnobMap = {
     "target_mode": Fixed("event", "nvmet_tcp's io_work runs on a kernel workqueue, woken by the socket; "
                                   "there is no polling reactor (see idle_poll_us)"),
-    # Module parameters and the port attribute are written by KernelTarget._start (configfs, sysfs).
-    "idle_poll_us": Setter("nvmet_tcp module parameter `idle_poll_period_usecs`"),
-    "in_capsule_data_size": Setter("port attribute `param_inline_data_size`"),
-    "so_priority": Setter("nvmet_tcp module parameter `so_priority`"),
+    # Module parameters (sysfs) and port attributes (configfs), written by KernelTarget._start.
+    "idle_poll_us": _module_param("idle_poll_period_usecs"),
+    "in_capsule_data_size": _port_attr("param_inline_data_size"),
+    "so_priority": _module_param("so_priority"),
     "tos": Setter("accepted: nvmet_tcp answers with the TOS of the host's connection"),
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
@@ -294,8 +313,9 @@ class KernelStack(Stack):
         write = lambda path, value: say(["sh", "-c", _WRITE, "sh", value, path])  # noqa: E731
         say(["modprobe", "nvmet"])  # each module only when it is not loaded yet
         say(["modprobe", "nvmet_tcp"])
-        write(self.path("sys/module/nvmet_tcp/parameters/idle_poll_period_usecs"), str(setup.idle_poll_us))
-        write(self.path("sys/module/nvmet_tcp/parameters/so_priority"), str(setup.so_priority))
+        module_params, port_attrs = target_settings(setup)
+        for param, value in module_params:
+            write(self.path(f"sys/module/nvmet_tcp/parameters/{param}"), value)
         for index, sub in enumerate(setup.subsystems):
             device = sub.path or "?"
             if sub.backend == "ram":
@@ -323,7 +343,7 @@ class KernelStack(Stack):
         port_dir = f"{nvmet}/ports/1"
         say(["mkdir", port_dir])
         for attr, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"), ("addr_traddr", setup.listen_ip),
-                            ("addr_trsvcid", str(port)), ("param_inline_data_size", str(setup.in_capsule_data_size))):
+                            ("addr_trsvcid", str(port)), *port_attrs):
             write(f"{port_dir}/{attr}", value)
         for sub in setup.subsystems:
             say(["ln", "-s", f"{nvmet}/subsystems/{sub.nqn}", f"{port_dir}/subsystems/{sub.nqn}"])

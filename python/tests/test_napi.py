@@ -2,6 +2,7 @@
 and the busy-poll report says when busy polling was inert."""
 
 import json
+import os
 import subprocess
 import time
 
@@ -86,14 +87,46 @@ def test_an_older_run_without_a_data_path_says_it_was_not_measured(tmp_path):
     assert any("NAPI id of the data path was not measured" in f for f in findings), findings
 
 
-def test_sysctls_are_set_per_point_and_restored(tmp_path):
-    for name, value in (("busy_poll", "0"), ("busy_read", "7")):
+def _sysctl_dir(tmp_path, busy_poll="0", busy_read="7"):
+    for name, value in (("busy_poll", busy_poll), ("busy_read", busy_read)):
         (tmp_path / name).write_text(value + "\n")
-    sysctls = napi.BusyPollSysctls(str(tmp_path))
+    return str(tmp_path), str(tmp_path / "state.json")
+
+
+def test_sysctls_are_set_per_point_and_restored(tmp_path):
+    root, state = _sysctl_dir(tmp_path)
+    sysctls = napi.BusyPollSysctls(root, state)
     sysctls.set(50)
     assert (tmp_path / "busy_poll").read_text() == "50" and (tmp_path / "busy_read").read_text() == "50"
     sysctls.set(0)
     assert (tmp_path / "busy_read").read_text() == "0"
+    sysctls.restore()
+    assert (tmp_path / "busy_poll").read_text() == "0" and (tmp_path / "busy_read").read_text() == "7"
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_runs_at_the_same_time_restore_the_values_found_before_the_first(tmp_path):
+    root, state = _sysctl_dir(tmp_path)
+    first, second = napi.BusyPollSysctls(root, state), napi.BusyPollSysctls(root, state)
+    first.set(50)
+    # a second run on the machine, here another process that is alive (pid 1)
+    (tmp_path / "state.json").write_text(json.dumps({"original": {"busy_poll": "0", "busy_read": "7"},
+                                                     "holders": [1, os.getpid()]}))
+    second.set(30)
+    first.restore()  # another holder is alive: the values stay for it
+    assert (tmp_path / "busy_read").read_text() == "30"
+    (tmp_path / "state.json").write_text(json.dumps({"original": {"busy_poll": "0", "busy_read": "7"},
+                                                     "holders": [os.getpid()]}))
+    second.restore()
+    assert (tmp_path / "busy_poll").read_text() == "0" and (tmp_path / "busy_read").read_text() == "7"
+
+
+def test_a_run_that_died_holding_the_sysctls_is_undone_by_the_next(tmp_path):
+    root, state = _sysctl_dir(tmp_path, busy_poll="50", busy_read="50")  # left set by a killed run
+    (tmp_path / "state.json").write_text(json.dumps({"original": {"busy_poll": "0", "busy_read": "7"},
+                                                     "holders": [2 ** 22 + 12345]}))  # no such process
+    sysctls = napi.BusyPollSysctls(root, state)
+    sysctls.set(10)
     sysctls.restore()
     assert (tmp_path / "busy_poll").read_text() == "0" and (tmp_path / "busy_read").read_text() == "7"
 
@@ -101,8 +134,8 @@ def test_sysctls_are_set_per_point_and_restored(tmp_path):
 @pytest.mark.skipif(netns.unavailable() is not None, reason=f"no network namespace here: {netns.unavailable()}")
 def test_a_veth_with_napi_gives_its_connections_a_napi_id():
     with netns.EmulatedLink(0, None, napi=True) as link:
-        inside = LocalHost(name="ns", data_ip=netns.TARGET_IP, netns=link.netns)
-        path = napi.probe(inside, LocalHost(), netns.TARGET_IP)
+        inside = LocalHost(name="ns", data_ip=link.target_ip, netns=link.netns)
+        path = napi.probe(inside, LocalHost(), link.target_ip)
         assert link.napi and "with NAPI" in link.emulation, link.napi_error
         assert path.napi_id and path.napi_id > 0, path  # measured here: 260-263
         plain = napi.probe(LocalHost(), LocalHost(), "127.0.0.1")

@@ -1,5 +1,6 @@
 """The overhead study's netns link: a plain veth pair when no delay or rate is asked, netem otherwise."""
 
+import os
 import subprocess
 
 import pytest
@@ -19,7 +20,7 @@ def test_no_delay_and_no_rate_is_a_plain_veth_without_a_qdisc():
         assert "netem" not in qdiscs(link.host_if)
         shown = subprocess.run(["ip", "-br", "addr", "show", "dev", link.host_if], capture_output=True, text=True,
                                timeout=10).stdout
-        assert netns.HOST_IP in shown
+        assert f"{link.host_ip}/24" in shown and link.host_ip != netns.addresses(os.getpid() + 1)[0]
     assert link.netns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 

@@ -66,7 +66,8 @@ def execute(ctx: Context, params: Params) -> None:
     if params.link == "topology" or ctx.spec.topology.kind != "local":
         return _run(ctx, _points(ctx, params, {"link": "topology"}))
     if ctx.planning:  # only the points: no namespace is built for a plan
-        return _run(ctx, [_on_link(p, "nvmflab-PID", None) for p in _points(ctx, params, {"link": NAPI_LINK})])
+        return _run(ctx, [_on_link(p, "nvmflab-PID", netns.TARGET_IP, None)
+                          for p in _points(ctx, params, {"link": NAPI_LINK})])
     reason = netns.unavailable()
     if reason:
         ctx.console_note(f"busy-poll: no veth with NAPI ({reason}): measured on the topology's data path")
@@ -74,13 +75,13 @@ def execute(ctx: Context, params: Params) -> None:
     sysctls = napi.BusyPollSysctls()
     try:
         with netns.EmulatedLink(0, None, napi=True) as link:
-            inside = LocalHost(name="busy-poll target", data_ip=netns.TARGET_IP, netns=link.netns)
-            path = napi.probe(inside, LocalHost(), netns.TARGET_IP)
+            inside = LocalHost(name="busy-poll target", data_ip=link.target_ip, netns=link.netns)
+            path = napi.probe(inside, LocalHost(), link.target_ip)
             if not link.napi:
                 ctx.console_note(f"busy-poll: the veth has no NAPI ({link.napi_error}); its NAPI id says so")
             knobs = {"link": NAPI_LINK if link.napi else "netns veth", "napi_id": path.napi_id}
             try:
-                _run(ctx, [_on_link(p, link.netns, sysctls) for p in _points(ctx, params, knobs)])
+                _run(ctx, [_on_link(p, link.netns, link.target_ip, sysctls) for p in _points(ctx, params, knobs)])
             finally:
                 ctx.runner.close()  # the target lives in the namespace: stop it before the namespace goes
     except netns.NetnsError as err:
@@ -98,9 +99,10 @@ def _run(ctx: Context, points: list[Point]) -> None:
     ctx.run(points, DESCRIPTION, compare_by=lambda p: p.knobs.get("target_cpus"))
 
 
-def _on_link(point: Point, namespace: str, sysctls: "napi.BusyPollSysctls | None") -> Point:
-    """The point with its target in the namespace, setting the busy-poll sysctls to its own value."""
-    point.target = replace(point.target, netns=namespace, listen_ip=netns.TARGET_IP)
+def _on_link(point: Point, namespace: str, address: str, sysctls: "napi.BusyPollSysctls | None") -> Point:
+    """The point with its target in the namespace at `address`, setting the busy-poll sysctls to its
+    own value."""
+    point.target = replace(point.target, netns=namespace, listen_ip=address)
     busy = int(point.knobs.get("busy_poll_us") or 0)
     point.prepare = (lambda: sysctls.set(busy)) if sysctls is not None else None
     return point

@@ -68,7 +68,7 @@ def execute(ctx: Context, params: Params) -> None:
         with netns.EmulatedLink(params.netns_delay_us, params.netns_rate) as link:
             linked = [k | {"netns_link": link.emulation.split(" (")[0]} for k in netns_sets]
             points = repeated(ctx, linked, lambda k, r: tcp_point(
-                ctx, "netns", k, r, subsystem=sub, netns=link.netns, listen_ip=netns.TARGET_IP))
+                ctx, "netns", k, r, subsystem=sub, netns=link.netns, listen_ip=link.target_ip))
             if link.emulation.startswith("none"):
                 ctx.console_note(f"overhead: netns link without emulation: {link.emulation}")
             try:

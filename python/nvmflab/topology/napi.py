@@ -14,8 +14,13 @@ python3 there, bounded in time; anything it cannot do is a reason, never an exce
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
 import threading
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from .base import Host, HostError
@@ -143,25 +148,78 @@ def inert_text(path: dict[str, Any] | None) -> str:
 
 class BusyPollSysctls:
     """net.core.busy_poll and busy_read of this machine (one value for every namespace), set for
-    each point and put back as they were by `restore` (the study calls it in a finally)."""
+    each point and put back by `restore` (the study calls it in a finally).
+
+    Runs at the same time on one machine share the two values: a small state file (under a lock)
+    keeps the values found before the first of them and the processes holding them; the last one
+    to restore puts those back, and a run that died holding them is undone by the next one."""
 
     NAMES = ("busy_poll", "busy_read")
 
-    def __init__(self, root: str = "/proc/sys/net/core"):
-        self.root = root
-        self.saved: dict[str, str] = {}
+    def __init__(self, root: str = "/proc/sys/net/core", state: str = "/run/nvmflab-busy-poll.json"):
+        self.root, self.state = root, Path(state)
+        self.holding = False
 
     def set(self, value: int) -> None:
-        for name in self.NAMES:
-            path = f"{self.root}/{name}"
-            if name not in self.saved:
-                with open(path) as f:
-                    self.saved[name] = f.read().strip()
-            with open(path, "w") as f:
-                f.write(str(int(value)))
+        with self._locked() as state:
+            holders = [p for p in state.get("holders", []) if _alive(p)]
+            if state and not holders:  # a run that died holding them: put its originals back first
+                self._write(state.get("original", {}))
+                state = {}
+            if not state:
+                state = {"original": {n: self._read(n) for n in self.NAMES}, "holders": []}
+            state["holders"] = sorted(set(holders) | {os.getpid()})
+            self._save(state)
+            self.holding = True
+            self._write({n: str(int(value)) for n in self.NAMES})
 
     def restore(self) -> None:
-        for name, value in self.saved.items():
-            with open(f"{self.root}/{name}", "w") as f:
-                f.write(value)
-        self.saved = {}
+        if not self.holding:
+            return
+        with self._locked() as state:
+            others = [p for p in state.get("holders", []) if p != os.getpid() and _alive(p)]
+            if others:
+                self._save(state | {"holders": others})
+            else:
+                self._write(state.get("original", {}))
+                self.state.unlink(missing_ok=True)
+        self.holding = False
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(f"{self.state}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                text = self.state.read_text() if self.state.exists() else ""
+                try:
+                    state = json.loads(text) if text else {}
+                except json.JSONDecodeError:
+                    state = {}
+                yield state if isinstance(state, dict) else {}
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _save(self, state: dict) -> None:
+        self.state.write_text(json.dumps(state))
+
+    def _read(self, name: str) -> str:
+        with open(f"{self.root}/{name}") as f:
+            return f.read().strip()
+
+    def _write(self, values: dict) -> None:
+        for name, value in values.items():
+            if name in self.NAMES and str(value).isdigit():
+                with open(f"{self.root}/{name}", "w") as f:
+                    f.write(str(value))
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,6 +1,7 @@
 """A network namespace joined to this one by a veth pair with `tc netem` on both ends.
 
-The target runs inside the namespace at TARGET_IP; the host stays outside at HOST_IP. Needs root
+The target runs inside the namespace at the link's `target_ip`; the host stays outside at its
+`host_ip` (a /24 per process, so links of runs at the same time do not collide). Needs root
 and `ip`/`tc`; `unavailable()` says why not when it cannot work here.
 """
 
@@ -11,7 +12,14 @@ import shutil
 import subprocess
 import sys
 
-HOST_IP, TARGET_IP = "10.249.0.1", "10.249.0.2"
+HOST_IP, TARGET_IP = "10.249.0.1", "10.249.0.2"  # the addresses a plan shows (a link's own differ)
+
+
+def addresses(pid: int) -> tuple[str, str]:
+    """(host, target) addresses of a link made by process `pid`: a /24 of 10.200-249.x per process,
+    so the links of runs going on at once on one machine do not take each other's addresses."""
+    slot = pid % (50 * 256)
+    return f"10.{200 + slot // 256}.{slot % 256}.1", f"10.{200 + slot // 256}.{slot % 256}.2"
 
 
 class NetnsError(Exception):
@@ -54,6 +62,7 @@ class EmulatedLink:
         suffix = str(os.getpid())
         self.netns = f"nvmflab-{suffix}"
         self.host_if, self.target_if = f"nvfh{suffix}"[:15], f"nvft{suffix}"[:15]
+        self.host_ip, self.target_ip = addresses(os.getpid())
         self.delay_us, self.rate, self.want_napi = delay_us, rate, napi
         self.emulation = "none"  # what the link really does, stored with every point
         self.napi: bool = False
@@ -64,9 +73,9 @@ class EmulatedLink:
             _ip("netns", "add", self.netns)
             _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.target_if)
             _ip("link", "set", self.target_if, "netns", self.netns)
-            _ip("addr", "add", f"{HOST_IP}/24", "dev", self.host_if)
+            _ip("addr", "add", f"{self.host_ip}/24", "dev", self.host_if)
             _ip("link", "set", self.host_if, "up")
-            _ip("-n", self.netns, "addr", "add", f"{TARGET_IP}/24", "dev", self.target_if)
+            _ip("-n", self.netns, "addr", "add", f"{self.target_ip}/24", "dev", self.target_if)
             _ip("-n", self.netns, "link", "set", self.target_if, "up")
             _ip("-n", self.netns, "link", "set", "lo", "up")
             if self.want_napi:

@@ -25,12 +25,12 @@ const SUBNQN: &str = "nqn.2024-01.io.nvmflab:fuzz";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-4000-8000-000000000002";
 /// PDUs per script: bounds the work one input can ask for.
 const MAX_PDUS: usize = 128;
-/// The I/O session's commands, by tag: read 32 KiB (large enough that its C2HData payloads
+/// The I/O session's commands, by tag: read 64 KiB (large enough that its C2HData payloads
 /// land straight in the buffer), write 8 KiB (through R2T), read 512 B, flush.
-const IO_READ_LENS: [usize; 4] = [32768, 0, 512, 0];
+const IO_READ_LENS: [usize; 4] = [65536, 0, 512, 0];
 const IO_WRITE_LEN: usize = 8192;
 /// Largest I/O of the session's queue (its buffers' size).
-const IO_MAX: usize = 32768;
+const IO_MAX: usize = 65536;
 /// Admin reads (Identify, log pages) are on tag 0.
 const ADMIN_READ_LENS: [usize; 4] = [4096, 0, 0, 0];
 /// Longest the host may legitimately wait for anything here (the stream always ends).
@@ -78,7 +78,7 @@ fn io_session(link: Box<dyn Link>, opts: &ConnectOptions, tainted: bool) {
             *b = !pattern(tag as u16, i);
         }
     }
-    let submitted = q.submit_read(0, 0, 64).and_then(|_| {
+    let submitted = q.submit_read(0, 0, 128).and_then(|_| {
         q.submit_write(1, 0, 16)?;
         q.submit_read(2, 8, 1)?;
         q.submit_flush(3)?;

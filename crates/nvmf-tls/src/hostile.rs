@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use crate::derive::{Derivation, TlsPsk};
+use crate::derive::{Derivation, IdentityVersion, TlsPsk};
 use crate::key::{ConfiguredPsk, PskTransform};
 use crate::session::{ClientConfig, ServerConfig, TlsSession};
 
@@ -20,6 +20,9 @@ const SUB: &str = "nqn.2024-01.io.nvmflab:fuzz-sub";
 struct Fixture {
     server: ServerConfig,
     client: ClientConfig,
+    /// A version 0 identity derived the other way than the server's default: the server must
+    /// pick the key by the binder (crate::binder), so mutated hellos reach that parser.
+    client_v0_compat: ClientConfig,
 }
 
 fn fixture() -> &'static Fixture {
@@ -27,9 +30,12 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let key = ConfiguredPsk::new(PskTransform::Sha256, &[0x42; 32]).expect("fixed key");
         let psk = TlsPsk::derive(&key, HOST, SUB, Derivation::default()).expect("fixed derivation");
+        let v0 = Derivation { version: IdentityVersion::V0, compat: true };
+        let psk_v0 = TlsPsk::derive(&key, HOST, SUB, v0).expect("fixed derivation");
         Fixture {
             server: ServerConfig::for_subsystem(SUB, vec![(HOST.to_string(), key)], false).expect("server config"),
             client: ClientConfig::new(psk).expect("client config"),
+            client_v0_compat: ClientConfig::new(psk_v0).expect("client config"),
         }
     })
 }
@@ -79,8 +85,17 @@ pub fn server_fresh(data: &[u8]) {
 
 /// A genuine ClientHello with bytes of it replaced: `data` is pairs of (position, value).
 pub fn server_mutated_hello(data: &[u8]) {
+    mutated_hello(&fixture().client, data);
+}
+
+/// [`server_mutated_hello`] with a version 0 identity whose key the server finds by the binder.
+pub fn server_mutated_hello_v0(data: &[u8]) {
+    mutated_hello(&fixture().client_v0_compat, data);
+}
+
+fn mutated_hello(client: &ClientConfig, data: &[u8]) {
     let f = fixture();
-    let mut client = TlsSession::client(&f.client).expect("client session");
+    let mut client = TlsSession::client(client).expect("client session");
     let mut hello = client.take_ciphertext();
     for pair in data.chunks_exact(3) {
         let pos = u16::from_le_bytes([pair[0], pair[1]]) as usize;
@@ -120,6 +135,8 @@ mod tests {
         super::server_fresh(&[3, 0x16, 3, 1, 0, 4, 1, 0, 0, 0]);
         super::server_mutated_hello(&[]);
         super::server_mutated_hello(&[9, 0, 0xff]);
+        super::server_mutated_hello_v0(&[]);
+        super::server_mutated_hello_v0(&[200, 0, 0x41]);
         super::server_after_handshake(&[1, 0x17, 3, 3, 0, 20, 1, 2, 3]);
     }
 }

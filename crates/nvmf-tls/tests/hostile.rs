@@ -31,6 +31,11 @@ proptest! {
     }
 
     #[test]
+    fn mutated_client_hello_with_a_version_0_identity(edits in proptest::collection::vec(any::<u8>(), 0..60)) {
+        hostile::server_mutated_hello_v0(&edits);
+    }
+
+    #[test]
     fn random_records_after_the_handshake(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
         hostile::server_after_handshake(&data);
     }

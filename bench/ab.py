@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Interleaved A/B of two nvmf-target binaries under one nvmf-perf: each round runs every
+workload against A then B (B then A on odd rounds), so a shared machine's drift falls on both.
+Target on one core, host on another, null namespace. Prints per-workload medians, B/A ratios,
+and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
+rusage; a polling process spins its core, so event-mode rows are the ones that show the work).
+
+Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--rounds 5] [--seconds 3]
+                   [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NQN = "nqn.2024-01.io.nvmflab:ab"
+TICK = os.sysconf("SC_CLK_TCK")
+GIB = 1 << 30
+DEFAULT_WORKS = ("4k-randwrite-qd1-poll,4k-randwrite-qd32-poll,128k-randwrite-qd32-poll,128k-randread-qd32-poll,"
+                 "128k-randwrite-qd32-event,128k-randread-qd32-event")
+
+
+def parse_work(key: str) -> dict:
+    """'128k-randwrite-qd32-poll' -> bs, rw, iodepth, mode."""
+    bs, rw, qd, mode = key.split("-")
+    if not (bs.endswith("k") and qd.startswith("qd") and mode in ("poll", "event") and rw in ("randread", "randwrite")):
+        raise ValueError(f"workload {key!r}: SIZEk-randread|randwrite-qdN-poll|event")
+    return {"key": key, "bs": int(bs[:-1]) * 1024, "rw": rw, "iodepth": int(qd[2:]), "mode": mode}
+
+
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+class Target:
+    """One target process on `core`, in `mode`, stopped on exit."""
+
+    def __init__(self, binary: str, core: int, mode: str):
+        self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", "null:1GiB",
+                                      "--cores", str(core), "--mode", mode],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        # "ready listen=127.0.0.1:PORT stats=... tls=..."
+        self.port = next((w.rsplit(":", 1)[1] for w in line.split() if w.startswith("listen=")), None)
+        if self.port is None:
+            self.stop()
+            raise RuntimeError(f"{binary}: no ready line with an address ({line.strip()!r})")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int) -> dict:
+    """One nvmf-perf run: IOPS, bandwidth and the target's CPU per GiB (the caller adds the
+    host's, from the children's rusage)."""
+    argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
+            "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
+            "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
+    before = cpu_of(target.proc.pid)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=seconds + ramp + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return {"error": "nvmf-perf did not finish"}
+    after = cpu_of(target.proc.pid)
+    if proc.returncode != 0:
+        return {"error": (err.strip().splitlines() or ["?"])[-1]}
+    doc = json.loads(out)
+    side = "write" if "write" in work["rw"] else "read"
+    bw = sum(j[side]["bw_bytes"] for j in doc["jobs"])
+    iops = sum(j[side]["iops"] for j in doc["jobs"])
+    gib = bw * (seconds + ramp) / GIB
+    return {"iops": iops, "bw_bytes": bw, "target_usr_s_per_gib": (after[0] - before[0]) / gib,
+            "target_sys_s_per_gib": (after[1] - before[1]) / gib}
+
+
+def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, float]:
+    return after.children_user - before.children_user, after.children_system - before.children_system
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", required=True, help="the baseline nvmf-target binary")
+    ap.add_argument("--b", required=True, help="the nvmf-target binary measured against it")
+    ap.add_argument("--perf", default=str(Path(__file__).resolve().parent.parent / "target/release/nvmf-perf"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=int, default=3)
+    ap.add_argument("--ramp", type=int, default=1)
+    ap.add_argument("--target-core", type=int, default=0)
+    ap.add_argument("--host-core", type=int, default=1)
+    ap.add_argument("--works", default=DEFAULT_WORKS)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
+    runs = []
+    for r in range(a.rounds):
+        order = [("A", a.a), ("B", a.b)] if r % 2 == 0 else [("B", a.b), ("A", a.a)]
+        for label, binary in order:
+            for mode in ("poll", "event"):
+                todo = [w for w in works if w["mode"] == mode]
+                if not todo:
+                    continue
+                with Target(binary, a.target_core, mode) as target:
+                    for w in todo:
+                        t0 = os.times()
+                        run = measure(a.perf, target, w, a.host_core, a.seconds, a.ramp)
+                        usr, sys_ = host_cpu(t0, os.times())
+                        if "bw_bytes" in run:
+                            gib = run["bw_bytes"] * (a.seconds + a.ramp) / GIB
+                            run |= {"host_usr_s_per_gib": usr / gib, "host_sys_s_per_gib": sys_ / gib}
+                        runs.append(run | {"side": label, "work": w["key"], "round": r})
+                        print(f"round {r + 1} {label} {w['key']}: "
+                              + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
+                              file=sys.stderr, flush=True)
+    print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6}   CPU s/GiB host usr+sys, target usr+sys: A | B")
+    for w in works:
+        med = {}
+        for side in ("A", "B"):
+            ok = [x for x in runs if x["side"] == side and x["work"] == w["key"] and "iops" in x]
+            med[side] = {k: statistics.median(x[k] for x in ok) if ok else None
+                         for k in ("iops", "bw_bytes", "host_usr_s_per_gib", "host_sys_s_per_gib",
+                                   "target_usr_s_per_gib", "target_sys_s_per_gib")}
+        a_, b_ = med["A"]["iops"], med["B"]["iops"]
+        ratio = f"{b_ / a_:.3f}" if a_ and b_ else "—"
+        fmt = lambda m: f"{m['iops'] / 1000:.1f} K" if w["bs"] < 65536 else f"{m['bw_bytes'] / 1e9:.2f} GB/s"  # noqa: E731
+        cpu = " | ".join(f"{m['host_usr_s_per_gib']:.3f}+{m['host_sys_s_per_gib']:.3f}, "
+                         f"{m['target_usr_s_per_gib']:.3f}+{m['target_sys_s_per_gib']:.3f}" if m["iops"] else "—"
+                         for m in (med["A"], med["B"]))
+        print(f"{w['key']:28} {fmt(med['A']) if a_ else '—':>12} {fmt(med['B']) if b_ else '—':>12} {ratio:>6}   {cpu}")
+    if a.out:
+        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -48,6 +48,9 @@ if [ -f "$src" ]; then
 else
   ident="tree $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
 fi
+# The patches below are part of what was built: a build from before a patch was added is redone.
+PATCH_LEVEL=2
+ident="$ident patches $PATCH_LEVEL"
 stamp=$dest/.nvmflab-built
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$ident" ] && [ -x "$dest/build/bin/nvmf_tgt" ]; then
   say "reusing the build in $dest"
@@ -84,6 +87,11 @@ grep -q '^DPDK_PRIVATE_LINKER_ARGS = -lnuma' lib/env_dpdk/env.mk ||
 # spdk_nvme_identify has no --no-huge in v24.01; it must run on hosts without hugepages too.
 grep -q 'opts.no_huge = true;' app/spdk_nvme_identify/identify.c ||
   sed -i 's/^\topts.iova_mode = g_iova_mode;$/&\n\topts.no_huge = true;/' app/spdk_nvme_identify/identify.c
+
+# 5. OpenSSL 3.0 (Debian 12) refuses EVP_PKEY_CTX_set1_hkdf_salt(ctx, NULL, 0), so every TLS PSK
+#    derivation fails ("Unable to set salt for HKDF!") and no TLS host can be added or connect.
+#    HKDF without a salt uses the same all-zero salt (RFC 5869 2.2): drop the call.
+sed -i 's/if (EVP_PKEY_CTX_set1_hkdf_salt(ctx, NULL, 0) != 1) {/if (0) { \/\* no salt: HKDF'"'"'s default, zeros \*\//' include/spdk_internal/nvme_tcp.h
 
 say "configuring"
 ./configure --with-dpdk=/usr --without-shared --disable-tests --disable-unit-tests --without-crypto \

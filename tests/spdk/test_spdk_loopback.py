@@ -5,6 +5,8 @@
   our target: spdk_nvme_perf itself never checks data, so bdevperf is the SPDK host that verifies;
 - our host (`nvmf-perf --verify`) -> SPDK target, data written and read back.
 
+The fixtures (the SPDK build, our binaries) are in conftest.py.
+
 Skipped only when no SPDK source is there to build from. Every process is stopped in a finally."""
 
 from __future__ import annotations
@@ -20,33 +22,12 @@ from nvmflab.metrics import summarize
 from nvmflab.plan import PerfJob, Point, Subsystem, TargetSetup
 from nvmflab.runner import Runner
 from nvmflab.stacks.ours import OurStack
-from nvmflab.stacks.spdk import SpdkStack, memory_args, spdk_dir
+from nvmflab.stacks.spdk import SpdkStack, memory_args
 from nvmflab.store import ResultsStore
 from nvmflab.topology.local import LocalHost
 
-REPO = Path(__file__).resolve().parents[2]
 NQN = "nqn.2024-01.io.nvmflab:spdk-test"
 WAIT_S = 60  # any one load generator, start to finish
-
-
-@pytest.fixture(scope="module")
-def spdk_root() -> str:
-    root = spdk_dir(LocalHost())
-    if root is None:
-        done = subprocess.run(["bash", str(REPO / "scripts/build-spdk.sh")], capture_output=True, text=True,
-                              timeout=1800)
-        assert done.returncode == 0, f"build-spdk.sh failed: {done.stdout[-2000:]}{done.stderr[-2000:]}"
-        root = spdk_dir(LocalHost())
-        if root is None:
-            pytest.skip(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "SPDK not built")
-    return root
-
-
-@pytest.fixture(scope="module")
-def our_bins() -> None:
-    needed = [REPO / "target/release" / name for name in ("nvmf-target", "nvmf-perf")]
-    if not all(p.exists() for p in needed) and not os.environ.get("NVMFLAB_BIN_DIR"):
-        subprocess.run(["cargo", "build", "--release", "--workspace", "--bins"], cwd=REPO, check=True, timeout=1800)
 
 
 def cores() -> tuple[int, int]:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 from tiny_specs import LEGS, SPECS  # noqa: E402  (the loopback tiny specs, reused)
 
 SKIPPED_WITH = {  # legs SPDK cannot run, and the words its reason must contain
-    "busy-poll": {"on": "busy_poll_us"},
+    "busy-poll": {"on": "busy_poll_us", "busy_only": "busy_poll_us"},  # factors = true: busy polling alone too
     "dimensions": {"local": "cannot drive a file"},
     "parallelism": {"size_local": "cannot drive a file", "depth_local": "cannot drive a file"},
     "contention": {},

@@ -136,3 +136,22 @@ def test_auto_judges_an_l_app_on_its_p99(tmp_path):
     ctx2 = Context(spec, "auto", _fake_runner(store2, store2.start_run("auto", "", {}), ctx2_rounds, values), store2)
     ctx2.run(_two_legs(ctx2, "T-app"), "unit")
     assert len(ctx2_rounds) == 1  # the same rows judged on IOPS: stable at min_repeats
+
+
+def test_on_the_fake_stack_the_legs_run_round_by_round(tmp_path, fake_env):
+    """Execution order as stored (point ids are given in the order the points ran): overhead's
+    local and loopback legs with two repeats run round 0 of both legs before round 1 of either."""
+    from conftest import nvmflab
+    from tiny_specs import SPECS
+
+    spec = tmp_path / "overhead.toml"
+    spec.write_text(SPECS["overhead"].replace("repeats = 1", "repeats = 2"))
+    done = nvmflab("study", "overhead", "--spec", str(spec), "--results", str(tmp_path / "r"), env=fake_env,
+                   timeout=180)
+    assert done.returncode == 0, done.stderr + done.stdout
+    ran = [(leg, repeat) for leg, repeat in ResultsStore(tmp_path / "r").points()[["leg", "repeat"]].itertuples(
+        index=False)]
+    assert [r for _, r in ran] == sorted(r for _, r in ran)  # repeat outermost
+    for r in (0, 1):
+        assert {leg for leg, rr in ran if rr == r} == {"local", "loopback"}
+    assert len(ran) == 12  # three apps × two legs × two repeats

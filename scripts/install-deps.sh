@@ -27,8 +27,9 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # network applications of the contention study. libssl-dev: OpenSSL 3's headers and libssl, which the
 # `openssl` crate of crates/nvmf-tls (NVMe/TCP over TLS 1.3) links against through pkg-config.
 RUN_PACKAGES=(build-essential pkg-config iproute2 procps python3 python3-venv iperf3 libssl-dev)
-# Testing only: a headless browser checks that the HTML report's figures render (python/tests/test_report.py).
-TEST_PACKAGES=(chromium)
+# Testing only: a headless browser checks that the HTML report's figures render (python/tests/test_report.py);
+# tshark reads what our TLS connections put on the wire (tests/tls/test_tls_capture.py).
+TEST_PACKAGES=(chromium tshark)
 # Kernel interop under qemu (tests/interop) and the SSH topology tests (sshd in namespaces); nvme-cli
 # and fio also let `study stacks` drive the kernel host where nvmet is loaded.
 INTEROP_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static nvme-cli fio kmod cpio lz4
@@ -44,7 +45,7 @@ SPDK_PACKAGES=(dpdk-dev libdpdk-dev pkg-config libnuma-dev libaio-dev uuid-dev l
 groups=("RUN_PACKAGES|to build and run (make run)")
 if [ "$purpose" = spdk ]; then groups+=("SPDK_PACKAGES|to build SPDK (make spdk)"); fi
 if [ "$purpose" = test ]; then
-  groups+=("TEST_PACKAGES|to check the report in a browser (make test)")
+  groups+=("TEST_PACKAGES|to check the report in a browser and read TLS captures (make test)")
   groups+=("RDMA_PACKAGES|to build the target with NVMe over RDMA for its guest check (make test-rdma)")
   if [ "${NVMFLAB_SKIP_INTEROP:-0}" != "1" ]; then
     groups+=("INTEROP_PACKAGES|for kernel interop under qemu and the SSH topology tests (make test; NVMFLAB_SKIP_INTEROP=1 leaves them out)")

@@ -166,22 +166,29 @@ fn connected_flood(addr: std::net::SocketAddr, stop: Arc<AtomicBool>, keep: usiz
 fn a_flood_of_connections_and_half_sent_pdus_leaves_qd1_latency_within_2x() {
     let _serial = serial();
     let t = Target::start(&["--nqn", NQN, "--ns", "ram:1MiB", "--stall-timeout-ms", "1000"]);
-    let (base_p50, base_mean, base_p99) = qd1_latency(&t, "2");
-    let stop = Arc::new(AtomicBool::new(false));
-    let flooder = flood(t.addr, stop.clone(), 500);
-    let connected = connected_flood(t.addr, stop.clone(), 100);
-    std::thread::sleep(Duration::from_millis(300));
-    let (flood_p50, flood_mean, flood_p99) = qd1_latency(&t, "2");
-    stop.store(true, Relaxed);
-    let made = flooder.join().unwrap();
-    let made_connected = connected.join().unwrap();
-    eprintln!(
-        "QD1 4k randread alone: p50 {base_p50:.1} µs, mean {base_mean:.1} µs, p99 {base_p99:.1} µs; during a flood of \
-         {made} connections with half-sent ICReqs and {made_connected} connected admin queues with half-sent capsules: \
-         p50 {flood_p50:.1} µs, mean {flood_mean:.1} µs, p99 {flood_p99:.1} µs"
-    );
+    // Alone and under flood, side by side in three interleaved rounds: a slow phase of a shared
+    // machine then slows both members of a round, not just one of them.
+    let mut ratios = Vec::new();
+    for round in 0..3 {
+        let (base_p50, base_mean, base_p99) = qd1_latency(&t, "1");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooder = flood(t.addr, stop.clone(), 500);
+        let connected = connected_flood(t.addr, stop.clone(), 100);
+        std::thread::sleep(Duration::from_millis(300));
+        let (flood_p50, flood_mean, flood_p99) = qd1_latency(&t, "1");
+        stop.store(true, Relaxed);
+        let made = flooder.join().unwrap();
+        let made_connected = connected.join().unwrap();
+        eprintln!(
+            "round {round}: QD1 4k randread alone: p50 {base_p50:.1} µs, mean {base_mean:.1} µs, p99 {base_p99:.1} µs; \
+             during a flood of {made} connections with half-sent ICReqs and {made_connected} connected admin queues \
+             with half-sent capsules: p50 {flood_p50:.1} µs, mean {flood_mean:.1} µs, p99 {flood_p99:.1} µs"
+        );
+        ratios.push(flood_p50 / base_p50);
+    }
+    ratios.sort_by(f64::total_cmp);
     // Both hosts share 2 cores with the target: the flooder's own CPU time is part of what the
     // well-behaved host feels. The bound is on the median, which the compilations of a busy
-    // shared machine move far less than the mean or the tail.
-    assert!(flood_p50 <= 2.0 * base_p50, "median latency {flood_p50:.1} µs under flood vs {base_p50:.1} µs alone");
+    // shared machine move far less than the mean or the tail, taken over the rounds.
+    assert!(ratios[1] <= 2.0, "median latency under flood / alone, per round: {ratios:?}");
 }

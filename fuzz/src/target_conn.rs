@@ -40,6 +40,9 @@ const MAX_STEPS: usize = 64;
 /// Small limits, so R2T sequences and limit checks are reached with small inputs.
 const IN_CAPSULE: u32 = 4096;
 const MAXH2CDATA: u32 = 4096;
+/// Payloads from this size on are received straight into their command buffer (the target's
+/// default is larger than this fuzzer's PDUs): both ways of receiving data are reached.
+const LAND_MIN: usize = 256;
 
 thread_local! {
     // One io_uring for the whole run: making one per input would dominate the time.
@@ -85,9 +88,11 @@ struct Peer {
 impl Peer {
     fn new(target: &Arc<Target>, token: u32, now: Instant) -> Peer {
         let port = target.ports.first().cloned();
+        let mut conn = Connection::new(target.clone(), port, now);
+        conn.land_payloads_from(LAND_MIN);
         Peer {
             token,
-            conn: Connection::new(target.clone(), port, now),
+            conn,
             rx_framer: Framer::new(Role::Host, 1 << 24),
             rx: Vec::new(),
             dg: Digests::default(),
@@ -97,16 +102,24 @@ impl Peer {
         }
     }
 
-    /// Delivers bytes (in two reads when `split` is inside them), lets the connection work,
-    /// then checks everything it sent.
+    /// Delivers bytes (in two parts when `split` is inside them, each in as many reads as the
+    /// connection's receive slices take, as a reactor reads), lets the connection work, then
+    /// checks everything it sent.
     fn deliver(&mut self, bytes: &[u8], split: usize, now: Instant, engine: &mut IoEngine) {
         let (a, b) = bytes.split_at(split.min(bytes.len()));
         for part in [a, b] {
             if part.is_empty() || self.conn.should_close() {
                 continue;
             }
-            self.conn.feed(part);
-            drive(&mut self.conn, now, engine);
+            let mut rest = part;
+            while !rest.is_empty() && !self.conn.should_close() {
+                let took = self.conn.receive(rest);
+                rest = &rest[took..];
+                drive(&mut self.conn, now, engine);
+                if took == 0 {
+                    break; // no room (input held): the rest is lost, as a closing socket's
+                }
+            }
             if self.conn.placement().is_some() && !self.conn.is_attached() {
                 // Connected: the acceptor hands the connection to a reactor, which resumes it.
                 self.conn.attach(self.token, &ReactorStats::new(0, 0, ReactorMode::Event, 0));

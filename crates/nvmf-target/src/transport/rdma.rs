@@ -250,6 +250,30 @@ mod tests {
     }
 
     #[test]
+    fn listen_rdma_and_trtype_rdma_make_rdma_ports_and_a_tcp_only_build_refuses_them() {
+        use clap::Parser;
+        let args = ["nvmf-target", "--listen", "rdma:10.0.0.1:4420", "--listen", "127.0.0.1:0", "--ns", "ram:1MiB"];
+        let c = crate::config::cli::Cli::try_parse_from(args).unwrap().into_config().unwrap();
+        assert_eq!(c.rdma_ports.iter().map(|p| p.addr).collect::<Vec<_>>(), vec!["10.0.0.1:4420".parse().unwrap()]);
+        assert_eq!(c.ports.len(), 1, "the TCP port stays a TCP port");
+        let bad = crate::config::cli::Cli::try_parse_from(["nvmf-target", "--listen", "rdma:10.0.0.1"]).unwrap().into_config();
+        assert!(bad.unwrap_err().to_string().contains("--listen"));
+
+        let toml = |trtype: &str| format!("[[port]]\naddr = \"10.0.0.1:4420\"\ntrtype = \"{trtype}\"\n");
+        let t = crate::config::toml::parse(&toml("rdma"), std::path::Path::new("r.toml")).unwrap();
+        assert_eq!((t.ports.len(), t.rdma_ports.len()), (0, 1));
+        let e = crate::config::toml::parse(&toml("ib"), std::path::Path::new("r.toml")).unwrap_err().to_string();
+        assert!(e.contains("trtype") && e.contains("\"rdma\""), "{e}");
+
+        #[cfg(not(feature = "rdma"))]
+        {
+            let e = crate::start(c).err().expect("a TCP-only build refuses RDMA ports");
+            assert!(matches!(e, crate::StartError::NoRdma(_)) && e.is_config_error());
+            assert!(e.to_string().contains("--features rdma") && e.to_string().contains("librdmacm-dev"), "{e}");
+        }
+    }
+
+    #[test]
     fn identify_controller_gets_keyed_sgl_support() {
         let mut id = vec![0u8; 4096];
         id[536] = 0x01;

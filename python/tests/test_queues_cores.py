@@ -21,22 +21,28 @@ from nvmflab.topology.base import Hosts
 from nvmflab.topology.local import LocalHost
 
 
-def _legs(monkeypatch, tmp_path, study, cores):
+def _legs(monkeypatch, tmp_path, study, cores, params=None):
+    """The points the quick variant (with these [params] on top) builds, per leg."""
     monkeypatch.setattr(common, "available_cores", lambda: cores)
     spec = load_spec(REPO / "studies" / f"{study}.toml", quick=True)
     legs = {}
     local = LocalHost()
+
+    def run(points, _description):
+        for p in points:  # a call may hold several legs side by side
+            legs.setdefault(p.leg, []).append(p)
+        return [Outcome(p, "planned") for p in points]
+
     runner = SimpleNamespace(planning=True, progress=None, hosts=Hosts(local, [local]), stacks_for=ours_stacks,
-                             run=lambda points, _d: legs.setdefault(points[0].leg, points) and
-                             [Outcome(p, "planned") for p in points])
+                             run=run)
     module = polling if study == "polling" else saturation
     module.execute(Context(spec, study, runner, SimpleNamespace(dir=tmp_path, measurements=None)),
-                   study_params(study, spec.params))
+                   study_params(study, spec.params | (params or {})))
     return legs
 
 
 def test_io_queues_leg_runs_one_job_per_queue_at_qd1_and_high(monkeypatch, tmp_path):
-    points = _legs(monkeypatch, tmp_path, "polling", [0, 1])["io_queues"]
+    points = _legs(monkeypatch, tmp_path, "polling", [0, 1], {"io_queues": [1, 2]})["io_queues"]
     shapes = {(p.knobs["io_queues"], p.knobs["numjobs"], p.knobs["iodepth"]) for p in points}
     assert shapes == {(1, 1, 1), (1, 1, 32), (2, 2, 1), (2, 2, 32)}
 

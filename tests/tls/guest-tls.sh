@@ -212,6 +212,40 @@ else
 fi
 stop_target
 
+# SHA-384 (hash field 02, TLS_AES_256_GCM_SHA384). Inserted last: the 6.12 host prefers SHA-384
+# identities, which would change what the checks above offered. Debian's tlshd 1.0.0 is linked
+# against gnutls_psk_allocate_client/server_credentials, not the ...credentials2 that take the
+# PSK's hash, so GnuTLS makes and expects SHA-256 binders for every PSK: with a spec-following
+# peer a SHA-384 PSK cannot work. Each SHA-384 check passes when it works with the SHA-384 suite,
+# or when it fails in exactly that known way (a newer tlshd turns it into the first case).
+TLSHD_SHA256_BINDER="known incompatibility: Debian's tlshd 1.0.0 uses SHA-256 binders for SHA-384 PSKs"
+KEY384=$(nvme gen-tls-key --hmac=2 2>>"$OUT/keys.txt" | grep -o 'NVMeTLSkey-1:02:[A-Za-z0-9+/=]*:' | head -1)
+if [[ -n $KEY384 ]] && insert_key "$KEY384" && start_target "$KEY384" target-384; then
+    if logged k2o-sha384 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
+        sleep 1
+        ctrl=$(ctrl_of)
+        desc=$(keyctl describe "0x$(cat "/sys/class/nvme/$ctrl/tls_key" 2>/dev/null)" 2>/dev/null)
+        suite=$(grep 'TLS established' "$OUT/target-384.txt" | tail -1 | grep -o 'suite="[^"]*"\|suite=[^ ]*')
+        dev=/dev/${ctrl}n1
+        if [[ $desc == *"psk: NVMe1R02 "* && $suite == *SHA384* ]] && logged k2o-sha384 120 fio --name=tls-384 \
+                --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --size=2m --iodepth=8 \
+                --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=terse --terse-version=3; then
+            check k2o-sha384 pass "$ctrl with ${desc##*psk: }, $suite, fio verify 2 MiB at 4k"
+        else
+            check k2o-sha384 fail "key '${desc##*psk: }', $suite, on $dev (k2o-sha384.txt)"
+        fi
+        logged k2o-sha384 30 nvme disconnect -n "$SUB"
+    elif grep -q "bad extension.*identity=\"NVMe1R02 " "$OUT/target-384.txt"; then
+        # OpenSSL says "bad extension" when the binder is not as long as the PSK's hash (48 bytes).
+        check k2o-sha384 pass "$TLSHD_SHA256_BINDER; our target refused the NVMe1R02 ClientHello (bad extension)"
+    else
+        check k2o-sha384 fail "nvme connect --tls with a SHA-384 key failed: $(grep 'WARN' "$OUT/target-384.txt" | tail -1 | cut -c1-250)"
+    fi
+else
+    check k2o-sha384 fail "no SHA-384 key or the target did not start (keys.txt, target-384.txt)"
+fi
+stop_target
+
 # ---- our host (nvmf-perf) -> nvmet-tcp with TLS ----------------------------------------------------
 say "nvmf-perf -> nvmet"
 CFS=/sys/kernel/config/nvmet
@@ -266,6 +300,19 @@ for run in 1-4k 1-128k 0-4k; do   # identity version - block size
         check "$name" fail "$(tail -4 "$OUT/$name.txt" | tr '\n' ' ')"
     fi
 done
+
+tlshd_lines=$(wc -l <"$OUT/tlshd.txt")
+if logged o2k-sha384 60 nvmf-perf run "${PERF[@]}" -n "$SUB" --tls-key "$KEY384" --rw randwrite --bs 4k \
+        --iodepth 8 --size 4MiB --runtime 2 --verify; then
+    check o2k-sha384 pass "SHA-384 key: $(grep -E '^ *(write:|verify)' "$OUT/o2k-sha384.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
+elif grep -q "holds no PSK for identity 'NVMe1R02 " "$OUT/o2k-sha384.txt" &&
+     tail -n +"$((tlshd_lines + 1))" "$OUT/tlshd.txt" | grep -q 'unhandled error -55' &&
+     ! tail -n +"$((tlshd_lines + 1))" "$OUT/tlshd.txt" | grep -q 'failed to search'; then
+    # tlshd found the NVMe1R02 key (no "failed to search") and GnuTLS refused the binder (-55).
+    check o2k-sha384 pass "$TLSHD_SHA256_BINDER; tlshd found the key and refused our SHA-384 binder (GnuTLS -55)"
+else
+    check o2k-sha384 fail "$(tail -3 "$OUT/o2k-sha384.txt" | tr '\n' ' ')"
+fi
 
 # A wrong key: with a version 1 identity its digest names no key in nvmet's keyring; with version
 # 0 tlshd finds the identity and GnuTLS fails on the binder. Either way tlshd gives up and the

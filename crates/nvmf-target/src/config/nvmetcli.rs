@@ -1,5 +1,5 @@
-//! Linux `nvmetcli save` JSON. Device paths become file backends; only TCP ports are used
-//! (others are skipped with a warning, since this target speaks TCP only).
+//! Linux `nvmetcli save` JSON. Device paths become file backends; TCP and RDMA ports are used
+//! (RDMA ones need the `rdma` build), others (loop, fc) are skipped with a warning.
 
 use super::{parse_hex16, BackendConfig, ConfigError, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
 use serde::Deserialize;
@@ -141,8 +141,9 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     let mut config = TargetConfig::empty();
     let mut inline_data_size = None;
     for p in saved.ports {
-        if !p.addr.trtype.eq_ignore_ascii_case("tcp") {
-            tracing::warn!(portid = %p.portid, trtype = %p.addr.trtype, "{origin}: skipping non-TCP port");
+        let rdma = p.addr.trtype.eq_ignore_ascii_case("rdma");
+        if !rdma && !p.addr.trtype.eq_ignore_ascii_case("tcp") {
+            tracing::warn!(portid = %p.portid, trtype = %p.addr.trtype, "{origin}: skipping a port that is neither TCP nor RDMA");
             continue;
         }
         let text = if p.addr.adrfam == "ipv6" && !p.addr.traddr.starts_with('[') {
@@ -170,6 +171,11 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
                 }
                 _ => inline_data_size = Some(size),
             }
+        }
+        if rdma {
+            // An RDMA port's addr_tsas names RDMA's QP and CM types, not a secure channel.
+            config.rdma_ports.push(PortConfig { addr, portid, subsystems: Some(p.subsystems), tls: Default::default() });
+            continue;
         }
         let tls = port_tls(&p.addr).map_err(|e| ConfigError::invalid(&origin, format!("port {}: {e}", p.portid)))?;
         config.ports.push(PortConfig { addr, portid, subsystems: Some(p.subsystems), tls });
@@ -251,6 +257,16 @@ mod tests {
         assert_eq!(with(r#""treq": "not specified", "tsas": "none","#).unwrap(), PortTls::None);
         let e = with(r#""tsas": "tls1.2","#).unwrap_err().to_string();
         assert!(e.contains("addr_tsas"), "{e}");
+    }
+
+    #[test]
+    fn rdma_ports_become_rdma_ports() {
+        let loop_port = r#"{"adrfam": "", "traddr": "", "trsvcid": "", "trtype": "loop"}, "portid": 2"#;
+        let rdma_port = r#"{"adrfam": "ipv4", "traddr": "10.0.0.1", "trsvcid": "4421", "trtype": "rdma", "tsas": "connected"}, "portid": 2"#;
+        let c = parse(&SAVED.replace(loop_port, rdma_port), Path::new("s.json")).unwrap();
+        assert_eq!(c.ports.len(), 1);
+        assert_eq!(c.rdma_ports.len(), 1);
+        assert_eq!((c.rdma_ports[0].addr, c.rdma_ports[0].portid), ("10.0.0.1:4421".parse().unwrap(), Some(2)));
     }
 
     #[test]

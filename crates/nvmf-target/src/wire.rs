@@ -266,8 +266,6 @@ impl Read for Wire {
                     let was_handshaking = t.session.is_handshaking();
                     let fed = t.session.feed_into(&t.scratch[..n], &mut t.plain);
                     t.queue_ciphertext();
-                    // Handshake replies and alerts go out now; a full socket keeps them pending.
-                    let _ = t.flush_out(&mut self.stream);
                     if let Err(e) = fed {
                         let identity = t.session.offered_identity();
                         let hostnqn = identity.as_deref().and_then(|i| PskIdentity::parse(i).ok()).map(|i| i.hostnqn);
@@ -279,8 +277,13 @@ impl Read for Wire {
                             identity = identity.as_deref().unwrap_or("none offered"),
                             "{e}; closing the connection"
                         );
+                        // The alert goes out once the failure is counted: a peer that reads it
+                        // may look at the counters at once.
+                        let _ = t.flush_out(&mut self.stream);
                         return Err(refused(e.to_string()));
                     }
+                    // Handshake replies go out now; a full socket keeps them pending.
+                    let _ = t.flush_out(&mut self.stream);
                     if t.session.is_established() && !t.established_logged {
                         t.established_logged = true;
                         self.port.tls_stats.tls_connections.fetch_add(1, Relaxed);

@@ -127,6 +127,18 @@ pub fn server_after_handshake(data: &[u8]) {
     feed_checked(&mut server, chunks(data));
 }
 
+/// The libFuzzer target `tls_server` (fuzz/fuzz_targets/tls_server.rs) and its corpus replay
+/// (tests/fuzz_regressions.rs): the first byte picks a driver above, the rest is its input.
+pub fn by_first_byte(data: &[u8]) {
+    let Some((&which, rest)) = data.split_first() else { return };
+    match which % 4 {
+        0 => server_fresh(rest),
+        1 => server_mutated_hello(rest),
+        2 => server_mutated_hello_v0(rest),
+        _ => server_after_handshake(rest),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -541,7 +541,7 @@ mod tests {
             e.wait_one();
             let before = out.len();
             e.reap(&mut out);
-            at.extend(std::iter::repeat(start.elapsed()).take(out.len() - before));
+            at.extend(std::iter::repeat_n(start.elapsed(), out.len() - before));
         }
         assert_eq!(out.iter().map(|c| (c.tag, c.result)).collect::<Vec<_>>(), vec![(0, Ok(())), (1, Ok(())), (2, Ok(()))]);
         assert!(at[2] >= std::time::Duration::from_millis(6), "third read done after {:?}", at[2]);

@@ -18,11 +18,12 @@ from typing import Any
 @dataclass(frozen=True)
 class Subsystem:
     nqn: str
-    backend: str  # null | ram | file
+    backend: str  # null | ram | file | model
     size: int
     path: str | None = None
     block_size: int = 512
     reactor: int | None = None  # index into TargetSetup.cores; None = round robin
+    model: str | None = None  # the model backend's parameters (spec.Backend.model)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
+                      model_validator)
 
 from .names import STACK_NAMES, STUDY_NAMES
 from .units import parse_size
@@ -79,12 +80,39 @@ class StackChoice(_Strict):
     hostnqn: Annotated[str, Field(pattern=r"^nqn\.[A-Za-z0-9.:_-]{1,219}$")] | None = None
 
 
+MODEL_KEYS = {"lat": r"\d+(ns|us|ms|s)", "par": r"\d+", "bw": r"(\d+([kmgt]i?b?)?|none)"}
+
+
+def check_model(text: str) -> str:
+    """The model backend's parameters, `lat=80us,par=32,bw=3GiB` (nvmf-target's syntax, each key
+    optional); the error names the pair. nvmf-target checks the ranges again at start."""
+    for pair in (p.strip() for p in text.split(",") if p.strip()):
+        key, _, value = pair.partition("=")
+        if key not in MODEL_KEYS:
+            raise ValueError(f"{pair!r}: unknown model parameter (lat, par, bw)")
+        if not re.fullmatch(MODEL_KEYS[key], value.strip().lower()):
+            raise ValueError(f"{pair!r}: expected e.g. lat=80us, par=32, bw=3GiB or bw=none")
+    return text
+
+
 class Backend(_Strict):
-    kind: Literal["null", "ram", "file"] = "ram"
+    """What the namespace stores to. `model` is RAM that completes like a device (nvmf-target's
+    backend/model.rs: `par` media units of `lat` each behind one link of `bw` per second); only our
+    target has it, so other target stacks skip its points with that reason."""
+
+    kind: Literal["null", "ram", "file", "model"] = "ram"
     size: Size = 256 << 20
     # file backend: the image to serve; default is a file in the results directory.
     path: str | None = None
     block_size: Literal[512, 4096] = 512
+    # model backend: its parameters over nvmf-target's defaults (lat=80us,par=32,bw=3GiB).
+    model: Annotated[str, AfterValidator(check_model)] | None = None
+
+    @model_validator(mode="after")
+    def _model_only_for_model(self) -> "Backend":
+        if self.model is not None and self.kind != "model":
+            raise ValueError(f"model = {self.model!r} belongs to kind = \"model\", not {self.kind!r}")
+        return self
 
 
 class Workload(_Strict):

@@ -93,6 +93,7 @@ class HostSession(ABC):
 
 class Stack(ABC):
     name: str
+    backends: tuple[str, ...] = ("null", "ram", "file")  # what its target can store to
     target_knobs: KnobMap = {}
     host_knobs: KnobMap = {}
 

@@ -99,6 +99,8 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
             lines.append(f"  path = {json.dumps(sub.path)}")
         else:
             lines.append(f'  size = "{format_size(sub.size)}"')
+        if sub.backend == "model" and sub.model:
+            lines.append(f"  model = {json.dumps(sub.model)}")
     return "\n".join(lines) + "\n"
 
 
@@ -181,6 +183,7 @@ class OurSession(HostSession):
 
 class OurStack(Stack):
     name = "ours"
+    backends = ("null", "ram", "file", "model")
     target_knobs = TARGET_KNOBS
     host_knobs = HOST_KNOBS
 

@@ -132,6 +132,11 @@ class Context:
             if point.skip_reason or point.fail_reason:
                 continue
             target_stack, host_stack = self.runner.stacks_for(point)
+            lacking = sorted({s.backend for s in point.target.subsystems} - set(target_stack.backends)) \
+                if point.target is not None else []
+            if lacking:
+                point.skip_reason = f"the {target_stack.name} target has no {lacking[0]} backend"
+                continue
             if self.spec.study:
                 try:
                     if point.target is not None:
@@ -265,7 +270,7 @@ def backend_subsystem(ctx: Context, name: str, reactor: int | None = None, path:
     file_path = path or backend.path or str(ctx.store.dir / "work" / f"{name}.img")
     return Subsystem(nqn=f"{NQN_PREFIX}:{name}", backend=backend.kind, size=backend.size,
                      path=file_path if backend.kind == "file" else None, block_size=backend.block_size,
-                     reactor=reactor)
+                     reactor=reactor, model=backend.model if backend.kind == "model" else None)
 
 
 def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem], target_logical: list[int],
@@ -282,12 +287,13 @@ def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:
     spec_fields = {k: v for k, v in overrides.items() if k not in EXTRA_KNOBS}
     knobs = validate_knobs(ctx.spec.base_knobs() | spec_fields)
     knobs |= {"backend": ctx.spec.backend.kind, "backend_size": ctx.spec.backend.size,
+              **({"backend_model": ctx.spec.backend.model or ""} if ctx.spec.backend.kind == "model" else {}),
               "target_stack": ctx.spec.stack.target, "host_stack": ctx.spec.stack.host}
     return knobs | {k: v for k, v in overrides.items() if k in EXTRA_KNOBS}
 
 
 # Point coordinates that are not spec fields but tell points apart in the results.
-EXTRA_KNOBS = ("backend", "app", "resource", "bg_load_pct", "file_dir", "host_cores", "target_cores",
+EXTRA_KNOBS = ("backend", "backend_model", "app", "resource", "bg_load_pct", "file_dir", "host_cores", "target_cores",
                "target_stack", "host_stack")
 
 

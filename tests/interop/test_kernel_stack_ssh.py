@@ -281,7 +281,7 @@ def test_kernel_host_on_the_ssh_guest_against_spdk(guest: Guest, tmp_path: Path)
 # ---- whole studies with the kernel stack on both sides, in the guest ----
 
 # legs the kernel stack cannot run here, and the words their reason must contain
-KERNEL_SKIPS = {"busy-poll": {"on": "busy_poll_us"}, "dimensions": {}, "parallelism": {}}
+KERNEL_SKIPS = {"busy-poll": {"on": "busy_poll_us", "busy_only": "busy_poll_us"}, "dimensions": {}, "parallelism": {}}
 
 
 @pytest.mark.parametrize("study", list(KERNEL_SKIPS))

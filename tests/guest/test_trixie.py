@@ -52,3 +52,18 @@ def test_guest_has_the_tls_and_rdma_pieces(guest_run):
     run, _ = guest_run
     assert (run.out / "modules.txt").read_text().split() == ["nvme-tcp", "nvmet-tcp", "tls", "rdma_rxe", "nvme-rdma", "nvmet-rdma"]
     assert set((run.out / "tools.txt").read_text().split()) == {"tlshd", "nvme", "fio", "ibv_devices", "rdma", "keyctl"}
+
+
+def test_a_guest_that_never_comes_up_is_booted_once_more(tmp_path, monkeypatch):
+    # A stand-in qemu that counts its starts and never prints GUEST-UP (as a kernel oopsing at boot).
+    fake = tmp_path / "bin" / "qemu-system-x86_64"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho start >>{tmp_path}/starts\nexec sleep 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(trixie, "BOOT_LIMIT_S", 2)
+    lines: list[str] = []
+    finished, why = trixie.boot(tmp_path, Path("k"), Path("i"), Path("d"), 30, 256, lines.append)
+    assert not finished and "did not come up" in why
+    assert (tmp_path / "starts").read_text().count("start") == 2
+    assert any("booting it once more" in line for line in lines)

@@ -74,20 +74,14 @@ def guest_checks() -> dict[str, tuple[str, str]]:
     logs = os.environ.get("NVMFLAB_TLS_INTEROP_LOGS")
     keep = Path(logs) if logs else Path(tempfile.mkdtemp(prefix="tls-interop-"))
     try:
-        for attempt in (1, 2):
-            run = trixie.run_script(
-                (HERE / "guest-tls.sh").read_text(),
-                {"/usr/local/bin/nvmf-target": BIN / "nvmf-target", "/usr/local/bin/nvmf-perf": BIN / "nvmf-perf"},
-                timeout_s=GUEST_TIMEOUT_S, keep=keep, memory_mb=2048,
-                progress=lambda line: print(f"tls-guest: {line}", flush=True),
-            )
-            # The kernel under TCG now and then oopses while it boots (seen: int3 in
-            # sched_clock_cpu while patching static keys, on a loaded machine): boot once more
-            # when the guest never came up, never when a check ran.
-            if "@@ GUEST-UP" in run.console or attempt == 2:
-                break
-            print("tls-guest: the guest did not come up; booting it once more. Console tail:\n"
-                  + "\n".join(run.console.splitlines()[-5:]), flush=True)
+        # trixie.boot boots once more when the guest never came up (the kernel under TCG now and
+        # then oopses while it boots on a loaded machine).
+        run = trixie.run_script(
+            (HERE / "guest-tls.sh").read_text(),
+            {"/usr/local/bin/nvmf-target": BIN / "nvmf-target", "/usr/local/bin/nvmf-perf": BIN / "nvmf-perf"},
+            timeout_s=GUEST_TIMEOUT_S, keep=keep, memory_mb=2048,
+            progress=lambda line: print(f"tls-guest: {line}", flush=True),
+        )
         tsv = run.out / "checks.tsv"
         checks = parse_checks(tsv.read_text(errors="replace")) if tsv.is_file() else {}
         if not checks:

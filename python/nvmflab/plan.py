@@ -41,6 +41,8 @@ class TargetSetup:
     netns: str | None = None  # run inside this network namespace
     listen_ip: str = "127.0.0.1"
     allowed_hosts: tuple[str, ...] = ()  # host NQNs every subsystem admits; empty = any host
+    tls: str = "off"  # "on": every port requires TLS 1.3 with tls_key as the host's PSK
+    tls_key: str | None = None  # NVMeTLSkey-1:HH:...: (the host side connects with the same key)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class Point:
         if self.target is not None:
             target = dataclasses.asdict(self.target)
             target.pop("netns", None)
+            target.pop("tls_key", None)  # made per run: the same point under another key is the same point
+            if target.get("tls") == "off":
+                target.pop("tls")  # keeps the identities of points stored before the knob existed
             for sub in target["subsystems"]:
                 sub["path"] = _path_id(sub["path"])
         jobs = [{"role": j.role, "knobs": j.knobs, "cpus": list(j.cpus), "nqn": j.nqn, "host": j.host,

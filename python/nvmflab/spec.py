@@ -78,6 +78,8 @@ class StackChoice(_Strict):
     target: StackName = "ours"
     host: StackName = "ours"
     hostnqn: Annotated[str, Field(pattern=r"^nqn\.[A-Za-z0-9.:_-]{1,219}$")] | None = None
+    # The TLS PSK for `tls = "on"` points, as `nvme gen-tls-key` prints it; None: a random one per run.
+    tls_key: Annotated[str, Field(pattern=r"^NVMeTLSkey-1:0[12]:[A-Za-z0-9+/]{40,100}={0,2}:$")] | None = None
 
 
 MODEL_KEYS = {"lat": r"\d+(ns|us|ms|s)", "par": r"\d+", "bw": r"(\d+([kmgt]i?b?)?|none)"}
@@ -143,6 +145,8 @@ class Knobs(_Strict):
     in_capsule_data_size: Size = _knob(8192, "in-capsule data size", ("target",))
     # nvmf-perf opens one I/O queue pair per job; None means "= numjobs".
     io_queues: int | None = _knob(None, "number of I/O queues", ("host",), ge=1)
+    # TLS 1.3 with a PSK (docs/tls.md): the key is [stack] tls_key, else one made per run.
+    tls: Literal["off", "on"] = _knob("off", "TLS 1.3 secure channel (PSK)", ("target", "host"))
 
 
 SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)

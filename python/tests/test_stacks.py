@@ -33,10 +33,10 @@ def spec_with(tmp_path: Path, text: str):
 
 
 def test_bare_stack_sets_both_sides_and_the_table_sets_each(tmp_path):
-    assert spec_with(tmp_path, 'stack = "spdk"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "spdk", "host": "spdk"}
-    assert spec_with(tmp_path, '[stack]\ntarget = "kernel"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "kernel",
+    assert spec_with(tmp_path, 'stack = "spdk"\n').stack.model_dump(exclude={"hostnqn", "tls_key"}) == {"target": "spdk", "host": "spdk"}
+    assert spec_with(tmp_path, '[stack]\ntarget = "kernel"\n').stack.model_dump(exclude={"hostnqn", "tls_key"}) == {"target": "kernel",
                                                                                       "host": "ours"}
-    assert spec_with(tmp_path, 'name = "x"\n').stack.model_dump(exclude={"hostnqn"}) == {"target": "ours", "host": "ours"}
+    assert spec_with(tmp_path, 'name = "x"\n').stack.model_dump(exclude={"hostnqn", "tls_key"}) == {"target": "ours", "host": "ours"}
 
 
 def test_unknown_stack_is_refused_with_file_line_and_allowed_names(tmp_path):

@@ -54,6 +54,7 @@ TARGET_KNOBS: KnobMap = {
     "busy_poll_us": _line("busy_poll_us"),
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
+    "tls": Setter('config `[[port]] tls = "required"`, `[[host]] tls_key` (the run\'s key) for the host NQN'),
 }
 HOST_KNOBS: KnobMap = {
     "completion": _flag("--completion"),
@@ -64,7 +65,22 @@ HOST_KNOBS: KnobMap = {
     "busy_poll_us": _flag("--busy_poll_us"),
     "hdr_digest": _switch("--hdr_digest"),
     "data_digest": _switch("--data_digest"),
+    "tls": Setter("nvmf-perf `--tls --tls-key KEY --hostnqn NQN` (the target's key)"),
 }
+
+# The host NQN a TLS connection names when the spec gives none: the PSK identity carries the host
+# NQN, so the target's [[host]] entry and nvmf-perf's --hostnqn must agree.
+TLS_HOSTNQN = "nqn.2024-01.io.nvmflab:host:tls"
+
+
+def tls_hosts(setup: TargetSetup) -> tuple[str, ...]:
+    """The host NQNs the target gives the run's TLS key to (the admitted ones, else ours)."""
+    return setup.allowed_hosts or (TLS_HOSTNQN,)
+
+
+def tls_argv(key: str, hostnqn: str | None) -> list[str]:
+    """nvmf-perf's TLS options: the PSK and the host NQN whose identity the target knows."""
+    return ["--tls", "--tls-key", key, "--hostnqn", hostnqn or TLS_HOSTNQN]
 
 
 def target_values(setup: TargetSetup) -> dict[str, Any]:
@@ -85,6 +101,10 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
         "[[port]]",
         f'addr = "{setup.listen_ip}:{port}"',
     ]
+    if setup.tls == "on":
+        if not setup.tls_key:
+            raise StackError("tls = on: the target setup carries no TLS key")
+        lines.append('tls = "required"')
     for index, sub in enumerate(setup.subsystems, start=1):
         lines += ["", "[[subsystem]]", f'nqn = "{sub.nqn}"', f'serial = "NVMFLAB{index:04d}"']
         if setup.allowed_hosts:
@@ -101,6 +121,9 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
             lines.append(f'  size = "{format_size(sub.size)}"')
         if sub.backend == "model" and sub.model:
             lines.append(f"  model = {json.dumps(sub.model)}")
+    if setup.tls == "on":
+        for hostnqn in tls_hosts(setup):
+            lines += ["", "[[host]]", f"nqn = {json.dumps(hostnqn)}", f"tls_key = {json.dumps(setup.tls_key)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -198,16 +221,18 @@ class OurStack(Stack):
         return [f"write target.toml: {config}", host.describe(["nvmf-target", "--config", "target.toml"])]
 
     def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> OurSession:
+        key = target.setup.tls_key if target is not None else None
         return OurSession(self._argv_head(job, target.address if target else None,
-                                          target.port if target else None, host.binary("nvmf-perf")), job)
+                                          target.port if target else None, host.binary("nvmf-perf"), key), job)
 
     def plan_host(self, job: PerfJob, address: str, port: int, host: Host, runtime: float = 10.0,
                   ramp_time: float = 2.0) -> list[str]:
-        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf"), job).perf_argv(runtime, ramp_time,
-                                                                                           "perf.json")
+        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf", "RUN_TLS_KEY"), job).perf_argv(
+            runtime, ramp_time, "perf.json")
         return [host.describe(argv)]
 
-    def _argv_head(self, job: PerfJob, address: str | None, port: int | None, binary: str) -> list[str]:
+    def _argv_head(self, job: PerfJob, address: str | None, port: int | None, binary: str,
+                   tls_key: str | None = None) -> list[str]:
         k = job.knobs
         argv = [binary, "run"]
         if job.local_path:
@@ -215,6 +240,11 @@ class OurStack(Stack):
         if address is None or job.nqn is None:
             raise StackError("a tcp job needs a running target and a subsystem NQN")
         argv += ["-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn, *apply(HOST_KNOBS, "host", k)]
+        if k.get("tls", "off") == "on":
+            if not tls_key:
+                raise StackError("tls = on: the target this job connects to has no TLS key (only our target "
+                                 "makes one)")
+            return argv + tls_argv(tls_key, job.hostnqn)
         argv += ["--hostnqn", job.hostnqn] if job.hostnqn else []
         return argv
 

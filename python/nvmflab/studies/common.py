@@ -18,6 +18,7 @@ from ..plan import PerfJob, Point, Subsystem, TargetSetup, point_key
 from ..runner import Outcome, Runner
 from ..spec import Spec, validate_knobs
 from ..store import ResultsStore
+from ..tlskey import random_key
 
 NQN_PREFIX = "nqn.2024-01.io.nvmflab"
 
@@ -30,6 +31,13 @@ class Context:
     store: ResultsStore
     # Configurations that reached max_repeats still unstable: (description, leg, knobs, n, ±fraction).
     capped: list[tuple[str, str, dict[str, Any], int, float]] = field(default_factory=list)
+    _tls_key: str | None = field(default=None, repr=False)
+
+    def tls_key(self) -> str:
+        """The TLS PSK of this run's `tls = "on"` points: the spec's, else one made once per run."""
+        if self._tls_key is None:
+            self._tls_key = self.spec.stack.tls_key or random_key()
+        return self._tls_key
 
     @property
     def cores(self) -> list[int]:
@@ -279,7 +287,8 @@ def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem
                        idle_poll_us=knobs["idle_poll_us"], in_capsule_data_size=knobs["in_capsule_data_size"],
                        so_priority=knobs["so_priority"], tos=knobs["tos"], busy_poll_us=knobs["busy_poll_us"],
                        subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip or ctx.listen_ip,
-                       allowed_hosts=(ctx.spec.stack.hostnqn,) if ctx.spec.stack.hostnqn else ())
+                       allowed_hosts=(ctx.spec.stack.hostnqn,) if ctx.spec.stack.hostnqn else (),
+                       tls=knobs["tls"], tls_key=ctx.tls_key() if knobs["tls"] == "on" else None)
 
 
 def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:

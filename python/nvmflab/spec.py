@@ -22,6 +22,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from .names import STACK_NAMES, STUDY_NAMES
 from .units import parse_size
+from .tlskey import check_key
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 IoDepth = Annotated[int, Field(ge=1, le=4096)]
@@ -79,7 +80,7 @@ class StackChoice(_Strict):
     host: StackName = "ours"
     hostnqn: Annotated[str, Field(pattern=r"^nqn\.[A-Za-z0-9.:_-]{1,219}$")] | None = None
     # The TLS PSK for `tls = "on"` points, as `nvme gen-tls-key` prints it; None: a random one per run.
-    tls_key: Annotated[str, Field(pattern=r"^NVMeTLSkey-1:0[12]:[A-Za-z0-9+/]{40,100}={0,2}:$")] | None = None
+    tls_key: Annotated[str, AfterValidator(check_key)] | None = None
 
 
 MODEL_KEYS = {"lat": r"\d+(ns|us|ms|s)", "par": r"\d+", "bw": r"(\d+([kmgt]i?b?)?|none)"}

@@ -22,3 +22,21 @@ def interchange_key(secret: bytes, hash_id: int = SHA256) -> str:
 def random_key() -> str:
     """A fresh 32-byte secret from the OS's CSPRNG, in the interchange format."""
     return interchange_key(secrets.token_bytes(SECRET_BYTES))
+
+
+def check_key(key: str) -> str:
+    """`key` if it is a well-formed interchange key (hash 01 with a 32-byte secret, 02 with 48) whose
+    CRC-32 matches, else ValueError saying which part is wrong."""
+    parts = key.split(":")
+    if len(parts) != 4 or parts[0] != "NVMeTLSkey-1" or parts[3] != "" or parts[1] not in ("01", "02"):
+        raise ValueError("expected NVMeTLSkey-1:01:<base64>: or NVMeTLSkey-1:02:<base64>:")
+    try:
+        raw = base64.b64decode(parts[2], validate=True)
+    except ValueError:
+        raise ValueError("the key's base64 does not decode") from None
+    want = 32 if parts[1] == "01" else 48
+    if len(raw) != want + 4:
+        raise ValueError(f"hash {parts[1]} takes a {want}-byte secret, this key has {len(raw) - 4}")
+    if int.from_bytes(raw[-4:], "little") != zlib.crc32(raw[:-4]):
+        raise ValueError("the key's CRC-32 does not match its secret (mistyped?)")
+    return key

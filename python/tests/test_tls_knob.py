@@ -40,8 +40,12 @@ def test_keys_are_interchange_format_with_their_crc_and_random_per_call():
     first, second = random_key(), random_key()
     assert len(_decode(first)) == 32 and first != second
     assert StackChoice(tls_key=first).tls_key == first
-    for bad in ("NVMeTLSkey-1:01:short:", "DHHC-1:01:" + first.split(":")[2] + ":", first[:-1]):
-        with pytest.raises(ValidationError, match="tls_key"):
+    body = base64.b64decode(first.split(":")[2])
+    flipped = base64.b64encode(bytes([body[0] ^ 1]) + body[1:]).decode()
+    for bad, words in [("NVMeTLSkey-1:01:short:", "does not decode"), ("DHHC-1:01:" + first.split(":")[2] + ":",
+                        "expected NVMeTLSkey-1"), (first[:-1], "expected"), (f"NVMeTLSkey-1:01:{flipped}:", "CRC-32"),
+                       ("NVMeTLSkey-1:02:" + first.split(":")[2] + ":", "48-byte secret")]:
+        with pytest.raises(ValidationError, match=words):
             StackChoice(tls_key=bad)
 
 
@@ -126,3 +130,13 @@ def test_a_sweep_over_tls_runs_both_points_and_the_on_point_uses_tls(tmp_path):
     assert ports["off"]["tls"] == "none" and ports["off"]["tls_connections"] == 0
     ready = {p.read_text().split("\n", 1)[0] for p in (tmp_path / "r" / "work").glob("target-*.out")}
     assert any(line.endswith("tls=required:userspace") for line in ready), ready
+
+
+def test_a_run_uses_the_specs_key_else_one_random_key_throughout():
+    from nvmflab.spec import Spec
+    from nvmflab.studies.common import Context
+
+    given = Context(Spec(stack={"tls_key": KEY}), "sweep", None, None)
+    assert given.tls_key() == KEY
+    made = Context(Spec(), "sweep", None, None)
+    assert made.tls_key() == made.tls_key() != KEY and len(_decode(made.tls_key())) == 32

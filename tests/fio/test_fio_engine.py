@@ -55,16 +55,16 @@ def engine() -> Path:
 class OurTarget:
     """nvmf-target with one namespace on 127.0.0.1, in its own session so stop() takes it all."""
 
-    def __init__(self, backend: str = "ram:128MiB"):
+    def __init__(self, backend: str = "ram:128MiB", extra: tuple[str, ...] = ()):
         self.port = free_port()
         self.address = "127.0.0.1"
-        cmd = [str(BIN / "nvmf-target"), "--listen", f"127.0.0.1:{self.port}", "--nqn", NQN, "--ns", backend]
+        cmd = [str(BIN / "nvmf-target"), "--listen", f"127.0.0.1:{self.port}", "--nqn", NQN, "--ns", backend, *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
-        line = self.proc.stdout.readline()  # the target prints `ready ...` or exits
-        if not line.startswith("ready"):
+        self.ready = self.proc.stdout.readline()  # the target prints `ready ...` or exits
+        if not self.ready.startswith("ready"):
             self.stop()
-            raise RuntimeError(f"nvmf-target did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"nvmf-target did not start: {self.ready!r} {self.proc.stderr.read()[-2000:]}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

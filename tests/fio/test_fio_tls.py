@@ -14,13 +14,11 @@ Skipped like tests/fio/test_fio_engine.py when fio or the engine's fio support i
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import urllib.request
 
 import pytest
-from test_fio_engine import BIN, NQN, check_verified, engine, free_port, run_fio, verify_job  # noqa: F401 (engine: fixture)
+from test_fio_engine import NQN, OurTarget, check_verified, engine, free_port, run_fio, verify_job  # noqa: F401 (engine: fixture)
 
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f01fb42-9f7f-4856-b0b3-51e60b8de349"
 # Keys in the interchange format (libnvme's test/psk.c secrets, as crates/nvmf-tls's key tests).
@@ -29,34 +27,17 @@ KEY_SHA384 = "NVMeTLSkey-1:02:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwP/w0S89E
 OTHER_HOST = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
 
 
-class TlsTarget:
+class TlsTarget(OurTarget):
     """nvmf-target with tls=required holding KEY_SHA256 for HOST and KEY_SHA384 for OTHER_HOST."""
 
     def __init__(self):
-        self.port, self.stats_port = free_port(), free_port()
-        self.address = "127.0.0.1"
-        cmd = [str(BIN / "nvmf-target"), "--listen", f"127.0.0.1:{self.port}", "--nqn", NQN, "--ns", "ram:128MiB",
-               "--tls", "required", "--tls-key", f"{HOST}={KEY_SHA256}", "--tls-key", f"{OTHER_HOST}={KEY_SHA384}",
-               "--stats", f"127.0.0.1:{self.stats_port}"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        self.ready = self.proc.stdout.readline()
-        if not self.ready.startswith("ready"):
-            self.stop()
-            raise RuntimeError(f"nvmf-target did not start: {self.ready!r} {self.proc.stderr.read()[-2000:]}")
+        self.stats_port = free_port()
+        super().__init__(extra=("--tls", "required", "--tls-key", f"{HOST}={KEY_SHA256}",
+                                "--tls-key", f"{OTHER_HOST}={KEY_SHA384}", "--stats", f"127.0.0.1:{self.stats_port}"))
 
     def port_stats(self) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.stats_port}/stats", timeout=5) as r:
             return json.load(r)["ports"][0]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -12,28 +12,22 @@ Every process is stopped in a finally."""
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import time
-import zlib
 from pathlib import Path
 
 import pytest
 
 from nvmflab.procs import free_port
 from nvmflab.stacks.spdk import core_mask, memory_args
+from nvmflab.tlskey import interchange_key
 from nvmflab.topology.local import LocalHost
 
 BIN = Path(os.environ.get("NVMFLAB_BIN_DIR", Path(__file__).resolve().parents[2] / "target/release"))
 SUBNQN = "nqn.2024-01.io.nvmflab:spdk-tls"
 HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:5a1e2b3c-0d4e-4f60-8a7b-9c0d1e2f3a4b"
 WAIT_S = 60
-
-
-def interchange_key(secret: bytes, hash_id: int = 1) -> str:
-    """A configured PSK in the interchange format: base64 of the secret and its CRC-32 (LE)."""
-    return f"NVMeTLSkey-1:{hash_id:02x}:" + base64.b64encode(secret + zlib.crc32(secret).to_bytes(4, "little")).decode() + ":"
 
 
 KEY = interchange_key(bytes(range(1, 33)))

@@ -8,24 +8,22 @@ reason otherwise."""
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import signal
 import subprocess
 import time
-import zlib
 from pathlib import Path
 
 import pytest
 
 from nvmflab.procs import free_port
+from nvmflab.tlskey import interchange_key
 
 BIN = Path(os.environ.get("NVMFLAB_BIN_DIR", Path(__file__).resolve().parents[2] / "target/release"))
 SUBNQN = "nqn.2024-01.io.nvmflab:capture"
 HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-1111-4222-8333-944455556666"
-SECRET = bytes(range(7, 39))
-KEY = "NVMeTLSkey-1:01:" + base64.b64encode(SECRET + zlib.crc32(SECRET).to_bytes(4, "little")).decode() + ":"
+KEY = interchange_key(bytes(range(7, 39)))
 # An ICReq's common header (type 0, flags 0, HLEN 128, PDO 0, PLEN 128) and PFV 0, as hex.
 ICREQ_HEADER = "0000800080000000" + "0000"
 TLS_RECORD_TYPES = {"20", "21", "22", "23"}  # change_cipher_spec, alert, handshake, application_data

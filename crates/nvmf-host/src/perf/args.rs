@@ -145,6 +145,11 @@ pub struct RunArgs {
     /// How a job waits for completions.
     #[arg(long = "completion", value_enum, default_value_t = Completion::Event)]
     pub completion: Completion,
+    /// Measure connects instead of I/O: each operation connects a controller with one I/O queue
+    /// (TCP, TLS, ICReq, Fabrics Connect, DH-HMAC-CHAP), timed until the queue is ready, then
+    /// disconnects it; latency is the connect time (`perf/connects.rs`).
+    #[arg(long = "connects", conflicts_with = "local")]
+    pub connects: bool,
     /// Write self-checking patterns and read them back (write workloads), or check every block
     /// read carries a valid pattern for its LBA (read workloads).
     #[arg(long = "verify")]
@@ -165,7 +170,10 @@ pub struct RunArgs {
     /// Seconds after a lost connection before giving up and failing the run (nvme-cli's option;
     /// -1 = retry forever, 0 = no reconnect).
     #[arg(long = "ctrl-loss-tmo", alias = "ctrl_loss_tmo", default_value = "10", value_parser = parse_loss_tmo, allow_hyphen_values = true)]
-    pub ctrl_loss_tmo: LossTimeout,
+    pub ctrl_loss_tmo: LossTimeout,    /// Start the first I/O at this wall-clock moment (Unix epoch seconds), after connecting:
+    /// a start barrier for several hosts (perf/start_at.rs).
+    #[arg(long = "start-at", value_parser = super::start_at::parse)]
+    pub start_at: Option<super::start_at::StartAt>,
 }
 
 /// `--ctrl-loss-tmo`: a duration, or -1 for no limit.

@@ -2,6 +2,7 @@
 //! pinned thread per job with its own queue pair (or io_uring ring), gather the results.
 
 pub mod args;
+pub mod connects;
 pub mod cpu;
 pub mod engine;
 pub mod histogram;
@@ -10,6 +11,7 @@ pub mod job;
 pub mod local;
 pub mod rate;
 pub mod report;
+pub mod start_at;
 pub mod verify;
 pub mod workload;
 
@@ -51,7 +53,7 @@ impl From<Error> for PerfError {
     }
 }
 
-fn usage(msg: impl Into<String>) -> PerfError {
+pub(crate) fn usage(msg: impl Into<String>) -> PerfError {
     PerfError::Usage(msg.into())
 }
 
@@ -140,7 +142,7 @@ pub fn plan(
 }
 
 /// Every option the run used, for the report.
-fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<String, Value> {
+pub(crate) fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<String, Value> {
     let t = &a.target;
     let mut m = Map::new();
     let mut put = |k: &str, v: Value| {
@@ -182,7 +184,7 @@ fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<String, Value
     m
 }
 
-fn job_specs(a: &RunArgs, plan: &Plan) -> Vec<JobSpec> {
+pub(crate) fn job_specs(a: &RunArgs, plan: &Plan) -> Vec<JobSpec> {
     let generation = fastrand::u64(1..);
     let split = a.verify && a.rw.does_writes();
     // Under write --verify each job owns a slice, so it verifies only blocks it wrote itself.
@@ -213,7 +215,7 @@ fn cpu_of(a: &RunArgs, i: usize) -> Option<usize> {
 }
 
 /// Runs every job on its own thread (pinned when --cpus_allowed is given).
-fn run_jobs<F>(a: &RunArgs, specs: &[JobSpec], start: F) -> Result<Vec<JobReport>, PerfError>
+pub(crate) fn run_jobs<F>(a: &RunArgs, specs: &[JobSpec], start: F) -> Result<Vec<JobReport>, PerfError>
 where
     F: Fn(&JobSpec) -> Result<JobResult, Error> + Sync,
 {
@@ -247,7 +249,7 @@ where
     Ok(reports)
 }
 
-fn timestamp() -> u64 {
+pub(crate) fn timestamp() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -258,6 +260,7 @@ pub fn run(a: &RunArgs) -> Result<Report, PerfError> {
     }
     match &a.local {
         Some(path) => run_local(a, path),
+        None if a.connects => connects::run(a),
         None => run_tcp(a),
     }
 }
@@ -293,12 +296,14 @@ fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
         ("cntlid", json!(ctrl.cntlid())),
         ("in_capsule_data_size", json!(ctrl.io_queue_params().in_capsule)),
     ];
+    let gate = start_at::StartGate::new(a.start_at).map_err(usage)?;
     let session = reconnecting_session(a, ctrl, ns.nsze, block_size);
     let specs = job_specs(a, &plan);
     let started = Instant::now();
     let jobs = run_jobs(a, &specs, |spec| {
         let mut queue = session.io_queue(spec.index as u16 + 1, a.iodepth as usize, a.bs as usize)?;
         queue.queue().set_namespace(a.nsid, block_size);
+        gate.wait();
         run_job(spec, TcpEngine { queue, lba_shift: block_size.trailing_zeros() })
     });
     let outages = session.outages().iter().map(|o| outage_window(o, started)).collect();
@@ -307,7 +312,8 @@ fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
             tracing::warn!("controller shutdown: {e}");
         }
     }
-    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs?, outages })
+    let start = gate.to_json();
+    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs?, outages, start })
 }
 
 /// The controller under `--reconnect-delay` / `--ctrl-loss-tmo`; after a reconnect it must
@@ -339,12 +345,15 @@ fn run_local(a: &RunArgs, path: &std::path::Path) -> Result<Report, PerfError> {
     let (file, info) = local::open(path, writable, min_len)?;
     let plan = plan(a, info.size, info.block_size, None, u32::from(u16::MAX))?;
     let specs = job_specs(a, &plan);
+    let gate = start_at::StartGate::new(a.start_at).map_err(usage)?;
     let jobs = run_jobs(a, &specs, |spec| {
         let engine = local::LocalEngine::new(file.try_clone()?, a.iodepth as usize, a.bs as usize)?;
+        gate.wait();
         run_job(spec, engine)
     })?;
     let extra = [("direct", json!(info.direct))];
-    Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new() })
+    let start = gate.to_json();
+    Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new(), start })
 }
 
 #[cfg(test)]

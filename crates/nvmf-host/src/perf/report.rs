@@ -27,6 +27,8 @@ pub struct Report {
     pub jobs: Vec<JobReport>,
     /// Times the controller was unreachable during the run (empty for a run without one).
     pub outages: Vec<OutageWindow>,
+    /// `--start-at` and when the first job was released (`nvmflab.start`); None without it.
+    pub start: Option<Value>,
 }
 
 /// One outage of the run: the connection was lost at `start_ns` and every queue that noticed
@@ -175,6 +177,7 @@ impl Report {
                 "jobs": per_job,
                 "intervals": self.intervals_json(),
                 "outages": self.outages.iter().map(OutageWindow::to_json).collect::<Vec<_>>(),
+                "start": self.start,
             }
         })
     }
@@ -311,7 +314,7 @@ mod tests {
         let mut knobs = Map::new();
         knobs.insert("rw".into(), json!("randread"));
         knobs.insert("bs".into(), json!(4096));
-        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0) }], outages: vec![] }
+        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0) }], outages: vec![], start: None }
     }
 
     #[test]

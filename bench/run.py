@@ -5,7 +5,8 @@ Suites (--suites, default matrix,scaling,memory):
   matrix    every target x host pair of {SPDK nvmf_tgt, nvmf-target} x {spdk_nvme_perf, nvmf-perf}
             on 4 KiB randread QD1/QD32/QD128, 4 KiB randwrite QD32 and 128 KiB randread and
             randwrite QD32 (null namespace, target busy-polling on one core, host polling on
-            another), in interleaved rounds; each round adds our stack in event mode at QD1 and
+            another), in interleaved rounds, plus TLS rows (--tls, default on: ours and SPDK with TLS
+            1.3 as targets and hosts at 4 KiB QD1/QD32 and 128 KiB randread); each round adds our stack in event mode at QD1 and
             at 128 KiB, and the busy and blocking TCP ping-pong floors. Prints ratios of medians,
             each side's user and system CPU per GiB at 128 KiB (polling and event mode), and
             issue 9's goals; the report names the CPU model, and a full run (not --quick) keeps
@@ -23,7 +24,7 @@ a build its pairs are skipped with the reason.
 
 Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk,spdk-spec]
                     [--works all] [--suites matrix,scaling,memory] [--out bench/results.json]
-                    [--readme | --no-readme]
+                    [--readme | --no-readme] [--tls | --no-tls]
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvmflab import cores as core_lists  # noqa: E402
 from nvmflab import sysstat  # noqa: E402
 from nvmfbench import floor, matrix, memory, report, scaling, speed  # noqa: E402
-from nvmfbench.stacks import MATRIX_WORKS, SPDK_SPEC, Bench, BenchError, bench_binary, spdk_missing  # noqa: E402
+from nvmfbench.stacks import (MATRIX_WORKS, SPDK_SPEC, TLS_WORKS, Bench, BenchError, bench_binary,  # noqa: E402
+                               spdk_missing)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ("matrix", "scaling", "memory", "classic")
@@ -59,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stacks", default=f"ours,spdk,{SPDK_SPEC}",
                     help=f"stacks in the matrix, as targets and as hosts; {SPDK_SPEC} is a target only: SPDK's "
                          "with C2HData SUCCESS only as the specification allows it")
+    ap.add_argument("--tls", action=argparse.BooleanOptionalAction, default=True,
+                    help="TLS rows: ours and SPDK with TLS 1.3 (one PSK) as targets and hosts, on "
+                         + ", ".join(TLS_WORKS) + " (those of --works); default on")
     ap.add_argument("--works", default="all",
                     help="comma list of the matrix's workloads, or all: " + ", ".join(w.key for w in MATRIX_WORKS))
     ap.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma list of {', '.join(SUITES)}, or all")
@@ -130,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = matrix.Config(seconds=a.seconds, ramp=a.ramp, rounds=a.rounds, target_core=a.target_core,
                         host_core=a.host_core, targets=stacks, hosts=hosts, works=a.works,
-                        wait_budget_s=a.wait_for_fast)
+                        wait_budget_s=a.wait_for_fast, tls=a.tls)
     floor_missing = floor.available()
     cfg.floor = floor_missing is None
     target_pool, host_pool = scaling.split_cores(available)
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         classic = run_classic(a.seconds, a.rounds)
 
     config = {"seconds": a.seconds, "ramp": a.ramp, "rounds": a.rounds, "target_core": a.target_core,
-              "host_core": a.host_core, "stacks": stacks, "suites": list(a.suites),
+              "host_core": a.host_core, "stacks": stacks, "suites": list(a.suites), "tls": a.tls,
               "works": [w.name for w in cfg.works], "floor": floor_missing or "nvmf-bench pingpong",
               "waited_for_fast_phase_s": round(waited, 1)}
     results = report.assemble(runs, floors, config["works"], config, missing, scaled, mem, limit)

@@ -1,4 +1,4 @@
-"""Issue 9's (and issue 26's 128 KiB) performance goals as rows that say "met" or "missed by X %": the numbers speak,
+"""Issue 9's (and issue 26's 128 KiB, issue 20's TLS) performance goals as rows that say "met" or "missed by X %": the numbers speak,
 the goals do not move. Pure functions on the cells of stats.cells()."""
 
 from __future__ import annotations
@@ -71,6 +71,16 @@ def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str
         label = "bandwidth" if key == "bw_bytes" else "IOPS"
         rows.append(pair_goal(f"{work} {label} on SPDK's target: nvmf-perf / spdk_nvme_perf >= 1.0", so, ss, work,
                               key, ">=", 1.0))
+    # Issue 20 item 5: what TLS (userspace records) keeps of plain, and ours against SPDK with TLS.
+    tls, stls = ("ours-tls", "ours-tls"), ("spdk-tls", "spdk-tls")
+    if any(k[:2] == tls for k in table):
+        rows += [
+            pair_goal("TLS: 4k randread QD32 IOPS, ours x ours TLS / plain >= 0.85", tls, oo, QD32, "iops", ">=", 0.85),
+            pair_goal("TLS: 128k randread QD32 bandwidth, ours x ours TLS / plain >= 0.7", tls, oo, LARGE, "bw_bytes",
+                      ">=", 0.7),
+            pair_goal("TLS: 4k randread QD32 IOPS, ours x ours TLS / SPDK x SPDK TLS >= 1.2", tls, stls, QD32, "iops",
+                      ">=", 1.2),
+        ]
     busy, blocking, ours_qd1 = floor.get("busy"), floor.get("blocking"), c(oo, QD1)
     rows += [
         _row("4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1",

@@ -1,6 +1,7 @@
 """The side-by-side matrix: every target x host pair of {SPDK, ours} on every workload, in
 interleaved rounds (each round visits every pair once, alternating the order, so slow drifts of
-a shared machine fall on all pairs alike). Each round also measures our stack in event mode at
+a shared machine fall on all pairs alike). With TLS rows, each round also runs every TLS target x
+TLS host pair (ours and SPDK with TLS 1.3 on, one PSK) on TLS_WORKS among the plain targets. Each round also measures our stack in event mode at
 QD1 and on the 128 KiB workloads (whose CPU per GiB the report gives, in both modes), and the
 two ping-pong floors, so floors and stacks see the same machine. Every run is
 bracketed by speed probes (nvmfbench.speed): runs from a slow phase of the machine are noisy."""
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from . import floor, speed
-from .stacks import MATRIX_WORKS, Bench, BenchError, Work
+from .stacks import MATRIX_WORKS, TLS_SUFFIX, TLS_WORKS, Bench, BenchError, Work
 
 EVENT = "ours-event"  # target/host label of the event-mode runs (reactor and host sleep when idle)
 EVENT_WORK = MATRIX_WORKS[0]
@@ -38,6 +39,23 @@ class Config:
     floor: bool = True
     # Seconds the whole matrix may wait for the machine's fast phase (speed.Gate).
     wait_budget_s: float = speed.Gate.WAIT_BUDGET_S
+    # TLS rows: every TLS target x TLS host ('ours-tls', 'spdk-tls') on the TLS workloads.
+    tls: bool = False
+
+    @property
+    def tls_stacks(self) -> list[str]:
+        """ours and spdk with TLS, where the plain matrix runs them (SPDK-spec has no TLS row)."""
+        return [s + TLS_SUFFIX for s in self.hosts if s in ("ours", "spdk")] if self.tls else []
+
+    @property
+    def tls_works(self) -> list[Work]:
+        return [w for w in self.works if w.name in TLS_WORKS]
+
+    def legs(self) -> list[tuple[str, list[str], list[Work]]]:
+        """(target, its hosts, their workloads): the plain targets, then the TLS ones."""
+        plain = [(t, self.hosts, list(self.works)) for t in self.targets]
+        tls = [(t, self.tls_stacks, self.tls_works) for t in self.tls_stacks] if self.tls_works else []
+        return plain + tls
 
 
 def in_turn(items: Sequence[Any], round_index: int) -> list[Any]:
@@ -47,7 +65,7 @@ def in_turn(items: Sequence[Any], round_index: int) -> list[Any]:
 
 def planned_runs(cfg: Config) -> int:
     events = len(event_works(cfg.works)) if cfg.event else 0
-    per_round = len(cfg.targets) * len(cfg.hosts) * len(cfg.works) + events + 2 * int(cfg.floor)
+    per_round = sum(len(hosts) * len(works) for _, hosts, works in cfg.legs()) + events + 2 * int(cfg.floor)
     return per_round * cfg.rounds
 
 
@@ -85,11 +103,11 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     floors: list[dict[str, Any]] = []
     gate = speed.Gate(cfg.wait_budget_s) if bench.noise_limit_pct is not None else None
     for r in range(cfg.rounds):
-        for target_stack in in_turn(cfg.targets, r):
+        for target_stack, hosts, works in in_turn(cfg.legs(), r):
             try:
                 with bench.target(target_stack, [cfg.target_core], "poll") as target:
-                    for host_stack in in_turn(cfg.hosts, r):
-                        for work in cfg.works:
+                    for host_stack in in_turn(hosts, r):
+                        for work in works:
                             with speed.Bracket(bench, cfg.target_core, cfg.host_core, target, gate) as probes:
                                 run = bench.measure(host_stack, target, work, "poll", [cfg.host_core], cfg.seconds,
                                                     cfg.ramp)
@@ -97,8 +115,8 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
                             runs.append(run)
                             progress.step(f"round {r + 1} {target_stack} target x {host_stack} host, {work.name}", run)
             except BenchError as err:
-                for host_stack in cfg.hosts:
-                    for work in cfg.works:
+                for host_stack in hosts:
+                    for work in works:
                         run = {"target": target_stack, "host": host_stack, "work": work.name, "round": r,
                                "error": str(err)}
                         runs.append(run)

@@ -18,12 +18,15 @@ PAIRS = (("spdk", "spdk", "SPDK tgt x spdk_nvme_perf"), ("ours", "ours", "ours x
 # SPDK's target with C2HData SUCCESS only where the specification allows it (stacks.SPDK_SPEC):
 # shown when the bench ran it.
 SPEC_PAIRS = ((SPDK_SPEC, "spdk", "SPDK-spec tgt x spdk_nvme_perf"), (SPDK_SPEC, "ours", "SPDK-spec tgt x nvmf-perf"))
+# Both sides with TLS 1.3 (issue 20 item 5): shown when the bench ran them.
+TLS_PAIRS = (("spdk-tls", "spdk-tls", "TLS: SPDK tgt x spdk_nvme_perf"), ("ours-tls", "ours-tls", "TLS: ours x nvmf-perf"),
+             ("ours-tls", "spdk-tls", "TLS: ours tgt x spdk_nvme_perf"), ("spdk-tls", "ours-tls", "TLS: SPDK tgt x nvmf-perf"))
 
 
 def pairs_run(table: dict[tuple[str, str, str], Any]) -> tuple[tuple[str, str, str], ...]:
-    """The matrix's columns: the four pairs always, the SPDK-spec ones when they ran."""
+    """The matrix's columns: the four pairs always, the SPDK-spec and TLS ones when they ran."""
     ran = {(t, h) for t, h, _ in table}
-    return PAIRS + tuple(p for p in SPEC_PAIRS if (p[0], p[1]) in ran)
+    return PAIRS + tuple(p for p in SPEC_PAIRS + TLS_PAIRS if (p[0], p[1]) in ran)
 
 
 # /proc/cpuinfo's vendor_id, as bench/README.md names the machines it keeps figures for.
@@ -273,7 +276,7 @@ def _floor(results: dict[str, Any]) -> str:
 def _goals(results: dict[str, Any]) -> str:
     if not results["matrix"]:
         return ""
-    lines = ["Issue 9 goals:", "", "| goal | measured | status |", "|---|---|---|"]
+    lines = ["Goals (issues 9, 26 and 20):", "", "| goal | measured | status |", "|---|---|---|"]
     lines += [f"| {g['goal']} | {_x(g['value'])} | {g['status']} |" for g in results["goals"]]
     return "\n".join(lines)
 

@@ -16,6 +16,8 @@ from nvmflab.plan import PerfJob, Subsystem, TargetSetup
 from nvmflab.spec import Knobs, Workload
 from nvmflab.stacks import RunningTarget, StackError, get_stack
 from nvmflab.stacks import spdk as spdk_stack
+from nvmflab.stacks.ours import TLS_HOSTNQN
+from nvmflab.tlskey import random_key
 from nvmflab.topology.base import HostError
 from nvmflab.topology.local import LocalHost
 
@@ -48,6 +50,16 @@ MATRIX_WORKS = (
 )
 GIB = 1 << 30
 
+# The TLS rows (issue 20 item 5): each stack with TLS 1.3 on (a PSK made per bench, the host NQN the
+# target gives it to), on the workloads the issue's goals name. A label is the stack plus TLS_SUFFIX.
+TLS_SUFFIX = "-tls"
+TLS_WORKS = ("4k randread QD1", "4k randread QD32", "128k randread QD32")
+
+
+def tls_stack(label: str) -> tuple[str, bool]:
+    """'ours-tls' -> ('ours', True); 'spdk' -> ('spdk', False)."""
+    return (label[: -len(TLS_SUFFIX)], True) if label.endswith(TLS_SUFFIX) else (label, False)
+
 
 def spdk_missing() -> str | None:
     """Why SPDK cannot run here, or None when its build is found."""
@@ -64,16 +76,24 @@ class Bench:
         self.host = LocalHost(workdir=workdir)
         self.noise_limit_pct = noise_limit_pct
         self.count = 0
+        # One PSK for the whole bench, in a file only we can read (SPDK refuses any other).
+        self.tls_key = random_key()
+        self.psk_path = workdir / "tls-psk.txt"
+        self.psk_path.write_text(self.tls_key)
+        self.psk_path.chmod(0o600)
 
     @contextlib.contextmanager
     def target(self, stack: str, cores: list[int], mode: str) -> Iterator[RunningTarget]:
-        """A target with one null namespace, its reactors on `cores`, stopped on exit."""
+        """A target with one null namespace, its reactors on `cores`, stopped on exit. A TLS label
+        ('ours-tls', 'spdk-tls') gives a port that requires TLS with the bench's PSK."""
+        base, tls = tls_stack(stack)
         setup = TargetSetup(cores=tuple(cores), mode=mode, idle_poll_us=0, in_capsule_data_size=8192,
                             so_priority=0, tos=0, busy_poll_us=0,
-                            subsystems=(Subsystem(NQN, "null", NULL_SIZE),))
+                            subsystems=(Subsystem(NQN, "null", NULL_SIZE),),
+                            tls="on" if tls else "off", tls_key=self.tls_key if tls else None)
         try:
-            with spdk_transport_args(spdk_transport_extra(stack)):
-                running = get_stack(SPDK if stack == SPDK_SPEC else stack).start_target(setup, self.host, self.workdir)
+            with spdk_transport_args(spdk_transport_extra(base), self.psk_path if tls else None):
+                running = get_stack(SPDK if base == SPDK_SPEC else base).start_target(setup, self.host, self.workdir)
         except (StackError, HostError) as err:
             raise BenchError(f"{stack} target did not start: {err}") from None
         try:
@@ -86,17 +106,20 @@ class Bench:
         """One load-generator run against `target`; the summary plus the noise of its window.
         A failed run comes back with "error" set instead of raising, so a round goes on."""
         self.count += 1
+        base, tls = tls_stack(host_stack)
         knobs = (Workload(rw=work.rw, bs=work.bs, iodepth=work.iodepth, numjobs=work.numjobs).model_dump()
-                 | Knobs(completion=completion).model_dump())
-        job = PerfJob(role="main", knobs=knobs, cpus=tuple(cpus), nqn=NQN)
+                 | Knobs(completion=completion, tls="on" if tls and base == "ours" else "off").model_dump())
+        job = PerfJob(role="main", knobs=knobs, cpus=tuple(cpus), nqn=NQN, hostnqn=TLS_HOSTNQN if tls else None)
         output = str(self.workdir / f"run-{self.count}.out")
         log = self.workdir / f"run-{self.count}.log"
         cores = sorted(set(cpus) | set(target.setup.cores))
         try:
-            session = get_stack(host_stack).open_host(job, target, self.host, self.workdir)
+            session = get_stack(base).open_host(job, target, self.host, self.workdir)
             argv = session.perf_argv(seconds, ramp, output)
         except (StackError, HostError) as err:
             return {"error": str(err)}
+        if tls:
+            argv += tls_host_args(base, target, self.psk_path)
         target_before = target.cpu_seconds() or (0.0, 0.0)
         before = sysstat.local_snapshot(cores)
         proc = self.host.spawn(argv, cpus, log)
@@ -148,6 +171,22 @@ SPDK_SPEC = "spdk-spec"
 SPDK_MAX_QUEUE_DEPTH = 256
 
 
+def tls_host_args(host_stack: str, target: RunningTarget, psk_path: Path) -> list[str]:
+    """What a TLS host adds to its command line. spdk_nvme_perf: its `ssl` socket and the PSK file
+    (the harness's SPDK host has no TLS). nvmf-perf already has --tls from the knob; on SPDK 24.01's
+    target it must offer a version 0 identity, the only one SPDK accepts (tests/spdk/test_spdk_tls.py)."""
+    if host_stack in (SPDK, SPDK_SPEC):
+        return ["-S", "ssl", "--psk-path", str(psk_path)]
+    if get_stack_name(target) == SPDK:
+        return ["--tls-key-identity", "0"]
+    return []
+
+
+def get_stack_name(target: RunningTarget) -> str:
+    """'spdk' for SPDK's target, else 'ours'."""
+    return SPDK if isinstance(target, spdk_stack.SpdkTarget) else "ours"
+
+
 def spdk_transport_extra(stack: str) -> list[str]:
     """What the bench adds to SPDK's `nvmf_create_transport` for `stack` (nothing for ours)."""
     if stack not in (SPDK, SPDK_SPEC):
@@ -156,10 +195,12 @@ def spdk_transport_extra(stack: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def spdk_transport_args(extra: list[str]) -> Iterator[None]:
+def spdk_transport_args(extra: list[str], psk_path: Path | None = None) -> Iterator[None]:
     """While starting a target, the harness's SPDK configuration also passes `extra` to
     `nvmf_create_transport` (the harness itself keeps SPDK's defaults). rpc.py's
-    `--c2h-success` switch turns the SUCCESS shortcut off."""
+    `--c2h-success` switch turns the SUCCESS shortcut off. With `psk_path`, the listener is a
+    secure channel (TLS required, SPDK's `ssl` socket) and only TLS_HOSTNQN is admitted, with that
+    PSK, as tests/spdk/test_spdk_tls.py configures it (the harness's SPDK target has no TLS)."""
     original = spdk_stack.target_rpcs
 
     def with_extra(setup: TargetSetup, port: int) -> list[list[str]]:
@@ -167,13 +208,27 @@ def spdk_transport_args(extra: list[str]) -> Iterator[None]:
         for call in calls:
             if call[0] == "nvmf_create_transport" and "-q" not in call:
                 call += extra
-        return calls
+        return secure_channel(calls, psk_path) if psk_path else calls
 
     spdk_stack.target_rpcs = with_extra
     try:
         yield
     finally:
         spdk_stack.target_rpcs = original
+
+
+def secure_channel(calls: list[list[str]], psk_path: Path) -> list[list[str]]:
+    """SPDK's target calls with every listener TLS-only and TLS_HOSTNQN the one host, with its PSK."""
+    out = []
+    for call in calls:
+        if call[0] == "nvmf_create_subsystem":
+            out.append([a for a in call if a != "-a"])  # no longer open to any host
+            out.append(["nvmf_subsystem_add_host", call[1], TLS_HOSTNQN, "--psk", str(psk_path)])
+        elif call[0] == "nvmf_subsystem_add_listener":
+            out.append(call + ["--secure-channel"])
+        else:
+            out.append(call)
+    return out
 
 
 def cpu_per_gib(host_usr: float, host_sys: float, target_usr: float, target_sys: float, bw_bytes: float | None,

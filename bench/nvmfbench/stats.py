@@ -103,6 +103,12 @@ COMPARISONS = (
     ("ours x ours / SPDK-spec x SPDK", ("ours", "ours"), ("spdk-spec", "spdk")),
     ("our target / SPDK-spec target, under spdk_nvme_perf", ("ours", "spdk"), ("spdk-spec", "spdk")),
     ("SPDK-spec target / SPDK target, under spdk_nvme_perf", ("spdk-spec", "spdk"), ("spdk", "spdk")),
+    # TLS rows (issue 20 item 5): what TLS costs each stack, and the stacks against each other with TLS.
+    ("ours x ours TLS / ours x ours plain", ("ours-tls", "ours-tls"), ("ours", "ours")),
+    ("SPDK x SPDK TLS / SPDK x SPDK plain", ("spdk-tls", "spdk-tls"), ("spdk", "spdk")),
+    ("ours x ours TLS / SPDK x SPDK TLS", ("ours-tls", "ours-tls"), ("spdk-tls", "spdk-tls")),
+    ("our TLS target / SPDK TLS target, under spdk_nvme_perf TLS", ("ours-tls", "spdk-tls"), ("spdk-tls", "spdk-tls")),
+    ("nvmf-perf TLS / spdk_nvme_perf TLS, on SPDK's TLS target", ("spdk-tls", "ours-tls"), ("spdk-tls", "spdk-tls")),
 )
 
 

@@ -197,6 +197,73 @@ def test_spdk_transport_gets_the_queue_depth_only_while_the_bench_starts_it():
     assert spdk_transport_extra("ours") == []
 
 
+def test_tls_rows_get_their_columns_ratios_and_goals_only_when_they_ran():
+    qd32, large = goals.QD32, goals.LARGE
+    config = {"seconds": 3, "ramp": 1, "rounds": 1, "target_core": 0, "host_core": 1, "works": [qd32, large]}
+    plain = [run("ours", "ours", qd32, 800_000, 40.0), run("spdk", "spdk", qd32, 700_000, 45.0),
+             run("ours", "ours", large, 40_000, 800.0, bw=5e9), run("spdk", "spdk", large, 40_000, 800.0, bw=5e9)]
+    without = report.assemble(plain, [], [qd32, large], config, None, [], [], 10.0)
+    assert "TLS" not in report.markdown(without)
+    assert not [g for g in without["goals"] if g["goal"].startswith("TLS")]
+    tls = [run("ours-tls", "ours-tls", qd32, 720_000, 44.0), run("spdk-tls", "spdk-tls", qd32, 400_000, 80.0),
+           run("ours-tls", "spdk-tls", qd32, 500_000, 64.0), run("spdk-tls", "ours-tls", qd32, 450_000, 70.0),
+           run("ours-tls", "ours-tls", large, 20_000, 1600.0, bw=3e9)]
+    results = report.assemble(plain + tls, [], [qd32, large], config, None, [], [], 10.0)
+    rows = {(r["comparison"], r["work"]): r["iops_ratio"] for r in results["ratios"]}
+    assert rows[("ours x ours TLS / ours x ours plain", qd32)] == pytest.approx(0.9)
+    assert rows[("ours x ours TLS / SPDK x SPDK TLS", qd32)] == pytest.approx(1.8)
+    assert rows[("our TLS target / SPDK TLS target, under spdk_nvme_perf TLS", qd32)] == pytest.approx(1.25)
+    assert rows[("nvmf-perf TLS / spdk_nvme_perf TLS, on SPDK's TLS target", qd32)] == pytest.approx(1.125)
+    assert rows[("SPDK x SPDK TLS / SPDK x SPDK plain", qd32)] == pytest.approx(400 / 700, abs=1e-3)
+    found = {g["goal"]: (g["value"], g["status"]) for g in results["goals"] if g["goal"].startswith("TLS")}
+    assert found["TLS: 4k randread QD32 IOPS, ours x ours TLS / plain >= 0.85"] == (0.9, "met")
+    assert found["TLS: 128k randread QD32 bandwidth, ours x ours TLS / plain >= 0.7"] == (0.6, "missed by 14.3 %")
+    assert found["TLS: 4k randread QD32 IOPS, ours x ours TLS / SPDK x SPDK TLS >= 1.2"] == (1.8, "met")
+    header = next(line for line in report.markdown(results).splitlines() if line.startswith("| work |"))
+    assert header.endswith("| TLS: SPDK tgt x spdk_nvme_perf | TLS: ours x nvmf-perf | TLS: ours tgt x spdk_nvme_perf "
+                           "| TLS: SPDK tgt x nvmf-perf |")
+
+
+def test_tls_legs_run_every_tls_pair_on_the_tls_works_among_the_plain_targets():
+    works = [w for w in matrix.MATRIX_WORKS]
+    cfg = matrix.Config(seconds=1, ramp=0, rounds=2, target_core=0, host_core=1, targets=["ours", "spdk", "spdk-spec"],
+                        hosts=["ours", "spdk"], works=works, event=False, floor=False, tls=True)
+    legs = cfg.legs()
+    assert [t for t, _, _ in legs] == ["ours", "spdk", "spdk-spec", "ours-tls", "spdk-tls"]
+    ours_tls = dict((t, (h, w)) for t, h, w in legs)["ours-tls"]
+    assert ours_tls[0] == ["ours-tls", "spdk-tls"]
+    assert [w.name for w in ours_tls[1]] == ["4k randread QD1", "4k randread QD32", "128k randread QD32"]
+    assert matrix.planned_runs(cfg) == 2 * (3 * 2 * len(works) + 2 * 2 * 3)
+    cfg.tls = False
+    assert [t for t, _, _ in cfg.legs()] == ["ours", "spdk", "spdk-spec"]
+    cfg.tls, cfg.hosts = True, ["ours"]
+    assert [t for t, _, _ in cfg.legs()][-1] == "ours-tls"
+
+
+def test_spdk_tls_target_admits_one_host_with_its_psk_on_a_secure_channel(tmp_path):
+    from nvmflab.plan import Subsystem, TargetSetup
+    from nvmflab.stacks import spdk
+    from nvmflab.stacks.ours import TLS_HOSTNQN
+
+    from nvmfbench.stacks import Bench, spdk_transport_args, spdk_transport_extra, tls_host_args
+
+    nqn = "nqn.2024-01.io.nvmflab:t"
+    setup = TargetSetup(cores=(0,), mode="poll", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
+                        busy_poll_us=0, subsystems=(Subsystem(nqn, "null", 1 << 30),))
+    psk = tmp_path / "psk"
+    with spdk_transport_args(spdk_transport_extra("spdk"), psk):
+        calls = spdk.target_rpcs(setup, 4420)
+    create = next(c for c in calls if c[0] == "nvmf_create_subsystem")
+    assert "-a" not in create, "a TLS subsystem admits only the host that has the key"
+    assert ["nvmf_subsystem_add_host", nqn, TLS_HOSTNQN, "--psk", str(psk)] in calls
+    assert next(c for c in calls if c[0] == "nvmf_subsystem_add_listener")[-1] == "--secure-channel"
+    plain = spdk.target_rpcs(setup, 4420)
+    assert "--secure-channel" not in sum(plain, []) and "-a" in next(c for c in plain if c[0] == "nvmf_create_subsystem")
+    assert tls_host_args("spdk", None, psk) == ["-S", "ssl", "--psk-path", str(psk)]
+    bench = Bench(tmp_path, None)
+    assert bench.psk_path.read_text() == bench.tls_key and bench.psk_path.stat().st_mode & 0o077 == 0
+
+
 def test_spdk_memory_points_stop_where_its_heap_does():
     assert memory.counts_for("ours", [1, 100, 1000]) == [1, 100, 1000]
     assert memory.counts_for("spdk", [1, 100, 1000]) == [1, 100]

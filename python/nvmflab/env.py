@@ -170,6 +170,7 @@ def host_report(host) -> dict[str, Any]:
         tools[name] = {"path": path, "version": version.splitlines()[0] if version else None}
     report["tools"] = tools
     report["stacks"] = stack_availability(host)
+    report["rdma"] = rdma_report(host)
     report["warnings"] = reliability_warnings(host)
     return report
 
@@ -217,6 +218,31 @@ def stack_availability(host) -> dict[str, dict[str, str | None]]:
     return out
 
 
+def rdma_report(host, root: str = "") -> dict[str, Any]:
+    """The host's RDMA devices (topology/rdma.py) and, per stack and side, None where it can speak
+    NVMe over RDMA there or why not (no device, a build without RDMA, a missing module)."""
+    from .topology import rdma
+
+    devices, notes = rdma.probe(host, root)
+    up = rdma.usable(devices)
+    stacks: dict[str, dict[str, str | None]] = {}
+    for name in STACK_NAMES:
+        sides: dict[str, str | None] = {}
+        for side in STACK_SIDES:
+            if not up:
+                sides[side] = "no RDMA device with a port up"
+                continue
+            try:
+                from .stacks import get_stack
+
+                sides[side] = get_stack(name).rdma_unavailable(host, side)
+            except Exception as err:  # one stack's probe must not hide the others
+                sides[side] = f"not available: {' '.join(str(err).split()) or type(err).__name__}"
+        stacks[name] = sides
+    return {"devices": [d.as_dict() for d in devices], "summary": rdma.summary(devices), "notes": notes,
+            "stacks": stacks}
+
+
 def topology_report(path: Path) -> list[dict[str, Any]]:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -250,6 +276,11 @@ def topology_tables(reports: list[dict[str, Any]]) -> list:
         for stack, sides in r["stacks"].items():
             for side, why in sides.items():
                 table.add_row(f"stack {stack} {side}", "usable" if why is None else f"missing: {why}")
+        if "rdma" in r:
+            table.add_row("rdma devices", r["rdma"]["summary"])
+            for stack, sides in r["rdma"]["stacks"].items():
+                for side, why in sides.items():
+                    table.add_row(f"rdma {stack} {side}", "usable" if why is None else f"no: {why}")
         for warning in r.get("warnings", []):
             table.add_row("[yellow]warning[/yellow]", warning)
         for name, tool in r["tools"].items():

@@ -30,6 +30,7 @@ from .studies.common import Context
 from .tools import ToolMissing
 from .topology.base import HostError, Hosts
 from .topology.local import LocalHost
+from .topology.rdma import TransportCheck
 
 
 class SessionError(Exception):
@@ -201,7 +202,12 @@ def check_points(planned: list[tuple[str, Point]], runner: Runner) -> None:
         for job in point.jobs:
             host_stack.check_knobs(job.knobs, "host", defaults)
 
+    transports = TransportCheck(runner)
+
     def jobs(point: Point, target_stack: Stack, host_stack: Stack) -> None:
+        refusal = transports.refusal(point, target_stack, host_stack)
+        if refusal:
+            raise StackError(refusal)
         if point.jobs:
             host_stack.check_timing(point.runtime, point.ramp_time)
         for job in point.jobs:

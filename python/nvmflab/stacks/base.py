@@ -20,7 +20,7 @@ from typing import Any
 
 from ..knobs import KNOBS, Fixed, KnobMap, Side
 from ..plan import PerfJob, TargetSetup
-from ..topology.base import Host
+from ..topology.base import Host, HostError
 
 # Which side of the connection each knob is set on (both: each side sets its own socket).
 KNOB_SIDES: dict[str, tuple[Side, ...]] = {name: knob.sides for name, knob in KNOBS.items()}
@@ -47,6 +47,15 @@ def error_line(text: str) -> str:
         if "error" in lowered or "panicked" in lowered or "failed" in lowered:
             return line
     return useful[-1] if useful else lines[-1] if lines else "(no output)"
+
+
+def links_rdma(host: Host, path: str) -> bool:
+    """Whether the program at `path` on `host` was linked against rdma-core's librdmacm (the
+    `rdma` feature of our binaries, an SPDK built with RDMA)."""
+    try:
+        return host.run(["grep", "-qa", "librdmacm.so", path], check=False, timeout=20).returncode == 0
+    except HostError:
+        return False
 
 
 class RunningTarget(ABC):
@@ -126,6 +135,11 @@ class Stack(ABC):
     def unavailable(self, host: Host, side: Side) -> str | None:
         """None when this side of the stack can run on `host`, else what is missing there."""
         return None
+
+    def rdma_unavailable(self, host: Host, side: Side) -> str | None:
+        """None when this side of the stack can speak NVMe over RDMA on `host` (its build, its
+        modules), else why not. The RDMA device itself is topology/rdma.py's to check."""
+        return f"the {self.name} {side} has no NVMe over RDMA"
 
     @abstractmethod
     def versions(self, host: Host) -> dict[str, str | None]: ...

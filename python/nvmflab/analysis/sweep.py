@@ -3,19 +3,25 @@ metrics against the swept knob.
 
 The swept knobs are the knob columns whose value differs between the usable points. The first
 numeric one is the x axis of the figures; the others, if any, name their lines.
+
+A sweep of one knob over exactly two values is a comparison: its finding states the second value
+against the first for IOPS, bandwidth, mean and p99 latency, each with its 95 % interval (Welch over
+repeats, which `repeated` interleaves) and Holm's correction over the four metrics. The real A/A
+run (`test_aa_run.py`: so_priority 0 against 6 on loopback) goes through this path.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
 
 from .. import plots
-from .common import excluded_points, study_rows
+from .common import compare_frames, corrected, excluded_points, stated, study_rows
 from .result import Figure, StudyResult, Table
 from .stats import KNOB_COLUMNS, aggregate, usable
-from .text import kiops, size, us
+from .text import kiops, mbps, size, us
 
 KNOBS = [c for c in KNOB_COLUMNS if c not in ("leg", "role", "engine")]
 AXIS_LABELS = {
@@ -30,6 +36,18 @@ LOG2_KNOBS = ("iodepth", "bs", "numjobs")
 
 def swept_knobs(data: pd.DataFrame) -> list[str]:
     return [k for k in KNOBS if k in data and data[k].astype(str).nunique() > 1]
+
+
+def with_point_knobs(data: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The rows with every point knob that varies and is not a result column (so_priority, tos, ...)
+    as a column, and the names of those columns: a swept knob outside KNOB_COLUMNS is still swept
+    (before, a sweep of so_priority read as "one point, nothing swept" and pooled both values)."""
+    if data.empty or "knobs_json" not in data:
+        return data, []
+    parsed = [json.loads(k) if isinstance(k, str) else {} for k in data["knobs_json"]]
+    names = sorted({n for p in parsed for n in p} - set(KNOBS) - {"file_dir"})
+    varying = [n for n in names if len({json.dumps(p.get(n), sort_keys=True) for p in parsed}) > 1]
+    return data.assign(**{n: [p.get(n) for p in parsed] for n in varying}), varying
 
 
 def _value(knob: str, value: object) -> str:
@@ -79,7 +97,8 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame, name: str) -> StudyR
         out.findings.append(f"The sweep has no usable measurement ({rows['point_id'].nunique()} point(s), "
                             "all failed, skipped or invalid).")
         return out
-    knobs = swept_knobs(data)
+    data, extra = with_point_knobs(data)
+    knobs = swept_knobs(data) + extra
     agg = aggregate(data, by=knobs or ["leg"])
     out.tables.append(Table("Every point", points_table(agg, knobs),
                             "Mean over repeats; host CPU is the load generator's usr + sys % summed over "
@@ -88,8 +107,28 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame, name: str) -> StudyR
     if not knobs:
         out.findings.append(f"One point, nothing swept: {kiops(best['iops_mean'])}, p99 {us(best['lat_p99_ns_mean'])}.")
         return out
-    out.findings.append(
-        f"{len(agg)} points over {', '.join(knobs)}: the highest throughput, {kiops(best['iops_mean'])}, at "
-        f"{_where(best, knobs)}; the lowest p99, {us(fastest['lat_p99_ns_mean'])}, at {_where(fastest, knobs)}.")
+    if len(knobs) == 1 and len(agg) == 2:  # a comparison: its difference, not the larger of two means
+        out.findings.append(two_values(data, knobs[0], list(agg[knobs[0]])))
+    else:
+        out.findings.append(
+            f"{len(agg)} points over {', '.join(knobs)}: the highest throughput, {kiops(best['iops_mean'])}, at "
+            f"{_where(best, knobs)}; the lowest p99, {us(fastest['lat_p99_ns_mean'])}, at {_where(fastest, knobs)}.")
     _figures(name, agg, knobs, out)
     return out
+
+
+CONTRAST = (("iops", "IOPS", kiops), ("bw_bytes", "bandwidth", mbps), ("lat_mean_ns", "mean latency", us),
+            ("lat_p99_ns", "p99 latency", us))
+
+
+def two_values(data: pd.DataFrame, knob: str, values: list) -> str:
+    """The second value of a two-valued sweep against the first, per main metric (Holm over them)."""
+    first, second = (data[data[knob].astype(str) == str(v)] for v in values)
+    diffs = corrected([compare_frames(first, second, metric) for metric, _, _ in CONTRAST])
+    parts = [f"{label} " + stated(d, fmt, "clearly different" if d.decidable else "cannot decide",
+                                  same="no clear difference")
+             for (_, label, fmt), d in zip(CONTRAST, diffs)]
+    clear = [label for (_, label, _), d in zip(CONTRAST, diffs) if d.clear]
+    head = (f"{knob} = {_value(knob, values[1])} against {knob} = {_value(knob, values[0])}: "
+            + (f"a clear difference in {', '.join(clear)}" if clear else "no clear difference in any main metric"))
+    return head + " — " + "; ".join(parts) + "."

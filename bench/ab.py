@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Interleaved A/B of two nvmf-target binaries under one nvmf-perf: each round runs every
 workload against A then B (B then A on odd rounds), so a shared machine's drift falls on both.
-Target on one core, host on another, null namespace. Prints per-workload medians, B/A ratios,
-and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
+Target on one core, host on another, null namespace. Prints per-workload medians, B/A ratios of the
+medians, the ratio of the means with its 95 % interval (Fieller) and Welch's p, and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
 rusage; a polling process spins its core, so event-mode rows are the ones that show the work).
 
-Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--rounds 5] [--seconds 3]
-                   [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
+With --perf-a (and --perf-b) each side gets its own nvmf-perf too: the whole stack before against
+after, for changes to both sides.
+
+Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
+                   [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+from nvmflab.analysis.decide import fieller, welch  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -95,6 +102,17 @@ def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int,
             "target_sys_s_per_gib": (after[1] - before[1]) / gib}
 
 
+def ratio_interval(runs: list[dict], key: str) -> str:
+    """B/A of the mean IOPS over the rounds, its 95 % interval (Fieller: A's variance included)
+    and Welch's two-sided p of the difference, as one column; '—' with fewer than two runs a side."""
+    side = {s: [x["iops"] for x in runs if x["side"] == s and x["work"] == key and "iops" in x] for s in "AB"}
+    if min(len(v) for v in side.values()) < 2:
+        return f"{'—':>22} {'—':>6}"
+    r, lo, hi = (float(v) for v in fieller(side["A"], side["B"]))
+    p = float(welch(side["A"], side["B"])[2])
+    return f"{r:.3f} ({lo:.2f}–{hi:.2f})".rjust(22) + f" {p:6.3f}"
+
+
 def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, float]:
     return after.children_user - before.children_user, after.children_system - before.children_system
 
@@ -104,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--a", required=True, help="the baseline nvmf-target binary")
     ap.add_argument("--b", required=True, help="the nvmf-target binary measured against it")
     ap.add_argument("--perf", default=str(Path(__file__).resolve().parent.parent / "target/release/nvmf-perf"))
+    ap.add_argument("--perf-a", help="nvmf-perf for side A (default --perf)")
+    ap.add_argument("--perf-b", help="nvmf-perf for side B (default --perf)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--ramp", type=int, default=1)
@@ -113,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
+    perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
     runs = []
     for r in range(a.rounds):
         order = [("A", a.a), ("B", a.b)] if r % 2 == 0 else [("B", a.b), ("A", a.a)]
@@ -124,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 with Target(binary, a.target_core, mode) as target:
                     for w in todo:
                         t0 = os.times()
-                        run = measure(a.perf, target, w, a.host_core, a.seconds, a.ramp)
+                        run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp)
                         usr, sys_ = host_cpu(t0, os.times())
                         if "bw_bytes" in run:
                             gib = run["bw_bytes"] * (a.seconds + a.ramp) / GIB
@@ -133,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"round {r + 1} {label} {w['key']}: "
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
                               file=sys.stderr, flush=True)
-    print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6}   CPU s/GiB host usr+sys, target usr+sys: A | B")
+    print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6} {'means, 95 % interval':>22} {'p':>6}   "
+          "CPU s/GiB host usr+sys, target usr+sys: A | B")
     for w in works:
         med = {}
         for side in ("A", "B"):
@@ -143,13 +165,15 @@ def main(argv: list[str] | None = None) -> int:
                                    "target_usr_s_per_gib", "target_sys_s_per_gib")}
         a_, b_ = med["A"]["iops"], med["B"]["iops"]
         ratio = f"{b_ / a_:.3f}" if a_ and b_ else "—"
+        interval = ratio_interval(runs, w["key"])
         fmt = lambda m: f"{m['iops'] / 1000:.1f} K" if w["bs"] < 65536 else f"{m['bw_bytes'] / 1e9:.2f} GB/s"  # noqa: E731
         cpu = " | ".join(f"{m['host_usr_s_per_gib']:.3f}+{m['host_sys_s_per_gib']:.3f}, "
                          f"{m['target_usr_s_per_gib']:.3f}+{m['target_sys_s_per_gib']:.3f}" if m["iops"] else "—"
                          for m in (med["A"], med["B"]))
-        print(f"{w['key']:28} {fmt(med['A']) if a_ else '—':>12} {fmt(med['B']) if b_ else '—':>12} {ratio:>6}   {cpu}")
+        print(f"{w['key']:28} {fmt(med['A']) if a_ else '—':>12} {fmt(med['B']) if b_ else '—':>12} {ratio:>6} "
+              f"{interval}   {cpu}")
     if a.out:
-        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "runs": runs}, indent=1))
+        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": runs}, indent=1))
     return 0
 
 

@@ -420,3 +420,17 @@ def test_the_readme_keeps_the_latest_figures_of_each_cpu_vendor():
     assert "amd run 2" in three and "amd run 1" not in three and "intel run 1" in three
     assert three.count("### Latest on AMD") == 1 and "older prose" in three
     assert report.readme_with_latest("# bench\n", "Intel", "x").endswith("<!-- end latest Intel -->\n")
+
+
+def test_ab_gives_the_ratio_of_means_with_its_interval_and_p():
+    spec = importlib.util.spec_from_file_location("bench_ab", Path(__file__).resolve().parents[2] / "bench" / "ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    runs = [{"side": s, "work": "w", "iops": v} for s, vals in (("A", (100, 102, 98, 101)), ("B", (80, 83, 79, 82)))
+            for v in vals] + [{"side": "B", "work": "w", "error": "boom"}]
+    text = ab.ratio_interval(runs, "w")
+    ratio, interval, p = text.split()[0], text.split()[1], float(text.split()[2])
+    assert ratio == "0.808" and p < 0.001
+    low, high = (float(x) for x in interval.strip("()").split("–"))
+    assert low < 0.808 < high < 1.0, "a clear drop: the interval stays below 1"
+    assert ab.ratio_interval(runs[:5], "w").split() == ["—", "—"], "one B run gives no interval"

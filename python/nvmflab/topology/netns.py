@@ -58,12 +58,12 @@ class EmulatedLink:
     and sockets on it have a NAPI id (busy polling has a queue to poll); `self.napi` says whether
     that worked and `self.emulation` names it."""
 
-    def __init__(self, delay_us: int, rate: str | None, napi: bool = False):
+    def __init__(self, delay_us: int, rate: str | None, napi: bool = False, mtu: int | None = None):
         suffix = str(os.getpid())
         self.netns = f"nvmflab-{suffix}"
         self.host_if, self.target_if = f"nvfh{suffix}"[:15], f"nvft{suffix}"[:15]
         self.host_ip, self.target_ip = addresses(os.getpid())
-        self.delay_us, self.rate, self.want_napi = delay_us, rate, napi
+        self.delay_us, self.rate, self.want_napi, self.mtu = delay_us, rate, napi, mtu
         self.emulation = "none"  # what the link really does, stored with every point
         self.napi: bool = False
         self.napi_error: str = ""
@@ -72,6 +72,9 @@ class EmulatedLink:
         try:
             _ip("netns", "add", self.netns)
             _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.target_if)
+            if self.mtu:  # both ends, before the target's moves into the namespace
+                _ip("link", "set", self.host_if, "mtu", str(self.mtu))
+                _ip("link", "set", self.target_if, "mtu", str(self.mtu))
             _ip("link", "set", self.target_if, "netns", self.netns)
             _ip("addr", "add", f"{self.host_ip}/24", "dev", self.host_if)
             _ip("link", "set", self.host_if, "up")

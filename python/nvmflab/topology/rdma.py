@@ -176,8 +176,8 @@ class TransportCheck:
     port is up, or a stack side without RDMA (`Stack.rdma_unavailable`: a build without it, a
     missing kernel module). Each host and stack side is asked once per check."""
 
-    def __init__(self, hosts: Any):
-        self.hosts = hosts
+    def __init__(self, runner: Any):
+        self.runner = runner  # its hosts are looked at only for a point that is not all tcp
         self._devices: dict[int, str | None] = {}
         self._sides: dict[tuple[int, str, str], str | None] = {}
 
@@ -190,8 +190,9 @@ class TransportCheck:
         transport = wanted.pop()
         if "on" in {point.knobs.get("tls")} | {j.knobs.get("tls") for j in point.jobs}:
             return f"tls = on: TLS is an NVMe/TCP feature, not one of NVMe over {transport.upper()}"
-        sides = [(target_stack, "target", self.hosts.target)] if point.target is not None else []
-        sides += [(host_stack, "host", self.hosts.initiator(job.host)) for job in point.jobs]
+        hosts = self.runner.hosts
+        sides = [(target_stack, "target", hosts.target)] if point.target is not None else []
+        sides += [(host_stack, "host", hosts.initiator(job.host)) for job in point.jobs]
         for stack, side, host in sides:
             reason = self._device(host) or self._side(stack, side, host)
             if reason:

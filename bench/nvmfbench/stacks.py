@@ -119,7 +119,7 @@ class Bench:
         except (StackError, HostError) as err:
             return {"error": str(err)}
         if tls:
-            argv += tls_host_args(base, target, self.psk_path)
+            argv += tls_host_args(base, target, self.psk_path, argv)
         target_before = target.cpu_seconds() or (0.0, 0.0)
         before = sysstat.local_snapshot(cores)
         proc = self.host.spawn(argv, cpus, log)
@@ -171,13 +171,13 @@ SPDK_SPEC = "spdk-spec"
 SPDK_MAX_QUEUE_DEPTH = 256
 
 
-def tls_host_args(host_stack: str, target: RunningTarget, psk_path: Path) -> list[str]:
-    """What a TLS host adds to its command line. spdk_nvme_perf: its `ssl` socket and the PSK file
-    (the harness's SPDK host has no TLS). nvmf-perf already has --tls from the knob; on SPDK 24.01's
+def tls_host_args(host_stack: str, target: RunningTarget | None, psk_path: Path, argv: list[str]) -> list[str]:
+    """What a TLS host adds to its command line `argv`, unless it is there already. spdk_nvme_perf:
+    its `ssl` socket and the PSK file. nvmf-perf already has --tls from the knob; on SPDK 24.01's
     target it must offer a version 0 identity, the only one SPDK accepts (tests/spdk/test_spdk_tls.py)."""
     if host_stack in (SPDK, SPDK_SPEC):
-        return ["-S", "ssl", "--psk-path", str(psk_path)]
-    if get_stack_name(target) == SPDK:
+        return [] if "-S" in argv else ["-S", "ssl", "--psk-path", str(psk_path)]
+    if target is not None and get_stack_name(target) == SPDK and "--tls-key-identity" not in argv:
         return ["--tls-key-identity", "0"]
     return []
 
@@ -203,8 +203,8 @@ def spdk_transport_args(extra: list[str], psk_path: Path | None = None) -> Itera
     PSK, as tests/spdk/test_spdk_tls.py configures it (the harness's SPDK target has no TLS)."""
     original = spdk_stack.target_rpcs
 
-    def with_extra(setup: TargetSetup, port: int) -> list[list[str]]:
-        calls = original(setup, port)
+    def with_extra(setup: TargetSetup, port: int, *more: Any, **named: Any) -> list[list[str]]:
+        calls = original(setup, port, *more, **named)
         for call in calls:
             if call[0] == "nvmf_create_transport" and "-q" not in call:
                 call += extra
@@ -218,13 +218,16 @@ def spdk_transport_args(extra: list[str], psk_path: Path | None = None) -> Itera
 
 
 def secure_channel(calls: list[list[str]], psk_path: Path) -> list[list[str]]:
-    """SPDK's target calls with every listener TLS-only and TLS_HOSTNQN the one host, with its PSK."""
+    """SPDK's target calls with every listener TLS-only and TLS_HOSTNQN the one host, with its PSK.
+    Where the calls already say so (a harness whose SPDK target does TLS itself), they stay as they are."""
+    admitted = {c[1] for c in calls if c[0] == "nvmf_subsystem_add_host" and TLS_HOSTNQN in c}
     out = []
     for call in calls:
         if call[0] == "nvmf_create_subsystem":
             out.append([a for a in call if a != "-a"])  # no longer open to any host
-            out.append(["nvmf_subsystem_add_host", call[1], TLS_HOSTNQN, "--psk", str(psk_path)])
-        elif call[0] == "nvmf_subsystem_add_listener":
+            if call[1] not in admitted:
+                out.append(["nvmf_subsystem_add_host", call[1], TLS_HOSTNQN, "--psk", str(psk_path)])
+        elif call[0] == "nvmf_subsystem_add_listener" and "--secure-channel" not in call:
             out.append(call + ["--secure-channel"])
         else:
             out.append(call)

@@ -245,7 +245,7 @@ def test_spdk_tls_target_admits_one_host_with_its_psk_on_a_secure_channel(tmp_pa
     from nvmflab.stacks import spdk
     from nvmflab.stacks.ours import TLS_HOSTNQN
 
-    from nvmfbench.stacks import Bench, spdk_transport_args, spdk_transport_extra, tls_host_args
+    from nvmfbench.stacks import Bench, secure_channel, spdk_transport_args, spdk_transport_extra, tls_host_args
 
     nqn = "nqn.2024-01.io.nvmflab:t"
     setup = TargetSetup(cores=(0,), mode="poll", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
@@ -259,7 +259,12 @@ def test_spdk_tls_target_admits_one_host_with_its_psk_on_a_secure_channel(tmp_pa
     assert next(c for c in calls if c[0] == "nvmf_subsystem_add_listener")[-1] == "--secure-channel"
     plain = spdk.target_rpcs(setup, 4420)
     assert "--secure-channel" not in sum(plain, []) and "-a" in next(c for c in plain if c[0] == "nvmf_create_subsystem")
-    assert tls_host_args("spdk", None, psk) == ["-S", "ssl", "--psk-path", str(psk)]
+    assert tls_host_args("spdk", None, psk, ["perf"]) == ["-S", "ssl", "--psk-path", str(psk)]
+    assert tls_host_args("spdk", None, psk, ["perf", "-S", "ssl"]) == [], "never twice"
+    # A harness whose SPDK target does TLS itself: its calls are kept, nothing is added twice.
+    own = [["nvmf_create_subsystem", nqn, "-s", "X"], ["nvmf_subsystem_add_host", nqn, TLS_HOSTNQN, "--psk", "k"],
+           ["nvmf_subsystem_add_listener", nqn, "-t", "tcp", "--secure-channel"]]
+    assert secure_channel(own, psk) == own
     bench = Bench(tmp_path, None)
     assert bench.psk_path.read_text() == bench.tls_key and bench.psk_path.stat().st_mode & 0o077 == 0
 

@@ -103,7 +103,8 @@ def test_contention_keeps_wrapped_different_cores_out_of_its_findings(tmp_path):
                     "sys_cpu": 5.0}])
     result = contention.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
-    assert "put network apps on the storage app's cores for T-app with 2 flow(s) (host cpu1,cpu2)" in text
+    assert ("network apps landed on cores their placement meant to keep apart (the storage app's, each other's, "
+            "or on one machine the other side's) for T-app with 2 flow(s) on different cores (host cpu1,cpu2)") in text
     assert "A T-app with 1 iperf3 flow on different cores" in text
     assert "A T-app with 2 iperf3 flows on different cores" not in text
     table = next(t.frame for t in result.tables if t.title == "Storage apps beside iperf3 flows")

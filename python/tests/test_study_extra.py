@@ -288,7 +288,7 @@ def test_a_contention_point_run_again_measures_its_flows_again_and_keeps_only_th
     from nvmflab.studies import contention as study
 
     monkeypatch.setattr(study.time, "sleep", lambda s: None)
-    flows = study.Flows(ctx=None, layout={}, duration=1, omit=0)
+    flows = study.Flows(ctx=None, layout={}, duration=1, ramp=0)
     runs = iter([[{"bw_bytes": 1.0}], [{"bw_bytes": 2.0}]])
     flows._measure = lambda: flows.rows.extend(next(runs))
     pending: list = []

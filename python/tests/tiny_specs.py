@@ -15,7 +15,7 @@ size = "16MiB"
 SPECS = {
     "contention": 'study = "contention"\n' + HEAD
                   + '[params]\napps = ["L-app"]\nflows = [1]\nplacements = ["same"]\nflow_slack_s = 0.5\n'
-                    'storage_apps = [2]\n',
+                    'storage_apps = [2]\ngrid_lapps = []\n',
     "dimensions": 'study = "dimensions"\n' + HEAD
                   + '[params]\npatterns = ["randread"]\nbs = ["4k"]\niodepth = 4\ncores = [1]\n'
                     'concurrency_iodepth = [4]\n',

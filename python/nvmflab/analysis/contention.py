@@ -10,7 +10,8 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
+from .common import compare_frames, compare_values, corrected, excluded_points, missing_leg, stated, study_rows
+from .contention_grid import LEG as GRID, analyze_grid, flow_totals
 from .contention_many import LEG as MANY, analyze_many_apps
 from .cores_used import used_text, with_cores
 from .extra import means, r1, ratio, with_knobs
@@ -20,7 +21,10 @@ from .text import mbps, times, us
 
 STUDY = "contention"
 KNOBS = ["app", "net_flows", "placement", "part", "net_shares_storage_core", "storage_apps"]
-PLACE = {"same_core": "same core", "different_core": "different cores"}
+PLACE = {"same_core": "same core", "different_core": "different cores",
+         "one_per_core": "one core per network app (the first on the storage app's)"}
+# isolated network points name their layout by placement ("none": stored before one existed, all on the storage core)
+PLACEMENT_LEG = {"same": "same_core", "none": "same_core", "different": "different_core", "one_per_core": "one_per_core"}
 
 
 def gbit(bytes_per_s: float) -> str:
@@ -38,13 +42,22 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                             + (f": {missing_leg(rows, 'isolated', 'nothing can be compared')}" if not rows.empty else "."))
         return out
     data = with_cores(data.assign(net_flows=pd.to_numeric(data["net_flows"])))
-    storage = data[(data["part"] == "storage") & (data["role"] == "main") & (data["leg"] != MANY)]
+    storage = data[(data["part"] == "storage") & (data["role"] == "main") & ~data["leg"].isin([MANY, GRID])]
     network = data[data["part"] == "network"]
     _storage(rows, storage, out, network)
-    _network(rows, network[network["leg"] != MANY], out)
+    _network(rows, network[~network["leg"].isin([MANY, GRID])], out)
     _cpu(network, out)
     analyze_many_apps(rows, data, out)
+    analyze_grid(rows, data, out)
     return out
+
+
+def flagged(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose flows landed on cores their placement meant to keep apart (knob
+    net_shares_storage_core, set by the study where a small machine wrapped the cores)."""
+    if frame.empty or "net_shares_storage_core" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["net_shares_storage_core"].map(lambda v: v is True or v == 1 or v == "True")
 
 
 def flow_cores(network: pd.DataFrame) -> str:
@@ -67,21 +80,26 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult,
     mixed = storage[storage["leg"].isin(list(PLACE))]
     # "Different cores" that wrapped onto the storage app's cores (a small machine) are flagged and
     # kept out of the comparisons: they would claim a separation that was not there.
-    wrapped = (mixed["leg"] == "different_core") & mixed["net_shares_storage_core"].map(
-        lambda v: v is True or v == 1 or v == "True") if "net_shares_storage_core" in mixed else None
-    if wrapped is not None and wrapped.any():
-        cells = sorted({(a, int(n)) for a, n in zip(mixed.loc[wrapped, "app"], mixed.loc[wrapped, "net_flows"])})
+    wrapped = flagged(mixed)
+    if wrapped.any():
+        cells = sorted({(PLACE[leg], a, int(n)) for leg, a, n in
+                        zip(mixed.loc[wrapped, "leg"], mixed.loc[wrapped, "app"], mixed.loc[wrapped, "net_flows"])})
+        legs = sorted(set(mixed.loc[wrapped, "leg"]))
         out.findings.append(
-            "On this machine the \"different cores\" placement put network apps on the storage app's cores for "
-            + ", ".join(f"{a} with {n} flow(s)" for a, n in cells)
-            + f" ({flow_cores(network[(network['leg'] == 'different_core')])}): those points are flagged "
+            "On this machine network apps landed on cores their placement meant to keep apart (the storage "
+            "app's, each other's, or on one machine the other side's) for "
+            + ", ".join(f"{a} with {n} flow(s) on {place}" for place, a, n in cells)
+            + f" ({flow_cores(network[network['leg'].isin(legs)])}): those points are flagged "
               "(net_shares_storage_core) and left out of the findings below.")
         mixed = mixed[~wrapped]
     if alone.empty:
         out.findings.append(missing_leg(rows, "isolated", "no storage app has a baseline to compare against"))
         return
     if mixed.empty:
-        for leg in PLACE:
+        if wrapped.any():
+            return  # said above: every point with network apps wrapped onto shared cores
+        asked = [leg for leg in PLACE if leg in set(rows["leg"])] or list(PLACE)
+        for leg in asked:
             out.findings.append(missing_leg(rows, leg, f"storage apps on {PLACE[leg]} with network apps are not shown"))
         return
     med = means(mixed, ["app", "leg", "net_flows"])
@@ -112,8 +130,10 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult,
                             "T-app: sequential read 128 KiB QD4; L-app: sequential read 4 KiB QD1; one job each."))
     out.tables.append(Table("Storage apps beside iperf3 flows", pd.DataFrame(records),
                             "Same core: the flows' clients on the storage app's host core and their servers on the "
-                            "target core serving it. Different cores: each flow on cores of its own (wrapping on "
-                            "small machines, see the knob net_shares_storage_core)."))
+                            "target core serving it. Different cores: each flow on cores of its own. One core per "
+                            "network app: flow i on host and target core i, so the first shares the storage app's "
+                            "cores (the source's one-to-one mapping). Small machines wrap cores: see the knob "
+                            "net_shares_storage_core."))
     out.figures.append(Figure("contention_storage_vs_flows", plots_extra.lines(
         series, title="Storage throughput kept vs number of competing iperf3 flows",
         xlabel="iperf3 flows (network apps)", ylabel="% of the app's throughput alone"),
@@ -147,41 +167,74 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult,
             out.findings.append(f"An L-app with {flows}: mean latency {mean}; p99 {p99}.")
 
 def _network(rows: pd.DataFrame, network: pd.DataFrame, out: StudyResult) -> None:
+    """Throughput per flow over the storage app's window, alone and beside each storage app in the
+    same layout, with the interval of the difference over repeats (Holm over the cells)."""
     flows = network[network["engine"] == "iperf3"]
     if flows.empty:
-        mine = rows[rows["part"] == "network"] if "part" in rows else rows.iloc[0:0]
+        mine = rows[rows["part"] == "network"] if "part" in rows else rows
         reasons = mine["error"].dropna()
         out.findings.append("No network app was measured" + (f" ({reasons.iloc[0]})" if len(reasons) else "")
                             + ", so the network apps' throughput and the CPU per core are not shown.")
         return
-    per_point = flows.groupby(["point_id", "leg", "app", "net_flows"], as_index=False)["bw_bytes"].sum()
-    per_point["per_flow"] = per_point["bw_bytes"] / per_point["net_flows"]
-    med = per_point.groupby(["leg", "app", "net_flows"], as_index=False)[["bw_bytes", "per_flow"]].mean()
-    alone = med[med["leg"] == "isolated"].set_index("net_flows")
-    records, series = [], {}
-    for _, row in med.iterrows():
-        base = alone["per_flow"].get(row["net_flows"], math.nan)
-        beside = "alone" if row["leg"] == "isolated" else f"beside the {row['app']} on {PLACE.get(row['leg'], row['leg'])}"
-        records.append({"iperf3 flows": int(row["net_flows"]), "running": beside, "total Gbit/s": r1(row["bw_bytes"] * 8, 1e9, 2),
-                        "per flow Gbit/s": r1(row["per_flow"] * 8, 1e9, 2),
-                        "per flow % of alone": r1(100 * ratio(row["per_flow"], base))})
-        xs, ys = series.get(beside, ([], []))
-        series[beside] = (xs + [row["net_flows"]], ys + [row["per_flow"] * 8 / 1e9])
+    flows = flows.assign(layout=[PLACEMENT_LEG.get(p, leg) if leg == "isolated" else leg
+                                 for leg, p in zip(flows["leg"], flows["placement"])])
+    every = flow_totals(flows, ["leg", "layout", "app", "net_flows", "net_shares_storage_core"])
+    kept_out = every[flagged(every)]
+    per_point = every[~flagged(every)]
+    cells, diffs, series = [], [], {}
+    for (leg, layout, app, n), group in every.groupby(["leg", "layout", "app", "net_flows"], sort=True):
+        alone = every[(every["leg"] == "isolated") & (every["layout"] == layout) & (every["net_flows"] == n)]
+        shared = bool(flagged(group).any() or flagged(alone).any())
+        cells.append((leg, layout, app, int(n), group, alone, shared))
+        diffs.append(compare_values(list(alone["per_flow"]), list(group["per_flow"]))
+                     if leg != "isolated" and not shared else None)
+    tested = corrected([d for d in diffs if d is not None])
+    it = iter(tested)
+    diffs = [next(it) if d is not None else None for d in diffs]
+    records = []
+    for (leg, layout, app, n, group, alone, shared), diff in zip(cells, diffs):
+        mean, base = float(group["per_flow"].mean()), float(alone["per_flow"].mean()) if len(alone) else math.nan
+        beside = "alone" if leg == "isolated" else f"beside the {app}"
+        records.append({"iperf3 flows": n, "placement": PLACE.get(layout, layout), "running": beside,
+                        "flow cores": flow_cores(network[(network["leg"] == leg) & (network["net_flows"] == n)
+                                                         & (network["app"] == app)]) or "—",
+                        "total Gbit/s": r1(float(group["bw_bytes"].mean()) * 8, 1e9, 2),
+                        "per flow Gbit/s": r1(mean * 8, 1e9, 2), "per flow % of alone": r1(100 * ratio(mean, base)),
+                        "Δ per flow vs alone": diff.text(gbit) if diff is not None else "—",
+                        "repeats": len(group), "cores shared": "yes (flagged)" if shared else "no"})
+        label = f"{beside}, {PLACE.get(layout, layout)}"
+        xs, ys = series.get(label, ([], []))
+        series[label] = (xs + [n], ys + [mean * 8 / 1e9])
+        if diff is not None:
+            kept = 100 * ratio(mean, base)
+            out.findings.append(
+                f"{n} iperf3 flow{'s' if n > 1 else ''} on {PLACE.get(layout, layout)} beside the {app}: per-flow "
+                "throughput " + stated(diff, gbit, f"kept {kept:.0f} % of the same flows alone",
+                                       f"{gbit(mean)} vs {gbit(base)}", "showed no significant difference from alone")
+                + ".")
     out.tables.append(Table("Network apps (iperf3) alone and beside storage apps", pd.DataFrame(records),
-                            "Receiver-side throughput per iperf3 client; flows last ramp_time + runtime (+ a little "
-                            "slack beside a storage app, whose start they precede)."))
+                            "Throughput per flow over the storage app's measured window (iperf3 interval records "
+                            "cut to it); alone = the same flows in the same layout without a storage app, in the "
+                            "same rounds. Δ: mean over repeats with its 95 % interval (Welch), Holm over the cells; "
+                            "none where flows wrapped onto cores meant to be apart (cores shared)."))
     out.figures.append(Figure("contention_network_per_flow", plots_extra.lines(
         series, title="Throughput per network app vs number of flows", xlabel="iperf3 flows",
-        ylabel="Gbit/s per flow"), "Means over repeats."))
-    if len(alone):
-        first = alone.iloc[0]
-        out.findings.append(f"Alone, {int(alone.index[0])} iperf3 flow{'s' if alone.index[0] > 1 else ''} reached "
-                            f"{gbit(first['per_flow'])} per flow"
-                            + (f"; {int(alone.index[-1])} flows {gbit(alone.iloc[-1]['per_flow'])} per flow."
-                               if len(alone) > 1 else "."))
-    else:
-        out.findings.append(missing_leg(rows[rows["part"] == "network"], "isolated",
-                                        "the network apps have no baseline alone"))
+        ylabel="Gbit/s per flow"), "Means over repeats, over the storage app's window."))
+    if len(kept_out):
+        out.findings.append(f"{len(kept_out)} network measurement(s) whose flows wrapped onto shared cores are left "
+                            "out of the network findings (net_shares_storage_core).")
+    alone = per_point[per_point["leg"] == "isolated"]
+    if alone.empty:
+        if not (kept_out["leg"] == "isolated").any():
+            out.findings.append(missing_leg(rows[rows["part"] == "network"], "isolated",
+                                            "the network apps have no baseline alone"))
+        return
+    for layout, group in alone.groupby("layout", sort=True):
+        med = group.groupby("net_flows")["per_flow"].mean().sort_index()
+        where = "" if layout == "same_core" else f" ({PLACE.get(layout, layout)})"
+        lo, hi = int(med.index[0]), int(med.index[-1])
+        out.findings.append(f"Alone, {lo} iperf3 flow{'s' if lo > 1 else ''}{where} reached {gbit(med.iloc[0])} per flow"
+                            + (f"; {hi} flows {gbit(med.iloc[-1])} per flow." if len(med) > 1 else "."))
 
 
 def _cpu(network: pd.DataFrame, out: StudyResult) -> None:
@@ -198,7 +251,7 @@ def _cpu(network: pd.DataFrame, out: StudyResult) -> None:
         "user %": [r1(v) for v in med["usr_cpu"]], "system %": [r1(v) for v in med["sys_cpu"]]}),
         "From /proc/stat over the flows' lifetime; system includes irq and softirq. On one machine (loopback) "
         "sender and receiver cores belong to the same kernel, so both sides' work shows on both."))
-    top = med[(med["app"] == "T-app") & (med["leg"] != MANY)]
+    top = med[(med["app"] == "T-app") & ~med["leg"].isin([MANY, GRID])]
     if top.empty:
         top = med
     flows_max = top["net_flows"].max()

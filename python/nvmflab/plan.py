@@ -57,6 +57,7 @@ class PerfJob:
     local_file_size: int | None = None  # bytes the runner makes local_path (files.place_file) before the point
     host: str | None = None  # initiator host by inventory name; None = the topology's first
     hostnqn: str | None = None  # the host NQN to connect with; None = the stack's own default
+    spread: tuple[str, ...] = ()  # run on each of these initiators at once, results merged (spread.py)
 
 
 def generator_roles(n: int) -> list[str]:
@@ -107,7 +108,8 @@ class Point:
             for sub in target["subsystems"]:
                 sub["path"] = _path_id(sub["path"])
         jobs = [{"role": j.role, "knobs": j.knobs, "cpus": list(j.cpus), "nqn": j.nqn, "host": j.host,
-                 "hostnqn": j.hostnqn, "local_path": _path_id(j.local_path), "local_file_size": j.local_file_size}
+                 "hostnqn": j.hostnqn, "local_path": _path_id(j.local_path), "local_file_size": j.local_file_size,
+                 **({"spread": list(j.spread)} if j.spread else {})}  # unspread jobs keep their old keys
                 for j in self.jobs]
         return {"target": target, "jobs": jobs}
 

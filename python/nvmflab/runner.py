@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import counters, perfstat, probes, procs, sysstat
+from . import counters, perfstat, probes, procs, spread, sysstat
 from .files import place_file
 from .metrics import summarize
 from .plan import PerfJob, Point, TargetSetup
@@ -86,6 +86,8 @@ class Runner:
             host = self.hosts.initiator(job.host)
             out["jobs"][job.role] = {"stack": host_stack.name, "version": self._safe_version(host_stack, host),
                                      "host": host_identity(host)}
+            if job.spread:  # a role on several hosts: each of them defines the measurement
+                out["jobs"][job.role]["spread"] = [host_identity(self.hosts.initiator(name)) for name in job.spread]
         return out
 
     def reusable(self, points: list[Point]) -> set[str]:
@@ -221,40 +223,83 @@ class Runner:
 
     def _run_perf(self, point: Point, host_stack: Stack, target: RunningTarget | None,
                   raw: dict[str, Any]) -> dict[str, Any]:
+        """Every load generator of the point; a role spread over several hosts (PerfJob.spread)
+        runs one part per host, all released at one moment, and its parts' reports are merged."""
         running: list[tuple[PerfJob, Host, Any, str, Path, HostProcess]] = []
         sessions = []
+        parts = {job.role: self.parts(job) for job in point.jobs}
+        spread_count = max((len(p) for p in parts.values() if len(p) > 1), default=0)
+        at = spread.start_moment(spread_count) if spread_count else None
         try:
             for job in point.jobs:
-                host = self.hosts.initiator(job.host)
-                session = host_stack.open_host(job, target, host, self.workdir)
-                sessions.append(session)
-                output = self._output_path(host, f"{point.key}-{job.role}.json")
-                argv = session.perf_argv(point.runtime, point.ramp_time, output)
-                raw.setdefault("argv", {})[job.role] = argv
-                log = self.workdir / f"{point.key}-{job.role}.log"
-                log.unlink(missing_ok=True)
-                running.append((job, host, session, output, log, host.spawn(argv, job.cpus, log)))
-            results = {}
+                for part in parts[job.role]:
+                    host = self.hosts.initiator(part.host)
+                    session = host_stack.open_host(part, target, host, self.workdir)
+                    sessions.append(session)
+                    suffix = f"{job.role}@{host.name}" if len(parts[job.role]) > 1 else job.role
+                    output = self._output_path(host, f"{point.key}-{suffix}.json")
+                    argv = session.perf_argv(point.runtime, point.ramp_time, output)
+                    if len(parts[job.role]) > 1:
+                        raw.setdefault("argv", {}).setdefault(job.role, {})[host.name] = argv
+                        argv = spread.barrier_argv(argv, at)
+                    else:
+                        raw.setdefault("argv", {})[job.role] = argv
+                    log = self.workdir / f"{point.key}-{suffix}.log"
+                    log.unlink(missing_ok=True)
+                    running.append((part, host, session, output, log, host.spawn(argv, part.cpus, log)))
+            results: dict[str, Any] = {}
             for job, host, session, output, log, proc in running:
-                timeout = point.ramp_time + point.runtime + PERF_GRACE_S
+                timeout = point.ramp_time + point.runtime + PERF_GRACE_S + (spread.lead_s(spread_count) if at else 0)
                 code, usr_s, sys_s = proc.wait(timeout)
-                name = argv_name(raw["argv"][job.role])
+                argv = raw["argv"][job.role]
+                name = argv_name(argv[host.name] if isinstance(argv, dict) else argv)
+                where = f"{job.role} on {host.name}" if isinstance(argv, dict) else job.role
                 if code is None:
-                    raise PointFailed(f"{name} ({job.role}) still running {timeout:.0f} s after start; killed")
+                    raise PointFailed(f"{name} ({where}) still running {timeout:.0f} s after start; killed")
                 if code != 0:
-                    raise PointFailed(f"{name} ({job.role}) exited {code}: {_last_line(log)}")
+                    raise PointFailed(f"{name} ({where}) exited {code}: {_last_line(log)}")
                 try:
                     parsed = session.parse_output(host.read_text(output))
                 except (HostError, StackError) as err:
-                    raise PointFailed(f"{name} ({job.role}) wrote no readable report: {err}") from None
-                raw.setdefault("perf", {})[job.role] = parsed
-                results[job.role] = {"json": parsed, "usr_s": usr_s, "sys_s": sys_s}
-            return results
+                    raise PointFailed(f"{name} ({where}) wrote no readable report: {err}") from None
+                results.setdefault(job.role, []).append({"host": host.name, "json": parsed, "usr_s": usr_s,
+                                                         "sys_s": sys_s, "log": log})
+            return {role: self._merged(role, found, at, raw) for role, found in results.items()}
         finally:
             for *_, proc in running:
                 proc.stop()
             for session in sessions:
                 session.close()
+
+    def parts(self, job: PerfJob) -> list[PerfJob]:
+        """The job as it runs on each of its hosts: itself, or one copy per host of its spread,
+        on the same positions among that host's usable cores."""
+        if not job.spread:
+            return [job]
+        first = self.hosts.initiator(job.host).cores
+        return [replace(job, host=name, cpus=spread.part_cpus(job.cpus, first, self.hosts.initiator(name).cores))
+                for name in job.spread]
+
+    @staticmethod
+    def _merged(role: str, found: list[dict[str, Any]], at: float | None, raw: dict[str, Any]) -> dict[str, Any]:
+        """A role's output: its only process's, or its parts' merged (spread.merge_reports) with
+        their CPU seconds added; each part's report and the start skew go to the raw record."""
+        if len(found) == 1:
+            only = found[0]
+            raw.setdefault("perf", {})[role] = only["json"]
+            return {"json": only["json"], "usr_s": only["usr_s"], "sys_s": only["sys_s"], "parts": [only]}
+        merged = spread.merge_reports([part["json"] for part in found])
+        raw.setdefault("perf", {})[role] = merged
+        released = {part["host"]: spread.released_ns(part["json"], _text(part["log"])) for part in found}
+        raw.setdefault("spread", {})[role] = {"hosts": [part["host"] for part in found],
+                                              "parts": {part["host"]: part["json"] for part in found},
+                                              "start": spread.start_record(at, released)}
+
+        def total(name: str) -> float | None:
+            values = [part[name] for part in found]
+            return None if any(v is None for v in values) else sum(values)
+
+        return {"json": merged, "usr_s": total("usr_s"), "sys_s": total("sys_s"), "parts": found}
 
     # -- noise (sysstat.py) -------------------------------------------------------------------
 
@@ -271,7 +316,8 @@ class Runner:
             out[key] = (first, None if have is None or not cores else sorted(set(have) | set(cores)))
 
         for job in point.jobs:
-            add(self.hosts.initiator(job.host), job.cpus)
+            for part in self.parts(job):
+                add(self.hosts.initiator(part.host), part.cpus)
         if point.target:
             add(self._target_host(point.target), point.target.cores)
         return out
@@ -291,8 +337,9 @@ class Runner:
                perf: dict[str, dict] | None = None) -> dict[str, Any]:
         experiment = {key: 0.0 for key in machines}
         for job in point.jobs:
-            key = sysstat.machine_key(self.hosts.initiator(job.host))
-            experiment[key] += (outputs[job.role]["usr_s"] or 0.0) + (outputs[job.role]["sys_s"] or 0.0)
+            for part in outputs[job.role]["parts"]:
+                key = sysstat.machine_key(self.hosts.initiator(part["host"]))
+                experiment[key] += (part["usr_s"] or 0.0) + (part["sys_s"] or 0.0)
         if point.target and target_cpu_s is not None:
             experiment[sysstat.machine_key(self._target_host(point.target))] += max(0.0, target_cpu_s)
         try:
@@ -300,8 +347,9 @@ class Runner:
                        for key in machines if key in before and key in after}
             roles: dict[str, dict[str, list[int]]] = {}
             for job in point.jobs:
-                key = sysstat.machine_key(self.hosts.initiator(job.host))
-                roles.setdefault(key, {})[job.role] = sorted(job.cpus)
+                for part in self.parts(job):
+                    key = sysstat.machine_key(self.hosts.initiator(part.host))
+                    roles.setdefault(key, {})[job.role] = sorted(part.cpus)
             if point.target:
                 roles.setdefault(sysstat.machine_key(self._target_host(point.target)), {})["target"] = \
                     sorted(point.target.cores)
@@ -398,6 +446,13 @@ def outage_text(outputs: dict[str, Any]) -> str | None:
     if not seen:
         return None
     return f"connection lost and re-established during the run ({'; '.join(seen)}); a re-run measures it again"
+
+
+def _text(path: Path) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _one_line(err: Exception) -> str:

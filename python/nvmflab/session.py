@@ -373,10 +373,15 @@ def render_plan(planner: PlanningRunner) -> str:
             lines += [f"  {line}" for line in target_stack.plan_target(point.target, target_host)]
             last_setup = (point.target, target_stack.name)
         for job in point.jobs:
-            host = hosts.initiator(job.host)
-            address = point.target.listen_ip if point.target else ""
-            steps = host_stack.plan_host(job, address, 4420, host, runtime=point.runtime, ramp_time=point.ramp_time)
-            lines += [f"  {line}" for line in steps]
+            parts = planner.parts(job)  # a spread role: one load generator per host (spread.py)
+            if len(parts) > 1:
+                lines.append(f"  ({job.role} on {len(parts)} hosts at once, each released at one agreed moment)")
+            for part in parts:
+                host = hosts.initiator(part.host)
+                address = point.target.listen_ip if point.target else ""
+                steps = host_stack.plan_host(part, address, 4420, host, runtime=point.runtime,
+                                             ramp_time=point.ramp_time)
+                lines += [f"  {line}" for line in steps]
     return "\n".join(lines) if lines else "(no points)"
 
 

@@ -48,6 +48,9 @@ class Topology(_Strict):
     inventory: str | None = None  # ssh: inventory file (nvmflab TOML or Ansible YAML), relative to the spec
     target: str | None = None  # ssh: inventory name of the target host
     initiators: list[str] = []  # ssh: inventory names of the initiator hosts; the first is the default
+    # The load generator on several initiators at once (spread.py): "all", "first" or a list of
+    # initiators; unset: "all" for saturation and stacks, "first" for the other studies.
+    spread: Literal["all", "first"] | Annotated[list[str], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _check_kind(self) -> "Topology":
@@ -60,6 +63,12 @@ class Topology(_Strict):
             for name, value in ssh_fields.items():
                 if value:
                     raise ValueError(f"{name}: only a `kind = \"ssh\"` topology takes it")
+        if isinstance(self.spread, list):
+            unknown = [h for h in self.spread if h not in self.initiators]
+            if unknown:
+                raise ValueError(f"spread: {unknown[0]!r} is not one of the initiators ({', '.join(self.initiators) or 'none: a local topology has one'})")
+            if len(set(self.spread)) != len(self.spread):
+                raise ValueError("spread: a host is listed twice")
         return self
 
 

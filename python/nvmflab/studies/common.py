@@ -17,6 +17,7 @@ from ..analysis.stats import ci95_halfwidth, collapse_jobs, diff_interval, usabl
 from ..plan import PerfJob, Point, Subsystem, TargetSetup, point_key
 from ..runner import Outcome, Runner
 from ..spec import Spec, validate_knobs
+from ..spread import spread_hosts
 from ..store import ResultsStore
 from ..tlskey import random_key
 
@@ -313,7 +314,8 @@ def tcp_point(ctx: Context, leg: str, knobs: dict[str, Any], repeat: int, netns:
     topo = ctx.spec.topology
     sub = subsystem or backend_subsystem(ctx, "main")
     job = PerfJob(role="main", knobs=_job_knobs(knobs), cpus=ctx.phys(topo.host_cores), nqn=sub.nqn,
-                  hostnqn=ctx.spec.stack.hostnqn)
+                  hostnqn=ctx.spec.stack.hostnqn,
+                  spread=spread_hosts(topo, ctx.study, [h.name for h in ctx.runner.hosts.initiators]))
     return Point(study=ctx.study, leg=leg, knobs=knobs, repeat=repeat, jobs=[job], runtime=ctx.spec.runtime,
                  ramp_time=ctx.spec.ramp_time,
                  target=target_setup(ctx, knobs, [sub], topo.target_cores, netns, listen_ip),

@@ -1,0 +1,271 @@
+"""Load from many initiators at once (spread.py): which hosts, the start barrier, the merge, and a
+real run with three initiators on the netns sshd bed (sshbed.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import sshbed
+from conftest import REPO
+
+from nvmflab import spread
+from nvmflab.metrics import summarize
+from nvmflab.spec import Topology
+
+BIN_DIR = REPO / "target" / "release"
+# Bound on the start skew of three initiators (latest release minus earliest). On the bed the
+# parts share this machine's clock, so the skew is the barrier's own: a sleep's wake-up on a
+# loaded 2-core machine. Measured 0.2-3 ms here; 50 ms leaves room for a busy CI runner and is
+# still far below a point's ramp and runtime.
+SKEW_BOUND_MS = 50.0
+
+
+# -- which hosts -------------------------------------------------------------------------------
+
+
+class Topo:
+    def __init__(self, spread=None):
+        self.spread = spread
+
+
+@pytest.mark.parametrize("choice, study, expected", [
+    (None, "saturation", ("a", "b", "c")),
+    (None, "stacks", ("a", "b", "c")),
+    (None, "polling", ()),  # other studies keep their load on the first initiator
+    ("first", "saturation", ()),
+    ("all", "polling", ("a", "b", "c")),
+    (["c", "b"], "overhead", ("c", "b")),
+    (["a"], "saturation", ()),  # the first initiator alone is no spread: same point, same key
+    (["b"], "saturation", ("b",)),
+])
+def test_spread_hosts(choice, study, expected):
+    assert spread.spread_hosts(Topo(choice), study, ["a", "b", "c"]) == expected
+
+
+def test_a_single_initiator_never_spreads():
+    assert spread.spread_hosts(Topo(None), "saturation", ["local"]) == ()
+    assert spread.spread_hosts(Topo("all"), "stacks", ["lab-1"]) == ()
+
+
+def test_spec_spread_is_checked_against_the_initiators():
+    ssh = dict(kind="ssh", inventory="lab.toml", target="t", initiators=["a", "b"])
+    assert Topology(**ssh, spread=["b", "a"]).spread == ["b", "a"]
+    assert Topology(**ssh, spread="all").spread == "all"
+    for bad, error in ((["a", "x"], "'x' is not one of the initiators (a, b)"), (["a", "a"], "listed twice"),
+                       ([], "at least 1"), ("some", "Input should be 'all' or 'first'")):
+        with pytest.raises(ValueError, match=error if "(" not in error else None) as info:
+            Topology(**ssh, spread=bad)
+        assert error in str(info.value)
+    with pytest.raises(ValueError, match="none: a local topology has one"):
+        Topology(spread=["lab-1"])
+
+
+def test_unspread_points_keep_their_keys():
+    from nvmflab.plan import PerfJob, Point
+
+    def key(**extra):
+        job = PerfJob(role="main", knobs={"iodepth": 1}, cpus=(1,), nqn="n", **extra)
+        return Point(study="s", leg="l", knobs={"iodepth": 1}, repeat=0, jobs=[job], runtime=1, ramp_time=0).key
+
+    assert key() == key(spread=())
+    assert key(spread=("a", "b")) != key() and key(spread=("a", "b")) != key(spread=("a", "c"))
+
+
+def test_part_cpus_keep_their_positions_on_each_host():
+    assert spread.part_cpus((4, 5), [4, 5, 6], [0, 1]) == (0, 1)
+    assert spread.part_cpus((6,), [4, 5, 6], [0, 1]) == (0,)  # wraps on a smaller host
+    assert spread.part_cpus((1,), None, [0, 1]) == (1,)
+
+
+# -- the barrier -------------------------------------------------------------------------------
+
+
+def test_barrier_argv_per_load_generator():
+    at = 1764216000.123456
+    assert spread.barrier_argv(["/x/nvmf-perf", "run", "-a", "1.2.3.4"], at)[-2:] == ["--start-at", "1764216000.123456"]
+    wrapped = spread.barrier_argv(["fio", "--name=x"], at)
+    assert wrapped[:2] == ["sh", "-c"] and wrapped[-2:] == ["fio", "--name=x"] and wrapped[4] == "1764216000123456000"
+
+
+def test_shell_barrier_waits_until_the_moment_then_runs_the_command(tmp_path):
+    at = time.time() + 0.4
+    done = subprocess.run(spread.barrier_argv(["sh", "-c", 'date +%s%N > "$0"', str(tmp_path / "ran")], at),
+                          capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    released = spread.released_ns({}, done.stderr)
+    ran = int((tmp_path / "ran").read_text())
+    assert released is not None and released >= int(at * 1e9)
+    assert released - int(at * 1e9) < 200e6  # woke within 200 ms of the moment, even on a loaded machine
+    assert ran >= released
+    past = subprocess.run(spread.barrier_argv(["true"], time.time() - 5), capture_output=True, text=True, timeout=10)
+    assert past.returncode == 0 and spread.released_ns({}, past.stderr) is not None  # a past moment: at once
+
+
+def test_released_prefers_the_generators_own_record():
+    assert spread.released_ns({"nvmflab": {"start": {"at_ns": 1, "released_ns": 7}}}, "") == 7
+    assert spread.released_ns({}, "noise\nnvmflab-start released_ns=42\n") == 42
+    assert spread.released_ns({"nvmflab": {"start": {"released_ns": "x"}}}, "garbage") is None
+
+
+# -- the merge ---------------------------------------------------------------------------------
+
+
+def report(iops: float, ios: int, histogram: list[list[int]], mean: float, usr: float = 1.0) -> dict:
+    side = {"total_ios": ios, "iops": iops, "bw_bytes": iops * 4096, "clat_ns": {"mean": mean, "max": histogram[-1][0]}}
+    return {"fio version": "nvmf-perf-x", "jobs": [{"read": side, "write": {"total_ios": 0}, "job_runtime": 2000,
+                                                   "usr_cpu": usr, "sys_cpu": 2.0, "ctx": 3}],
+            "nvmflab": {"engine": "tcp", "voluntary_ctx": 2, "involuntary_ctx": 1,
+                        "histogram": {"read": histogram, "write": []},
+                        "intervals": [{"t_ms": 1000, "iops": iops, "read_iops": iops, "write_iops": 0,
+                                       "lat_p99_ns": histogram[-1][0]}],
+                        "outages": []}}
+
+
+def test_merged_report_adds_throughput_and_merges_histograms():
+    parts = [report(1000, 2000, [[10_000, 1500], [50_000, 500]], 20_000),
+             report(3000, 6000, [[10_000, 5900], [90_000, 100]], 11_333),
+             report(500, 1000, [[20_000, 1000]], 20_000)]
+    merged = summarize(spread.merge_reports(parts))
+    alone = [summarize(p) for p in parts]
+    for column in ("iops", "bw_bytes", "read_iops", "total_ios", "ctx", "voluntary_ctx", "involuntary_ctx"):
+        assert merged[column] == sum(a[column] for a in alone), column
+    assert json.loads(merged["histogram_json"]) == [[10_000, 7400], [20_000, 1000], [50_000, 500], [90_000, 100]]
+    # the mean is over every I/O (weighted), not the mean of the three means
+    assert merged["lat_mean_ns"] == pytest.approx((2000 * 20_000 + 6000 * 11_333 + 1000 * 20_000) / 9000)
+    # p90 of all 9000 I/Os (rank 8100: 8400 lie at or below 20 us), neither the parts' mean p90
+    # (26.7 us) nor their worst (50 us)
+    assert [a["lat_p90_ns"] for a in alone] == [50_000, 10_000, 20_000]
+    assert merged["lat_p90_ns"] == 20_000 and merged["lat_p99_ns"] == 90_000 and merged["lat_max_ns"] == 90_000
+    interval = json.loads(merged["intervals_json"])[0]
+    assert interval["iops"] == 4500 and interval["lat_p99_ns"] == 90_000
+
+
+def test_merge_of_one_part_is_that_part():
+    only = report(1, 1, [[1, 1]], 1)
+    assert spread.merge_reports([only]) is only
+
+
+def test_start_record_measures_the_skew():
+    record = spread.start_record(10.0, {"a": 10_000_000_000, "b": 10_002_000_000, "c": 10_000_500_000})
+    assert record["skew_ms"] == 2.0 and record["latest_after_at_ms"] == 2.0
+    assert spread.start_record(10.0, {"a": 10_000_000_000, "b": None})["skew_ms"] is None  # unknown: not claimed
+
+
+# -- for real: three initiators on the sshd bed ---------------------------------------------------
+
+needs_bed = pytest.mark.skipif(sshbed.unavailable() is not None, reason=f"ssh test bed: {sshbed.unavailable()}")
+needs_binaries = pytest.mark.skipif(not (BIN_DIR / "nvmf-target").exists() or not (BIN_DIR / "nvmf-perf").exists(),
+                                    reason="needs target/release/nvmf-target and nvmf-perf (cargo build --release)")
+
+SPEC = """
+name = "spread"
+study = "{study}"
+repeats = 1
+ramp_time = 0
+runtime = 1.5
+[workload]
+rw = "randread"
+[backend]
+kind = "null"
+[topology]
+kind = "ssh"
+inventory = "lab.toml"
+target = "lab-0"
+initiators = ["lab-1", "lab-2", "lab-3"]
+target_cores = [0]
+host_cores = [1]
+{extra}
+"""
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    if sshbed.unavailable():
+        pytest.skip(sshbed.unavailable())
+    with sshbed.SshBed(tmp_path_factory.mktemp("spreadbed"), count=4) as made:
+        yield made
+
+
+@needs_bed
+@needs_binaries
+def test_three_initiators_start_together_and_add_up(bed, tmp_path):
+    """The saturation study (which spreads by default) with its load generator on lab-1, lab-2 and
+    lab-3 against one target on lab-0: every part ran, started within SKEW_BOUND_MS of the
+    others, and the stored row is the sum of the parts."""
+    from conftest import nvmflab
+
+    from nvmflab.store import ResultsStore
+
+    (tmp_path / "lab.toml").write_text(bed.inventory_toml())
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.format(study="saturation", extra=textwrap.dedent("""
+        [params]
+        resources = ["initiator"]
+        numjobs = [1]
+        iodepth = [4]
+        target_core_counts = []
+    """)))
+    env = dict(os.environ, NVMFLAB_BIN_DIR=str(BIN_DIR))
+    started = time.monotonic()
+    done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=180)
+    print(f"run: {time.monotonic() - started:.1f} s")
+    assert done.returncode == 0, done.stderr
+    frame = ResultsStore(tmp_path / "r").measurements()
+    measured = frame[frame["status"] != "skipped"]
+    assert len(measured) and set(measured["status"]) == {"ok"}, frame[["leg", "status", "error"]].to_string()
+    skews = []
+    for _, row in measured.iterrows():
+        raw = json.loads((tmp_path / "r" / "raw" / f"{row['point_key']}.json").read_text())
+        record = raw["spread"]["main"]
+        assert record["hosts"] == ["lab-1", "lab-2", "lab-3"]
+        # each part ran on its own host: the load generator's copy there, the target's address
+        assert sorted(raw["argv"]["main"]) == ["lab-1", "lab-2", "lab-3"]
+        for argv in raw["argv"]["main"].values():
+            assert argv[0].endswith("/nvmf-perf") and bed.ips[0] in argv
+        start = record["start"]
+        released = list(start["released_ns"].values())
+        assert len(released) == 3 and all(ns is not None for ns in released)
+        assert min(released) >= start["at_ns"] - 1_000_000  # nobody went before the moment
+        assert start["skew_ms"] == (max(released) - min(released)) / 1e6 < SKEW_BOUND_MS, start
+        skews.append(start["skew_ms"])
+        parts = [summarize(p) for p in record["parts"].values()]
+        assert all(p["iops"] > 0 for p in parts)
+        for column in ("iops", "bw_bytes", "total_ios"):
+            assert row[column] == pytest.approx(sum(p[column] for p in parts), rel=1e-9), column
+        histogram = json.loads(row["histogram_json"])
+        assert sum(c for _, c in histogram) == sum(p["total_ios"] for p in parts) == row["total_ios"]
+        assert row["lat_p99_ns"] <= max(p["lat_p99_ns"] for p in parts)
+        assert row["perf_usr_s"] > 0
+    print(f"start skew of three initiators: {', '.join(f'{s:.2f}' for s in skews)} ms")
+    assert not [c for ns in bed.namespaces for c in bed.commands(ns) if c.startswith("nvmf-")]
+
+
+@needs_bed
+@needs_binaries
+def test_stacks_plans_its_load_on_every_initiator(bed, tmp_path):
+    """The stacks study spreads by default too (spread = "first" opts out: test_spread_hosts)."""
+    from conftest import nvmflab
+
+    (tmp_path / "lab.toml").write_text(bed.inventory_toml())
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.format(study="stacks", extra=textwrap.dedent("""
+        [params]
+        targets = ["ours"]
+        hosts = ["ours"]
+        baseline = "ours/ours"
+        iodepth = [4]
+        bapp_iodepth = 1
+    """)))
+    plan = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), "--plan",
+                   env=dict(os.environ, NVMFLAB_BIN_DIR=str(BIN_DIR)))
+    assert plan.returncode == 0, plan.stderr
+    ran = sorted({line.split(":")[0].strip(" [") for line in plan.stdout.splitlines() if "nvmf-perf run" in line})
+    assert ran == ["lab-1", "lab-2", "lab-3"], plan.stdout
+    assert plan.stdout.count("(main on 3 hosts at once") == 3  # L-app, T-app and B-app points

@@ -66,7 +66,8 @@ class Topology(_Strict):
         if isinstance(self.spread, list):
             unknown = [h for h in self.spread if h not in self.initiators]
             if unknown:
-                raise ValueError(f"spread: {unknown[0]!r} is not one of the initiators ({', '.join(self.initiators) or 'none: a local topology has one'})")
+                have = ", ".join(self.initiators) or "none: a local topology has one"
+                raise ValueError(f"spread: {unknown[0]!r} is not one of the initiators ({have})")
             if len(set(self.spread)) != len(self.spread):
                 raise ValueError("spread: a host is listed twice")
         return self

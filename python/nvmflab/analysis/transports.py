@@ -99,7 +99,7 @@ def _table(data: pd.DataFrame, link: str, out: StudyResult) -> None:
             "B-app peak MB/s": r1(bapp["bw_bytes"].max(), 1e6, 0) if len(bapp) else math.nan,
             "host µs/IO (T-app deepest QD)": r1(deep["host_cpu_us_per_io"], 1, 2) if deep is not None else math.nan,
             "target µs/IO (T-app deepest QD)": r1(deep["target_cpu_us_per_io"], 1, 2) if deep is not None else math.nan,
-            "repeats": int(lapp["repeats"].iloc[0]) if len(lapp) else 0})
+            "repeats": max((int(m["repeats"].max()) for m in (lapp, tapp, bapp) if len(m)), default=0)})
     out.tables.append(Table(f"Per stack and transport ({link})", pd.DataFrame(records),
                             "Means over repeats. µs/IO: user + system + softirq of each side's cores per I/O "
                             "(per-core /proc/stat), not split where the sides shared a core."))

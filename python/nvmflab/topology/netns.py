@@ -1,4 +1,5 @@
-"""A network namespace joined to this one by a veth pair with `tc netem` on both ends.
+"""A network namespace joined to this one by a veth pair with `tc netem` on both ends (a rate
+alone: `tc tbf`, the rate shaper, which kernels without sch_netem still have).
 
 The target runs inside the namespace at the link's `target_ip`; the host stays outside at its
 `host_ip` (a /24 per process, so links of runs at the same time do not collide). Needs root
@@ -8,6 +9,7 @@ and `ip`/`tc`; `unavailable()` says why not when it cannot work here.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +89,15 @@ class EmulatedLink:
                 # Nothing to emulate: no qdisc at all, so the hop costs what a veth pair costs.
                 self.emulation = "plain veth (no delay or rate asked)" + (" with NAPI" if self.napi else "")
                 return self
+            if not self.delay_us and tbf_burst(self.rate) is not None:
+                # A rate alone is tbf's job (netem is not built into every kernel: this one's lacks it).
+                try:
+                    self._tbf([], self.host_if)
+                    self._tbf(["ip", "netns", "exec", self.netns], self.target_if)
+                    self.emulation = f"tbf rate {self.rate}"
+                    return self
+                except NetnsError:
+                    _run(["tc", "qdisc", "del", "dev", self.host_if, "root"], check=False)
             try:
                 self._netem([], self.host_if)
                 self._netem(["ip", "netns", "exec", self.netns], self.target_if)
@@ -107,6 +118,12 @@ class EmulatedLink:
         except NetnsError as err:
             self.napi_error = str(err)[:200]
 
+    def _tbf(self, prefix: list[str], dev: str) -> None:
+        # The bucket holds 4 ms at the rate (a 250 Hz kernel refills it every 4 ms); 10 ms of queue.
+        burst = tbf_burst(self.rate)
+        _run(prefix + ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", str(self.rate), "burst",
+                       str(burst), "latency", "10ms"])
+
     def _netem(self, prefix: list[str], dev: str) -> None:
         # Half the round-trip delay on each side, so ping shows delay_us.
         args = ["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", f"{self.delay_us / 2:g}us"]
@@ -119,11 +136,25 @@ class EmulatedLink:
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
 
+_RATE = re.compile(r"^(\d{1,6}(?:\.\d{1,3})?)([kmgt]?)(bit|bps)$")
+
+
+def tbf_burst(rate: str | None) -> int | None:
+    """tbf's bucket in bytes for a tc rate (`10gbit`, `500mbit`, `1gbps`): 4 ms of traffic, at
+    least 64 KiB; None for a rate this does not read (netem gets it as given)."""
+    match = _RATE.match((rate or "").strip().lower())
+    if not match:
+        return None
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[match.group(2)]
+    bytes_per_s = float(match.group(1)) * scale / (8 if match.group(3) == "bit" else 1)
+    return max(64 << 10, int(bytes_per_s * 0.004))
+
+
 def _ip(*args: str) -> None:
     _run(["ip", *args])
 
 
-def _run(argv: list[str]) -> None:
+def _run(argv: list[str], check: bool = True) -> None:
     done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
+    if done.returncode != 0 and check:
         raise NetnsError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")

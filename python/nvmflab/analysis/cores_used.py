@@ -148,6 +148,17 @@ def used_text(rows: pd.DataFrame) -> str:
     return " | ".join(seen)
 
 
+def cores_text(rows: pd.DataFrame) -> str:
+    """used_text over the rows' points (each point once), or "—" when no point recorded its cores:
+    the "cores used" column of a table whose rows are groups of points."""
+    if rows.empty or "cpu_cores_json" not in rows:
+        return "—"
+    points = rows.drop_duplicates("point_key") if "point_key" in rows else rows
+    text = used_text(with_cores(points[points["cpu_cores_json"].notna()]))
+    flagged = shared(with_cores(points[points["cpu_cores_json"].notna()])).any() if len(points) else False
+    return (text + (" (roles shared a core)" if flagged else "")) if text else "—"
+
+
 def shared(rows: pd.DataFrame) -> pd.Series:
     """True for rows whose point had roles on one core (unknown counts as not shared)."""
     if rows.empty or "roles_share_core" not in rows:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from .. import plots
 from .common import compare, contrast, excluded_points, leg_rows, missing_leg, stated, study_rows
+from .cores_used import cores_text
 from .formulas import concurrency, overhead_decomposition, peak_ratio
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
@@ -389,4 +390,8 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                             "depth) comparison is missing.")
     _b_app(data, out, veth)
     _softirq(data, out, veth)
+    out.tables.append(Table("Cores used per leg", pd.DataFrame(
+        [{"leg": _name(leg, veth), "cores used": cores_text(data[data["leg"] == leg])} for leg in present]),
+        "The distinct cores each leg's load generator (host) and target were pinned to, as they ran; "
+        "\"roles shared a core\" where a small machine put two roles on one core."))
     return out

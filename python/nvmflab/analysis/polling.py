@@ -16,6 +16,7 @@ import pandas as pd
 
 from .. import plots
 from .common import Difference, compare, corrected, excluded_points, first, leg_rows, missing_leg, study_rows
+from .cores_used import cores_text
 from .decide import pick_shortest_summary
 from .formulas import change_pct
 from .result import Figure, StudyResult, Table
@@ -88,6 +89,7 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
             "p99 95 % CI (± µs)": round(first(qd1, "lat_p99_ns_ci95") / 1e3, 2),
             "lowest iodepth": int(group["iodepth"].min()),
             "repeats": int(first(qd1, "lat_p99_ns_n")) if len(qd1) else 0,
+            "cores used": cores_text(data[data["completion"] == mode]),
             "_p99": first(qd1, "lat_p99_ns_mean"), "_p99_ci": first(qd1, "lat_p99_ns_ci95"),
             "_peak": peak["iops_mean"], "_peak_ci": peak["iops_ci95"],
             "_qd1": qd1.iloc[0] if len(qd1) else None, "_peak_row": peak,
@@ -186,6 +188,7 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
         iops_high = high["iops_mean"].reindex(low.index)
         table[f"KIOPS at QD{high_qd}"] = (iops_high / 1e3).round(2).values
         table["KIOPS change vs 0 µs (%)"] = [round(change_pct(base_iops, v), 1) for v in iops_high]
+    table["cores used"] = [cores_text(data[data["idle_poll_us"] == v]) for v in low.index]
     out.tables.append(Table("Target idle polling period", table,
                             "Each period's p99 at the lowest and IOPS at the highest queue depth, "
                             "relative to no idle polling (0 µs)."))
@@ -376,7 +379,9 @@ def _io_queues(rows: pd.DataFrame, out: StudyResult) -> None:
     table = pd.DataFrame({
         "io_queues": agg["io_queues"].astype(int), "QD": agg["iodepth"].astype(int),
         "KIOPS": (agg["iops_mean"] / 1e3).round(2), "± KIOPS (95 %)": (agg["iops_ci95"] / 1e3).round(2),
-        "p99 (µs)": (agg["lat_p99_ns_mean"] / 1e3).round(1), "repeats": agg["iops_n"].astype(int)})
+        "p99 (µs)": (agg["lat_p99_ns_mean"] / 1e3).round(1), "repeats": agg["iops_n"].astype(int),
+        "cores used": [cores_text(data[(data["io_queues"] == q) & (data["iodepth"] == d)])
+                       for q, d in zip(agg["io_queues"], agg["iodepth"])]})
     out.tables.append(Table("I/O queue count (one job per queue)", table,
                             "Means over repeats with the 95 % interval; the jobs of a point add up (IOPS), "
                             "p99 is the worst job's. Queue count and job count move together here."))

@@ -20,6 +20,7 @@ import pandas as pd
 
 from .. import plots
 from .common import compare, corrected, excluded_points, leg_rows, missing_leg, study_rows
+from .cores_used import cores_text
 from .decide import fewest_not_below_summary
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
@@ -161,7 +162,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                       "Host busy at peak (%)": round(busy["host"] * 100, 1),
                       "Target reactor busy at peak (%)": round(busy["target"] * 100, 1),
                       "Limit confirmed": point["limit"],
-                      "Cores": cores_used(data),
+                      "Cores": used if (used := cores_text(data)) != "—" else cores_used(data),
                       "Points measured": point["points"]})
         figure = plots.iops_vs_qd(
             agg, "numjobs", f"{resource}: IOPS vs queue depth per number of jobs (4 KiB random read)",
@@ -235,7 +236,10 @@ def _target_cores(rows: pd.DataFrame, out: StudyResult) -> None:
     out.tables.append(Table("Target saturation by number of target cores", pd.DataFrame({
         "target cores": agg["target_core_count"].astype(int), "host jobs": agg["numjobs"].astype(int),
         "QD per job": agg["iodepth"].astype(int), "KIOPS": (agg["iops_mean"] / 1e3).round(2),
-        "± KIOPS (95 %)": (agg["iops_ci95"] / 1e3).round(2), "repeats": agg["iops_n"].astype(int)}),
+        "± KIOPS (95 %)": (agg["iops_ci95"] / 1e3).round(2), "repeats": agg["iops_n"].astype(int),
+        "cores used": [cores_text(data[(data["target_core_count"] == c) & (data["numjobs"] == j)
+                                       & (data["iodepth"] == d)])
+                       for c, j, d in zip(agg["target_core_count"], agg["numjobs"], agg["iodepth"])]}),
         f"One target reactor per core against host jobs enough to load them; {cores_used(data) or ''}"))
     figure = plots.series_vs_x(agg.assign(series="4 KiB random read"), "target_core_count", "iops",
                                series="series", title="IOPS vs number of target cores", xlabel="Target cores",

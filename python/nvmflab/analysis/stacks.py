@@ -22,6 +22,7 @@ import pandas as pd
 
 from .. import plots
 from .common import Difference, compare_values, corrected, excluded_points, study_rows
+from .cores_used import cores_text
 from .result import Figure, StudyResult, Table
 from .stats import collapse_jobs, usable
 from .text import kiops, mbps, size, times, us
@@ -98,7 +99,8 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     ref_qd = REFERENCE_QD if REFERENCE_QD in qds else (max(qds) if qds else None)
     samples = _samples(data, ref_qd)
     modes = pair_modes(data)
-    _side_by_side(med, pairs, baseline, ref_qd, samples, out, modes)
+    _side_by_side(med, pairs, baseline, ref_qd, samples, out, modes,
+                  {leg: cores_text(data[data["leg"] == leg]) for leg in pairs})
     if ref_qd is not None:
         _matrix(tapp, pairs, baseline, ref_qd, out)
         _bottleneck(tapp, pairs, ref_qd, samples, out, modes)
@@ -161,8 +163,8 @@ def _tapp_iops(tapp: pd.DataFrame, leg: str, qd: int) -> float:
 
 def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,
                   samples: dict[str, list[float]], out: StudyResult,
-                  modes: dict[str, dict[str, str]] | None = None) -> None:
-    modes = modes or {}
+                  modes: dict[str, dict[str, str]] | None = None, cores: dict[str, str] | None = None) -> None:
+    modes, cores = modes or {}, cores or {}
     unknown = {"target": "not recorded", "host": "not recorded"}
     records = []
     b_lat = _value(med, baseline, "L-app", "lat_mean_ns")
@@ -184,6 +186,7 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
             "L-app latency ÷ baseline": round(lat / b_lat, 2), f"QD{ref_qd} IOPS ÷ baseline": round(iops / b_iops, 2),
             "B-app ÷ baseline": round(bw / b_bw, 2),
             "repeats": int(med[med["leg"] == leg]["repeats"].min()),
+            "cores used": cores.get(leg, "—"),
         })
         if leg != baseline and not math.isnan(iops / b_iops):
             significant, words = _difference_text(family[leg])

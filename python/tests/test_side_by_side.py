@@ -22,7 +22,7 @@ from nvmflab.topology.local import LocalHost
 SIDE_BY_SIDE = {
     "overhead": [{"local", "loopback", "netns"}],
     "parallelism": [{"size_local", "size_remote"}, {"depth_local", "depth_remote"}],
-    "contention": [{"isolated", "same_core", "different_core"}, {"many_apps", "lapps_flows"}],
+    "contention": [{"isolated", "same_core"}, {"many_apps", "lapps_flows"}],
     "dimensions": [{"local", "concurrency"}],
 }
 

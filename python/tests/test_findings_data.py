@@ -151,3 +151,23 @@ def test_the_summary_says_when_other_processes_took_the_cores():
     assert "up to 80 %" in text
     assert findings_data.noise_sentence(busy.assign(noise_pct=[1.0, 1.0, 2.0, 3.0])) is None
     assert findings_data.noise_sentence(pd.DataFrame()) is None
+
+
+def test_stacks_and_interference_comparisons_name_their_metric():
+    """The stacks and interference analyses build their differences themselves (per-repeat IOPS,
+    poll − event per cell); their evidence still names the metric and both sides' repeats."""
+    import pandas as pd
+
+    from nvmflab.analysis.interference import mode_difference
+    from nvmflab.analysis.stacks import welch_difference
+
+    stacks = findings_data.evidence(welch_difference([100.0, 110.0, 105.0], [150.0, 160.0, 155.0]), "x",
+                                    pd.DataFrame())
+    assert stacks["metric"] == "iops" and stacks["a"]["repeats"] == [100.0, 110.0, 105.0]
+    assert stacks["decision"] == "clear increase" and stacks["b"]["mean"] == 155.0
+    cells = pd.DataFrame({"completion": ["event"] * 3 + ["poll"] * 3,
+                          "latency_interference": [1.0, 1.2, 1.1, 2.0, 2.2, 2.1]})
+    polling = findings_data.evidence(mode_difference(cells, "latency_interference"), "y", pd.DataFrame())
+    assert polling["metric"] == "latency_interference"
+    assert polling["a"]["repeats"] == [1.0, 1.2, 1.1] and polling["b"]["repeats"] == [2.0, 2.2, 2.1]
+    assert polling["difference"] == pytest.approx(1.0)

@@ -441,10 +441,13 @@ def _summary(values: pd.Series) -> tuple[float, float, int]:
 
 def mode_difference(samples: pd.DataFrame, metric: str) -> Difference:
     """poll − event of `metric` over repeats (Welch's 95 % interval of the difference)."""
-    ev = _summary(samples.loc[samples["completion"] == "event", metric])
-    po = _summary(samples.loc[samples["completion"] == "poll", metric])
+    event = pd.to_numeric(samples.loc[samples["completion"] == "event", metric], errors="coerce").dropna()
+    poll = pd.to_numeric(samples.loc[samples["completion"] == "poll", metric], errors="coerce").dropna()
+    ev, po = _summary(event), _summary(poll)
     diff, half, p = diff_test(ev[0], ev[1], ev[2], po[0], po[1], po[2])
-    return Difference(diff, half, min(ev[2], po[2]), p)
+    # the metric and both sides' repeats, for findings as data (findings_data.evidence)
+    return Difference(diff, half, min(ev[2], po[2]), p,
+                      source={"metric": metric, "a": event.tolist(), "b": poll.tolist()})
 
 
 def polling_hypothesis(rows: pd.DataFrame, curves: pd.DataFrame, leg: str = "initiator") -> tuple[str, pd.DataFrame]:

@@ -15,6 +15,8 @@ says when the compared sides ran in different modes (then it compares modes as m
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 import tomllib
 
@@ -59,8 +61,10 @@ def medians(data: pd.DataFrame) -> pd.DataFrame:
 
 def welch_difference(a: list[float], b: list[float]) -> Difference:
     """mean(b) − mean(a) of the per-repeat IOPS with Welch's 95 % interval and p value; no interval
-    with fewer than two repeats on a side or repeats without spread ("cannot decide")."""
-    return compare_values(a, b)
+    with fewer than two repeats on a side or repeats without spread ("cannot decide"). The samples
+    are `_samples`' 4 KiB IOPS, named as the metric for findings as data."""
+    d = compare_values(a, b)
+    return replace(d, source={**(d.source or {}), "metric": "iops"})
 
 
 def _difference_text(d: Difference) -> tuple[bool | None, str]:

@@ -33,7 +33,23 @@ pub struct ConnectOptions {
     pub dhchap_ctrl_secret: Option<nvmf_proto::auth::Secret>,
     /// TLS 1.3 with a PSK (`--tls`, `--tls-key`): the handshake comes before ICReq.
     pub tls: Option<crate::tls::TlsOptions>,
+    /// NVMe/TCP, or NVMe over RDMA (with the `rdma` cargo feature).
+    pub transport: Transport,
 }
+
+/// The NVMe-oF transport a queue pair runs on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    #[default]
+    Tcp,
+    /// RDMA CM and verbs (RoCE, iWARP, InfiniBand, Soft-RoCE); `addr` is an address an RDMA
+    /// device reaches.
+    Rdma,
+}
+
+/// Why an RDMA queue cannot be opened by a build without the `rdma` feature.
+pub const NO_RDMA: &str = "this build has no NVMe over RDMA: rebuild with cargo build --release -p nvmf-host --features rdma, \
+     which needs rdma-core's librdmacm-dev and libibverbs-dev";
 
 impl ConnectOptions {
     pub fn new(addr: impl Into<String>, hostnqn: impl Into<String>) -> Self {
@@ -52,6 +68,7 @@ impl ConnectOptions {
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
             tls: None,
+            transport: Transport::Tcp,
         }
     }
 }

@@ -13,7 +13,7 @@ use nvmf_proto::identify::{decode_ns_list, IdentifyController, IdentifyNamespace
 use nvmf_proto::nvme::{admin_opcode, cns, feature};
 use nvmf_proto::Sqe;
 
-use crate::connection::{open_link, ConnectOptions, Link};
+use crate::connection::{ConnectOptions, Link};
 use crate::error::{Error, Result};
 use crate::fabrics;
 pub use crate::fabrics::IoQueueParams;
@@ -70,12 +70,17 @@ pub struct Controller {
 impl Controller {
     /// Connects the admin queue to `subnqn` and enables the controller.
     pub fn connect(opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        Controller::connect_over(open_link(opts, subnqn)?, opts, subnqn)
+        let admin = QueuePair::connect(opts, subnqn, 0, 1, ADMIN_MAX_XFER, ADMIN_IN_CAPSULE, ADMIN_SQSIZE, CNTLID_DYNAMIC)?;
+        Controller::join(admin, opts, subnqn)
     }
 
     /// [`Controller::connect`] over `link` instead of a TCP connection to `opts.addr`.
     pub fn connect_over(link: Box<dyn Link>, opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
-        let mut admin = QueuePair::open(link, opts, 0, 1, ADMIN_MAX_XFER, ADMIN_IN_CAPSULE)?;
+        Controller::join(QueuePair::open(link, opts, 0, 1, ADMIN_MAX_XFER, ADMIN_IN_CAPSULE)?, opts, subnqn)
+    }
+
+    /// Connects the opened admin queue and enables the controller.
+    fn join(mut admin: QueuePair, opts: &ConnectOptions, subnqn: &str) -> Result<Controller> {
         let cntlid = fabrics::connect(&mut admin, opts, subnqn, CNTLID_DYNAMIC, ADMIN_SQSIZE, opts.kato_ms)?;
         let mut ctrl = Controller {
             admin: Arc::new(Mutex::new(admin)),

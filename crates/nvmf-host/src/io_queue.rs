@@ -6,7 +6,7 @@ use std::time::Duration;
 use nvmf_proto::nvme::io_opcode;
 use nvmf_proto::Sqe;
 
-use crate::connection::{open_link, Link};
+use crate::connection::{Link, Transport};
 use crate::error::{Error, Result};
 use crate::fabrics::{self, IoQueueParams};
 use crate::queue::{Completion, QueuePair, Xfer};
@@ -20,32 +20,42 @@ pub struct IoQueue {
     max_io: usize,
 }
 
-/// I/O queue `qid` on `link`, joined to the controller with Connect, in a queue pair of `slots`
-/// command slots (a reconnect needs only Connect's: it keeps its own).
-fn join_io_queue(link: Box<dyn Link>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize, slots: usize) -> Result<QueuePair> {
-    let mut qp = QueuePair::open(link, &params.opts, qid, slots, max_io.max(1024), params.in_capsule)?;
-    // SQSIZE is 0's based: depth + 1 entries, so `depth` commands never fill the queue.
-    fabrics::connect(&mut qp, &params.opts, &params.subnqn, params.cntlid, depth as u16, 0)?;
+/// I/O queue `qid` on `link` (or, without one, a new connection of `params.opts.transport`),
+/// joined to the controller with Connect, in a queue pair of `slots` command slots (a reconnect
+/// needs only Connect's: it keeps its own).
+fn join_io_queue(link: Option<Box<dyn Link>>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize, slots: usize) -> Result<QueuePair> {
+    // SQSIZE is 0's based: depth + 1 entries, so `depth` commands never fill the queue (RDMA
+    // asks for more: see rdma::io_sqsize).
+    let sqsize = match params.opts.transport {
+        Transport::Tcp => depth as u16,
+        Transport::Rdma => crate::rdma::io_sqsize(depth),
+    };
+    let (opts, buf_len) = (&params.opts, max_io.max(1024));
+    let mut qp = match link {
+        Some(link) => QueuePair::open(link, opts, qid, slots, buf_len, params.in_capsule)?,
+        None => QueuePair::connect(opts, &params.subnqn, qid, slots, buf_len, params.in_capsule, sqsize, params.cntlid)?,
+    };
+    fabrics::connect(&mut qp, opts, &params.subnqn, params.cntlid, sqsize, 0)?;
     Ok(qp)
 }
 
 impl IoQueue {
     /// Connects I/O queue `qid` with `depth` command slots, each with a `max_io`-byte buffer.
     pub fn connect(params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        IoQueue::connect_over(open_link(&params.opts, &params.subnqn)?, params, qid, depth, max_io)
+        let qp = join_io_queue(None, params, qid, depth, max_io, depth.max(1))?;
+        Ok(IoQueue { qp, nsid: 1, lba_shift: 9, max_io })
     }
 
     /// [`IoQueue::connect`] over `link` instead of a TCP connection to `params.opts.addr`.
     pub fn connect_over(link: Box<dyn Link>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        let qp = join_io_queue(link, params, qid, depth, max_io, depth.max(1))?;
+        let qp = join_io_queue(Some(link), params, qid, depth, max_io, depth.max(1))?;
         Ok(IoQueue { qp, nsid: 1, lba_shift: 9, max_io })
     }
 
     /// Joins the same qid to the controller `params` names (after a controller reconnect) on a
     /// new connection, and resubmits every command in flight there. Returns how many.
     pub fn reconnect(&mut self, params: &IoQueueParams) -> Result<usize> {
-        let link = open_link(&params.opts, &params.subnqn)?;
-        let fresh = join_io_queue(link, params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
+        let fresh = join_io_queue(None, params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
         self.qp.resubmit_on(fresh, params.in_capsule)
     }
 

@@ -1,7 +1,8 @@
-//! NVMe/TCP host library and the `nvmf-perf` load generator.
+//! NVMe/TCP (and, with the `rdma` feature, NVMe over RDMA) host library and the `nvmf-perf`
+//! load generator.
 //!
 //! [`Controller`] owns the admin queue (connect, enable, Identify, Set Features, Get Log Page,
-//! Keep Alive, shutdown); [`IoQueue`] is one I/O queue pair on its own TCP connection;
+//! Keep Alive, shutdown); [`IoQueue`] is one I/O queue pair on its own connection;
 //! [`discover`] reads a discovery controller's log page; [`Session`] reconnects a lost
 //! controller and its queues ([`ReconnectPolicy`]: nvme-cli's reconnect options). The wire
 //! format comes from `nvmf-proto`; this crate moves the bytes. [`perf`] is the engine behind
@@ -17,11 +18,12 @@ pub mod io_queue;
 pub mod machine;
 pub mod perf;
 pub mod queue;
+pub mod rdma;
 pub mod reconnect;
 pub mod session;
 pub mod tls;
 
-pub use connection::{default_hostnqn, open_link, ConnectOptions, Link};
+pub use connection::{default_hostnqn, open_link, ConnectOptions, Link, Transport};
 pub use controller::{Controller, IoQueueParams};
 pub use discovery::{discover, discover_over};
 pub use error::{Error, Result};

@@ -4,13 +4,17 @@
 //! names (one vectored read: the rest of a payload into its slot, then the receive buffer), and
 //! sleeps in the link when asked to wait. Used for the admin queue (qid 0) and for I/O queues
 //! ([`crate::IoQueue`]).
+//!
+//! With the `rdma` cargo feature a queue pair may instead be an NVMe/RDMA queue pair
+//! ([`crate::rdma::queue::RdmaQueue`]); [`QueuePair::connect`] picks by
+//! [`ConnectOptions::transport`], and everything above the queue pair is the same.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::time::{Duration, Instant};
 
 use nvmf_proto::{Digests, Sqe};
 
-use crate::connection::{ConnectOptions, Link};
+use crate::connection::{open_link, ConnectOptions, Link, Transport};
 use crate::error::{Error, Result};
 pub use crate::machine::{command_name, Completion, QueueMachine, Xfer};
 
@@ -18,17 +22,163 @@ pub use crate::machine::{command_name, Completion, QueueMachine, Xfer};
 const SEND_SLICES: usize = 64;
 
 /// A queue pair on its own connection.
-pub struct QueuePair {
+pub struct QueuePair(Inner);
+
+enum Inner {
+    Tcp(TcpQueue),
+    #[cfg(feature = "rdma")]
+    Rdma(Box<crate::rdma::queue::RdmaQueue>),
+}
+
+/// Calls `$body` with the queue pair's transport-specific queue bound to `$q`.
+macro_rules! each {
+    ($self:expr, $q:ident => $body:expr) => {
+        match &mut $self.0 {
+            Inner::Tcp($q) => $body,
+            #[cfg(feature = "rdma")]
+            Inner::Rdma($q) => $body,
+        }
+    };
+}
+
+impl QueuePair {
+    /// Opens queue `qid` on a new connection of `opts.transport` to `opts.addr`. `sqsize` (0's
+    /// based) and `cntlid` are what its Connect will ask for: NVMe/RDMA states them already in
+    /// the RDMA CM private data.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(opts: &ConnectOptions, subnqn: &str, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize, sqsize: u16, cntlid: u16) -> Result<QueuePair> {
+        match opts.transport {
+            Transport::Tcp => {
+                let _ = (sqsize, cntlid);
+                QueuePair::open(open_link(opts, subnqn)?, opts, qid, depth, buf_len, in_capsule_max)
+            }
+            #[cfg(feature = "rdma")]
+            Transport::Rdma => {
+                if opts.tls.is_some() {
+                    return Err(Error::Unsupported("TLS is NVMe/TCP only: it cannot be used with the rdma transport".into()));
+                }
+                let q = crate::rdma::queue::RdmaQueue::connect(&opts.addr, opts.timeout, qid, depth, buf_len, in_capsule_max, sqsize, cntlid)?;
+                Ok(QueuePair(Inner::Rdma(Box::new(q))))
+            }
+            #[cfg(not(feature = "rdma"))]
+            Transport::Rdma => Err(Error::Unsupported(crate::connection::NO_RDMA.into())),
+        }
+    }
+
+    /// An NVMe/TCP queue pair on `link`: see [`TcpQueue::open`].
+    pub fn open(link: Box<dyn Link>, opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize) -> Result<QueuePair> {
+        Ok(QueuePair(Inner::Tcp(TcpQueue::open(link, opts, qid, depth, buf_len, in_capsule_max)?)))
+    }
+
+    pub fn qid(&self) -> u16 {
+        match &self.0 {
+            Inner::Tcp(q) => q.machine.qid(),
+            #[cfg(feature = "rdma")]
+            Inner::Rdma(q) => q.qid(),
+        }
+    }
+
+    pub fn depth(&self) -> usize {
+        match &self.0 {
+            Inner::Tcp(q) => q.machine.depth(),
+            #[cfg(feature = "rdma")]
+            Inner::Rdma(q) => q.depth(),
+        }
+    }
+
+    /// The data buffer of `tag`: fill it before a write, read it after a read completes.
+    pub fn buffer(&mut self, tag: u16) -> &mut [u8] {
+        each!(self, q => q.buffer(tag))
+    }
+
+    /// Grows `tag`'s buffer (admin commands with large data; never on the data path).
+    pub fn ensure_buffer(&mut self, tag: u16, len: usize) {
+        match &mut self.0 {
+            Inner::Tcp(q) => q.machine.ensure_buffer(tag, len),
+            #[cfg(feature = "rdma")]
+            Inner::Rdma(q) => {
+                // A buffer that cannot be registered stays as it was: the command then fails
+                // with the buffer's size named.
+                if let Err(e) = q.ensure_buffer(tag, len) {
+                    tracing::warn!("growing tag {tag}'s buffer to {len} bytes: {e}");
+                }
+            }
+        }
+    }
+
+    pub fn in_capsule_max(&self) -> usize {
+        match &self.0 {
+            Inner::Tcp(q) => q.machine.in_capsule_max(),
+            #[cfg(feature = "rdma")]
+            Inner::Rdma(q) => q.in_capsule_max(),
+        }
+    }
+
+    /// Queues a command with CID `tag`; it goes out at the next [`QueuePair::commit`] or poll
+    /// (NVMe/RDMA: at once).
+    pub fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
+        each!(self, q => q.submit(tag, sqe, xfer))
+    }
+
+    /// Moves this queue onto `fresh`'s connection (already joined to the controller) and
+    /// submits again every command in flight on the old one. Returns how many.
+    pub(crate) fn resubmit_on(&mut self, fresh: QueuePair, in_capsule_max: usize) -> Result<usize> {
+        match (&mut self.0, fresh.0) {
+            (Inner::Tcp(q), Inner::Tcp(f)) => {
+                q.link = f.link;
+                q.machine.resubmit_on(f.machine, in_capsule_max)
+            }
+            #[cfg(feature = "rdma")]
+            _ => Err(Error::Unsupported("resubmitting commands after a reconnect is NVMe/TCP only".into())),
+        }
+    }
+
+    /// Sends what is queued without waiting (the rest goes out during polls).
+    pub fn commit(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Inner::Tcp(q) => q.flush().map(|_| ()),
+            #[cfg(feature = "rdma")]
+            Inner::Rdma(_) => Ok(()),
+        }
+    }
+
+    /// Processes what has arrived, pushing finished commands into `done` (cleared first).
+    /// With a non-zero `wait` it sleeps up to `wait` until at least one finishes.
+    pub fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
+        each!(self, q => q.poll(wait, done))
+    }
+
+    /// Submits one command on tag 0 and waits for it (admin commands, simple tools).
+    pub fn execute(&mut self, sqe: Sqe, xfer: Xfer, timeout: Duration) -> Result<u64> {
+        let name = command_name(sqe.opcode(), sqe.fctype(), self.qid());
+        self.submit(0, sqe, xfer)?;
+        let deadline = Instant::now() + timeout;
+        let mut done = Vec::with_capacity(1);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout(format!("{name}: no completion within {} ms", timeout.as_millis())));
+            }
+            self.poll(left, &mut done)?;
+            if let Some(c) = done.pop() {
+                return c.result;
+            }
+        }
+    }
+}
+
+/// An NVMe/TCP queue pair: the protocol machine and the link that moves its bytes.
+struct TcpQueue {
     link: Box<dyn Link>,
     machine: QueueMachine,
 }
 
-impl QueuePair {
+impl TcpQueue {
     /// Initializes a connection on `link` (ICReq/ICResp with the digests `opts` asks for,
     /// within `opts.timeout`) for queue `qid` with `depth` slots of `buf_len`-byte buffers.
-    pub fn open(link: Box<dyn Link>, opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize) -> Result<QueuePair> {
+    fn open(link: Box<dyn Link>, opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize) -> Result<TcpQueue> {
         let digests = Digests { header: opts.hdr_digest, data: opts.data_digest };
-        let mut qp = QueuePair { link, machine: QueueMachine::new(qid, depth, buf_len, in_capsule_max, digests) };
+        let mut qp = TcpQueue { link, machine: QueueMachine::new(qid, depth, buf_len, in_capsule_max, digests) };
         let deadline = Instant::now() + opts.timeout;
         let mut done = Vec::new();
         while !qp.machine.is_ready() {
@@ -41,44 +191,14 @@ impl QueuePair {
         Ok(qp)
     }
 
-    pub fn qid(&self) -> u16 {
-        self.machine.qid()
-    }
-
-    pub fn depth(&self) -> usize {
-        self.machine.depth()
-    }
-
     /// The data buffer of `tag`: fill it before a write, read it after a read completes.
-    pub fn buffer(&mut self, tag: u16) -> &mut [u8] {
+    fn buffer(&mut self, tag: u16) -> &mut [u8] {
         self.machine.buffer(tag)
     }
 
-    /// Grows `tag`'s buffer (admin commands with large data; never on the data path).
-    pub fn ensure_buffer(&mut self, tag: u16, len: usize) {
-        self.machine.ensure_buffer(tag, len)
-    }
-
-    pub fn in_capsule_max(&self) -> usize {
-        self.machine.in_capsule_max()
-    }
-
     /// Queues a command with CID `tag`; it goes out at the next [`QueuePair::commit`] or poll.
-    pub fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
+    fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
         self.machine.submit(tag, sqe, xfer)
-    }
-
-    /// Moves this queue onto `fresh`'s connection (already joined to the controller) and
-    /// submits again every command in flight on the old one. Returns how many.
-    pub(crate) fn resubmit_on(&mut self, fresh: QueuePair, in_capsule_max: usize) -> Result<usize> {
-        self.link = fresh.link;
-        self.machine.resubmit_on(fresh.machine, in_capsule_max)
-    }
-
-    /// Sends what is queued without waiting (the rest goes out during polls).
-    pub fn commit(&mut self) -> Result<()> {
-        self.flush()?;
-        Ok(())
     }
 
     /// Writes as much of the pending output as the link takes now. True when all went out.
@@ -107,7 +227,7 @@ impl QueuePair {
 
     /// Processes what has arrived, pushing finished commands into `done` (cleared first).
     /// With a non-zero `wait` it sleeps in the link up to `wait` until at least one finishes.
-    pub fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
+    fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
         done.clear();
         // No clock read when polling (wait zero): this runs once per spin of a polling job.
         let deadline = (!wait.is_zero()).then(|| Instant::now() + wait);
@@ -146,23 +266,5 @@ impl QueuePair {
             self.link.wait(left, true)?;
         }
         Ok(())
-    }
-
-    /// Submits one command on tag 0 and waits for it (admin commands, simple tools).
-    pub fn execute(&mut self, sqe: Sqe, xfer: Xfer, timeout: Duration) -> Result<u64> {
-        let name = command_name(sqe.opcode(), sqe.fctype(), self.qid());
-        self.submit(0, sqe, xfer)?;
-        let deadline = Instant::now() + timeout;
-        let mut done = Vec::with_capacity(1);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout(format!("{name}: no completion within {} ms", timeout.as_millis())));
-            }
-            self.poll(left, &mut done)?;
-            if let Some(c) = done.pop() {
-                return c.result;
-            }
-        }
     }
 }

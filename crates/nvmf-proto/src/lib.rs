@@ -16,6 +16,7 @@ pub mod frame;
 pub mod identify;
 pub mod nvme;
 pub mod pdu;
+pub mod rdma;
 mod le;
 
 pub use frame::{FatalError, Frame, FrameHeader, Framer, Role};

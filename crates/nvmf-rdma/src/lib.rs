@@ -1,5 +1,6 @@
 //! Thin, safe wrappers over rdma-core for nvmflab's NVMe over RDMA transport: a listening RDMA
-//! CM id and its events, and per connection one PD, one CQ (with a completion channel whose fd a
+//! CM id and its events (the target), a resolved outgoing id on its own event channel (the
+//! host, [`Connector`]), and per connection one PD, one CQ (with a completion channel whose fd a
 //! poller waits on), an RC queue pair, memory registrations, posts and completions.
 //!
 //! The C side (`shim.c`) flattens rdma-core's structs into plain arguments, because the verbs
@@ -74,6 +75,18 @@ extern "C" {
     fn nr_channel_fd(ch: *mut RawEventChannel) -> c_int;
     fn nr_listener_close(ch: *mut RawEventChannel, id: *mut RawCmId);
     fn nr_get_event(ch: *mut RawEventChannel, ev: *mut RawEvent) -> c_int;
+    fn nr_resolve(
+        addr: *const c_char,
+        port: *const c_char,
+        timeout_ms: c_int,
+        ch: *mut *mut RawEventChannel,
+        id: *mut *mut RawCmId,
+        cm_status: *mut c_int,
+    ) -> c_int;
+    fn nr_channel_close(ch: *mut RawEventChannel);
+    fn nr_conn_connect(c: *mut RawConn, data: *const c_void, len: u8) -> c_int;
+    fn nr_reg_mr_remote(c: *mut RawConn, addr: *mut c_void, len: usize) -> *mut RawMr;
+    fn nr_mr_rkey(mr: *mut RawMr) -> u32;
     fn nr_reject(id: *mut RawCmId, data: *const c_void, len: u8) -> c_int;
     fn nr_conn_create(id: *mut RawCmId, send_wr: u32, recv_wr: u32, out: *mut *mut RawConn) -> c_int;
     fn nr_conn_destroy(c: *mut RawConn);
@@ -128,12 +141,15 @@ pub enum EventKind {
     ConnectRequest,
     Established,
     Disconnected,
-    /// Rejected, unreachable, connect error, timewait exit, device removal...
+    /// The peer rejected our connect request (its private data says why).
+    Rejected,
+    /// Unreachable, connect error, timewait exit, device removal...
     Other(i32),
 }
 
 // rdma_cm_event_type values (rdma_cma.h).
 const EV_CONNECT_REQUEST: c_int = 4;
+const EV_REJECTED: c_int = 8;
 const EV_ESTABLISHED: c_int = 9;
 const EV_DISCONNECTED: c_int = 10;
 
@@ -153,6 +169,7 @@ impl Event {
             EventKind::ConnectRequest => EV_CONNECT_REQUEST,
             EventKind::Established => EV_ESTABLISHED,
             EventKind::Disconnected => EV_DISCONNECTED,
+            EventKind::Rejected => EV_REJECTED,
             EventKind::Other(k) => k,
         };
         // SAFETY: rdma_event_str returns a static string for any value.
@@ -199,43 +216,104 @@ impl Listener {
 
     /// The next CM event of this listener or of any connection it accepted, if one waits.
     pub fn next_event(&mut self) -> io::Result<Option<Event>> {
-        let mut raw = RawEvent {
-            kind: 0,
-            status: 0,
-            id: std::ptr::null_mut(),
-            private_data: [0; 64],
-            private_data_len: 0,
-            responder_resources: 0,
-            initiator_depth: 0,
-        };
-        // SAFETY: the channel lives as long as self; raw is a valid out pointer.
-        let r = unsafe { nr_get_event(self.ch, &mut raw) };
-        check(r)?;
-        if r == 0 {
-            return Ok(None);
-        }
-        let kind = match raw.kind {
-            EV_CONNECT_REQUEST => EventKind::ConnectRequest,
-            EV_ESTABLISHED => EventKind::Established,
-            EV_DISCONNECTED => EventKind::Disconnected,
-            k => EventKind::Other(k),
-        };
-        let len = (raw.private_data_len as usize).min(raw.private_data.len());
-        Ok(Some(Event {
-            kind,
-            status: raw.status,
-            id: CmId(raw.id as usize),
-            private_data: raw.private_data[..len].to_vec(),
-            responder_resources: raw.responder_resources,
-            initiator_depth: raw.initiator_depth,
-        }))
+        next_event(self.ch)
     }
+}
+
+/// The next event of channel `ch`, if one waits.
+fn next_event(ch: *mut RawEventChannel) -> io::Result<Option<Event>> {
+    let mut raw = RawEvent {
+        kind: 0,
+        status: 0,
+        id: std::ptr::null_mut(),
+        private_data: [0; 64],
+        private_data_len: 0,
+        responder_resources: 0,
+        initiator_depth: 0,
+    };
+    // SAFETY: the caller's channel is live; raw is a valid out pointer.
+    let r = unsafe { nr_get_event(ch, &mut raw) };
+    check(r)?;
+    if r == 0 {
+        return Ok(None);
+    }
+    let kind = match raw.kind {
+        EV_CONNECT_REQUEST => EventKind::ConnectRequest,
+        EV_ESTABLISHED => EventKind::Established,
+        EV_DISCONNECTED => EventKind::Disconnected,
+        EV_REJECTED => EventKind::Rejected,
+        k => EventKind::Other(k),
+    };
+    let len = (raw.private_data_len as usize).min(raw.private_data.len());
+    Ok(Some(Event {
+        kind,
+        status: raw.status,
+        id: CmId(raw.id as usize),
+        private_data: raw.private_data[..len].to_vec(),
+        responder_resources: raw.responder_resources,
+        initiator_depth: raw.initiator_depth,
+    }))
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
         // SAFETY: created by nr_listen and closed once.
         unsafe { nr_listener_close(self.ch, self.id) }
+    }
+}
+
+/// The host's side of RDMA CM: an outgoing id, resolved to a route, on its own non-blocking
+/// event channel. Make the [`Connection`] on [`Connector::id`], then [`Connection::connect`]
+/// and wait here for ESTABLISHED or REJECTED. Drop the connection before the connector.
+pub struct Connector {
+    ch: *mut RawEventChannel,
+    id: CmId,
+}
+
+// SAFETY: the channel is used by one thread at a time (the owner of the queue).
+unsafe impl Send for Connector {}
+
+impl Connector {
+    /// Resolves `addr:port` (an address an RDMA device reaches), waiting up to `timeout_ms`
+    /// for the address and again for the route. A CM error event comes back as
+    /// EHOSTUNREACH with its status in the message.
+    pub fn resolve(addr: &str, port: u16, timeout_ms: i32) -> io::Result<Connector> {
+        let a = CString::new(addr).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let p = CString::new(port.to_string()).expect("digits");
+        let (mut ch, mut id, mut status) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        // SAFETY: all pointers are valid for the call; outputs are written only on success.
+        let r = unsafe { nr_resolve(a.as_ptr(), p.as_ptr(), timeout_ms, &mut ch, &mut id, &mut status) };
+        if r == -EHOSTUNREACH {
+            return Err(io::Error::new(io::ErrorKind::HostUnreachable, format!("RDMA CM cannot resolve {addr}:{port} (status {status})")));
+        }
+        check(r)?;
+        Ok(Connector { ch, id: CmId(id as usize) })
+    }
+
+    /// The resolved id, for [`Connection::create`] (which then owns it).
+    pub fn id(&self) -> CmId {
+        self.id
+    }
+
+    /// The event channel's fd: readable when [`Connector::next_event`] has something.
+    pub fn fd(&self) -> RawFd {
+        // SAFETY: the channel lives as long as self.
+        unsafe { nr_channel_fd(self.ch) }
+    }
+
+    /// The next CM event of this connection, if one waits.
+    pub fn next_event(&mut self) -> io::Result<Option<Event>> {
+        next_event(self.ch)
+    }
+}
+
+/// Linux's EHOSTUNREACH: nr_resolve's answer to a CM error event.
+const EHOSTUNREACH: c_int = 113;
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        // SAFETY: created by nr_resolve; its id belongs to a Connection dropped before this.
+        unsafe { nr_channel_close(self.ch) }
     }
 }
 
@@ -255,6 +333,8 @@ pub enum SendOp {
 pub struct MemoryRegion {
     mr: *mut RawMr,
     pub lkey: u32,
+    /// The key the peer names the region by (meaningful for [`Connection::register_remote`]).
+    pub rkey: u32,
 }
 
 // SAFETY: a registration is plain handle data used by the thread that owns the connection.
@@ -277,7 +357,7 @@ pub struct Connection {
 unsafe impl Send for Connection {}
 
 impl Connection {
-    /// Creates the verbs resources for a connect request's id, which it then owns (on failure
+    /// Creates the verbs resources for a connect request's id (or a [`Connector`]'s), which it then owns (on failure
     /// too: the id is destroyed, and the host sees the connection fail).
     pub fn create(id: CmId, send_wr: u32, recv_wr: u32) -> io::Result<Connection> {
         let mut raw = std::ptr::null_mut();
@@ -323,7 +403,28 @@ impl Connection {
         if mr.is_null() {
             return Err(io::Error::last_os_error());
         }
-        Ok(MemoryRegion { mr, lkey: nr_mr_lkey(mr) })
+        Ok(MemoryRegion { mr, lkey: nr_mr_lkey(mr), rkey: nr_mr_rkey(mr) })
+    }
+
+    /// Registers `len` bytes at `addr` for local access and for the peer's RDMA READ and WRITE
+    /// (the host's data buffers, named in keyed SGLs by [`MemoryRegion::rkey`]).
+    ///
+    /// # Safety
+    /// The memory must stay valid until the region is dropped.
+    pub unsafe fn register_remote(&self, addr: *mut u8, len: usize) -> io::Result<MemoryRegion> {
+        let mr = nr_reg_mr_remote(self.raw, addr.cast(), len.max(1));
+        if mr.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MemoryRegion { mr, lkey: nr_mr_lkey(mr), rkey: nr_mr_rkey(mr) })
+    }
+
+    /// Connects a resolved id's queue pair (the host's side), sending `private_data` (at most
+    /// 255 bytes); ESTABLISHED or REJECTED follows on the [`Connector`]'s channel.
+    pub fn connect(&self, private_data: &[u8]) -> io::Result<()> {
+        let len = private_data.len().min(255) as u8;
+        // SAFETY: raw is live; the data is copied by rdma_connect.
+        check(unsafe { nr_conn_connect(self.raw, private_data.as_ptr().cast(), len) })
     }
 
     /// Posts a receive buffer.

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <netdb.h>
+#include <poll.h>
 #include <endian.h>
 #include <rdma/rdma_cma.h>
 #include <infiniband/verbs.h>
@@ -95,7 +96,9 @@ int nr_get_event(struct rdma_event_channel *ch, struct nr_event *ev)
 	ev->type = e->event;
 	ev->status = e->status;
 	ev->id = e->id;
-	if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+	/* A request's, an accept's (ESTABLISHED on the host) and a reject's private data. */
+	if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST || e->event == RDMA_CM_EVENT_ESTABLISHED ||
+	    e->event == RDMA_CM_EVENT_REJECTED) {
 		len = e->param.conn.private_data_len;
 		if (len > sizeof(ev->private_data))
 			len = sizeof(ev->private_data);
@@ -108,6 +111,79 @@ int nr_get_event(struct rdma_event_channel *ch, struct nr_event *ev)
 	rdma_ack_cm_event(e);
 	return 1;
 }
+
+/* ---- the active (host) side ---- */
+
+/* Waits up to timeout_ms for the next event on a non-blocking channel: 1 with *ev, 0 on
+ * timeout, -errno. */
+static int wait_event(struct rdma_event_channel *ch, struct nr_event *ev, int timeout_ms)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	int r = nr_get_event(ch, ev);
+
+	if (r)
+		return r;
+	r = poll(&p, 1, timeout_ms);
+	if (r < 0)
+		return -errno;
+	return r ? nr_get_event(ch, ev) : 0;
+}
+
+/* Resolves addr:port (address, then route) on a new id of a new non-blocking channel, waiting
+ * up to timeout_ms for each step. Returns 0 or -errno (-ETIMEDOUT, -EHOSTUNREACH when the CM
+ * reports an error event, its status in *cm_status). */
+int nr_resolve(const char *addr, const char *port, int timeout_ms, struct rdma_event_channel **ch_out,
+	       struct rdma_cm_id **id_out, int *cm_status)
+{
+	struct rdma_addrinfo hints, *res = NULL;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id = NULL;
+	struct nr_event ev;
+	int ret, step;
+
+	*cm_status = 0;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_port_space = RDMA_PS_TCP;
+	ret = rdma_getaddrinfo(addr, port, &hints, &res);
+	if (ret)
+		return errno ? -errno : -EINVAL;
+	ch = rdma_create_event_channel();
+	if (!ch) {
+		ret = errno ? -errno : -ENODEV;
+		rdma_freeaddrinfo(res);
+		return ret;
+	}
+	ret = set_nonblocking(ch->fd);
+	if (!ret && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		ret = errno ? -errno : -ENOMEM;
+	if (!ret && rdma_resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, timeout_ms))
+		ret = errno ? -errno : -EINVAL;
+	rdma_freeaddrinfo(res);
+	for (step = 0; !ret && step < 2; step++) {
+		int want = step ? RDMA_CM_EVENT_ROUTE_RESOLVED : RDMA_CM_EVENT_ADDR_RESOLVED;
+		int r = wait_event(ch, &ev, timeout_ms);
+		if (r < 0)
+			ret = r;
+		else if (r == 0)
+			ret = -ETIMEDOUT;
+		else if (ev.type != want) {
+			*cm_status = ev.status;
+			ret = -EHOSTUNREACH;
+		} else if (!step && rdma_resolve_route(id, timeout_ms))
+			ret = errno ? -errno : -EINVAL;
+	}
+	if (ret) {
+		if (id)
+			rdma_destroy_id(id);
+		rdma_destroy_event_channel(ch);
+		return ret;
+	}
+	*ch_out = ch;
+	*id_out = id;
+	return 0;
+}
+
+void nr_channel_close(struct rdma_event_channel *ch) { rdma_destroy_event_channel(ch); }
 
 int nr_reject(struct rdma_cm_id *id, const void *data, uint8_t len)
 {
@@ -200,6 +276,26 @@ int nr_conn_accept(struct nr_conn *c, const void *data, uint8_t len, uint8_t res
 	return rdma_accept(c->id, &p) ? -errno : 0;
 }
 
+/* Connects a resolved id's QP with the NVMe-oF private data. We are the responder of the
+ * target's RDMA READs and WRITEs: as many reads in flight as the device allows. */
+int nr_conn_connect(struct nr_conn *c, const void *data, uint8_t len)
+{
+	struct rdma_conn_param p;
+	struct ibv_device_attr attr;
+
+	if (ibv_query_device(c->id->verbs, &attr))
+		return errno ? -errno : -EIO;
+	memset(&p, 0, sizeof(p));
+	p.private_data = data;
+	p.private_data_len = len;
+	p.responder_resources = attr.max_qp_rd_atom > 255 ? 255 : attr.max_qp_rd_atom;
+	p.initiator_depth = attr.max_qp_init_rd_atom > 255 ? 255 : attr.max_qp_init_rd_atom;
+	p.retry_count = 7;
+	p.rnr_retry_count = 7;
+	p.flow_control = 1;
+	return rdma_connect(c->id, &p) ? -errno : 0;
+}
+
 int nr_conn_disconnect(struct nr_conn *c) { return rdma_disconnect(c->id) ? -errno : 0; }
 struct rdma_cm_id *nr_conn_id(struct nr_conn *c) { return c->id; }
 int nr_conn_comp_fd(struct nr_conn *c) { return c->cc->fd; }
@@ -218,7 +314,13 @@ struct ibv_mr *nr_reg_mr(struct nr_conn *c, void *addr, size_t len)
 {
 	return ibv_reg_mr(c->pd, addr, len, IBV_ACCESS_LOCAL_WRITE);
 }
+/* A region the peer may RDMA READ and WRITE (the host's data buffers). */
+struct ibv_mr *nr_reg_mr_remote(struct nr_conn *c, void *addr, size_t len)
+{
+	return ibv_reg_mr(c->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+}
 uint32_t nr_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
+uint32_t nr_mr_rkey(struct ibv_mr *mr) { return mr->rkey; }
 int nr_dereg_mr(struct ibv_mr *mr) { return ibv_dereg_mr(mr) ? -errno : 0; }
 
 int nr_post_recv(struct nr_conn *c, uint64_t wr_id, void *addr, uint32_t len, uint32_t lkey)

@@ -44,8 +44,8 @@ pub enum OutputFormat {
 /// Where the controller is and how to connect to it (names as nvme-cli spells them).
 #[derive(Debug, Clone, Args)]
 pub struct TargetArgs {
-    /// Transport type; only tcp is supported.
-    #[arg(short = 't', long = "transport", default_value = "tcp", value_parser = ["tcp"])]
+    /// Transport type: tcp, or rdma in a build with the `rdma` feature.
+    #[arg(short = 't', long = "transport", default_value = "tcp", value_parser = ["tcp", "rdma"])]
     pub transport: String,
     /// Target address (IP or host name).
     #[arg(short = 'a', long = "traddr")]
@@ -340,7 +340,7 @@ mod tests {
             (&["run", "--local", "/tmp/f", "--rw", "sideways"], "unknown rw"),
             (&["run", "--local", "/tmp/f", "--bs", "4q"], "unknown unit"),
             (&["run", "--local", "/tmp/f", "--rwmixread", "101"], "rwmixread"),
-            (&["run", "-t", "rdma", "-a", "x"], "rdma"),
+            (&["run", "-t", "fc", "-a", "x"], "fc"),
             (&["run", "--local", "/tmp/f", "--cpus_allowed", "x"], "CPU list"),
             (&["run", "--local", "/tmp/f", "--completion", "spin"], "spin"),
             (&["identify", "-a", "127.0.0.1"], "--nqn"),

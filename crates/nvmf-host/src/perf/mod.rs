@@ -84,6 +84,15 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
         (None, false) if t.tls_compat => return Err(usage("--tls-compat needs --tls-key")),
         (None, false) => None,
     };
+    if t.transport == "rdma" {
+        if o.tls.is_some() || o.hdr_digest || o.data_digest {
+            return Err(usage("--tls, --hdr_digest and --data_digest are NVMe/TCP only: not with -t rdma"));
+        }
+        if !cfg!(feature = "rdma") {
+            return Err(usage(format!("-t rdma: {}", crate::connection::NO_RDMA)));
+        }
+        o.transport = crate::Transport::Rdma;
+    }
     Ok(o)
 }
 
@@ -373,6 +382,30 @@ mod tests {
 
     fn check(extra: &[&str]) -> Result<Plan, PerfError> {
         plan(&run_args(extra), 64 * MIB, 512, Some(MIB), 127)
+    }
+
+    #[test]
+    fn transport_rdma_is_taken_without_tcp_only_options() {
+        let rdma = |extra: &[&str]| {
+            let argv = ["nvmf-perf", "discover", "-t", "rdma", "-a", "10.0.0.1", "-s", "4421"].into_iter().chain(extra.iter().copied());
+            match args::Cli::try_parse_from(argv).unwrap().command {
+                args::Command::Discover(d) => connect_options(&d.target),
+                _ => unreachable!("parsed a discover command"),
+            }
+        };
+        match rdma(&[]) {
+            Ok(o) => {
+                assert!(cfg!(feature = "rdma"));
+                assert_eq!((o.transport, o.addr.as_str()), (crate::Transport::Rdma, "10.0.0.1:4421"));
+            }
+            Err(e) => {
+                assert!(!cfg!(feature = "rdma"), "{e}");
+                assert!(e.exit_code() == 2 && e.to_string().contains("--features rdma"), "{e}");
+            }
+        }
+        let e = rdma(&["--hdr_digest"]).unwrap_err();
+        assert!(e.to_string().contains("NVMe/TCP only"), "{e}");
+        assert!(args::Cli::try_parse_from(["nvmf-perf", "discover", "-t", "fc", "-a", "x"]).is_err());
     }
 
     #[test]

@@ -1,10 +1,9 @@
 //! NVMe over RDMA (the NVMe over Fabrics RDMA transport binding; Linux's `nvme-rdma.h`).
 //!
-//! This file holds the binding's encodings, which need no RDMA library and are tested
-//! everywhere: the RDMA CM private data of a connect request, its accept and its reject, and
-//! the keyed SGL data block descriptor through which the host names its memory. The transport
-//! itself (`rdma/queue.rs`, `rdma/listener.rs`) is built with the `rdma` cargo feature, on
-//! rdma-core through the `nvmf-rdma` crate.
+//! This file holds what the target adds to the binding's encodings (`nvmf_proto::rdma`: CM
+//! private data, keyed SGLs, shared with the host), which need no RDMA library and are tested
+//! everywhere. The transport itself (`rdma/queue.rs`, `rdma/listener.rs`) is built with the
+//! `rdma` cargo feature, on rdma-core through the `nvmf-rdma` crate.
 //!
 //! Per command: the host SENDs a capsule (SQE plus in-capsule data up to IOCCSZ) into a receive
 //! buffer we posted; read data goes to the host by RDMA WRITE, write data comes by RDMA READ of
@@ -21,121 +20,13 @@ mod queue;
 #[cfg(feature = "rdma")]
 pub use listener::{spawn, RdmaListenerHandle};
 
-/// Length of `struct nvme_rdma_cm_req` (recfmt, qid, hrqsize, hsqsize, cntlid, reserved).
-pub const CM_REQ_LEN: usize = 32;
-/// Length of `struct nvme_rdma_cm_rep` (recfmt, crqsize, reserved).
-pub const CM_REP_LEN: usize = 32;
-/// Largest queue a host may ask for: MQES (1023) + 1 entries.
-pub const MAX_QUEUE_SIZE: u32 = 1024;
-
-/// SGL descriptor type 4h, Keyed SGL Data Block, subtype 0h (address) or Fh (invalidate key).
-const SGL_KEYED_DATA_BLOCK: u8 = 0x4;
-const SGL_SUBTYPE_ADDRESS: u8 = 0x0;
-const SGL_SUBTYPE_INVALIDATE: u8 = 0xF;
+pub use nvmf_proto::rdma::{cm_reject, cm_reply, cm_status, keyed_sgl, CmRequest, KeyedSgl, CM_REP_LEN, CM_REQ_LEN, MAX_QUEUE_SIZE};
+use nvmf_proto::rdma::SGL_KEYED_DATA_BLOCK;
 
 /// The SGL type the command layer is told this transport moves itself: a keyed data block.
 /// The command layer compares types only, so the keyed descriptor's 24-bit length is handed
 /// over in a normalized SQE (see [`normalize_sqe`]).
 pub const TRANSFER_SGL: u8 = SGL_KEYED_DATA_BLOCK << 4;
-
-/// Reject status codes (`enum nvme_rdma_cm_status`).
-pub mod cm_status {
-    pub const INVALID_LEN: u16 = 0x01;
-    pub const INVALID_RECFMT: u16 = 0x02;
-    pub const INVALID_QID: u16 = 0x03;
-    pub const INVALID_HSQSIZE: u16 = 0x04;
-    pub const INVALID_HRQSIZE: u16 = 0x05;
-    pub const NO_RESOURCES: u16 = 0x06;
-}
-
-/// A connect request's private data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmRequest {
-    pub qid: u16,
-    /// Host receive queue size: responses the host can take at once.
-    pub hrqsize: u16,
-    /// Host send queue size, 0's based (the Connect command's SQSIZE).
-    pub hsqsize: u16,
-    pub cntlid: u16,
-}
-
-impl CmRequest {
-    /// Parses and checks the private data; `Err` holds the reject status.
-    pub fn parse(data: &[u8]) -> Result<CmRequest, u16> {
-        if data.len() < CM_REQ_LEN {
-            return Err(cm_status::INVALID_LEN);
-        }
-        let u16_at = |o: usize| u16::from_le_bytes([data[o], data[o + 1]]);
-        if u16_at(0) != 0 {
-            return Err(cm_status::INVALID_RECFMT);
-        }
-        let req = CmRequest { qid: u16_at(2), hrqsize: u16_at(4), hsqsize: u16_at(6), cntlid: u16_at(8) };
-        if req.qid == u16::MAX {
-            return Err(cm_status::INVALID_QID);
-        }
-        if req.hsqsize == 0 || req.hsqsize as u32 + 1 > MAX_QUEUE_SIZE {
-            return Err(cm_status::INVALID_HSQSIZE);
-        }
-        if req.hrqsize == 0 || req.hrqsize as u32 > MAX_QUEUE_SIZE {
-            return Err(cm_status::INVALID_HRQSIZE);
-        }
-        Ok(req)
-    }
-
-    /// Commands the host may have outstanding: our receive queue's depth.
-    pub fn depth(&self) -> u32 {
-        self.hsqsize as u32 + 1
-    }
-
-    pub fn encode(&self) -> [u8; CM_REQ_LEN] {
-        let mut b = [0u8; CM_REQ_LEN];
-        for (o, v) in [(2, self.qid), (4, self.hrqsize), (6, self.hsqsize), (8, self.cntlid)] {
-            b[o..o + 2].copy_from_slice(&v.to_le_bytes());
-        }
-        b
-    }
-}
-
-/// The accept's private data: record format 0 and our receive queue size.
-pub fn cm_reply(crqsize: u16) -> [u8; CM_REP_LEN] {
-    let mut b = [0u8; CM_REP_LEN];
-    b[2..4].copy_from_slice(&crqsize.to_le_bytes());
-    b
-}
-
-/// The reject's private data (`struct nvme_rdma_cm_rej`): record format 0 and the status.
-pub fn cm_reject(status: u16) -> [u8; 4] {
-    let mut b = [0u8; 4];
-    b[2..4].copy_from_slice(&status.to_le_bytes());
-    b
-}
-
-/// A keyed SGL data block descriptor: host memory at `addr`, `len` bytes, remote key `key`;
-/// `invalidate`: the host asks us to invalidate the key with the response (SEND with
-/// Invalidate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyedSgl {
-    pub addr: u64,
-    pub len: u32,
-    pub key: u32,
-    pub invalidate: bool,
-}
-
-/// The keyed SGL of an SQE's DPTR, if SGL1 is one (bytes 24..40: address 8 bytes, length 3,
-/// key 4, type 1).
-pub fn keyed_sgl(sqe: &Sqe) -> Option<KeyedSgl> {
-    let d = &sqe.0[24..40];
-    let (kind, subtype) = (d[15] >> 4, d[15] & 0xF);
-    if kind != SGL_KEYED_DATA_BLOCK || !matches!(subtype, SGL_SUBTYPE_ADDRESS | SGL_SUBTYPE_INVALIDATE) {
-        return None;
-    }
-    Some(KeyedSgl {
-        addr: u64::from_le_bytes(d[0..8].try_into().expect("8 bytes")),
-        len: u32::from_le_bytes([d[8], d[9], d[10], 0]),
-        key: u32::from_le_bytes(d[11..15].try_into().expect("4 bytes")),
-        invalidate: subtype == SGL_SUBTYPE_INVALIDATE,
-    })
-}
 
 /// The SQE the command layer sees: a keyed SGL becomes a [`TRANSFER_SGL`] descriptor with its
 /// length (the key and address stay with the transport); any other SGL is left as it is, and
@@ -164,34 +55,6 @@ pub fn is_identify_controller(sqe: &Sqe) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn req(recfmt: u16, qid: u16, hrqsize: u16, hsqsize: u16) -> Vec<u8> {
-        let mut b = CmRequest { qid, hrqsize, hsqsize, cntlid: 0xFFFF }.encode().to_vec();
-        b[0..2].copy_from_slice(&recfmt.to_le_bytes());
-        b
-    }
-
-    #[test]
-    fn connect_request_private_data_round_trips_and_is_checked() {
-        let r = CmRequest::parse(&req(0, 3, 128, 127)).unwrap();
-        assert_eq!(r, CmRequest { qid: 3, hrqsize: 128, hsqsize: 127, cntlid: 0xFFFF });
-        assert_eq!(r.depth(), 128);
-        assert_eq!(CmRequest::parse(&req(0, 3, 128, 127)[..31]), Err(cm_status::INVALID_LEN));
-        assert_eq!(CmRequest::parse(&req(1, 3, 128, 127)), Err(cm_status::INVALID_RECFMT));
-        assert_eq!(CmRequest::parse(&req(0, 0xFFFF, 128, 127)), Err(cm_status::INVALID_QID));
-        assert_eq!(CmRequest::parse(&req(0, 1, 128, 0)), Err(cm_status::INVALID_HSQSIZE));
-        assert_eq!(CmRequest::parse(&req(0, 1, 128, 1024)), Err(cm_status::INVALID_HSQSIZE));
-        assert_eq!(CmRequest::parse(&req(0, 1, 0, 31)), Err(cm_status::INVALID_HRQSIZE));
-        assert_eq!(CmRequest::parse(&req(0, 1, 1025, 31)), Err(cm_status::INVALID_HRQSIZE));
-        assert!(CmRequest::parse(&req(0, 0, 1024, 1023)).is_ok());
-    }
-
-    #[test]
-    fn accept_and_reject_carry_record_format_zero() {
-        let rep = cm_reply(128);
-        assert_eq!(&rep[..4], &[0, 0, 128, 0]);
-        assert_eq!(cm_reject(cm_status::INVALID_HSQSIZE), [0, 0, 4, 0]);
-    }
 
     fn sqe_with_dptr(d: [u8; 16]) -> Sqe {
         let mut s = Sqe::new(0x02, 7);

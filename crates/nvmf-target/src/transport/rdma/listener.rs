@@ -127,7 +127,7 @@ impl Loop {
                         q.shut("host disconnected");
                     }
                 }
-                EventKind::Other(_) => {
+                EventKind::Rejected | EventKind::Other(_) => {
                     tracing::info!(event = %ev.name(), status = ev.status, "RDMA CM event");
                     if let Some(q) = self.queues.iter_mut().flatten().find(|q| q.conn.cm_id() == ev.id) {
                         q.shut(&ev.name());

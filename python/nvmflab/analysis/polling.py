@@ -18,6 +18,7 @@ from .. import plots
 from .common import Difference, compare, corrected, excluded_points, first, leg_rows, missing_leg, study_rows
 from .cores_used import cores_text
 from .decide import pick_shortest_summary
+from .polling_rx import analyze_rx
 from .formulas import change_pct
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
@@ -360,6 +361,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     out.excluded = excluded_points(rows)
     recommend = _recommend(rows, out)
     _io_queues(rows, out)
+    analyze_rx(rows, out)
     if recommend:
         frame = pd.DataFrame(recommend)
         out.recommendations = frame[[c for c in frame.columns if not c.startswith("_")]]

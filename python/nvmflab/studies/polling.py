@@ -12,17 +12,20 @@ Legs:
   q queues runs q jobs (numjobs = io_queues), each at the point's iodepth; the kernel host gets the same
   q fio jobs and `nvme connect --nr-io-queues=q`, so every stack compares the same load. The leg
   measures queue count together with job count (as the artifact did); the cores are the spec's.
+- `matrix_rx` (`rx_steering`, [] leaves it out; `polling_rx.py`): the matrix's cells for each mode
+  of receive steering (off, rps, rfs) over one netns veth pair: where receive processing runs.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec import IoDepth
 from ..units import format_size
 
+from . import polling_rx
 from .common import Context, point_knobs, repeated, tcp_point
 
 TAPP = {"rw": "randread", "bs": 4096, "numjobs": 1}
@@ -35,6 +38,10 @@ class Params(BaseModel):
     high_iodepth: IoDepth = 128
     # I/O queue counts of the `io_queues` leg (one job per queue); [] leaves the leg out.
     io_queues: list[Annotated[int, Field(ge=1, le=256)]] = Field(default=[1, 2, 4, 8])
+    # Receive steering modes of the `matrix_rx` leg over a netns veth; [] (the default here, the
+    # full spec asks for all three) leaves the leg out.
+    rx_steering: list[Literal["off", "rps", "rfs"]] = []
+    rps_cores: list[Annotated[int, Field(ge=0)]] = []  # logical; [] = a core neither side uses
 
 
 def unused_fields(spec) -> list[tuple[tuple[str, ...], str]]:
@@ -74,6 +81,11 @@ def execute(ctx: Context, params: Params) -> None:
                           for us in params.idle_poll_us for qd in (1, params.high_iodepth)])
     run_leg("matrix", [{"completion": c, "target_mode": m, "iodepth": qd}
                        for c in ("event", "poll") for m in ("event", "poll") for qd in (1, params.high_iodepth)])
+    if params.rx_steering:
+        polling_rx.run_leg(ctx, TAPP, list(dict.fromkeys(params.rx_steering)), params.rps_cores,
+                           sorted({1, params.high_iodepth}),
+                           compare_by=lambda p: (p.knobs["iodepth"], p.knobs["completion"], p.knobs["target_mode"]),
+                           metric=metric)
     if params.io_queues:
         run_leg("io_queues", [{"io_queues": q, "numjobs": q, "iodepth": qd} | completion
                               for q in params.io_queues for qd in (1, params.high_iodepth)])

@@ -243,6 +243,18 @@ def test_three_initiators_start_together_and_add_up(bed, tmp_path):
         assert sum(c for _, c in histogram) == sum(p["total_ios"] for p in parts) == row["total_ios"]
         assert row["lat_p99_ns"] <= max(p["lat_p99_ns"] for p in parts)
         assert row["perf_usr_s"] > 0
+        # the network's counters were read over SSH on every host of the point (issue 24 item 4):
+        # each one's data interface is its veth on the bed, and it carried this point's traffic
+        net = json.loads(row["net_json"])
+        assert sorted(net) == ["lab-0", "lab-1", "lab-2", "lab-3"]
+        for i, host in enumerate(["lab-0", "lab-1", "lab-2", "lab-3"]):
+            assert net[host]["data_interface"] == f"nv{bed.tag}h{i}", net[host]
+            veth = net[host]["interfaces"][net[host]["data_interface"]]
+            assert veth["rx_bytes"] > 0 and veth["tx_bytes"] > 0
+        # reads: each initiator received about its part's bytes, the target sent their sum
+        for host, part in zip(["lab-1", "lab-2", "lab-3"], parts):
+            assert net[host]["interfaces"][f"nv{bed.tag}h{host[-1]}"]["rx_bytes"] >= part["bw_bytes"] * 1.0
+        assert net["lab-0"]["interfaces"][f"nv{bed.tag}h0"]["tx_bytes"] >= row["bw_bytes"] * 1.0
     print(f"start skew of three initiators: {', '.join(f'{s:.2f}' for s in skews)} ms")
     assert not [c for ns in bed.namespaces for c in bed.commands(ns) if c.startswith("nvmf-")]
 

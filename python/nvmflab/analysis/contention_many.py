@@ -147,6 +147,8 @@ def _network(data: pd.DataFrame, out: StudyResult) -> None:
     """The network app's throughput beside 1..N storage apps, against one flow alone."""
     flows = data[(data["part"] == "network") & (data["engine"] == "iperf3")]
     alone = flows[(flows["leg"] == "isolated") & (pd.to_numeric(flows["net_flows"]) == 1)]
+    if "placement" in alone:  # the one flow alone in the network app's own layout: on the first cores
+        alone = alone[alone["placement"].isin(["same", "none"]) | alone["placement"].isna()]
     beside = flows[flows["leg"] == LEG]
     if beside.empty:
         return

@@ -8,7 +8,8 @@ core. Legs:
 - `same_core`: a storage app with N flows whose clients run on the storage app's host core and
   whose servers run on the target core serving it;
 - `different_core`: the same with flow i on host core i+1 and target core i+1 (logical cores,
-  wrapping on small machines);
+  wrapping on small machines; on one machine both sides draw from one pool of the cores the
+  storage app does not use, see `_layout`);
 - `one_per_core` (the source's "one-to-one core mapping", figures 6-8 and 11-12): one network app
   per core, flow i on host core i and target core i, so flow 0 shares the storage app's cores and
   the others have cores of their own. With one flow it is `same_core`, so it starts at two.

@@ -259,25 +259,42 @@ def test_three_initiators_start_together_and_add_up(bed, tmp_path):
     assert not [c for ns in bed.namespaces for c in bed.commands(ns) if c.startswith("nvmf-")]
 
 
-@needs_bed
-@needs_binaries
-def test_stacks_plans_its_load_on_every_initiator(bed, tmp_path):
-    """The stacks study spreads by default too (spread = "first" opts out: test_spread_hosts)."""
-    from conftest import nvmflab
+@pytest.mark.parametrize("study, topology, spread_over", [
+    ("stacks", "", ["lab-1", "lab-2", "lab-3"]),
+    ("saturation", "", ["lab-1", "lab-2", "lab-3"]),
+    ("stacks", 'spread = "first"', ["lab-1"]),
+    ("polling", "", ["lab-1"]),
+    ("polling", 'spread = ["lab-3", "lab-2"]', ["lab-3", "lab-2"]),
+])
+def test_studies_plan_their_load_on_the_initiators_they_spread_over(tmp_path, study, topology, spread_over):
+    """The planning pass with three initiators (stand-ins on this machine; nothing runs): saturation
+    and stacks put every load generator on all of them, other studies only when told."""
+    from nvmflab.runner import PlanningRunner
+    from nvmflab.session import _study, render_plan
+    from nvmflab.spec import load_spec
+    from nvmflab.stacks import get_stack
+    from nvmflab.store import ResultsStore
+    from nvmflab.studies.common import Context
+    from nvmflab.studies import study_params
+    from nvmflab.topology.base import Hosts
+    from nvmflab.topology.local import LocalHost
 
-    (tmp_path / "lab.toml").write_text(bed.inventory_toml())
-    spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(study="stacks", extra=textwrap.dedent("""
-        [params]
-        targets = ["ours"]
-        hosts = ["ours"]
-        baseline = "ours/ours"
-        iodepth = [4]
-        bapp_iodepth = 1
-    """)))
-    plan = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), "--plan",
-                   env=dict(os.environ, NVMFLAB_BIN_DIR=str(BIN_DIR)))
-    assert plan.returncode == 0, plan.stderr
-    ran = sorted({line.split(":")[0].strip(" [") for line in plan.stdout.splitlines() if "nvmf-perf run" in line})
-    assert ran == ["lab-1", "lab-2", "lab-3"], plan.stdout
-    assert plan.stdout.count("(main on 3 hosts at once") == 3  # L-app, T-app and B-app points
+    params = {"stacks": 'targets = ["ours"]\nhosts = ["ours"]\nbaseline = "ours/ours"\niodepth = [4]\n',
+              "saturation": 'resources = ["initiator"]\nnumjobs = [1]\niodepth = [4]\ntarget_core_counts = []\n',
+              "polling": ""}[study]
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.format(study=study, extra=topology + "\n[params]\n" + params))
+    spec = load_spec(path)
+    hosts = Hosts(LocalHost(name="lab-0", workdir=tmp_path), [LocalHost(name=f"lab-{i}", workdir=tmp_path)
+                                                            for i in (1, 2, 3)])
+    with ResultsStore(tmp_path / "r") as store:
+        planner = PlanningRunner(store, get_stack("ours"), get_stack("ours"), hosts)
+        _study(Context(spec=spec, study=study, runner=planner, store=store), study_params(study, spec.params))
+        plan = render_plan(planner)
+    tcp = [job for _, point in planner.planned if not point.skip_reason for job in point.jobs if job.nqn]
+    assert tcp, plan
+    for job in tcp:
+        assert [part.host or "lab-1" for part in planner.parts(job)] == spread_over
+    lines = [line for line in plan.splitlines() if "nvmf-perf run" in line]
+    assert {line.split("]")[0].strip(" [") for line in lines} == set(spread_over)
+    assert ("hosts at once" in plan) == (len(spread_over) > 1)

@@ -164,9 +164,14 @@ def _network(data: pd.DataFrame, out: StudyResult) -> None:
                                   [float(v) for v in group[group["storage_apps"] == top]["bw_bytes"]])
             out.findings.append(
                 f"The network app sharing a core with {app}s ({int(top)} in all) "
-                + stated(diff, mbps, f"kept {100 * ratio(med[top], base):.0f} % of its throughput alone",
+                + stated(diff, _gbit, f"kept {100 * ratio(med[top], base):.0f} % of its throughput alone",
                          f"{med[top] * 8 / 1e9:.2f} vs {base * 8 / 1e9:.2f} Gbit/s",
                          "showed no significant difference from running alone") + ".")
     out.figures.append(Figure("contention_network_vs_storage_apps", plots_extra.lines(
         series, title="Network app throughput vs number of storage apps", xlabel="storage apps (0 = flow alone)",
         ylabel="Gbit/s"), "Means over repeats."))
+
+
+def _gbit(bytes_per_s: float) -> str:
+    """The network app's throughput and its interval in the unit its values are given in."""
+    return "n/a" if bytes_per_s is None or math.isnan(bytes_per_s) else f"{bytes_per_s * 8 / 1e9:.2f} Gbit/s"

@@ -229,8 +229,11 @@ class Runner:
         sessions = []
         parts = {job.role: self.parts(job) for job in point.jobs}
         spread_count = max((len(p) for p in parts.values() if len(p) > 1), default=0)
-        at = spread.start_moment(spread_count) if spread_count else None
+        at = None
         try:
+            # Every session first (copying a binary, `nvme connect`), so the agreed moment of a
+            # spread role is set when only the spawns are left to do.
+            ready = []
             for job in point.jobs:
                 for part in parts[job.role]:
                     host = self.hosts.initiator(part.host)
@@ -241,12 +244,15 @@ class Runner:
                     argv = session.perf_argv(point.runtime, point.ramp_time, output)
                     if len(parts[job.role]) > 1:
                         raw.setdefault("argv", {}).setdefault(job.role, {})[host.name] = argv
-                        argv = spread.barrier_argv(argv, at)
                     else:
                         raw.setdefault("argv", {})[job.role] = argv
                     log = self.workdir / f"{point.key}-{suffix}.log"
                     log.unlink(missing_ok=True)
-                    running.append((part, host, session, output, log, host.spawn(argv, part.cpus, log)))
+                    ready.append((part, host, session, output, log, argv, len(parts[job.role]) > 1))
+            at = spread.start_moment(spread_count) if spread_count else None
+            for part, host, session, output, log, argv, spread_part in ready:
+                argv = spread.barrier_argv(argv, at) if spread_part else argv
+                running.append((part, host, session, output, log, host.spawn(argv, part.cpus, log)))
             results: dict[str, Any] = {}
             for job, host, session, output, log, proc in running:
                 timeout = point.ramp_time + point.runtime + PERF_GRACE_S + (spread.lead_s(spread_count) if at else 0)

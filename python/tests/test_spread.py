@@ -195,31 +195,42 @@ def bed(tmp_path_factory):
 
 @needs_bed
 @needs_binaries
-def test_three_initiators_start_together_and_add_up(bed, tmp_path):
-    """The saturation study (which spreads by default) with its load generator on lab-1, lab-2 and
-    lab-3 against one target on lab-0: every part ran, started within SKEW_BOUND_MS of the
-    others, and the stored row is the sum of the parts."""
-    from conftest import nvmflab
-
+def test_three_initiators_start_together_and_add_up(bed, tmp_path, monkeypatch):
+    """A point whose load generator is spread over lab-1, lab-2 and lab-3 against one target on
+    lab-0, run by the runner as a study runs it (which studies spread: the planning test below):
+    every part ran on its host, all started within SKEW_BOUND_MS of each other, and the stored row
+    is the sum of the parts."""
+    from nvmflab.plan import PerfJob, Point, Subsystem, TargetSetup
+    from nvmflab.runner import Runner
+    from nvmflab.stacks import get_stack
     from nvmflab.store import ResultsStore
+    from nvmflab.topology.ssh import open_hosts
 
+    monkeypatch.setenv("NVMFLAB_BIN_DIR", str(BIN_DIR))
     (tmp_path / "lab.toml").write_text(bed.inventory_toml())
-    spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(study="saturation", extra=textwrap.dedent("""
-        [params]
-        resources = ["initiator"]
-        numjobs = [1]
-        iodepth = [4]
-        target_core_counts = []
-    """)))
-    env = dict(os.environ, NVMFLAB_BIN_DIR=str(BIN_DIR))
+    hosts = open_hosts(Topology(kind="ssh", inventory="lab.toml", target="lab-0",
+                                initiators=["lab-1", "lab-2", "lab-3"]), tmp_path)
+    nqn = "nqn.2024-01.io.nvmflab:spread"
+    setup = TargetSetup(cores=(0,), mode="poll", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
+                        busy_poll_us=0, subsystems=(Subsystem(nqn=nqn, backend="null", size=1 << 30),),
+                        listen_ip=hosts.target.data_ip)
+    knobs = dict(rw="randread", bs=4096, iodepth=4, numjobs=1, rwmixread=100, rate_iops=0, completion="event",
+                 so_priority=0, tos=0, busy_poll_us=0, hdr_digest=False, data_digest=False)
+    job = PerfJob(role="main", knobs=knobs, cpus=(1,), nqn=nqn, spread=("lab-1", "lab-2", "lab-3"))
+    point = Point(study="spread", leg="three", knobs={"iodepth": 4}, repeat=0, jobs=[job], runtime=1.5,
+                  ramp_time=0, target=setup)
+    store = ResultsStore(tmp_path / "r")
+    runner = Runner(store, store.start_run("spread", "", {}), get_stack("ours"), get_stack("ours"), hosts)
     started = time.monotonic()
-    done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=180)
+    try:
+        (outcome,) = runner.run([point], "spread")
+    finally:
+        runner.close()
+        hosts.close()
     print(f"run: {time.monotonic() - started:.1f} s")
-    assert done.returncode == 0, done.stderr
-    frame = ResultsStore(tmp_path / "r").measurements()
-    measured = frame[frame["status"] != "skipped"]
-    assert len(measured) and set(measured["status"]) == {"ok"}, frame[["leg", "status", "error"]].to_string()
+    assert outcome.status == "ok", outcome.error
+    measured = store.measurements()
+    assert len(measured) == 1  # one row: the role's, merged
     skews = []
     for _, row in measured.iterrows():
         raw = json.loads((tmp_path / "r" / "raw" / f"{row['point_key']}.json").read_text())

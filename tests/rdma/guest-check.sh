@@ -1,8 +1,10 @@
 #!/bin/bash
 # Runs inside the trixie guest (tests/rdma/check.py boots it): NVMe over RDMA on Soft-RoCE.
 #   1. control: the kernel host (nvme-cli) against the kernel target (nvmet-rdma);
-#   2. the kernel host against our target (/usr/local/bin/nvmf-target, built with --features rdma).
-# Each: discover, connect, identify, then fio write+verify at 4k, 128k and 1m, disconnect.
+#   2. the kernel host against our target (/usr/local/bin/nvmf-target, built with --features rdma);
+#   3. our host (/usr/local/bin/nvmf-perf, --features rdma) against nvmet-rdma, and 4. against our target.
+# Kernel host: discover, connect, identify, fio write+verify at 4k, 128k and 1m, disconnect.
+# Our host: nvmf-perf discover, identify, and run --verify (write, then read back) at 4k, 128k, 1m.
 # Every step writes "PASS name" or "FAIL name: why" to $OUT/results.txt; the exit status is the
 # number of failures. Everything is bounded by `timeout`.
 set -u
@@ -12,11 +14,12 @@ NQN_OURS=nqn.2024-01.io.nvmflab:rdma-ours
 RESULTS=$OUT/results.txt
 FAILS=0
 : >"$RESULTS"
-say() { echo "@@ $*"; }
+say() { echo "@@ [$(cut -d" " -f1 /proc/uptime)s] $*"; }
 pass() { echo "PASS $1" >>"$RESULTS"; say "PASS $1"; }
 fail() { echo "FAIL $1: $2" >>"$RESULTS"; say "FAIL $1: $2"; FAILS=$((FAILS + 1)); }
 
 setup_rxe() {
+  say "script started"
   for m in rdma_rxe nvme-rdma nvmet nvmet-rdma; do modprobe $m || { fail setup "modprobe $m"; return 1; }; done
   # rxe needs an Ethernet device with an address; traffic to its own address takes rxe's
   # loopback path inside the device, so one veth end is enough.
@@ -44,16 +47,19 @@ find_ns() {
 }
 
 verify_io() {
-  local tag=$1 dev=$2 bs size
-  for spec in 4k:8M 128k:16M 1m:32M; do
-    bs=${spec%%:*}; size=${spec##*:}
-    if timeout 120 fio --name=v-$bs --filename=$dev --rw=write --bs=$bs --size=$size --direct=1 --ioengine=libaio \
-         --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 --offset=0 >$OUT/fio-$tag-$bs.txt 2>&1; then
+  local tag=$1 dev=$2 bs log=$OUT/fio-$tag.txt rc=0
+  # One fio run, the sizes one after the other (stonewall): fio's start-up costs seconds under TCG.
+  timeout 240 fio --filename=$dev --rw=write --direct=1 --ioengine=libaio --iodepth=8 --verify=crc32c \
+    --do_verify=1 --verify_fatal=1 --offset=0 --name=v-4k --bs=4k --size=4M \
+    --name=v-128k --bs=128k --size=8M --stonewall --name=v-1m --bs=1m --size=16M --stonewall >$log 2>&1 || rc=$?
+  for bs in 4k 128k 1m; do
+    if grep -q "^v-$bs: (groupid=[0-9]*, jobs=1): err= 0" $log; then
       pass "$tag write+verify $bs"
     else
-      fail "$tag write+verify $bs" "fio exit $? (fio-$tag-$bs.txt)"
+      fail "$tag write+verify $bs" "fio exit $rc, job v-$bs not clean (fio-$tag.txt)"
     fi
   done
+  [ $rc = 0 ] || fail "$tag fio" "fio exit $rc (fio-$tag.txt)"
 }
 
 # discover, connect, identify, I/O, disconnect against $ADDR:$2 subsystem $3.
@@ -87,6 +93,33 @@ exercise() {
   if timeout 60 nvme disconnect -n $nqn >$OUT/disconnect-$tag.txt 2>&1; then pass "$tag disconnect"; else fail "$tag disconnect" "exit $?"; fi
 }
 
+# Our host (nvmf-perf -t rdma) against $ADDR:$2, subsystem $3: discover, identify, write+verify.
+perf_exercise() {
+  local tag=$1 port=$2 nqn=$3 bs size
+  local T=(-t rdma -a $ADDR -s $port)
+  if timeout 60 nvmf-perf discover "${T[@]}" >$OUT/discover-$tag.txt 2>&1 && grep -q "subnqn: *$nqn" $OUT/discover-$tag.txt \
+     && grep -q "trtype: *rdma" $OUT/discover-$tag.txt; then
+    pass "$tag discover"
+  else
+    fail "$tag discover" "no rdma entry for $nqn (discover-$tag.txt)"
+  fi
+  if timeout 60 nvmf-perf identify "${T[@]}" -n $nqn >$OUT/identify-$tag.txt 2>&1 && grep -qi "$nqn" $OUT/identify-$tag.txt; then
+    pass "$tag identify"
+  else
+    fail "$tag identify" "identify (identify-$tag.txt)"
+  fi
+  for spec in 4k:4MiB 128k:8MiB 1m:16MiB; do
+    bs=${spec%%:*}; size=${spec##*:}
+    # One pass of writes over the region, then every block read back and checked.
+    if timeout 120 nvmf-perf run "${T[@]}" -n $nqn --rw write --bs $bs --size $size --iodepth 8 --verify \
+         >$OUT/perf-$tag-$bs.txt 2>&1 && grep -q "all blocks correct" $OUT/perf-$tag-$bs.txt; then
+      pass "$tag write+verify $bs"
+    else
+      fail "$tag write+verify $bs" "nvmf-perf exit $? (perf-$tag-$bs.txt)"
+    fi
+  done
+}
+
 control_nvmet() {
   local cfs=/sys/kernel/config/nvmet
   truncate -s 256M /tmp/nvmet-ns.img
@@ -97,12 +130,14 @@ control_nvmet() {
     && echo 4420 >$cfs/ports/1/addr_trsvcid && ln -s $cfs/subsystems/$NQN_KERNEL $cfs/ports/1/subsystems/$NQN_KERNEL \
     || { fail "nvmet setup" "configfs"; return; }
   exercise nvmet 4420 $NQN_KERNEL
+  case "$CHECKS" in *perf*) perf_exercise perf-nvmet 4420 $NQN_KERNEL ;; esac
   rm -f $cfs/ports/1/subsystems/$NQN_KERNEL; rmdir $cfs/ports/1
   echo 0 >$cfs/subsystems/$NQN_KERNEL/namespaces/1/enable; rmdir $cfs/subsystems/$NQN_KERNEL/namespaces/1 $cfs/subsystems/$NQN_KERNEL
 }
 
 ours() {
-  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:256MiB >$OUT/target.log 2>&1 &
+  say "starting our target"
+  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:64MiB >$OUT/target.log 2>&1 &
   local pid=$!
   for i in $(seq 100); do grep -q "^ready" $OUT/target.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if ! grep -q "^ready.* rdma=$ADDR:4421" $OUT/target.log; then
@@ -112,13 +147,15 @@ ours() {
   fi
   pass "ours start"
   exercise ours 4421 $NQN_OURS
+  case "$CHECKS" in *perf*) perf_exercise perf-ours 4421 $NQN_OURS ;; esac
   kill -INT $pid; for i in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $pid 2>/dev/null; then fail "ours stop" "still running 5 s after SIGINT"; kill -9 $pid; else
     wait $pid; rc=$?; [ $rc = 0 ] && pass "ours stop" || fail "ours stop" "exit $rc"; fi
 }
 
+CHECKS=${RDMA_CHECKS:-control ours perf}
 setup_rxe || exit 1
-case "${RDMA_CHECKS:-control ours}" in *control*) control_nvmet ;; esac
-case "${RDMA_CHECKS:-control ours}" in *ours*) ours ;; esac
+case "$CHECKS" in *control*) control_nvmet ;; esac
+case "$CHECKS" in *ours*) ours ;; esac
 dmesg >$OUT/dmesg.txt
 exit $FAILS

@@ -1,6 +1,6 @@
 """NVMe over RDMA on Soft-RoCE in the trixie guest (check.py, guest-check.sh): the kernel host
-against nvmet-rdma as the control, then against our target built with the `rdma` feature. One
-guest boot serves every test here (about two minutes under TCG)."""
+against nvmet-rdma as the control, then against our target built with the `rdma` feature, and our
+host (nvmf-perf -t rdma) against both. One guest boot serves every test here."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ SIZES = ("4k", "128k", "1m")
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
     try:
-        target = check.build_target()
-        run, results = check.run(target, "control ours", tmp_path_factory.mktemp("rdma"), timeout_s=420)
+        bindir = check.build()
+        run, results = check.run(bindir, "control ours perf", tmp_path_factory.mktemp("rdma"), timeout_s=420)
     except trixie.GuestUnavailable as e:
         if os.environ.get("NVMFLAB_CONFORMANCE_REQUIRE") == "1":
             raise
@@ -36,8 +36,19 @@ def steps(tag: str) -> list[str]:
     return [f"{tag} discover", f"{tag} identify"] + [f"{tag} write+verify {s}" for s in SIZES] + [f"{tag} disconnect"]
 
 
+def perf_steps(tag: str) -> list[str]:
+    return [f"{tag} discover", f"{tag} identify"] + [f"{tag} write+verify {s}" for s in SIZES]
+
+
 def passed(results: dict[str, str], step: str) -> bool:
     return results.get(step, f"MISSING {step}").startswith("PASS")
+
+
+def test_every_step_passed(guest):
+    _, results = guest
+    assert len(results) >= 27, sorted(results)
+    bad = [line for line in results.values() if not line.startswith("PASS")]
+    assert not bad, bad
 
 
 def test_soft_roce_comes_up(guest):
@@ -68,5 +79,24 @@ def test_our_target_served_admin_and_io_queues_over_rdma(guest):
     discover = (run.out / "discover-ours.txt").read_text()
     assert "trtype:  rdma" in discover and "rdma_cms:    rdma-cm" in discover, discover
     # fio's read phase is the verification: every block written is read back and checked.
-    fio = (run.out / "fio-ours-1m.txt").read_text()
-    assert "err= 0" in fio and "READ: bw=" in fio and "WRITE: bw=" in fio and "io=32.0MiB" in fio, fio
+    fio = (run.out / "fio-ours.txt").read_text()
+    assert "err= 0" in fio and "READ: bw=" in fio and "WRITE: bw=" in fio and "io=16.0MiB" in fio, fio
+
+
+def test_our_host_against_nvmet_rdma(guest):
+    run, results = guest
+    bad = [results.get(s, f"MISSING {s}") for s in perf_steps("perf-nvmet") if not passed(results, s)]
+    assert not bad, bad
+    # The kernel's discovery controller named its port rdma, and our write+verify read every block back.
+    assert "trtype:  rdma" in (run.out / "discover-perf-nvmet.txt").read_text()
+    report = (run.out / "perf-perf-nvmet-1m.txt").read_text()
+    assert "all blocks correct" in report, report
+
+
+def test_our_host_against_our_target(guest):
+    run, results = guest
+    bad = [results.get(s, f"MISSING {s}") for s in perf_steps("perf-ours") if not passed(results, s)]
+    assert not bad, bad
+    for bs in SIZES:
+        report = (run.out / f"perf-perf-ours-{bs}.txt").read_text()
+        assert "all blocks correct" in report, report

@@ -393,13 +393,14 @@ mod tests {
                 _ => unreachable!("parsed a discover command"),
             }
         };
+        let built_with_rdma = cfg!(feature = "rdma");
         match rdma(&[]) {
             Ok(o) => {
-                assert!(cfg!(feature = "rdma"));
+                assert!(built_with_rdma, "a build without the feature took -t rdma");
                 assert_eq!((o.transport, o.addr.as_str()), (crate::Transport::Rdma, "10.0.0.1:4421"));
             }
             Err(e) => {
-                assert!(!cfg!(feature = "rdma"), "{e}");
+                assert!(!built_with_rdma, "{e}");
                 assert!(e.exit_code() == 2 && e.to_string().contains("--features rdma"), "{e}");
             }
         }

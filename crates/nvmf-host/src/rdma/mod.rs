@@ -49,18 +49,26 @@ pub enum DataPath {
     Keyed(usize),
 }
 
+/// A slot's registered data buffer as the controller names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteBuffer {
+    pub addr: u64,
+    pub len: usize,
+    pub rkey: u32,
+}
+
 /// Chooses the data path of a command on queue `qid` and writes its CID and SGL into `sqe`.
 /// In-capsule data goes on I/O queues only, up to `in_capsule_max` (from IOCCSZ): Linux's
-/// nvmet-rdma takes none on the admin queue, so admin writes (Connect data too) are keyed.
-/// `buf` and `rkey` name the slot's registered buffer of `buf_len` bytes.
-pub fn build_command(sqe: &mut Sqe, tag: u16, xfer: Xfer, qid: u16, in_capsule_max: usize, buf: u64, buf_len: usize, rkey: u32) -> Result<DataPath> {
+/// nvmet-rdma takes none on the admin queue, so admin writes (Connect data too) are keyed on
+/// `buf`, the slot's buffer.
+pub fn build_command(sqe: &mut Sqe, tag: u16, xfer: Xfer, qid: u16, in_capsule_max: usize, buf: RemoteBuffer) -> Result<DataPath> {
     let (len, write) = match xfer {
         Xfer::None => (0, false),
         Xfer::Read(n) => (n, false),
         Xfer::Write(n) | Xfer::WriteInCapsule(n) => (n, true),
     };
-    if len > buf_len {
-        return Err(Error::Unsupported(format!("{len}-byte transfer exceeds the {buf_len}-byte buffer")));
+    if len > buf.len {
+        return Err(Error::Unsupported(format!("{len}-byte transfer exceeds the {}-byte buffer", buf.len)));
     }
     sqe.set_cid(tag);
     let path = if len == 0 {
@@ -76,7 +84,7 @@ pub fn build_command(sqe: &mut Sqe, tag: u16, xfer: Xfer, qid: u16, in_capsule_m
             if n > KEYED_SGL_MAX_LEN as usize {
                 return Err(Error::Unsupported(format!("{n}-byte transfer exceeds a keyed SGL's 24-bit length")));
             }
-            KeyedSgl { addr: buf, len: n as u32, key: rkey, invalidate: false }.set_in(sqe).expect("length checked");
+            KeyedSgl { addr: buf.addr, len: n as u32, key: buf.rkey, invalidate: false }.set_in(sqe).expect("length checked");
         }
         // Linux's host names no memory the same way: a keyed SGL of length 0.
         DataPath::None => KeyedSgl { addr: 0, len: 0, key: 0, invalidate: false }.set_in(sqe).expect("zero length"),
@@ -128,7 +136,7 @@ mod tests {
 
     fn command(xfer: Xfer, qid: u16) -> (Sqe, Result<DataPath>) {
         let mut sqe = Sqe::new(0x01, 0);
-        let r = build_command(&mut sqe, 7, xfer, qid, 8192, 0xDEAD_0000, 1 << 20, 0x1234_5678);
+        let r = build_command(&mut sqe, 7, xfer, qid, 8192, RemoteBuffer { addr: 0xDEAD_0000, len: 1 << 20, rkey: 0x1234_5678 });
         (sqe, r)
     }
 
@@ -162,7 +170,7 @@ mod tests {
         assert_eq!(keyed_sgl(&sqe), Some(KeyedSgl { addr: 0, len: 0, key: 0, invalidate: false }));
         assert!(matches!(command(Xfer::Read((1 << 20) + 1), 1).1, Err(Error::Unsupported(_))));
         let mut sqe = Sqe::new(0x02, 0);
-        let huge = build_command(&mut sqe, 0, Xfer::Read(16 << 20), 1, 0, 0, 32 << 20, 1);
+        let huge = build_command(&mut sqe, 0, Xfer::Read(16 << 20), 1, 0, RemoteBuffer { addr: 0, len: 32 << 20, rkey: 1 });
         assert!(matches!(huge, Err(Error::Unsupported(m)) if m.contains("24-bit")));
     }
 

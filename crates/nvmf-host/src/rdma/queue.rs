@@ -15,7 +15,7 @@ use nvmf_proto::rdma::{cm_status, parse_cm_reject, parse_cm_reply};
 use nvmf_proto::{Cqe, Sqe};
 use nvmf_rdma::{Connection, Connector, EventKind, MemoryRegion, SendOp, WorkCompletion};
 
-use super::{build_command, cm_request, split_addr, DataPath};
+use super::{build_command, cm_request, split_addr, DataPath, RemoteBuffer};
 use crate::error::{Error, Result};
 use crate::machine::{command_name, Completion, Xfer};
 
@@ -177,7 +177,8 @@ impl RdmaQueue {
         if slot.active {
             return Err(Error::Unsupported(format!("tag {tag} is already in flight")));
         }
-        let path = build_command(&mut sqe, tag, xfer, qid, icmax, slot.buf.as_ptr() as u64, slot.buf.len(), slot.mr.rkey)?;
+        let buf = RemoteBuffer { addr: slot.buf.as_ptr() as u64, len: slot.buf.len(), rkey: slot.mr.rkey };
+        let path = build_command(&mut sqe, tag, xfer, qid, icmax, buf)?;
         let capsule = &mut self.capsules[tag as usize * clen..][..clen];
         capsule[..SQE_LEN].copy_from_slice(&sqe.0);
         let data = match path {

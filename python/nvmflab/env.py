@@ -171,6 +171,7 @@ def host_report(host) -> dict[str, Any]:
     report["tools"] = tools
     report["stacks"] = stack_availability(host)
     report["rdma"] = rdma_report(host)
+    report["tls"] = tls_report(host)
     report["warnings"] = reliability_warnings(host)
     return report
 
@@ -243,6 +244,26 @@ def rdma_report(host, root: str = "") -> dict[str, Any]:
             "stacks": stacks}
 
 
+def tls_report(host, root: str = "") -> dict[str, Any]:
+    """The host's kernel TLS facts (topology/tls.py) and, per stack and side, None where it can do
+    NVMe/TCP over TLS there or why not (stacks/*.py `tls_unavailable`)."""
+    from .topology import tls
+
+    facts = tls.probe(host, root)
+    stacks: dict[str, dict[str, str | None]] = {}
+    for name in STACK_NAMES:
+        sides: dict[str, str | None] = {}
+        for side in STACK_SIDES:
+            try:
+                from .stacks import get_stack
+
+                sides[side] = get_stack(name).tls_unavailable(host, side)
+            except Exception as err:  # one stack's check must not hide the others
+                sides[side] = f"not available: {' '.join(str(err).split()) or type(err).__name__}"
+        stacks[name] = sides
+    return {"facts": facts.as_dict(), "summary": tls.summary(facts), "stacks": stacks}
+
+
 def topology_report(path: Path) -> list[dict[str, Any]]:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -281,6 +302,11 @@ def topology_tables(reports: list[dict[str, Any]]) -> list:
             for stack, sides in r["rdma"]["stacks"].items():
                 for side, why in sides.items():
                     table.add_row(f"rdma {stack} {side}", "usable" if why is None else f"no: {why}")
+        if "tls" in r:
+            table.add_row("tls (kernel)", r["tls"]["summary"])
+            for stack, sides in r["tls"]["stacks"].items():
+                for side, why in sides.items():
+                    table.add_row(f"tls {stack} {side}", "usable" if why is None else f"no: {why}")
         for warning in r.get("warnings", []):
             table.add_row("[yellow]warning[/yellow]", warning)
         for name, tool in r["tools"].items():

@@ -141,6 +141,14 @@ class Stack(ABC):
         modules), else why not. The RDMA device itself is topology/rdma.py's to check."""
         return f"the {self.name} {side} has no NVMe over RDMA"
 
+    # PSK identity versions this stack offers as a host and accepts as a target (0: NVMe0R, 1: NVMe1R).
+    tls_identities: frozenset[int] = frozenset({0, 1})
+
+    def tls_unavailable(self, host: Host, side: Side) -> str | None:
+        """None when this side of the stack can do NVMe/TCP over TLS 1.3 on `host`, else why not.
+        Default: TLS in userspace (OpenSSL), which needs nothing of the host's kernel."""
+        return None
+
     @abstractmethod
     def versions(self, host: Host) -> dict[str, str | None]: ...
 

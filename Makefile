@@ -60,8 +60,13 @@ test-rust: build
 	  cargo clippy --release --workspace --all-targets --quiet -- -D warnings; \
 	else echo "clippy: not in this toolchain, lint skipped"; fi
 
+# Tests marked `long` (minutes each; see pyproject.toml) run in `make test-long`, not in `make test`.
 test-python: deps-test build venv spdk
-	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q python/tests
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q -m "not long" python/tests
+
+.PHONY: test-long
+test-long: deps-test build venv spdk
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q -m long python/tests
 
 interop: deps-test build venv
 	bash tests/interop/run.sh

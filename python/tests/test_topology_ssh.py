@@ -462,7 +462,11 @@ def test_env_describes_every_host_of_an_inventory(bed, inventory, tmp_path):
 
 @needs_bed
 @needs_binaries
-@pytest.mark.parametrize("study", ["contention", "dimensions", "busy-poll", "parallelism"])
+# contention and dimensions across SSH take one to four minutes each: `make test-long` runs them,
+# `make test` the other two (the same SSH paths: binaries copied, roles placed, cleanup checked).
+@pytest.mark.parametrize("study", [pytest.param("contention", marks=pytest.mark.long),
+                                   pytest.param("dimensions", marks=pytest.mark.long),
+                                   "busy-poll", "parallelism"])
 def test_the_newer_studies_run_across_ssh_hosts(bed, inventory, tmp_path, study):
     """Each study's tiny variant with its target on lab-0 and its load generators (and iperf3
     clients) on lab-1: the same legs as on loopback, every storage point measured."""

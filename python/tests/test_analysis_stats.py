@@ -33,9 +33,14 @@ def test_aggregate_keeps_missing_knob_values_as_their_own_group():
 def test_collapse_jobs_sums_throughput_and_keeps_worst_latency():
     frame = pd.DataFrame({"run_id": 1, "point_id": [7, 7], "repeat": 0, "role": "bg",
                           "iops": [10.0, 30.0], "lat_p99_ns": [100.0, 300.0],
+                          "read_iops": [10.0, 20.0], "write_iops": [0.0, 10.0], "total_ios": [100, 300],
+                          "perf_usr_s": [0.5, 1.5], "perf_sys_s": [0.25, 0.25],
                           "histogram_json": [json.dumps([[1, 2]]), json.dumps([[1, 1], [5, 1]])]})
     row = stats.collapse_jobs(frame).iloc[0]
     assert row["iops"] == 40.0 and row["lat_p99_ns"] == 300.0
+    # the I/O counts and CPU seconds of the processes add up too (CPU per I/O of the whole role)
+    assert (row["read_iops"], row["write_iops"], row["total_ios"]) == (30.0, 10.0, 400)
+    assert (row["perf_usr_s"], row["perf_sys_s"]) == (2.0, 0.5)
     assert json.loads(row["histogram_json"]) == [[1, 3], [5, 1]]
 
 

@@ -28,7 +28,9 @@ METRIC_COLUMNS = [
 ]
 
 # Columns that add up when one point ran several jobs or processes (per repeat and role).
-_ADDITIVE = {"iops", "bw_bytes", "ctx", "voluntary_ctx", "involuntary_ctx"}
+# I/O counts and the processes' CPU seconds too, so CPU per I/O of the combined row stays right.
+_ADDITIVE = {"iops", "bw_bytes", "read_iops", "write_iops", "total_ios", "ctx", "voluntary_ctx", "involuntary_ctx",
+             "perf_usr_s", "perf_sys_s"}
 
 
 def t95(dof: float) -> float:

@@ -90,9 +90,11 @@ def pack_overlay(work: Path, src: Path, target_bin: Path, tests: list[str], colu
         (tree / d).mkdir(parents=True, exist_ok=True)
     shutil.copy2(target_bin, tree / "usr/local/bin/nvmf-target")
     shutil.copy2(HERE / "nvmf-target-control", tree / "usr/local/bin/nvmf-target-control")
+    shutil.copy2(target_bin.parent / "nvmf-target-ctl", tree / "usr/local/bin/nvmf-target-ctl")
+    shutil.copy2(HERE / "configfs-shim", tree / "usr/local/bin/configfs-shim")
     shutil.copy2(HERE / "guest-init", tree / "init")
     shutil.copy2(trixie.BOOT_COMMON, tree / "etc/nvmflab/boot-common.sh")
-    for f in ["usr/local/bin/nvmf-target-control", "init"]:
+    for f in ["usr/local/bin/nvmf-target-control", "usr/local/bin/configfs-shim", "init"]:
         (tree / f).chmod(0o755)
     (tree / "etc/nvmflab/run.conf").write_text(
         f'TESTS="{" ".join(tests)}"\nCOLUMNS="{" ".join(columns)}"\n'
@@ -154,8 +156,8 @@ def main() -> int:
     if not (a.all or a.tests or a.expect):
         ap.error("name --tests, --all or --expect")
     target_bin = Path(a.target_bin)
-    if not target_bin.is_file():
-        raise SystemExit(f"blktests: {target_bin} missing (make build)")
+    if not target_bin.is_file() or not (target_bin.parent / "nvmf-target-ctl").is_file():
+        raise SystemExit(f"blktests: {target_bin} or nvmf-target-ctl beside it missing (make build)")
     expect: dict[str, str] = {}
     if a.expect:
         for line in Path(a.expect).read_text().splitlines():

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The NVME_TARGET_CONTROL script on this machine, without qemu or blktests (a few seconds):
 # blktests' config answers, setup with blktests' spellings (--ctrkey), a served subsystem with the
-# UUID and host asked for, a refused key leaving the other subsystem served, cleanup stopping the
-# target. Uses target/release/nvmf-target and nvmf-perf on 127.0.0.1, a port of its own.
+# UUID and host asked for, a refused key leaving the other subsystem served, the configfs shim
+# (a key, hash and namespace enable written to its files reach the running target), cleanup
+# stopping the target. Uses target/release/nvmf-target, nvmf-target-ctl and nvmf-perf on
+# 127.0.0.1, a port of its own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=tests/blktests/nvmf-target-control
 BIN=target/release
 export NVMFLAB_CONTROL_DIR
 NVMFLAB_CONTROL_DIR=$(mktemp -d /tmp/nvmflab-control-test.XXXXXX)
-export NVMFLAB_TARGET_BIN=$PWD/$BIN/nvmf-target NVMFLAB_TRSVCID=$((20000 + $$ % 20000)) NVMFLAB_IMG_SIZE=16M
+SHIM_PID=
+export NVMFLAB_CONFIGFS_SHIM=$NVMFLAB_CONTROL_DIR/configfs/nvmet
+mkdir -p "$NVMFLAB_CONFIGFS_SHIM"/{hosts,subsystems}
+export NVMFLAB_TARGET_BIN=$PWD/$BIN/nvmf-target NVMFLAB_CTL_BIN=$PWD/$BIN/nvmf-target-ctl NVMFLAB_TRSVCID=$((20000 + $$ % 20000)) NVMFLAB_IMG_SIZE=16M
 H=nqn.2014-08.org.nvmexpress:uuid:0f01fb42-9f7f-4856-b0b3-51e60b8de349
 fail() { echo "test-control: FAIL: $*" >&2; exit 1; }
 cleanup() {
+    [[ -n $SHIM_PID ]] && kill "$SHIM_PID" 2>/dev/null
     "$C" cleanup --subsysnqn blktests-subsystem-1 >/dev/null 2>&1 || true
     "$C" cleanup --subsysnqn blktests-subsystem-2 >/dev/null 2>&1 || true
     rm -rf "$NVMFLAB_CONTROL_DIR"
@@ -30,8 +36,10 @@ if $C config --show-nonsense 2>/dev/null; then fail "an unknown question was ans
 key=$(python3 -c 'import base64,os,zlib; k=os.urandom(32); print("DHHC-1:00:" + base64.b64encode(k + zlib.crc32(k).to_bytes(4, "little")).decode() + ":")')
 $C setup --subsysnqn blktests-subsystem-1 --subsys-uuid 91fdba0d-f87b-4c25-b80f-db7be1418b9e \
     --hostnqn "$H" --hostkey "$key" --ctrkey "$key" || fail "setup"
-grep -q 'uuid = "91fdba0d-f87b-4c25-b80f-db7be1418b9e"' "$NVMFLAB_CONTROL_DIR/target.toml" || fail "uuid not configured"
-grep -q 'dhchap_ctrl_key' "$NVMFLAB_CONTROL_DIR/target.toml" || fail "--ctrkey (blktests' spelling) dropped"
+show() { "$BIN/nvmf-target-ctl" --socket "$NVMFLAB_CONTROL_DIR/control.sock" '{"op":"show"}'; }
+show | grep -q '"uuid":"91fdba0d-f87b-4c25-b80f-db7be1418b9e"' || fail "uuid not configured"
+show | grep -q '"dhchap_ctrl_key":true' || fail "--ctrkey (blktests' spelling) dropped"
+pid=$(cat "$NVMFLAB_CONTROL_DIR/target.pid")
 id=(timeout 20 "$BIN/nvmf-perf" identify -a 127.0.0.1 -s "$NVMFLAB_TRSVCID" -n blktests-subsystem-1 -q "$H")
 "${id[@]}" --dhchap-secret "$key" | grep -q "subnqn *: blktests-subsystem-1" || fail "not served with the key"
 if "${id[@]}" >/dev/null 2>&1; then fail "served without the key"; fi
@@ -45,7 +53,33 @@ if $C setup --subsysnqn blktests-subsystem-2 --subsys-uuid 91fdba0d-f87b-4c25-b8
 fi
 "${id[@]}" --dhchap-secret "$key" | grep -q "subnqn *: blktests-subsystem-1" || fail "not served after a refused setup"
 
+[[ $(cat "$NVMFLAB_CONTROL_DIR/target.pid") == "$pid" ]] || fail "the target was restarted by a setup"
+
+# The configfs shim: what blktests writes into nvmet's files reaches the running target.
+tests/blktests/configfs-shim "$NVMFLAB_CONFIGFS_SHIM" "$NVMFLAB_CONTROL_DIR" &
+SHIM_PID=$!
+hostdir=$NVMFLAB_CONFIGFS_SHIM/hosts/$H
+[[ -f $hostdir/dhchap_key && -f $NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-1/namespaces/1/enable ]] ||
+    fail "setup made no shim files"
+key2=$(python3 -c 'import base64,os,zlib; k=os.urandom(48); print("DHHC-1:02:" + base64.b64encode(k + zlib.crc32(k).to_bytes(4, "little")).decode() + ":")')
+printf '%s' "$key2" >"$hostdir/dhchap_ctrl_key"   # first, so the old controller key is never unpaired
+printf '%s' "$key2" >"$hostdir/dhchap_key"
+printf '%s' "hmac(sha512)" >"$hostdir/dhchap_hash"
+printf '%s' "ffdhe2048" >"$hostdir/dhchap_dhgroup"
+for ((i = 0; i < 50; i++)); do
+    show | grep -q '"dhchap_dhgroup":"ffdhe2048","dhchap_hash":"hmac(sha512)"' && break
+    sleep 0.1
+done
+"${id[@]}" --dhchap-secret "$key2" | grep -q "subnqn *: blktests-subsystem-1" || fail "a key written to the shim did not reach the target"
+if "${id[@]}" --dhchap-secret "$key" >/dev/null 2>&1; then fail "the old key still served after the shim's change"; fi
+printf 0 >"$NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-1/namespaces/1/enable"
+for ((i = 0; i < 50; i++)); do show | grep -q '"enabled":false' && break; sleep 0.1; done
+show | grep -q '"enabled":false' || fail "namespace enable=0 in the shim did not disable it"
+kill "$SHIM_PID"; SHIM_PID=
+grep -q "not followed" "$NVMFLAB_CONTROL_DIR/configfs-shim.log" && fail "the shim met files it does not follow"
+
 $C cleanup --subsysnqn blktests-subsystem-1 || fail "cleanup"
+[[ ! -e $NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-1 && ! -e $hostdir ]] || fail "cleanup left shim files"
 [[ ! -e $NVMFLAB_CONTROL_DIR/target.pid ]] || fail "target still recorded after the last cleanup"
 if "${id[@]}" --dhchap-secret "$key" >/dev/null 2>&1; then fail "still served after cleanup"; fi
-echo "test-control: ok (config answers, setup with --ctrkey, keys and allowed host enforced, refused key, cleanup)"
+echo "test-control: ok (config answers, setup with --ctrkey, keys and allowed host enforced, refused key, configfs shim, cleanup)"

@@ -64,7 +64,8 @@ fn identify(cx: &AdminContext, sqe: &Sqe) -> Outcome {
             if after >= 0xFFFF_FFFE {
                 return Outcome::status(Status::INVALID_NS.with_dnr());
             }
-            let nsids: Vec<u32> = s.namespaces.iter().map(|n| n.nsid).filter(|n| *n > after).take(1024).collect();
+            let nsids: Vec<u32> =
+                s.namespaces.iter().filter(|n| n.enabled()).map(|n| n.nsid).filter(|n| *n > after).take(1024).collect();
             Outcome::Data(encode_ns_list(&nsids))
         }
         (cns::NS_DESCRIPTORS, Some(s)) => match s.namespace(sqe.nsid()) {
@@ -370,7 +371,7 @@ mod tests {
             uuid: None,
         });
         let t = Target::new(TargetSettings::default(), &[sub], &[]).unwrap();
-        let subsys = if discovery { None } else { Some(t.subsystems[0].clone()) };
+        let subsys = if discovery { None } else { Some(t.subsystems()[0].clone()) };
         t.create_controller(subsys, "nqn.host", HOSTID, 5000, Instant::now()).unwrap()
     }
 
@@ -424,7 +425,7 @@ mod tests {
         let mut sub = SubsystemConfig::new("nqn.2024-01.io.nvmflab:vwc");
         sub.namespaces.push(NamespaceConfig { nsid: 1, backend, block_size: 512, nguid: None, uuid: None });
         let t = Target::new(TargetSettings::default(), &[sub], &[]).unwrap();
-        let c = t.create_controller(Some(t.subsystems[0].clone()), "nqn.host", HOSTID, 0, Instant::now()).unwrap();
+        let c = t.create_controller(Some(t.subsystems()[0].clone()), "nqn.host", HOSTID, 0, Instant::now()).unwrap();
         (t, c)
     }
 

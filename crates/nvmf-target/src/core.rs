@@ -3,12 +3,12 @@
 //! single atomics (keep-alive time stamp, controller status).
 
 use crate::backend::{Backend, BackendError, MemoryBudget};
-use crate::config::{HostAuthConfig, PortConfig, SubsystemConfig, TargetSettings};
+use crate::config::{HostAuthConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetSettings};
 use nvmf_proto::fabrics::{cc, csts};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 /// CAP.MQES (0's based): the largest queue a host may create.
@@ -34,6 +34,50 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     pub eui64: [u8; 8],
     pub backend: Backend,
+    /// Cleared by the control surface (disable, remove): the nsid then reads as inactive to
+    /// every controller at once, those connected before the change included.
+    enabled: AtomicBool,
+}
+
+impl Namespace {
+    /// Opens the backend and derives the identifiers (stable for a given NQN and nsid).
+    pub fn open(nqn: &str, n: &NamespaceConfig) -> Result<Namespace, BackendError> {
+        let backend = Backend::open(&n.backend, n.block_size)?;
+        let nsid = n.nsid.to_le_bytes();
+        let h1 = fnv1a(&[nqn.as_bytes(), &nsid, b"nguid"]);
+        let h2 = fnv1a(&[nqn.as_bytes(), &nsid, b"nguid2"]);
+        let mut nguid = [0u8; 16];
+        nguid[..8].copy_from_slice(&h1.to_be_bytes());
+        nguid[8..].copy_from_slice(&h2.to_be_bytes());
+        let nguid = n.nguid.unwrap_or(nguid);
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&fnv1a(&[nqn.as_bytes(), &nsid, b"uuid"]).to_be_bytes());
+        uuid[8..].copy_from_slice(&fnv1a(&[nqn.as_bytes(), &nsid, b"uuid2"]).to_be_bytes());
+        // RFC 4122 version 4 / variant bits, so tools print it as a proper UUID.
+        uuid[6] = (uuid[6] & 0x0f) | 0x40;
+        uuid[8] = (uuid[8] & 0x3f) | 0x80;
+        let uuid = n.uuid.unwrap_or(uuid);
+        let eui64 = fnv1a(&[&nguid, b"eui64"]).to_be_bytes();
+        Ok(Namespace {
+            nsid: n.nsid,
+            block_size: n.block_size,
+            lbads: n.block_size.trailing_zeros() as u8,
+            nlb: backend.size() / n.block_size as u64,
+            nguid,
+            uuid,
+            eui64,
+            backend,
+            enabled: AtomicBool::new(true),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Relaxed);
+    }
 }
 
 pub struct Subsystem {
@@ -43,14 +87,49 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     pub hosts: Vec<String>,
     pub reactor: Option<usize>,
-    /// Sorted by nsid.
+    /// Sorted by nsid. Fixed for this value: a change through the control surface makes a new
+    /// `Subsystem` (connected controllers keep theirs; see `Namespace::enabled`).
     pub namespaces: Vec<Arc<Namespace>>,
 }
 
 impl Subsystem {
+    /// Opens every namespace of `s`.
+    pub fn open(s: &SubsystemConfig) -> Result<Subsystem, BackendError> {
+        let mut namespaces = Vec::new();
+        for n in &s.namespaces {
+            namespaces.push(Arc::new(Namespace::open(&s.nqn, n)?));
+        }
+        namespaces.sort_by_key(|n| n.nsid);
+        let serial = s.serial.clone().unwrap_or_else(|| format!("{:016x}", fnv1a(&[s.nqn.as_bytes()])));
+        Ok(Subsystem {
+            nqn: s.nqn.clone(),
+            serial,
+            model: s.model.clone().unwrap_or_else(|| "nvmflab".into()),
+            allow_any_host: s.allow_any_host,
+            hosts: s.hosts.clone(),
+            reactor: s.reactor,
+            namespaces,
+        })
+    }
+
+    /// A copy with other host settings and namespaces (the namespaces' backends are shared).
+    pub fn changed(&self, allow_any_host: bool, hosts: Vec<String>, mut namespaces: Vec<Arc<Namespace>>) -> Subsystem {
+        namespaces.sort_by_key(|n| n.nsid);
+        Subsystem {
+            nqn: self.nqn.clone(),
+            serial: self.serial.clone(),
+            model: self.model.clone(),
+            allow_any_host,
+            hosts,
+            reactor: self.reactor,
+            namespaces,
+        }
+    }
+
+    /// An active (enabled) namespace and its index in `namespaces`.
     pub fn namespace(&self, nsid: u32) -> Option<(usize, &Arc<Namespace>)> {
         let i = self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok()?;
-        Some((i, &self.namespaces[i]))
+        Some((i, &self.namespaces[i])).filter(|(_, n)| n.enabled())
     }
 
     pub fn allows(&self, hostnqn: &str) -> bool {
@@ -173,7 +252,10 @@ impl Controller {
 
 pub struct Target {
     pub settings: TargetSettings,
-    pub subsystems: Vec<Arc<Subsystem>>,
+    /// Replaced as a whole by the control surface; read at Connect and for the discovery log.
+    subsystems: RwLock<Vec<Arc<Subsystem>>>,
+    /// The discovery log's GENCTR: 1 at start, one up with each subsystem change.
+    generation: AtomicU64,
     pub ports: Vec<Port>,
     /// Time zero for the nanosecond stamps in controllers.
     pub epoch: Instant,
@@ -186,8 +268,9 @@ pub struct Target {
     pub connections: AtomicUsize,
     controllers: Mutex<HashMap<u16, Arc<Controller>>>,
     next_cntlid: Mutex<u16>,
-    /// DH-HMAC-CHAP keys by host NQN (see [`Target::with_host_auth`]).
-    host_auth: HashMap<String, Arc<HostAuthConfig>>,
+    /// DH-HMAC-CHAP keys by host NQN (see [`Target::with_host_auth`]); read when a queue
+    /// authenticates, so a change applies from the next (re-)authentication on.
+    host_auth: RwLock<HashMap<String, Arc<HostAuthConfig>>>,
 }
 
 /// Buffers are aligned at least this far, so data copies start on a cache line.
@@ -212,46 +295,7 @@ impl Target {
     pub fn new(settings: TargetSettings, subsystems: &[SubsystemConfig], ports: &[PortConfig]) -> Result<Target, BackendError> {
         let mut subs = Vec::new();
         for s in subsystems {
-            let mut namespaces = Vec::new();
-            for n in &s.namespaces {
-                let backend = Backend::open(&n.backend, n.block_size)?;
-                let nsid = n.nsid.to_le_bytes();
-                let h1 = fnv1a(&[s.nqn.as_bytes(), &nsid, b"nguid"]);
-                let h2 = fnv1a(&[s.nqn.as_bytes(), &nsid, b"nguid2"]);
-                let mut nguid = [0u8; 16];
-                nguid[..8].copy_from_slice(&h1.to_be_bytes());
-                nguid[8..].copy_from_slice(&h2.to_be_bytes());
-                let nguid = n.nguid.unwrap_or(nguid);
-                let mut uuid = [0u8; 16];
-                uuid[..8].copy_from_slice(&fnv1a(&[s.nqn.as_bytes(), &nsid, b"uuid"]).to_be_bytes());
-                uuid[8..].copy_from_slice(&fnv1a(&[s.nqn.as_bytes(), &nsid, b"uuid2"]).to_be_bytes());
-                // RFC 4122 version 4 / variant bits, so tools print it as a proper UUID.
-                uuid[6] = (uuid[6] & 0x0f) | 0x40;
-                uuid[8] = (uuid[8] & 0x3f) | 0x80;
-                let uuid = n.uuid.unwrap_or(uuid);
-                let eui64 = fnv1a(&[&nguid, b"eui64"]).to_be_bytes();
-                namespaces.push(Arc::new(Namespace {
-                    nsid: n.nsid,
-                    block_size: n.block_size,
-                    lbads: n.block_size.trailing_zeros() as u8,
-                    nlb: backend.size() / n.block_size as u64,
-                    nguid,
-                    uuid,
-                    eui64,
-                    backend,
-                }));
-            }
-            namespaces.sort_by_key(|n| n.nsid);
-            let serial = s.serial.clone().unwrap_or_else(|| format!("{:016x}", fnv1a(&[s.nqn.as_bytes()])));
-            subs.push(Arc::new(Subsystem {
-                nqn: s.nqn.clone(),
-                serial,
-                model: s.model.clone().unwrap_or_else(|| "nvmflab".into()),
-                allow_any_host: s.allow_any_host,
-                hosts: s.hosts.clone(),
-                reactor: s.reactor,
-                namespaces,
-            }));
+            subs.push(Arc::new(Subsystem::open(s)?));
         }
         let ports = ports
             .iter()
@@ -266,7 +310,8 @@ impl Target {
             .fold(CACHE_LINE, usize::max);
         Ok(Target {
             settings,
-            subsystems: subs,
+            subsystems: RwLock::new(subs),
+            generation: AtomicU64::new(1),
             ports,
             epoch: Instant::now(),
             buffers: Arc::new(MemoryBudget::new(buffer_memory)),
@@ -274,23 +319,80 @@ impl Target {
             connections: AtomicUsize::new(0),
             controllers: Mutex::new(HashMap::new()),
             next_cntlid: Mutex::new(1),
-            host_auth: HashMap::new(),
+            host_auth: RwLock::new(HashMap::new()),
         })
     }
 
     /// Hosts listed here must authenticate (DH-HMAC-CHAP) every queue they connect.
-    pub fn with_host_auth(mut self, hosts: &[HostAuthConfig]) -> Self {
-        self.host_auth = hosts.iter().map(|h| (h.nqn.clone(), Arc::new(h.clone()))).collect();
+    pub fn with_host_auth(self, hosts: &[HostAuthConfig]) -> Self {
+        *self.host_auth.write().unwrap_or_else(|e| e.into_inner()) =
+            hosts.iter().map(|h| (h.nqn.clone(), Arc::new(h.clone()))).collect();
         self
     }
 
     /// The DH-HMAC-CHAP settings of `hostnqn`, if it must authenticate.
-    pub fn host_auth(&self, hostnqn: &str) -> Option<&Arc<HostAuthConfig>> {
-        self.host_auth.get(hostnqn)
+    pub fn host_auth(&self, hostnqn: &str) -> Option<Arc<HostAuthConfig>> {
+        self.host_auth.read().unwrap_or_else(|e| e.into_inner()).get(hostnqn).cloned()
     }
 
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+    /// Sets (Some) or removes (None) the DH-HMAC-CHAP settings of `hostnqn`.
+    pub fn set_host_auth(&self, hostnqn: &str, auth: Option<HostAuthConfig>) {
+        let mut map = self.host_auth.write().unwrap_or_else(|e| e.into_inner());
+        match auth {
+            Some(a) => map.insert(hostnqn.to_string(), Arc::new(a)),
+            None => map.remove(hostnqn),
+        };
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems.read().unwrap_or_else(|e| e.into_inner()).iter().find(|s| s.nqn == nqn).cloned()
+    }
+
+    /// The subsystems as they are now.
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.subsystems.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds `s`, or replaces the subsystem of the same NQN. Controllers already connected keep
+    /// the value they connected with.
+    pub fn put_subsystem(&self, s: Arc<Subsystem>) {
+        let mut subs = self.subsystems.write().unwrap_or_else(|e| e.into_inner());
+        match subs.iter_mut().find(|x| x.nqn == s.nqn) {
+            Some(x) => *x = s,
+            None => subs.push(s),
+        }
+        self.generation.fetch_add(1, Relaxed);
+    }
+
+    /// The discovery log's generation counter.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Relaxed)
+    }
+
+    /// Removes a subsystem: its namespaces go inactive and its controllers end (their queues
+    /// close), as nvmet does when a subsystem is deleted. False if there was none.
+    pub fn remove_subsystem(&self, nqn: &str) -> bool {
+        let removed = {
+            let mut subs = self.subsystems.write().unwrap_or_else(|e| e.into_inner());
+            let before = subs.len();
+            let (gone, kept): (Vec<_>, Vec<_>) = subs.drain(..).partition(|s| s.nqn == nqn);
+            *subs = kept;
+            for s in &gone {
+                s.namespaces.iter().for_each(|n| n.set_enabled(false));
+            }
+            self.generation.fetch_add(1, Relaxed);
+            before != subs.len()
+        };
+        let ctrls: Vec<u16> = self
+            .controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|c| c.subsys.as_ref().is_some_and(|s| s.nqn == nqn))
+            .map(|c| c.cntlid)
+            .collect();
+        ctrls.into_iter().for_each(|c| self.remove_controller(c));
+        removed
     }
 
     pub fn now_ns(&self, now: Instant) -> u64 {

@@ -25,15 +25,13 @@ pub fn secure_channel(tls: PortTls) -> (u8, u8) {
     }
 }
 
-/// Changes only with the configuration, which is fixed for the life of the process.
-pub const GENCTR: u64 = 1;
 
 pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
     let mut entries = Vec::new();
     let mut rdma_entries = Vec::new();
     for port in &target.ports {
         let (treq, sectype) = if port.rdma { (TREQ_NOT_SPECIFIED, RDMA_QPTYPE_CONNECTED) } else { secure_channel(port.tls) };
-        for s in target.subsystems.iter().filter(|s| port.exports(&s.nqn) && s.allows(hostnqn)) {
+        for s in target.subsystems().iter().filter(|s| port.exports(&s.nqn) && s.allows(hostnqn)) {
             if port.rdma {
                 rdma_entries.push(entries.len());
             }
@@ -54,7 +52,7 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
             });
         }
     }
-    let mut page = DiscoveryLogPage { genctr: GENCTR, entries }.encode();
+    let mut page = DiscoveryLogPage { genctr: target.generation(), entries }.encode();
     // The RDMA TSAS's other two bytes (QP type went in as the first, where TCP has SECTYPE).
     for i in rdma_entries {
         let tsas = HEADER_LEN + i * ENTRY_LEN + 768;

@@ -47,7 +47,7 @@ pub fn connect(target: &Target, port: Option<&Port>, sqe: &Sqe, data: &[u8], now
         None
     } else {
         match target.subsystem(&d.subnqn) {
-            Some(s) if port.is_none_or(|p| p.exports(&s.nqn)) => Some(s.clone()),
+            Some(s) if port.is_none_or(|p| p.exports(&s.nqn)) => Some(s),
             _ => {
                 tracing::info!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect to unknown subsystem");
                 return reject(Status::CONNECT_INVALID_PARAM, ipo::DATA_SUBNQN);

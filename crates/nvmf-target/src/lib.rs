@@ -9,6 +9,7 @@ pub mod auth;
 pub mod backend;
 pub mod command;
 pub mod config;
+pub mod control;
 pub mod core;
 pub mod discovery;
 pub mod fabrics;
@@ -39,6 +40,8 @@ pub enum StartError {
     Backend(#[from] backend::BackendError),
     #[error("{0}")]
     Stats(String),
+    #[error("{0}")]
+    Control(String),
     #[error("TLS set-up failed: {0}")]
     Tls(String),
     #[error("cannot start thread: {0}")]
@@ -64,9 +67,15 @@ pub struct RunningTarget {
     wakers: Vec<Arc<mio::Waker>>,
     threads: Vec<JoinHandle<()>>,
     stats: Arc<StatsRegistry>,
+    control: Arc<control::Control>,
 }
 
 impl RunningTarget {
+    /// The runtime control surface (also served on `[target] control` when configured).
+    pub fn control(&self) -> &Arc<control::Control> {
+        &self.control
+    }
+
     /// The bound listen addresses, in configuration order.
     pub fn listen_addrs(&self) -> &[SocketAddr] {
         &self.listen_addrs
@@ -116,6 +125,9 @@ impl Drop for RunningTarget {
     }
 }
 
+/// Buffer alignment of a target whose namespaces may change at run time.
+const RUNTIME_NAMESPACE_ALIGN: usize = 4096;
+
 /// Starts a target. The config is validated again here (it may have been built in code).
 pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     config.validate("config")?;
@@ -141,6 +153,11 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         tls_stats: Default::default(),
         rdma: true,
     }));
+    if config.target.control.is_some() {
+        // A file namespace added at run time reads with O_DIRECT: buffers aligned for any
+        // device's logical block (at most a page) from the start, as they cannot change later.
+        target.buffer_align = target.buffer_align.max(RUNTIME_NAMESPACE_ALIGN);
+    }
     let target = Arc::new(target);
     let stop = Arc::new(AtomicBool::new(false));
     let t = &config.target;
@@ -170,6 +187,10 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         }
         None => None,
     };
+    let control = Arc::new(control::Control::new(target.clone(), config.clone()));
+    if let Some(path) = &t.control {
+        threads.push(control::socket::serve(path, control.clone(), stop.clone()).map_err(StartError::Control)?);
+    }
     let ports = target.ports.clone();
     let tls_config = tls_server_config(&config)?;
     let acceptor = Acceptor {
@@ -187,7 +208,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     let rdma_addrs = start_rdma(&target, &stop, &mut threads)?;
     std::mem::forget(guard);
     let listen_addrs = bound.iter().map(|p| p.addr).collect();
-    Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry })
+    Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry, control })
 }
 
 /// The TLS server config of a target with a TLS port: the TLS PSK for an identity naming a

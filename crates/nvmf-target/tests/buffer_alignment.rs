@@ -22,7 +22,8 @@ fn null_and_ram_namespaces_align_buffers_to_a_cache_line() {
 #[test]
 fn a_file_namespace_reads_back_what_was_written_through_its_buffers() {
     let (t, dir) = common::file_target("align");
-    let Backend::File(f) = &t.subsystems[0].namespaces[0].backend else { panic!("file namespace") };
+    let subs = t.subsystems();
+    let Backend::File(f) = &subs[0].namespaces[0].backend else { panic!("file namespace") };
     assert!(f.memory_align().is_power_of_two());
     assert!(t.buffer_align >= f.memory_align().max(64), "{} < {}", t.buffer_align, f.memory_align());
     if !f.is_direct() {

@@ -598,7 +598,7 @@ fn shutdown_flushes_file_namespaces_before_reporting_complete() {
     a.namespaces.push(NamespaceConfig { nsid: 1, backend: BackendConfig::File { path }, block_size: 512, nguid: None, uuid: None });
     c.subsystems = vec![a];
     let t = Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap());
-    let syncs = || match &t.subsystems[0].namespaces[0].backend {
+    let syncs = || match &t.subsystems()[0].namespaces[0].backend {
         nvmf_target::backend::Backend::File(f) => f.sync_count(),
         _ => unreachable!(),
     };

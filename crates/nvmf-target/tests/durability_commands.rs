@@ -14,7 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// (fdatasyncs, RWF_DSYNC writes) of the namespace.
 fn counts(t: &Target) -> (u64, u64) {
-    let Backend::File(f) = &t.subsystems[0].namespaces[0].backend else { panic!("file namespace") };
+    let subs = t.subsystems();
+    let Backend::File(f) = &subs[0].namespaces[0].backend else { panic!("file namespace") };
     (f.counters().fdatasyncs.load(Relaxed), f.counters().dsync_writes.load(Relaxed))
 }
 

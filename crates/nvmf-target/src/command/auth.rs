@@ -34,7 +34,7 @@ impl Commands {
     pub(super) fn queue_auth(&self, ctrl: &Controller, hostnqn: &str, now: Instant) -> Option<QueueAuth> {
         let subsys = ctrl.subsys.as_ref()?;
         let host = self.target.host_auth(hostnqn)?;
-        Some(QueueAuth::new(host.clone(), &subsys.nqn, now))
+        Some(QueueAuth::new(host, &subsys.nqn, now))
     }
 
     pub(super) fn auth_command(&mut self, sqe: &Sqe, data: &[u8]) -> Action<'static> {

@@ -55,6 +55,9 @@ pub struct Cli {
     /// non-loopback address only on a trusted network)
     #[arg(long)]
     pub stats: Option<String>,
+    /// Unix socket for runtime changes (hosts, keys, subsystems, namespaces): docs/control.md
+    #[arg(long)]
+    pub control: Option<std::path::PathBuf>,
     /// Most TCP connections open at once; one more is closed as soon as it is accepted
     #[arg(long = "max-connections")]
     pub max_connections: Option<u32>,
@@ -116,6 +119,9 @@ impl Cli {
         if let Some(s) = &self.stats {
             let parsed = super::parse_stats_addr(s);
             t.stats = Some(parsed.ok_or_else(|| bad(format!("--stats {s:?}: expected ADDR:PORT or PORT (loopback)")))?);
+        }
+        if let Some(p) = &self.control {
+            t.control = Some(p.clone());
         }
         if let Some(s) = &self.buffer_memory {
             t.buffer_memory = Some(parse_size(s).ok_or_else(|| bad(format!("--buffer-memory {s:?}: expected a size like 2GiB")))?);

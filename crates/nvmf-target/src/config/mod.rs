@@ -118,6 +118,8 @@ pub struct TargetSettings {
     pub tos: u32,
     pub busy_poll_us: u32,
     pub stats: Option<SocketAddr>,
+    /// Unix socket of the runtime control surface (control.rs, docs/control.md); none: off.
+    pub control: Option<PathBuf>,
     /// KATO used when a host connects with kato = 0 is *not* overridden; this only applies to
     /// hosts that ask for the default (Linux always sends its own value).
     pub kato_default_ms: u32,
@@ -228,6 +230,7 @@ impl Default for TargetSettings {
             tos: 0,
             busy_poll_us: 0,
             stats: None,
+            control: None,
             kato_default_ms: 120_000,
             max_connections: 4096,
             max_controllers: 1024,

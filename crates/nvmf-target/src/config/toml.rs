@@ -48,6 +48,7 @@ struct RawTarget {
     tos: Option<u32>,
     busy_poll_us: Option<u32>,
     stats: Option<Spanned<String>>,
+    control: Option<PathBuf>,
     kato_default_ms: Option<u32>,
     max_connections: Option<u32>,
     max_controllers: Option<u32>,
@@ -161,6 +162,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
             bad_at(s.span(), format!("target.stats = {:?}: expected ADDR:PORT or PORT (loopback)", s.get_ref()))
         })?);
     }
+    target.control = t.control;
     if let Some(b) = t.buffer_memory {
         let bytes = match b.get_ref() {
             RawSize::Bytes(n) => Some(*n),

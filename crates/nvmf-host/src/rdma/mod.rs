@@ -92,6 +92,57 @@ pub fn build_command(sqe: &mut Sqe, tag: u16, xfer: Xfer, qid: u16, in_capsule_m
     Ok(path)
 }
 
+/// A command slot's progress. Two events finish a command, in either order: the controller's
+/// response, and the work completion of the SEND that carried its capsule (until then the
+/// capsule buffer may still be read by the device, so the slot cannot be reused).
+#[derive(Debug, Default)]
+pub struct SlotState {
+    active: bool,
+    sent: bool,
+    response: Option<Result<u64>>,
+}
+
+impl SlotState {
+    /// A command was posted on the slot.
+    pub fn start(&mut self) {
+        *self = SlotState { active: true, sent: false, response: None };
+    }
+
+    /// Posting failed: the slot is free again.
+    pub fn abort(&mut self) {
+        *self = SlotState::default();
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// The slot's SEND completed; the command's result when its response was already in.
+    pub fn sent(&mut self) -> Option<Result<u64>> {
+        self.sent = true;
+        self.take_if_done()
+    }
+
+    /// The controller answered the slot's command; the result when its SEND has completed
+    /// too. A response for a slot with no command in flight, or a second one, is the
+    /// controller's protocol error (`cid` and `qid` name it).
+    pub fn respond(&mut self, result: Result<u64>, cid: u16, qid: u16) -> Result<Option<Result<u64>>> {
+        if !self.active || self.response.is_some() {
+            return Err(Error::Protocol(format!("a completion for CID {cid} that is not in flight on queue {qid}")));
+        }
+        self.response = Some(result);
+        Ok(self.take_if_done())
+    }
+
+    fn take_if_done(&mut self) -> Option<Result<u64>> {
+        if self.active && self.sent && self.response.is_some() {
+            self.active = false;
+            return self.response.take();
+        }
+        None
+    }
+}
+
 /// `host:port` (or `[v6]:port`, or a host alone) as RDMA CM wants it: host and port apart.
 pub fn split_addr(addr: &str) -> Result<(String, u16)> {
     let bad = || Error::Unsupported(format!("{addr:?} is not an address RDMA CM can connect to (host:port)"));
@@ -172,6 +223,30 @@ mod tests {
         let mut sqe = Sqe::new(0x02, 0);
         let huge = build_command(&mut sqe, 0, Xfer::Read(16 << 20), 1, 0, RemoteBuffer { addr: 0, len: 32 << 20, rkey: 1 });
         assert!(matches!(huge, Err(Error::Unsupported(m)) if m.contains("24-bit")));
+    }
+
+    #[test]
+    fn a_slot_finishes_once_both_its_response_and_its_send_are_in() {
+        let mut s = SlotState::default();
+        assert!(s.respond(Ok(1), 3, 1).is_err(), "a response for an idle slot");
+        assert!(s.sent().is_none(), "a stray SEND completion finishes nothing");
+        // Response first, then the SEND's completion.
+        s.start();
+        assert!(matches!(s.respond(Ok(7), 3, 1), Ok(None)));
+        assert!(s.is_active());
+        assert!(matches!(s.respond(Ok(8), 3, 1), Err(Error::Protocol(m)) if m.contains("CID 3")), "a second response");
+        assert!(matches!(s.sent(), Some(Ok(7))));
+        assert!(!s.is_active());
+        // The SEND's completion first, then a failed response.
+        s.start();
+        assert!(s.sent().is_none());
+        let st = nvmf_proto::Status::from_u16(0x0004);
+        let r = s.respond(Err(Error::Status { command: "Read", status: st }), 3, 1).unwrap();
+        assert!(matches!(r, Some(Err(Error::Status { .. }))));
+        assert!(!s.is_active());
+        s.start();
+        s.abort();
+        assert!(!s.is_active() && s.sent().is_none());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use nvmf_proto::rdma::{cm_status, parse_cm_reject, parse_cm_reply};
 use nvmf_proto::{Cqe, Sqe};
 use nvmf_rdma::{Connection, Connector, EventKind, MemoryRegion, SendOp, WorkCompletion};
 
-use super::{build_command, cm_request, split_addr, DataPath, RemoteBuffer};
+use super::{build_command, cm_request, split_addr, DataPath, RemoteBuffer, SlotState};
 use crate::error::{Error, Result};
 use crate::machine::{command_name, Completion, Xfer};
 
@@ -26,11 +26,7 @@ struct Slot {
     // Declared before `buf`: the registration goes before the memory it covers.
     mr: MemoryRegion,
     buf: Vec<u8>,
-    active: bool,
-    /// The SEND of its capsule has completed (its capsule buffer is free).
-    sent: bool,
-    /// The controller's answer, once received.
-    response: Option<Result<u64>>,
+    state: SlotState,
     sqe: Sqe,
 }
 
@@ -155,7 +151,7 @@ impl RdmaQueue {
             return Ok(());
         }
         let slot = &mut self.slots[tag as usize];
-        if slot.active {
+        if slot.state.is_active() {
             return Err(Error::Unsupported(format!("tag {tag}'s buffer cannot grow while its command is in flight")));
         }
         let fresh = new_slot(&self.conn, len)?;
@@ -174,7 +170,7 @@ impl RdmaQueue {
     pub fn submit(&mut self, tag: u16, mut sqe: Sqe, xfer: Xfer) -> Result<()> {
         let (qid, icmax, clen) = (self.qid, self.in_capsule_max, self.capsule_len);
         let slot = self.slots.get_mut(tag as usize).ok_or_else(|| Error::Unsupported(format!("tag {tag} beyond queue depth")))?;
-        if slot.active {
+        if slot.state.is_active() {
             return Err(Error::Unsupported(format!("tag {tag} is already in flight")));
         }
         let buf = RemoteBuffer { addr: slot.buf.as_ptr() as u64, len: slot.buf.len(), rkey: slot.mr.rkey };
@@ -188,11 +184,12 @@ impl RdmaQueue {
             }
             DataPath::None | DataPath::Keyed(_) => 0,
         };
-        (slot.active, slot.sent, slot.response, slot.sqe) = (true, false, None, sqe);
+        slot.state.start();
+        slot.sqe = sqe;
         let p = capsule.as_mut_ptr();
         // SAFETY: the capsule lies in capsules_mr and is not touched until the SEND completes.
         unsafe { self.conn.post_send(SendOp::Send, tag as u64, true, p, (SQE_LEN + data) as u32, self.capsules_mr.lkey) }.map_err(|e| {
-            self.slots[tag as usize].active = false;
+            self.slots[tag as usize].state.abort();
             io_err("posting a SEND", e)
         })
     }
@@ -253,10 +250,9 @@ impl RdmaQueue {
                     self.response((wc.wr_id & !RECV_BIT) as usize, wc.byte_len as usize, done)?;
                 } else {
                     let tag = wc.wr_id as u16;
-                    if let Some(slot) = self.slots.get_mut(tag as usize) {
-                        slot.sent = true;
+                    if let Some(result) = self.slots.get_mut(tag as usize).and_then(|s| s.state.sent()) {
+                        done.push(Completion { tag, result });
                     }
-                    self.finish(tag, done);
                 }
             }
             if n < self.wc.len() {
@@ -276,26 +272,18 @@ impl RdmaQueue {
         let cqe = Cqe::decode(self.responses[i * CQE_LEN..][..CQE_LEN].try_into().expect("16 bytes"));
         self.post_recv(i)?;
         let qid = self.qid;
-        let slot = match self.slots.get_mut(cqe.cid as usize) {
-            Some(s) if s.active && s.response.is_none() => s,
-            _ => return Err(Error::Protocol(format!("a completion for CID {} that is not in flight on queue {qid}", cqe.cid))),
+        let Some(slot) = self.slots.get_mut(cqe.cid as usize) else {
+            return Err(Error::Protocol(format!("a completion for CID {} beyond queue {qid}'s depth", cqe.cid)));
         };
-        slot.response = Some(if cqe.status.is_success() {
+        let result = if cqe.status.is_success() {
             Ok(cqe.result)
         } else {
             Err(Error::Status { command: command_name(slot.sqe.opcode(), slot.sqe.fctype(), qid), status: cqe.status })
-        });
-        self.finish(cqe.cid, done);
-        Ok(())
-    }
-
-    /// Completes `tag` once both its response and its SEND's completion are in.
-    fn finish(&mut self, tag: u16, done: &mut Vec<Completion>) {
-        let Some(slot) = self.slots.get_mut(tag as usize) else { return };
-        if slot.active && slot.sent && slot.response.is_some() {
-            slot.active = false;
-            done.push(Completion { tag, result: slot.response.take().expect("checked") });
+        };
+        if let Some(result) = slot.state.respond(result, cqe.cid, qid)? {
+            done.push(Completion { tag: cqe.cid, result });
         }
+        Ok(())
     }
 }
 
@@ -310,7 +298,7 @@ fn new_slot(conn: &Connection, len: usize) -> Result<Slot> {
     let mut buf = vec![0u8; len.max(1)];
     // SAFETY: the buffer is never resized while registered and is dropped after its region.
     let mr = unsafe { conn.register_remote(buf.as_mut_ptr(), buf.len()) }.map_err(|e| io_err("registering a data buffer", e))?;
-    Ok(Slot { mr, buf, active: false, sent: false, response: None, sqe: Sqe::new(0, 0) })
+    Ok(Slot { mr, buf, state: SlotState::default(), sqe: Sqe::new(0, 0) })
 }
 
 /// Sleeps in poll(2) until one of `fds` is readable or `timeout` passed.

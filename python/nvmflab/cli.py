@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .names import STACK_NAMES, STUDY_NAMES, module_name
+from .names import IN_ALL, STACK_NAMES, STUDY_NAMES, module_name
 from .spec import Spec, SpecError
 from .study_spec import load_study_spec
 
@@ -72,7 +72,7 @@ def study(name: StudyName = typer.Argument(..., help=f"a study of studies/ ({', 
           knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT) -> None:
     """Run a built-in study (STUDIES.md) and write its report. Exit code 1 when a point failed,
     2 when nothing could run."""
-    names = [s.value for s in StudyName if s is not StudyName.all] if name is StudyName.all else [name.value]
+    names = list(IN_ALL) if name is StudyName.all else [name.value]
     if spec is not None and len(names) > 1:
         fail("--spec names one study's spec; run the studies one by one to give each its own")
     _check_knobs_from(knobs_from)

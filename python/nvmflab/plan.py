@@ -43,6 +43,9 @@ class TargetSetup:
     allowed_hosts: tuple[str, ...] = ()  # host NQNs every subsystem admits; empty = any host
     tls: str = "off"  # "on": every port requires TLS 1.3 with tls_key as the host's PSK
     tls_key: str | None = None  # NVMeTLSkey-1:HH:...: (the host side connects with the same key)
+    dhchap: str = "off"  # a DH group: hosts authenticate with DH-HMAC-CHAP using dhchap_key
+    dhchap_key: str | None = None  # DHHC-1:00:...: (the host side authenticates with the same secret)
+    transport: str = "tcp"  # "rdma": the target's port is an NVMe over RDMA port (docs/rdma.md)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,11 @@ class Point:
             target.pop("tls_key", None)  # made per run: the same point under another key is the same point
             if target.get("tls") == "off":
                 target.pop("tls")  # keeps the identities of points stored before the knob existed
+            target.pop("dhchap_key", None)  # made per run, as the TLS key
+            if target.get("dhchap") == "off":
+                target.pop("dhchap")
+            if target.get("transport") == "tcp":
+                target.pop("transport")  # likewise for the transport knob
             for sub in target["subsystems"]:
                 sub["path"] = _path_id(sub["path"])
         jobs = [{"role": j.role, "knobs": j.knobs, "cpus": list(j.cpus), "nqn": j.nqn, "host": j.host,

@@ -158,6 +158,11 @@ class Knobs(_Strict):
     io_queues: int | None = _knob(None, "number of I/O queues", ("host",), ge=1)
     # TLS 1.3 with a PSK (docs/tls.md): the key is [stack] tls_key, else one made per run.
     tls: Literal["off", "on"] = _knob("off", "TLS 1.3 secure channel (PSK)", ("target", "host"))
+    # DH-HMAC-CHAP in-band authentication with this DH group ("off": none); a secret made per run.
+    dhchap: Literal["off", "null", "ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144", "ffdhe8192"] = _knob(
+        "off", "DH-HMAC-CHAP authentication (its DH group)", ("target", "host"))
+    # NVMe/TCP or NVMe over RDMA (docs/rdma.md); rdma needs an RDMA device on both hosts.
+    transport: Literal["tcp", "rdma"] = _knob("tcp", "transport (NVMe/TCP or NVMe over RDMA)", ("target", "host"))
 
 
 SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)

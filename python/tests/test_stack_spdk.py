@@ -134,8 +134,8 @@ def test_rpc_output_helpers():
 def test_every_knob_is_mapped_or_deliberately_missing():
     target_side = {k for k, sides in KNOB_SIDES.items() if "target" in sides}
     host_side = {k for k, sides in KNOB_SIDES.items() if "host" in sides}
-    assert target_side - set(TARGET_KNOBS) == {"tos", "idle_poll_us", "tls"}
-    assert host_side - set(HOST_KNOBS) == {"so_priority", "tos", "busy_poll_us", "tls"}
+    assert target_side - set(TARGET_KNOBS) == {"tos", "idle_poll_us", "dhchap"}
+    assert host_side - set(HOST_KNOBS) == {"so_priority", "tos", "busy_poll_us", "dhchap"}
 
 
 @pytest.mark.parametrize("side, knobs, message", [

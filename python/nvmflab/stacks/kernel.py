@@ -21,10 +21,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..plan import PerfJob, Subsystem, TargetSetup
+from ..topology import tls as tls_facts
 from ..topology.base import Host, HostError
 from ..knobs import KnobMap, Setter, apply
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
 from .fio import LOG_AVG_MSEC, fio_argv, fio_intervals, log_prefix, parse_fio
+from .ours import TLS_HOSTNQN
 
 DEVICE_WAIT_S = 15.0  # namespace scanning after `nvme connect` is asynchronous
 CTRL_LOSS_TMO_S = 10  # a dead target fails fio in seconds instead of the default 600 s of reconnects
@@ -63,11 +65,18 @@ class KernelTarget(RunningTarget):
     def _start(self) -> None:
         s, setup = self.stack, self.setup
         s._load_module(self.host, "nvmet", self.undo)
-        s._load_module(self.host, "nvmet_tcp", self.undo)
+        s._load_module(self.host, target_module(setup.transport), self.undo)
         module_params, port_attrs = target_settings(setup)
         # Module parameters apply to sockets accepted afterwards, so they are set before the port.
         for param, value in module_params:
             s._set(self.host, s.path(f"sys/module/nvmet_tcp/parameters/{param}"), value, self.undo)
+        if setup.tls == "on":  # the key and tlshd before the port: a host may connect at once
+            s._tls_ready(self.host, "target", self.undo)
+            if not setup.tls_key:
+                raise StackError("tls = on: the target setup carries no TLS key")
+            for hostnqn in tls_hosts(setup):
+                for sub in setup.subsystems:
+                    s._insert_tls_key(self.host, setup.tls_key, hostnqn, sub.nqn, self.undo)
         nvmet = s.path("sys/kernel/config/nvmet")
         if not s._exists(self.host, nvmet):
             raise StackError(f"{self.host.name}: {nvmet} missing (configfs not mounted or nvmet not loaded)")
@@ -89,8 +98,8 @@ class KernelTarget(RunningTarget):
             sub_dirs.append((sub.nqn, sub_dir))
         port_dir = f"{nvmet}/ports/{port_id}"
         s._mkdir(self.host, port_dir, self.undo, what=f"port {port_id}")
-        for attr, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"), ("addr_traddr", setup.listen_ip),
-                            ("addr_trsvcid", str(self.port)), *port_attrs):
+        for attr, value in (("addr_trtype", setup.transport), ("addr_adrfam", "ipv4"),
+                            ("addr_traddr", setup.listen_ip), ("addr_trsvcid", str(self.port)), *port_attrs):
             s._write(self.host, f"{port_dir}/{attr}", value)
         for nqn, sub_dir in sub_dirs:  # linking a subsystem to a port starts listening
             link = f"{port_dir}/subsystems/{nqn}"
@@ -173,6 +182,7 @@ class KernelSession(HostSession):
     log_prefix: str | None = None  # fio's per-interval logs (iops, clat) start with this
     preexisting: set[str] = field(default_factory=set)  # controllers with our host NQN before we connected
     held: list[str] = field(default_factory=list)  # host settings this session holds
+    undo: list[list[str]] = field(default_factory=list)  # TLS keys it inserted, tlshd it started: undone at close
     close_errors: list[str] = field(default_factory=list)
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
@@ -215,6 +225,13 @@ class KernelSession(HostSession):
                 self.stack._release(self.host, self.held.pop())
             except (HostError, StackError) as err:
                 errors.append(str(err))
+        while self.undo:
+            argv = self.undo.pop()
+            try:
+                if self.stack._run(self.host, argv, check=False).returncode != 0:
+                    errors.append(f"`{' '.join(argv)}` failed")
+            except (HostError, StackError) as err:
+                errors.append(str(err))
         if errors:
             print(f"nvmflab: kernel host teardown on {self.host.name}: {errors[0]}", file=sys.stderr)
 
@@ -235,11 +252,17 @@ def target_settings(setup: TargetSetup) -> tuple[list[tuple[str, str]], list[tup
     """(nvmet_tcp module parameters, port attributes) as (name, value), made by the registry's
     setters (TARGET_KNOBS) from the setup's knob values."""
     values = {"idle_poll_us": setup.idle_poll_us, "so_priority": setup.so_priority,
-              "in_capsule_data_size": setup.in_capsule_data_size}
+              "in_capsule_data_size": setup.in_capsule_data_size, "tls": setup.tls}
     made = apply(TARGET_KNOBS, "target", values)
     pairs = [(where.split(":", 1), value) for where, value in zip(made[::2], made[1::2])]
-    return ([(name, value) for (kind, name), value in pairs if kind == "module"],
-            [(name, value) for (kind, name), value in pairs if kind == "port"])
+    module = [(name, value) for (kind, name), value in pairs if kind == "module"]
+    if setup.transport != "tcp":  # nvmet_tcp's parameters: an RDMA port has no socket to set
+        asked = [f"{name} = {value}" for name, value in module if value != "0"]
+        if asked:
+            raise StackError(f"{', '.join(asked)}: nvmet_tcp module parameters, which an nvmet {setup.transport} "
+                             "port does not use")
+        module = []
+    return module, [(name, value) for (kind, name), value in pairs if kind == "port"]
 
 
 ACCEPTED = "accepted: nvmet_tcp follows what the host asks in ICReq"
@@ -253,6 +276,10 @@ TARGET_KNOBS: KnobMap = {
     "tos": Setter("accepted: nvmet_tcp answers with the TOS of the host's connection"),
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
+    "transport": Setter("port attribute `addr_trtype` (module nvmet_tcp or nvmet_rdma)"),
+    "tls": Setter("port attributes `addr_tsas = tls1.3`, `addr_treq = required`; the run's key in the `.nvme` "
+                  "keyring (`nvme check-tls-key --insert`, identities 0 and 1) for the host NQN; tlshd running",
+                  lambda v, _k: ["port:addr_tsas", "tls1.3", "port:addr_treq", "required"] if v == "on" else []),
     # busy_poll_us is absent: nvmet_tcp never busy-polls its sockets, so it is refused.
 }
 HOST_KNOBS: KnobMap = {
@@ -265,6 +292,9 @@ HOST_KNOBS: KnobMap = {
     "so_priority": Setter("nvme_tcp module parameter `so_priority` (host-wide, restored afterwards)"),
     "busy_poll_us": Setter("sysctl `net.core.busy_read` (host-wide, restored afterwards)"),
     "tos": Setter("`nvme connect --tos` (when > 0)", lambda v, _k: [f"--tos={v}"] if v else []),
+    "transport": Setter("`nvme connect -t tcp|rdma` (module nvme_tcp or nvme_rdma)"),
+    "tls": Setter("`nvme connect --tls` with the run's key in the `.nvme` keyring (`nvme check-tls-key --insert`) "
+                  "for the host NQN; tlshd running", lambda v, _k: ["--tls"] if v == "on" else []),
     "hdr_digest": Setter("`nvme connect --hdr-digest`", lambda v, _k: ["--hdr-digest"] if v else []),
     "data_digest": Setter("`nvme connect --data-digest`", lambda v, _k: ["--data-digest"] if v else []),
 }
@@ -273,9 +303,19 @@ HOST_KNOBS: KnobMap = {
 def connect_argv(job: PerfJob, address: str, port: int, hostnqn: str, hostid: str) -> list[str]:
     """`nvme connect`; the knob options come from the registry's setters (HOST_KNOBS)."""
     k = job.knobs | {"io_queues": _queues(job.knobs)}
-    return ["nvme", "connect", "-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn or "",
+    return ["nvme", "connect", "-t", k.get("transport", "tcp"), "-a", address, "-s", str(port), "-n", job.nqn or "",
             f"--hostnqn={hostnqn}", f"--hostid={hostid}", f"--ctrl-loss-tmo={CTRL_LOSS_TMO_S}",
             *apply(HOST_KNOBS, "host", k)]
+
+
+def target_module(transport: str) -> str:
+    """The nvmet transport module serving a port of this transport."""
+    return "nvmet_rdma" if transport == "rdma" else "nvmet_tcp"
+
+
+def host_module(transport: str) -> str:
+    """The initiator driver `nvme connect -t TRANSPORT` needs."""
+    return "nvme_rdma" if transport == "rdma" else "nvme_tcp"
 
 
 def opens_direct(host: Host, path: str) -> bool:
@@ -312,10 +352,14 @@ class KernelStack(Stack):
         say = lambda argv: lines.append(host.describe(argv))  # noqa: E731
         write = lambda path, value: say(["sh", "-c", _WRITE, "sh", value, path])  # noqa: E731
         say(["modprobe", "nvmet"])  # each module only when it is not loaded yet
-        say(["modprobe", "nvmet_tcp"])
+        say(["modprobe", target_module(setup.transport)])
         module_params, port_attrs = target_settings(setup)
         for param, value in module_params:
             write(self.path(f"sys/module/nvmet_tcp/parameters/{param}"), value)
+        if setup.tls == "on":
+            for hostnqn in tls_hosts(setup):
+                for sub in setup.subsystems:
+                    lines.extend(self._plan_tls(host, hostnqn, sub.nqn))
         for index, sub in enumerate(setup.subsystems):
             device = sub.path or "?"
             if sub.backend == "ram":
@@ -342,8 +386,8 @@ class KernelStack(Stack):
             write(f"{sub_dir}/namespaces/1/enable", "1")
         port_dir = f"{nvmet}/ports/1"
         say(["mkdir", port_dir])
-        for attr, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"), ("addr_traddr", setup.listen_ip),
-                            ("addr_trsvcid", str(port)), *port_attrs):
+        for attr, value in (("addr_trtype", setup.transport), ("addr_adrfam", "ipv4"),
+                            ("addr_traddr", setup.listen_ip), ("addr_trsvcid", str(port)), *port_attrs):
             write(f"{port_dir}/{attr}", value)
         for sub in setup.subsystems:
             say(["ln", "-s", f"{nvmet}/subsystems/{sub.nqn}", f"{port_dir}/subsystems/{sub.nqn}"])
@@ -368,7 +412,7 @@ class KernelStack(Stack):
             raise StackError("a tcp job needs a running target and a subsystem NQN")
         session = KernelSession(self, job, host, "", fio, engine, sudo=self._sudo_for(host))
         try:
-            self._load_module(host, "nvme_tcp", None)  # the initiator driver stays loaded
+            self._load_module(host, host_module(job.knobs.get("transport", "tcp")), None)  # stays loaded
             # Both are read when a socket is made, so they are set before connecting.
             for path, value in ((self.path("sys/module/nvme_tcp/parameters/so_priority"), job.knobs["so_priority"]),
                                 (self.path("proc/sys/net/core/busy_read"), job.knobs["busy_poll_us"])):
@@ -379,7 +423,15 @@ class KernelStack(Stack):
             hostid = str(uuid.uuid4())
             # A host NQN of our own (unless the spec names one the target admits) finds exactly
             # our controllers again; with a given one, controllers that were there before stay out.
-            hostnqn = job.hostnqn or f"nqn.2014-08.org.nvmexpress:uuid:{hostid}"
+            # With TLS the PSK identity names the host, so it is the NQN the target holds a key for.
+            hostnqn = job.hostnqn or (TLS_HOSTNQN if job.knobs.get("tls") == "on" else
+                                      f"nqn.2014-08.org.nvmexpress:uuid:{hostid}")
+            if job.knobs.get("tls") == "on":
+                key = getattr(target.setup, "tls_key", None)
+                if not key:
+                    raise StackError("tls = on: the target this job connects to has no TLS key")
+                self._tls_ready(host, "host", session.undo)
+                self._insert_tls_key(host, key, hostnqn, job.nqn, session.undo)
             session.preexisting = {c for c, _ in self._controllers(host, job.nqn, hostnqn)}
             session.hostnqn = hostnqn
             self._run(host, connect_argv(job, target.address, target.port, session.hostnqn, hostid))
@@ -401,7 +453,9 @@ class KernelStack(Stack):
                            self.path("sys/module/nvme_tcp/parameters/so_priority")]),
             host.describe(["sh", "-c", _WRITE, "sh", str(job.knobs["busy_poll_us"]),
                            self.path("proc/sys/net/core/busy_read")]),
-            host.describe(connect_argv(job, address, port, hostnqn, hostid)),
+            *(self._plan_tls(host, TLS_HOSTNQN, job.nqn or "?") if job.knobs.get("tls") == "on" else []),
+            host.describe(connect_argv(job, address, port, TLS_HOSTNQN if job.knobs.get("tls") == "on" else hostnqn,
+                                       hostid)),
             f"(wait for {device}: {self.path('sys/class/nvme')}/nvmeX with subsysnqn {job.nqn}, hostnqn "
             f"{hostnqn}, state live)",
             host.describe(fio_argv("fio", job, device, "io_uring", runtime, ramp_time, "fio.json")),
@@ -460,6 +514,55 @@ class KernelStack(Stack):
         except (HostError, StackError) as err:
             return str(err)
         return None
+
+    def rdma_unavailable(self, host: Host, side) -> str | None:
+        module = target_module("rdma") if side == "target" else host_module("rdma")
+        try:
+            if self._exists(host, self.path(f"sys/module/{module}")) or \
+                    self._run(host, ["modinfo", module], check=False).returncode == 0:
+                return None
+        except (HostError, StackError) as err:
+            return str(err)
+        return f"{host.name}: kernel module {module} is neither loaded nor installed (CONFIG_NVME_{'TARGET_' if side == 'target' else ''}RDMA)"
+
+    # The 6.12 host offers version 1 identities; nvmet finds either in the keyring (both inserted).
+    tls_identities = frozenset({1})
+
+    def tls_unavailable(self, host: Host, side) -> str | None:
+        """What the host lacks for kernel NVMe/TCP over TLS (topology/tls.py), or None."""
+        why = tls_facts.kernel_unavailable(tls_facts.probe(host, self.path("")), side)
+        return f"{host.name}: {why}" if why else None
+
+    def _tls_ready(self, host: Host, side: str, undo: list[list[str]]) -> None:
+        """Refuse a host that cannot do it, then load the kernel's TLS and have tlshd running (started
+        through systemd when it is not, and stopped again at teardown)."""
+        why = self.tls_unavailable(host, side)
+        if why:
+            raise StackError(f"tls = on: {why}")
+        self._run(host, ["modprobe", "tls"], check=False)  # built in (CONFIG_TLS=y) is fine too
+        if self._run(host, ["pgrep", "-x", "tlshd"], check=False, sudo=False).returncode == 0:
+            return
+        done = self._run(host, ["systemctl", "start", "tlshd"], check=False)
+        if done.returncode != 0:
+            raise StackError(f"tls = on: {host.name}: tlshd is not running and `systemctl start tlshd` failed: "
+                             f"{' '.join((done.stderr or done.stdout or '').split())[:200]}")
+        undo.append(["systemctl", "stop", "tlshd"])
+
+    def _insert_tls_key(self, host: Host, key: str, hostnqn: str, subnqn: str, undo: list[list[str]]) -> None:
+        """The configured PSK into the `.nvme` keyring for (host, subsystem), identity versions 0 and
+        1 (the kernel host offers version 1; a peer may look up either); each key unlinked at teardown."""
+        for identity in (0, 1):
+            done = self._run(host, tls_key_argv(key, hostnqn, subnqn, identity), check=False)
+            if done.returncode != 0:
+                raise StackError(f"tls = on: {host.name}: nvme check-tls-key --insert failed: "
+                                 f"{' '.join((done.stderr or done.stdout or '').split())[:200]}")
+            serial = inserted_serial(done.stdout or "")
+            if serial is not None:  # a key already there is updated in place: unlinking twice is harmless
+                undo.append(["sh", "-c", 'keyctl unlink "$1" %:.nvme >/dev/null 2>&1 || true', "sh", str(serial)])
+
+    def _plan_tls(self, host: Host, hostnqn: str, subnqn: str) -> list[str]:
+        return [host.describe(["modprobe", "tls"]), "(tlshd running: else systemctl start tlshd)",
+                *(host.describe(tls_key_argv("RUN_TLS_KEY", hostnqn, subnqn, v)) for v in (0, 1))]
 
     def versions(self, host: Host) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
@@ -577,3 +680,23 @@ def _name(text: str, what: str) -> str:
 
 
 STACK = KernelStack  # what get_stack('kernel') makes
+
+
+def tls_hosts(setup: TargetSetup) -> tuple[str, ...]:
+    """The host NQNs the target's keyring gets the run's TLS key for (as our target's [[host]])."""
+    return setup.allowed_hosts or (TLS_HOSTNQN,)
+
+
+def tls_key_argv(key: str, hostnqn: str, subnqn: str, identity: int) -> list[str]:
+    """nvme-cli 2.x: derive the TLS PSK from the configured key and insert it into `.nvme`."""
+    return ["nvme", "check-tls-key", "--keyring=.nvme", f"--hostnqn={hostnqn}", f"--subsysnqn={subnqn}",
+            f"--keydata={key}", f"--identity={identity}", "--insert"]
+
+
+_INSERTED = re.compile(r"Inserted TLS key ([0-9a-fA-F]{1,8})\b")
+
+
+def inserted_serial(text: str) -> int | None:
+    """The key serial `nvme check-tls-key --insert` printed (hex), or None."""
+    match = _INSERTED.search(text[:4096])
+    return int(match.group(1), 16) if match else None

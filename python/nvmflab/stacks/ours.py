@@ -16,7 +16,7 @@ from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
 from ..units import format_size
 from ..knobs import KnobMap, Setter, apply
-from .base import HostSession, RunningTarget, Stack, StackError, error_line
+from .base import HostSession, RunningTarget, Stack, StackError, error_line, links_rdma
 
 READY_TIMEOUT_S = 15.0
 
@@ -55,6 +55,8 @@ TARGET_KNOBS: KnobMap = {
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
     "tls": Setter('config `[[port]] tls = "required"`, `[[host]] tls_key` (the run\'s key) for the host NQN'),
+    "dhchap": Setter("config `[[host]] dhchap_key` (the run's secret), `dhchap_dhgroup`, `dhchap_hash = \"sha256\"`"),
+    "transport": Setter('config `[[port]] trtype` (rdma: an nvmf-target built with `--features rdma`)'),
 }
 HOST_KNOBS: KnobMap = {
     "completion": _flag("--completion"),
@@ -66,21 +68,27 @@ HOST_KNOBS: KnobMap = {
     "hdr_digest": _switch("--hdr_digest"),
     "data_digest": _switch("--data_digest"),
     "tls": Setter("nvmf-perf `--tls --tls-key KEY --hostnqn NQN` (the target's key)"),
+    "dhchap": Setter("nvmf-perf `--dhchap-secret SECRET --hostnqn NQN` (the target's secret; it picks the group)"),
+    "transport": Setter("nvmf-perf `-t tcp|rdma` (rdma: a build with RDMA support)"),
 }
 
-# The host NQN a TLS connection names when the spec gives none: the PSK identity carries the host
-# NQN, so the target's [[host]] entry and nvmf-perf's --hostnqn must agree.
+# The host NQN a TLS or DH-HMAC-CHAP connection names when the spec gives none: the PSK identity and
+# the authentication carry the host NQN, so the target's [[host]] entry and nvmf-perf's --hostnqn
+# must agree.
 TLS_HOSTNQN = "nqn.2024-01.io.nvmflab:host:tls"
 
 
 def tls_hosts(setup: TargetSetup) -> tuple[str, ...]:
-    """The host NQNs the target gives the run's TLS key to (the admitted ones, else ours)."""
+    """The host NQNs the target gives the run's TLS key or DH-HMAC-CHAP secret to (the admitted ones,
+    else ours)."""
     return setup.allowed_hosts or (TLS_HOSTNQN,)
 
 
-def tls_argv(key: str, hostnqn: str | None) -> list[str]:
-    """nvmf-perf's TLS options: the PSK and the host NQN whose identity the target knows."""
-    return ["--tls", "--tls-key", key, "--hostnqn", hostnqn or TLS_HOSTNQN]
+def tls_argv(key: str, hostnqn: str | None, identity: int | None = None) -> list[str]:
+    """nvmf-perf's TLS options: the PSK and the host NQN whose identity the target knows (and the
+    identity version, where the target takes only one: SPDK's 0)."""
+    version = ["--tls-key-identity", str(identity)] if identity is not None else []
+    return ["--tls", "--tls-key", key, *version, "--hostnqn", hostnqn or TLS_HOSTNQN]
 
 
 def target_values(setup: TargetSetup) -> dict[str, Any]:
@@ -101,6 +109,10 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
         "[[port]]",
         f'addr = "{setup.listen_ip}:{port}"',
     ]
+    if setup.transport != "tcp":
+        if setup.tls == "on":
+            raise StackError(f"tls = on: TLS is an NVMe/TCP feature, not one of {setup.transport}")
+        lines.append(f'trtype = "{setup.transport}"')
     if setup.tls == "on":
         if not setup.tls_key:
             raise StackError("tls = on: the target setup carries no TLS key")
@@ -121,9 +133,16 @@ def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:
             lines.append(f'  size = "{format_size(sub.size)}"')
         if sub.backend == "model" and sub.model:
             lines.append(f"  model = {json.dumps(sub.model)}")
-    if setup.tls == "on":
+    if setup.dhchap != "off" and not setup.dhchap_key:
+        raise StackError(f"dhchap = {setup.dhchap}: the target setup carries no DH-HMAC-CHAP secret")
+    if setup.tls == "on" or setup.dhchap != "off":
         for hostnqn in tls_hosts(setup):
-            lines += ["", "[[host]]", f"nqn = {json.dumps(hostnqn)}", f"tls_key = {json.dumps(setup.tls_key)}"]
+            lines += ["", "[[host]]", f"nqn = {json.dumps(hostnqn)}"]
+            if setup.tls == "on":
+                lines.append(f"tls_key = {json.dumps(setup.tls_key)}")
+            if setup.dhchap != "off":
+                lines += [f"dhchap_key = {json.dumps(setup.dhchap_key)}", 'dhchap_hash = "sha256"',
+                          f'dhchap_dhgroup = "{setup.dhchap}"']
     return "\n".join(lines) + "\n"
 
 
@@ -201,6 +220,8 @@ class OurSession(HostSession):
             argv += ["--size", str(k["size"])]
         if k.get("verify"):
             argv += ["--verify"]
+        if k.get("connects"):  # the security study's connect app: each operation is a connect
+            argv += ["--connects"]
         return argv
 
 
@@ -222,29 +243,41 @@ class OurStack(Stack):
 
     def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> OurSession:
         key = target.setup.tls_key if target is not None else None
+        secret = target.setup.dhchap_key if target is not None else None
+        identity = getattr(target, "tls_identity", None)
         return OurSession(self._argv_head(job, target.address if target else None,
-                                          target.port if target else None, host.binary("nvmf-perf"), key), job)
+                                          target.port if target else None, host.binary("nvmf-perf"), key,
+                                          secret, identity), job)
 
     def plan_host(self, job: PerfJob, address: str, port: int, host: Host, runtime: float = 10.0,
                   ramp_time: float = 2.0) -> list[str]:
-        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf", "RUN_TLS_KEY"), job).perf_argv(
+        argv = OurSession(self._argv_head(job, address, port, "nvmf-perf", "RUN_TLS_KEY", "RUN_DHCHAP_SECRET"),
+                          job).perf_argv(
             runtime, ramp_time, "perf.json")
         return [host.describe(argv)]
 
     def _argv_head(self, job: PerfJob, address: str | None, port: int | None, binary: str,
-                   tls_key: str | None = None) -> list[str]:
+                   tls_key: str | None = None, dhchap_secret: str | None = None,
+                   tls_identity: int | None = None) -> list[str]:
         k = job.knobs
         argv = [binary, "run"]
         if job.local_path:
             return argv + ["--local", job.local_path]
         if address is None or job.nqn is None:
             raise StackError("a tcp job needs a running target and a subsystem NQN")
-        argv += ["-t", "tcp", "-a", address, "-s", str(port), "-n", job.nqn, *apply(HOST_KNOBS, "host", k)]
+        argv += ["-t", k.get("transport", "tcp"), "-a", address, "-s", str(port), "-n", job.nqn, *apply(HOST_KNOBS, "host", k)]
+        if k.get("dhchap", "off") != "off":
+            if not dhchap_secret:
+                raise StackError(f"dhchap = {k['dhchap']}: the target this job connects to has no DH-HMAC-CHAP "
+                                 "secret (only our target makes one)")
+            argv += ["--dhchap-secret", dhchap_secret]
         if k.get("tls", "off") == "on":
             if not tls_key:
                 raise StackError("tls = on: the target this job connects to has no TLS key (only our target "
                                  "makes one)")
-            return argv + tls_argv(tls_key, job.hostnqn)
+            return argv + tls_argv(tls_key, job.hostnqn, tls_identity)
+        if k.get("dhchap", "off") != "off":
+            return argv + ["--hostnqn", job.hostnqn or TLS_HOSTNQN]
         argv += ["--hostnqn", job.hostnqn] if job.hostnqn else []
         return argv
 
@@ -266,6 +299,18 @@ class OurStack(Stack):
         except HostError as err:
             return str(err)
         return None
+
+    def rdma_unavailable(self, host: Host, side) -> str | None:
+        name = "nvmf-target" if side == "target" else "nvmf-perf"
+        try:
+            path = host.binary(name)
+        except HostError as err:
+            return str(err)
+        if links_rdma(host, path):
+            return None
+        build = ("`cargo build --release -p nvmf-target --features rdma` (needs librdmacm-dev and libibverbs-dev), "
+                 "then NVMFLAB_BIN_DIR at its folder") if side == "target" else "a build with the RDMA queue pair"
+        return f"{host.name}: {path} was built without RDMA (it does not link librdmacm); use {build}"
 
 
 def _seconds(value: float) -> str:

@@ -23,7 +23,8 @@ from typing import Any
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
 from ..knobs import KnobMap, Setter, apply
-from .base import Fixed, HostSession, RunningTarget, Stack, StackError, error_line
+from .base import Fixed, HostSession, RunningTarget, Stack, StackError, error_line, links_rdma
+from .ours import TLS_HOSTNQN, tls_hosts
 
 DEFAULT_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/nvmflab/spdk-24.01"
 BUILD_HINT = "build it with `make spdk` (scripts/build-spdk.sh) or point NVMFLAB_SPDK_DIR at an SPDK build"
@@ -53,6 +54,10 @@ TARGET_KNOBS: KnobMap = {
                            "setting; the kernel's `net.core.busy_poll`/`busy_read` apply)"),
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
+    "transport": Setter("`nvmf_create_transport -t TCP|RDMA` (RDMA only in a build with it: ours is "
+                        "`--without-rdma`)"),
+    "tls": Setter("`nvmf_subsystem_add_listener --secure-channel`, `nvmf_subsystem_add_host NQN --psk FILE` (the "
+                  "run's key, mode 0600) for the host NQN"),
 }
 HOST_KNOBS: KnobMap = {
     "completion": Fixed("poll", "spdk_nvme_perf always polls its queue pairs"),
@@ -60,7 +65,12 @@ HOST_KNOBS: KnobMap = {
                         lambda v, k: ["-P", str(v // int(k.get("numjobs", 1)))]),
     "hdr_digest": Setter("spdk_nvme_perf `-H`", lambda v, _k: ["-H"] if v else []),
     "data_digest": Setter("spdk_nvme_perf `-I`", lambda v, _k: ["-I"] if v else []),
+    "transport": Setter("spdk_nvme_perf `-r 'trtype:TCP|RDMA ...'` (RDMA as on the target side)"),
+    "tls": Setter("spdk_nvme_perf `-S ssl --psk-path FILE` (the run's key, mode 0600) and `hostnqn:` in `-r`"),
 }
+# The PSK file SPDK reads (it refuses one others can read), written with umask 077.
+_KEY_FILE = 'umask 077; printf "%s" "$1" > "$2"'
+
 RW = {"read": "read", "write": "write", "randread": "randread", "randwrite": "randwrite",
       "rw": "rw", "randrw": "randrw"}
 
@@ -111,14 +121,15 @@ def _mib(size: int, what: str) -> int:
 
 # -- target ---------------------------------------------------------------------------------------
 
-def target_rpcs(setup: TargetSetup, port: int) -> list[list[str]]:
-    """The rpc.py calls that configure a freshly started `nvmf_tgt --wait-for-rpc`."""
+def target_rpcs(setup: TargetSetup, port: int, psk_path: str = "PSK_FILE") -> list[list[str]]:
+    """The rpc.py calls that configure a freshly started `nvmf_tgt --wait-for-rpc` (with TLS on:
+    a secure-channel listener and each admitted host with the PSK in `psk_path`)."""
     calls: list[list[str]] = []
     if setup.busy_poll_us > 0:
         calls.append(["sock_impl_set_options", "-i", "posix", "--enable-placement-id", "1"])
     calls += [["framework_start_init"], ["framework_wait_init"]]
     transport = {"in_capsule_data_size": setup.in_capsule_data_size, "so_priority": setup.so_priority}
-    calls.append(["nvmf_create_transport", "-t", "tcp", "-u", str(IO_UNIT_SIZE),
+    calls.append(["nvmf_create_transport", "-t", setup.transport, "-u", str(IO_UNIT_SIZE),
                   *apply(TARGET_KNOBS, "target", transport)])  # -y, -c from the registry's setters
     for index, sub in enumerate(setup.subsystems):
         bdev = bdev_name(index)
@@ -132,12 +143,15 @@ def target_rpcs(setup: TargetSetup, port: int) -> list[list[str]]:
             calls.append(["bdev_aio_create", sub.path, bdev, str(sub.block_size)])
         else:
             raise StackError(f"backend {sub.backend!r} has no SPDK bdev here")
-        any_host = [] if setup.allowed_hosts else ["-a"]
+        # SPDK refuses a secure channel on a subsystem that admits any host: TLS lists the host.
+        any_host = [] if setup.allowed_hosts or setup.tls == "on" else ["-a"]
         calls += [["nvmf_create_subsystem", sub.nqn, *any_host, "-s", f"NVMFLAB{index + 1:04d}"]]
-        calls += [["nvmf_subsystem_add_host", sub.nqn, h] for h in setup.allowed_hosts]
+        tls = ["--psk", psk_path] if setup.tls == "on" else []
+        calls += [["nvmf_subsystem_add_host", sub.nqn, h, *tls] for h in (tls_hosts(setup) if tls else
+                                                                           setup.allowed_hosts)]
         calls += [["nvmf_subsystem_add_ns", sub.nqn, bdev],
-                  ["nvmf_subsystem_add_listener", sub.nqn, "-t", "tcp", "-f", "ipv4", "-a", setup.listen_ip,
-                   "-s", str(port)]]
+                  ["nvmf_subsystem_add_listener", sub.nqn, "-t", setup.transport, "-f", "ipv4", "-a", setup.listen_ip,
+                   "-s", str(port), *(["--secure-channel"] if tls else [])]]
     return calls
 
 
@@ -212,6 +226,8 @@ def stats_from_rpc(reactors: dict, threads: dict, nvmf: dict, iostats: list[tupl
 
 
 class SpdkTarget(RunningTarget):
+    tls_identity = 0  # the PSK identity version a host must offer it (SpdkStack.tls_identities)
+
     def __init__(self, setup: TargetSetup, host: Host, workdir: Path, root: str):
         self.setup, self.host, self.root = setup, host, root
         self.address, self.port = setup.listen_ip, host.free_port()
@@ -220,7 +236,12 @@ class SpdkTarget(RunningTarget):
         self.pidfile = f"{remote}/spdk-{self.port}.pid"
         self.log_path = workdir / f"spdk-target-{self.port}.log"
         self.pid: int | None = None
-        self.rpcs = target_rpcs(setup, self.port)
+        self.psk_path = f"{remote}/spdk-{self.port}.psk"
+        if setup.tls == "on":
+            if not setup.tls_key:
+                raise StackError("tls = on: the target setup carries no TLS key")
+            host.run(["sh", "-c", _KEY_FILE, "sh", setup.tls_key, self.psk_path], timeout=20)
+        self.rpcs = target_rpcs(setup, self.port, self.psk_path)
         argv = [f"{root}/build/bin/nvmf_tgt", "-m", core_mask(setup.cores), "-r", self.sock, "--wait-for-rpc",
                 # the harness owns core placement; lock files would refuse a target started right
                 # after another on the same cores (or beside a user's own SPDK app)
@@ -305,7 +326,8 @@ def warmup_seconds(ramp_time: float) -> int:
     return int(math.ceil(float(ramp_time)))
 
 
-def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: float) -> list[str]:
+def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: float,
+              psk_path: str = "PSK_FILE") -> list[str]:
     """spdk_nvme_perf's options for one job (without binary and memory options)."""
     k = job.knobs
     if job.local_path:
@@ -329,15 +351,17 @@ def perf_args(job: PerfJob, address: str, port: int, runtime: float, ramp_time: 
         raise StackError(f"io_queues {queues}: spdk_nvme_perf opens the same number of queue pairs (-P) on "
                          f"each of its {numjobs} cores")
     check_whole_seconds(runtime, ramp_time)
-    trid = f"trtype:TCP adrfam:IPv4 traddr:{address} trsvcid:{port} subnqn:{job.nqn}"
-    if job.hostnqn:
-        trid += f" hostnqn:{job.hostnqn}"
+    trid = f"trtype:{k.get('transport', 'tcp').upper()} adrfam:IPv4 traddr:{address} trsvcid:{port} subnqn:{job.nqn}"
+    tls = k.get("tls", "off") == "on"
+    if job.hostnqn or tls:  # the PSK identity names the host: the NQN the target holds the key for
+        trid += f" hostnqn:{job.hostnqn or TLS_HOSTNQN}"
     argv = ["-r", trid, "-c", core_mask(cpus[:numjobs]), "-q", str(k["iodepth"]), "-o", str(k["bs"]),
             "-w", RW[k["rw"]], "-t", str(int(runtime)), "-LL"]
     if ramp_time:
         argv += ["-a", str(warmup_seconds(ramp_time))]
     if k["rw"] in ("rw", "randrw"):
         argv += ["-M", str(k["rwmixread"])]
+    argv += ["-S", "ssl", "--psk-path", psk_path] if tls else []
     return argv + apply(HOST_KNOBS, "host", k | {"io_queues": queues})  # -P, -H, -I
 
 
@@ -436,13 +460,14 @@ def _percentile(histogram: list[list[int]], pct: float) -> int:
 
 
 class SpdkSession(HostSession):
-    def __init__(self, job: PerfJob, address: str, port: int, binary: str, memory: list[str]):
+    def __init__(self, job: PerfJob, address: str, port: int, binary: str, memory: list[str],
+                 psk_path: str = "PSK_FILE"):
         self.job, self.address, self.port, self.binary, self.memory = job, address, port, binary, memory
-        self.runtime, self.ramp_time = 0.0, 0.0
+        self.runtime, self.ramp_time, self.psk_path = 0.0, 0.0, psk_path
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
         self.runtime, self.ramp_time = float(runtime), float(warmup_seconds(ramp_time))
-        args = perf_args(self.job, self.address, self.port, runtime, ramp_time)
+        args = perf_args(self.job, self.address, self.port, runtime, ramp_time, self.psk_path)
         return wrap_output([self.binary, *self.memory, *args], output)
 
     def parse_output(self, text: str) -> dict[str, Any]:
@@ -453,6 +478,8 @@ class SpdkSession(HostSession):
 
 class SpdkStack(Stack):
     name = "spdk"
+    # SPDK 24.01 makes and accepts only version 0 PSK identities (NVMe0R01 <hostnqn> <subnqn>).
+    tls_identities = frozenset({0})
     target_knobs = TARGET_KNOBS
     host_knobs = HOST_KNOBS
 
@@ -477,8 +504,17 @@ class SpdkStack(Stack):
         if target is None:
             raise StackError("an SPDK host job needs a running target")
         root = _require_dir(host)
+        psk_path = f"{host.workdir()}/spdk-perf-{target.port}.psk"
+        if job.knobs.get("tls", "off") == "on":
+            key = getattr(target.setup, "tls_key", None)
+            if not key:
+                raise StackError("tls = on: the target this job connects to has no TLS key")
+            try:
+                host.run(["sh", "-c", _KEY_FILE, "sh", key, psk_path], timeout=20)
+            except HostError as err:
+                raise StackError(str(err)) from None
         session = SpdkSession(job, target.address, target.port, f"{root}/build/bin/spdk_nvme_perf",
-                              memory_args(host, BASE_MEM_MB))
+                              memory_args(host, BASE_MEM_MB), psk_path)
         perf_args(job, target.address, target.port, 1, 0)  # refuse a job it cannot run before it starts
         return session
 
@@ -503,6 +539,17 @@ class SpdkStack(Stack):
         if spdk_dir(host) is None:
             return f"{host.name}: no SPDK build found; {BUILD_HINT}"
         return None
+
+    def rdma_unavailable(self, host: Host, side) -> str | None:
+        root = spdk_dir(host)
+        if root is None:
+            return f"{host.name}: no SPDK build found; {BUILD_HINT}"
+        program = f"{root}/build/bin/{'nvmf_tgt' if side == 'target' else 'spdk_nvme_perf'}"
+        if links_rdma(host, program):
+            return None
+        return (f"{host.name}: this SPDK build has no RDMA ({program} does not link librdmacm): "
+                "scripts/build-spdk.sh configures it --without-rdma, and building it with RDMA would make CI "
+                "rebuild SPDK")
 
     def versions(self, host: Host) -> dict[str, str | None]:
         root = spdk_dir(host)

@@ -19,6 +19,7 @@ from ..runner import Outcome, Runner
 from ..spec import Spec, validate_knobs
 from ..spread import spread_hosts
 from ..store import ResultsStore
+from ..dhchapkey import random_secret
 from ..tlskey import random_key
 
 NQN_PREFIX = "nqn.2024-01.io.nvmflab"
@@ -33,6 +34,13 @@ class Context:
     # Configurations that reached max_repeats still unstable: (description, leg, knobs, n, ±fraction).
     capped: list[tuple[str, str, dict[str, Any], int, float]] = field(default_factory=list)
     _tls_key: str | None = field(default=None, repr=False)
+    _dhchap_key: str | None = field(default=None, repr=False)
+
+    def dhchap_key(self) -> str:
+        """The DH-HMAC-CHAP secret of this run's `dhchap` points, made once per run."""
+        if self._dhchap_key is None:
+            self._dhchap_key = random_secret()
+        return self._dhchap_key
 
     def tls_key(self) -> str:
         """The TLS PSK of this run's `tls = "on"` points: the spec's, else one made once per run."""
@@ -136,7 +144,12 @@ class Context:
         from ..spec import Knobs
         from ..stacks import StackError
 
+        from ..topology.rdma import TransportCheck
+        from ..topology.tls import TlsCheck
+
         defaults = Knobs().model_dump()
+        transports = TransportCheck(self.runner)
+        tls = TlsCheck(self.runner)
         for point in points:
             if point.skip_reason or point.fail_reason:
                 continue
@@ -155,6 +168,10 @@ class Context:
                 except StackError as error:
                     point.skip_reason = str(error)
                     continue
+            refusal = transports.refusal(point, target_stack, host_stack) or tls.refusal(point, target_stack, host_stack)
+            if refusal:
+                point.skip_reason = refusal
+                continue
             for job in point.jobs:
                 refusal = host_stack.job_refusal(job)
                 if refusal:
@@ -289,7 +306,9 @@ def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem
                        so_priority=knobs["so_priority"], tos=knobs["tos"], busy_poll_us=knobs["busy_poll_us"],
                        subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip or ctx.listen_ip,
                        allowed_hosts=(ctx.spec.stack.hostnqn,) if ctx.spec.stack.hostnqn else (),
-                       tls=knobs["tls"], tls_key=ctx.tls_key() if knobs["tls"] == "on" else None)
+                       tls=knobs["tls"], tls_key=ctx.tls_key() if knobs["tls"] == "on" else None,
+                       transport=knobs["transport"],
+                       dhchap=knobs["dhchap"], dhchap_key=ctx.dhchap_key() if knobs["dhchap"] != "off" else None)
 
 
 def point_knobs(ctx: Context, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -50,8 +50,8 @@ verify_io() {
   local tag=$1 dev=$2 bs log=$OUT/fio-$tag.txt rc=0
   # One fio run, the sizes one after the other (stonewall): fio's start-up costs seconds under TCG.
   timeout 240 fio --filename=$dev --rw=write --direct=1 --ioengine=libaio --iodepth=8 --verify=crc32c \
-    --do_verify=1 --verify_fatal=1 --offset=0 --name=v-4k --bs=4k --size=4M \
-    --name=v-128k --bs=128k --size=8M --stonewall --name=v-1m --bs=1m --size=16M --stonewall >$log 2>&1 || rc=$?
+    --do_verify=1 --verify_fatal=1 --offset=0 --name=v-4k --bs=4k --size=2M \
+    --name=v-128k --bs=128k --size=4M --stonewall --name=v-1m --bs=1m --size=8M --stonewall >$log 2>&1 || rc=$?
   for bs in 4k 128k 1m; do
     if grep -q "^v-$bs: (groupid=[0-9]*, jobs=1): err= 0" $log; then
       pass "$tag write+verify $bs"
@@ -108,7 +108,7 @@ perf_exercise() {
   else
     fail "$tag identify" "identify (identify-$tag.txt)"
   fi
-  for spec in 4k:4MiB 128k:8MiB 1m:16MiB; do
+  for spec in 4k:2MiB 128k:4MiB 1m:8MiB; do
     bs=${spec%%:*}; size=${spec##*:}
     # One pass of writes over the region, then every block read back and checked.
     if timeout 120 nvmf-perf run "${T[@]}" -n $nqn --rw write --bs $bs --size $size --iodepth 8 --verify \

@@ -227,9 +227,12 @@ impl TlsWire {
 
 impl Read for Wire {
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        match self.state {
-            State::Plain => self.stream.read_vectored(bufs),
-            _ => self.read_each(bufs),
+        match (&self.state, bufs) {
+            // One buffer (no payload landing): recv, whose kernel path is shorter than readv's
+            // (measured on loopback with 72 bytes queued: 3.26 against 3.43 µs per call).
+            (State::Plain, [one]) => self.stream.read(one),
+            (State::Plain, bufs) => self.stream.read_vectored(bufs),
+            (_, bufs) => self.read_each(bufs),
         }
     }
 

@@ -72,8 +72,9 @@ interop: deps-test build venv
 	bash tests/interop/run.sh
 
 # NVMe over RDMA on Soft-RoCE (rdma_rxe) in the trixie guest (tests/rdma, docs/rdma.md): the kernel
-# host against nvmet-rdma (control) and against nvmf-target built with `--features rdma` (into
-# target/rdma; needs librdmacm-dev and libibverbs-dev). About two minutes under TCG.
+# host and nvmf-perf -t rdma against nvmet-rdma (control) and against nvmf-target, both built with
+# their `rdma` features (into target/rdma; needs librdmacm-dev and libibverbs-dev). About two
+# minutes with the binaries built.
 .PHONY: test-rdma
 test-rdma: deps-test venv
 	$(VENV)/bin/pytest -q tests/rdma

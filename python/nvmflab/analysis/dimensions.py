@@ -50,7 +50,8 @@ def _transports(rows: pd.DataFrame, out: StudyResult) -> None:
         out.findings.append(missing_leg(rows, f"pattern_{transport}",
                                         f"{transport.upper()} is not compared with TCP"))
     if not others:
-        out.findings.append("Transport: NVMe/TCP only (no RDMA leg was asked for; nvmflab has no RDMA transport).")
+        out.findings.append("Transport: NVMe/TCP only (no RDMA leg was asked for: `transports = [\"tcp\", \"rdma\"]` "
+                            "adds one; the transports study compares TCP, RDMA and TLS in full).")
 
 
 def _cpu(row: pd.Series, cores: float) -> tuple[float, float, float]:

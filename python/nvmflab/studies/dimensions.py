@@ -7,8 +7,10 @@ Legs:
   reactors, for N in `cores`; their histograms give the latency CDF per core count;
 - `local` (QD1 on a file, no network stack) and `concurrency` (NVMe/TCP on the same kind of file,
   `concurrency_iodepth` swept): concurrency = IOPS(transport, QD) / IOPS(local, QD1).
-The transport is TCP: this harness has no RDMA transport, and the analysis says so when `rdma` is
-asked for in `transports` (its points are stored skipped with that reason).
+Each entry of `transports` sets the knob `transport` (legs `pattern_rdma`, ... for rdma). An RDMA
+point runs only where both hosts have an RDMA device and the stacks speak RDMA (topology/rdma.py);
+elsewhere it is stored skipped with that reason, and the analysis says so. The `transports` study
+compares TCP, RDMA and TLS in full.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..spec import RW, IoDepth, Size
 from .common import Context, interleave, logical, point_knobs, repeated
 from .placing import distinct, file_subsystem, local_file_point, placed_point, work_file
-
-RDMA_REASON = "no RDMA transport: nvmflab's stacks speak NVMe/TCP only (RoCE needs an RDMA NIC and a driver)"
 
 
 class Params(BaseModel):
@@ -41,14 +41,12 @@ def execute(ctx: Context, params: Params) -> None:
     topo = ctx.spec.topology
     host1, target1 = distinct(ctx.phys(topo.host_cores[:1])), distinct(ctx.target_phys(topo.target_cores[:1]))
     for transport in params.transports:
-        skip = RDMA_REASON if transport == "rdma" else None
         suffix = "" if transport == "tcp" else f"_{transport}"
         if "pattern" in params.legs:
             sets = [point_knobs(ctx, {"rw": rw, "bs": bs, "iodepth": params.iodepth, "numjobs": 1,
                                       "rwmixread": params.rwmixread}) | {"transport": transport}
                     for rw in params.patterns for bs in params.bs]
-            ctx.run(repeated(ctx, sets, lambda k, r: placed_point(ctx, f"pattern{suffix}", k, r, host1, target1,
-                                                                  skip_reason=skip)),
+            ctx.run(repeated(ctx, sets, lambda k, r: placed_point(ctx, f"pattern{suffix}", k, r, host1, target1)),
                     f"dimensions: pattern × size ({transport})")
         if "cores" in params.legs:
             per_count = []
@@ -61,7 +59,7 @@ def execute(ctx: Context, params: Params) -> None:
                                                               "host_cpus": len(host_cpus),
                                                               "target_cpus": len(target_cpus)}
                 per_count.append(repeated(ctx, [knobs], lambda k, r, h=host_cpus, t=target_cpus: placed_point(
-                    ctx, f"cores{suffix}", k, r, h, t, skip_reason=skip)))
+                    ctx, f"cores{suffix}", k, r, h, t)))
             # every core count in the same rounds: the counts are one comparison
             ctx.run(interleave(*per_count), f"dimensions: cores ({transport})")
         if "concurrency" in params.legs:
@@ -75,5 +73,5 @@ def execute(ctx: Context, params: Params) -> None:
             sets = [point_knobs(ctx, {"rw": "randread", "bs": 4096, "iodepth": qd, "numjobs": 1, "backend": "file"})
                     | {"transport": transport} for qd in params.concurrency_iodepth]
             ctx.run(interleave(local_points, repeated(ctx, sets, lambda k, r: placed_point(
-                        ctx, f"concurrency{suffix}", k, r, host1, target1, subsystem=sub, skip_reason=skip))),
+                        ctx, f"concurrency{suffix}", k, r, host1, target1, subsystem=sub))),
                     f"dimensions: concurrency ({transport})" + (" and local QD1" if local_points else ""))

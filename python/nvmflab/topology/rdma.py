@@ -190,6 +190,9 @@ class TransportCheck:
         transport = wanted.pop()
         if "on" in {point.knobs.get("tls")} | {j.knobs.get("tls") for j in point.jobs}:
             return f"tls = on: TLS is an NVMe/TCP feature, not one of NVMe over {transport.upper()}"
+        for digest in ("hdr_digest", "data_digest"):
+            if any(k.get(digest) for k in [point.knobs, *(j.knobs for j in point.jobs)]):
+                return f"{digest} = true: digests are NVMe/TCP PDU fields, not part of NVMe over {transport.upper()}"
         hosts = self.runner.hosts
         sides = [(target_stack, "target", hosts.target)] if point.target is not None else []
         sides += [(host_stack, "host", hosts.initiator(job.host)) for job in point.jobs]

@@ -202,7 +202,7 @@ def _connects(pair: str, data: pd.DataFrame, out: StudyResult) -> None:
         out.findings.append(f"{title}: a connect with {setting} takes "
                             + stated(d, _ms, f"{_ms(mean)}, {ratio(mean, base):.2f}× a plain connect",
                                      f"{_ms(mean)} vs {_ms(base)} plain",
-                                     "no significantly longer than a plain one") + ".")
+                                     "not significantly longer than a plain one") + ".")
 
 
 def _setting(mode: str, group: str) -> str:

@@ -25,6 +25,10 @@ fn key(seed: u8) -> Secret {
 }
 
 fn target() -> Arc<Target> {
+    target_with(nvmf_proto::auth::DhGroup::Null)
+}
+
+fn target_with(dhgroup: nvmf_proto::auth::DhGroup) -> Arc<Target> {
     let mut c = TargetConfig::empty();
     c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     let mut s = SubsystemConfig::new(SUB);
@@ -41,7 +45,7 @@ fn target() -> Arc<Target> {
         dhchap_key: key(1),
         dhchap_ctrl_key: None,
         dhchap_hash: HashId::Sha256,
-        dhchap_dhgroup: nvmf_proto::auth::DhGroup::Null,
+        dhchap_dhgroup: dhgroup,
     });
     c.validate("test").unwrap();
     Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap().with_host_auth(&c.hosts))
@@ -93,10 +97,14 @@ impl Host {
     }
 
     fn connect(&mut self, subnqn: &str) -> Cqe {
+        self.connect_kato(subnqn, 0)
+    }
+
+    fn connect_kato(&mut self, subnqn: &str, kato: u32) -> Cqe {
         self.send_pdu(PduHeader::IcReq(IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 0 }), &[]);
         let f = self.framer.next(&self.rx).unwrap().unwrap();
         self.rx.drain(..f.len);
-        let mut sqe = ConnectCmd { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 0 }.to_sqe(0);
+        let mut sqe = ConnectCmd { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato }.to_sqe(0);
         sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
         let data = ConnectData { hostid: [7; 16], cntlid: CNTLID_DYNAMIC, subnqn: subnqn.into(), hostnqn: HOST.into() }
             .encode();
@@ -223,4 +231,25 @@ fn the_discovery_controller_does_not_ask() {
     let cqe = h.connect(DISCOVERY_NQN);
     assert_eq!(cqe.status, Status::SUCCESS);
     assert_eq!(cqe.result & CONNECT_AUTHREQ_ATR, 0);
+}
+
+/// Found by blktests' nvme/043 under qemu TCG: the target's own ffdhe8192 key pair took longer
+/// than KATO, and the controller expired mid-authentication as if the host had gone silent.
+/// Here KATO is 5 ms and the key pair takes far longer (tens of ms natively): the controller
+/// must still be there right after the challenge is sent.
+#[test]
+fn time_the_target_spends_on_dh_is_not_host_silence() {
+    use nvmf_proto::auth::DhGroup;
+    let t = target_with(DhGroup::Ffdhe8192);
+    let mut h = Host::new(t.clone());
+    assert_eq!(h.connect_kato(SUB, 5).status, Status::SUCCESS);
+    let started = Instant::now();
+    let negotiate = Negotiate { t_id: 9, sc_c: 0, hashes: vec![1], dhgroups: vec![DhGroup::Ffdhe8192.id()] };
+    assert_eq!(h.auth_send(&Message::Negotiate(negotiate)), Status::SUCCESS);
+    let Message::Challenge(c) = h.auth_receive() else { panic!("no challenge") };
+    assert!(!c.dh_value.is_empty(), "an ffdhe8192 challenge carries the target's DH value");
+    let spent = started.elapsed();
+    assert!(spent > std::time::Duration::from_millis(5), "the DH work ({spent:?}) must outlast KATO for this test to mean anything");
+    h.conn.tick(Instant::now());
+    assert_eq!(t.controller_count(), 1, "the controller expired while the target computed ({spent:?})");
 }

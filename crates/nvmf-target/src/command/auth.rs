@@ -77,6 +77,12 @@ impl Commands {
     /// queue, the controller), as Linux nvmet's fatal error does: nothing the host sends later
     /// is executed.
     fn auth_done(&mut self, result: Result<Option<Vec<u8>>, Status>) -> Action<'static> {
+        // The time this step took us (a DH key pair or shared secret: seconds for ffdhe8192 on a
+        // slow CPU) is not the host's silence: keep-alive counts from now. Found by blktests'
+        // nvme/043 (ffdhe6144/8192 under qemu TCG: the controller expired mid-authentication).
+        if let Some(q) = &self.queue {
+            q.ctrl.touch(self.target.now_ns(Instant::now()));
+        }
         if self.queue.as_ref().and_then(|q| q.auth.as_ref()).is_some_and(QueueAuth::failed) {
             tracing::info!("closing queue after failed authentication");
             self.release();

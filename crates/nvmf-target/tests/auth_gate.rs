@@ -253,3 +253,23 @@ fn time_the_target_spends_on_dh_is_not_host_silence() {
     h.conn.tick(Instant::now());
     assert_eq!(t.controller_count(), 1, "the controller expired while the target computed ({spent:?})");
 }
+
+/// Also from nvme/043: the Linux host's own ffdhe8192 step took over KATO (5 s) in a TCG guest.
+/// While a queue authenticates, the authentication deadline bounds it, not keep-alive.
+#[test]
+fn a_slow_host_during_authentication_is_bounded_by_the_auth_deadline_not_kato() {
+    use nvmf_proto::auth::DhGroup;
+    let t = target_with(DhGroup::Ffdhe2048);
+    let mut h = Host::new(t.clone());
+    assert_eq!(h.connect_kato(SUB, 5).status, Status::SUCCESS);
+    let negotiate = Negotiate { t_id: 9, sc_c: 0, hashes: vec![1], dhgroups: vec![DhGroup::Ffdhe2048.id()] };
+    assert_eq!(h.auth_send(&Message::Negotiate(negotiate)), Status::SUCCESS);
+    let Message::Challenge(_) = h.auth_receive() else { panic!("no challenge") };
+    // The host computes for 2 s: far past KATO, within the authentication deadline.
+    h.conn.tick(Instant::now() + std::time::Duration::from_secs(2));
+    assert_eq!(t.controller_count(), 1, "expired on KATO in the middle of authentication");
+    assert!(!h.conn.should_close());
+    // A host that never answers is still dropped, at the authentication deadline.
+    h.conn.tick(Instant::now() + nvmf_target::auth::AUTH_TIMEOUT + std::time::Duration::from_secs(1));
+    assert!(h.conn.should_close(), "a silent host outlived the authentication deadline");
+}

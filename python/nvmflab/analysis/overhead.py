@@ -389,9 +389,10 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.findings.append("Only one queue depth was measured, so the T-app (IOPS vs queue "
                             "depth) comparison is missing.")
     _b_app(data, out, veth)
-    _softirq(data, out, veth)
     out.tables.append(Table("Cores used per leg", pd.DataFrame(
         [{"leg": _name(leg, veth), "cores used": cores_text(data[data["leg"] == leg])} for leg in present]),
         "The distinct cores each leg's load generator (host) and target were pinned to, as they ran; "
         "\"roles shared a core\" where a small machine put two roles on one core."))
+    # Last: its table and findings exist only where per-core times were recorded.
+    _softirq(data, out, veth)
     return out

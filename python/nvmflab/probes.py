@@ -26,7 +26,7 @@ PROBE_COLUMNS = [
 ]
 PROBE_NAMES = [c.split()[0] for c in PROBE_COLUMNS]
 # Studies whose questions involve the network: the report shows their network counters.
-NETWORK_STUDIES = {"overhead", "contention", "busy-poll", "dimensions", "stacks", "interference"}
+NETWORK_STUDIES = {"overhead", "contention", "busy-poll", "dimensions", "stacks", "interference", "transports"}
 
 
 def take(machines: dict[str, tuple[Any, Any]]) -> dict[str, dict[str, Any]]:

@@ -127,7 +127,7 @@ def test_report_table_for_network_studies_only(tmp_path):
                  "tcp_retrans": retrans, "softnet_dropped": 0, "softnet_squeeze": 2, "net_irqs": 10,
                  "link_util_pct": 40.0, "net_json": json.dumps(net)} for v in values]
 
-    for study in ("overhead", "saturation"):
+    for study in ("overhead", "transports", "saturation"):  # the issue names transports too
         path = write_results(tmp_path / study, [
             {"knobs": {"iodepth": 1}, "repeats": with_net(repeats([1e3, 1e3]), 5)},
             {"knobs": {"iodepth": 8}, "repeats": with_net(repeats([2e3, 2e3]), 0)}], study=study)

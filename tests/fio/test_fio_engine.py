@@ -208,8 +208,8 @@ def spdk_target(engine, tmp_path_factory):
     # SPDK's TCP transport takes 128 KiB per command by default (MDTS); 1 MiB I/Os need max_io_size.
     original = spdk.target_rpcs
 
-    def rpcs(setup, port):
-        calls = original(setup, port)
+    def rpcs(setup, port, *rest):  # rest: what newer harnesses pass on (the PSK path)
+        calls = original(setup, port, *rest)
         return [c + ["-i", str(1 << 20)] if c[:1] == ["nvmf_create_transport"] else c for c in calls]
 
     spdk.target_rpcs = rpcs

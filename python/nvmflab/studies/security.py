@@ -29,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..dhchapkey import DH_GROUPS
 from ..plan import Point
 from ..spec import STACK_NAMES, IoDepth, Size, StackName
-from ..stacks import Stack, StackError, get_stack
+from ..stacks import Stack
 from .common import Context, tcp_point
-from .stacks import pair_knobs, unavailable
+from .stacks import pair_knobs, stack_pairs
 
 DhGroup = Literal["null", "ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144", "ffdhe8192"]
 Mode = Literal["plain", "dhchap", "tls", "tls+dhchap"]
@@ -100,17 +100,7 @@ def point_settings(params: Params) -> list[dict]:
 
 
 def execute(ctx: Context, params: Params) -> None:
-    stacks: dict[str, Stack] = {}
-    for name in dict.fromkeys(params.targets + params.hosts):
-        try:
-            stacks[name] = get_stack(name)
-        except StackError:
-            continue
-    pairs = [(stacks[t], stacks[h]) for t in params.targets for h in params.hosts if t in stacks and h in stacks]
-    reasons = {(t.name, h.name): unavailable(ctx, t, h) for t, h in pairs}
-    for (t, h), reason in reasons.items():
-        if reason:
-            ctx.console_note(f"security: {t} target × {h} host skipped: {reason}")
+    pairs, reasons = stack_pairs(ctx, "security", params.targets, params.hosts)
     points: list[Point] = []
     for repeat in range(ctx.spec.repeats):  # interleaved: every pair, app and mode once per round
         for target, host in pairs:

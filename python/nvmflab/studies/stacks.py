@@ -77,18 +77,26 @@ def unavailable(ctx: Context, target: Stack, host: Stack) -> str | None:
     return target.unavailable(hosts.target, "target") or host.unavailable(hosts.initiator(None), "host")
 
 
-def execute(ctx: Context, params: Params) -> None:
+def stack_pairs(ctx: Context, study: str, targets: list[str], hosts: list[str]
+                ) -> tuple[list[tuple[Stack, Stack]], dict[tuple[str, str], str | None]]:
+    """Every known (target, host) stack pair, and why each cannot run here (None when it can);
+    the console names each pair that is skipped."""
     stacks: dict[str, Stack] = {}
-    for name in dict.fromkeys(params.targets + params.hosts):
+    for name in dict.fromkeys(targets + hosts):
         try:
             stacks[name] = get_stack(name)
         except StackError:
             continue
-    pairs = [(stacks[t], stacks[h]) for t in params.targets for h in params.hosts if t in stacks and h in stacks]
+    pairs = [(stacks[t], stacks[h]) for t in targets for h in hosts if t in stacks and h in stacks]
     reasons = {(t.name, h.name): unavailable(ctx, t, h) for t, h in pairs}
     for (t, h), reason in reasons.items():
         if reason:
-            ctx.console_note(f"stacks: {t} target × {h} host skipped: {reason}")
+            ctx.console_note(f"{study}: {t} target × {h} host skipped: {reason}")
+    return pairs, reasons
+
+
+def execute(ctx: Context, params: Params) -> None:
+    pairs, reasons = stack_pairs(ctx, "stacks", params.targets, params.hosts)
     points: list[Point] = []
     for repeat in range(ctx.spec.repeats):  # interleaved: every pair once per round
         for target, host in pairs:

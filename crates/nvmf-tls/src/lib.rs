@@ -9,18 +9,24 @@
 //!   [`session::TlsSession::send`] takes plaintext and gives ciphertext.
 //!
 //! - [`hostile`]: drivers that feed hostile bytes to the server side, for property tests and fuzzing.
+//! - [`ktls`]: hands an established session's records to the kernel (kTLS), and
+//!   [`boundary`]: reads that stop at a record's end, so the kernel misses nothing.
 //!
-//! Nothing here does I/O; docs/tls.md says what is wired and what is left.
+//! Nothing here does I/O but [`ktls`]'s socket options; docs/tls.md says what is wired and what
+//! is left.
 
 pub mod binder;
+pub mod boundary;
 pub mod derive;
 pub mod hostile;
 pub mod key;
+pub mod ktls;
 mod secret;
 pub mod session;
 
 pub use derive::{Derivation, DeriveError, IdentityVersion, PskIdentity, TlsPsk};
 pub use key::{ConfiguredPsk, KeyError, PskTransform};
+pub use ktls::KtlsMode;
 pub use secret::Secret;
 pub use session::{ClientConfig, ServerConfig, SessionInfo, TlsError, TlsSession};
 

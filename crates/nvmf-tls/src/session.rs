@@ -34,7 +34,8 @@ use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION};
 
 use crate::derive::{Derivation, IdentityVersion, PskIdentity, TlsPsk};
 use crate::key::ConfiguredPsk;
-use crate::TlsHash;
+use crate::ktls::{KernelKeys, TrafficKeys};
+use crate::{Secret, TlsHash};
 
 /// Longest PSK identity a server looks at (two 223-byte NQNs, the prefix and a SHA-384 digest fit).
 pub const MAX_IDENTITY_LEN: usize = 1024;
@@ -120,6 +121,40 @@ struct ConnState {
     selected: Option<TlsPsk>,
     /// Server: the client offered a PSK but not the psk_dhe_ke mode (only psk_ke, or none).
     no_dhe_mode: bool,
+    /// The application traffic secrets from OpenSSL's keylog callback, for kTLS.
+    secrets: Mutex<AppSecrets>,
+}
+
+/// `CLIENT_TRAFFIC_SECRET_0` and `SERVER_TRAFFIC_SECRET_0` of a session.
+#[derive(Default)]
+struct AppSecrets {
+    client: Option<Secret>,
+    server: Option<Secret>,
+}
+
+/// OpenSSL's keylog callback: the only way it hands out the traffic secrets kTLS needs. Lines
+/// are `LABEL <client random hex> <secret hex>`; only the two application secrets are kept.
+fn keylog_cb(ssl: &SslRef, line: &str) {
+    let mut parts = line.split_ascii_whitespace();
+    let (Some(label), Some(_random), Some(hex), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return;
+    };
+    let is_client = match label {
+        "CLIENT_TRAFFIC_SECRET_0" => true,
+        "SERVER_TRAFFIC_SECRET_0" => false,
+        _ => return,
+    };
+    if hex.len() % 2 != 0 || hex.len() > 2 * 64 {
+        return;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
+    let (Some(bytes), Ok(idx)) = (bytes, state_index()) else { return };
+    if let Some(state) = ssl.ex_data(idx) {
+        let mut s = state.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = if is_client { &mut s.client } else { &mut s.server };
+        *slot = Some(Secret::new(bytes));
+    }
 }
 
 fn state_index() -> Result<Index<Ssl, ConnState>, TlsError> {
@@ -139,6 +174,7 @@ fn base_context(hash_suites: &str) -> Result<SslContextBuilder, TlsError> {
     b.set_num_tickets(0)?;
     b.set_max_early_data(0)?;
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    b.set_keylog_callback(keylog_cb);
     Ok(b)
 }
 
@@ -476,6 +512,8 @@ enum Phase {
     Handshaking,
     Established,
     Closed,
+    /// The record layer went to the kernel ([`TlsSession::take_kernel_keys`]).
+    Kernel,
     Failed(TlsError),
 }
 
@@ -496,6 +534,13 @@ pub struct TlsSession {
     info: Option<SessionInfo>,
     /// Server with alternate PSKs: where [`TlsSession::feed_into`] keeps the ClientHello.
     hello: Option<Arc<Mutex<crate::binder::ClientHelloCapture>>>,
+    /// Application data went through these records: the kernel could no longer start at
+    /// sequence 0.
+    app_data_seen: bool,
+    /// Record boundaries of what was fed, and whether anything was fed once established: the
+    /// kernel must get the stream from a record's start, with no record taken here before.
+    fed: crate::boundary::RecordBoundary,
+    fed_after_handshake: bool,
 }
 
 impl std::fmt::Debug for TlsSession {
@@ -519,6 +564,7 @@ impl TlsSession {
                 offered: None,
                 selected: None,
                 no_dhe_mode: false,
+                secrets: Default::default(),
             },
         );
         ssl.set_connect_state();
@@ -542,6 +588,7 @@ impl TlsSession {
                 offered: None,
                 selected: None,
                 no_dhe_mode: false,
+                secrets: Default::default(),
             },
         );
         ssl.set_accept_state();
@@ -553,7 +600,7 @@ impl TlsSession {
 
     fn wrap(ssl: Ssl, role: Role) -> Result<Self, TlsError> {
         let stream = SslStream::new(ssl, MemIo::default())?;
-        Ok(TlsSession { stream, role, phase: Phase::Handshaking, peer_closed: false, info: None, hello: None })
+        Ok(TlsSession { stream, role, phase: Phase::Handshaking, peer_closed: false, info: None, hello: None, app_data_seen: false, fed: Default::default(), fed_after_handshake: false })
     }
 
     pub fn role(&self) -> Role {
@@ -620,7 +667,12 @@ impl TlsSession {
         match &self.phase {
             Phase::Failed(e) => return Err(e.clone()),
             Phase::Closed => return Err(TlsError::Closed),
+            Phase::Kernel => return Err(handed_over()),
             _ => {}
+        }
+        if !self.app_data_seen {
+            self.fed_after_handshake |= self.is_established() && !ciphertext.is_empty();
+            self.fed.advance(ciphertext);
         }
         if let (Some(hello), true) = (&self.hello, self.is_handshaking()) {
             hello.lock().unwrap_or_else(|p| p.into_inner()).push(ciphertext);
@@ -648,8 +700,10 @@ impl TlsSession {
             Phase::Established => {}
             Phase::Handshaking => return Err(TlsError::NotEstablished),
             Phase::Closed => return Err(TlsError::Closed),
+            Phase::Kernel => return Err(handed_over()),
             Phase::Failed(e) => return Err(e.clone()),
         }
+        self.app_data_seen |= !plaintext.is_empty();
         let mut rest = plaintext;
         while !rest.is_empty() {
             match self.stream.ssl_write(rest) {
@@ -673,6 +727,57 @@ impl TlsSession {
             self.phase = Phase::Closed;
         }
         self.take_ciphertext()
+    }
+
+    /// Gives the record layer to the kernel: the traffic keys of both directions (tx is ours,
+    /// rx the peer's), for record sequence 0. Refused unless the session is established, no
+    /// application data went through it, no received byte is left over and no handshake output
+    /// is waiting to be sent: then the kernel would miss or repeat a record. For that the input
+    /// must have been fed record by record ([`crate::boundary::RecordBoundary`]): whole records
+    /// fed in one piece after the last handshake record cannot be told apart here. After this the
+    /// session makes no records (`send`/`feed` fail); [`TlsSession::info`] stays.
+    pub fn take_kernel_keys(&mut self) -> Result<KernelKeys, TlsError> {
+        match &self.phase {
+            Phase::Established => {}
+            Phase::Handshaking => return Err(TlsError::NotEstablished),
+            Phase::Closed => return Err(TlsError::Closed),
+            Phase::Kernel => return Err(handed_over()),
+            Phase::Failed(e) => return Err(e.clone()),
+        }
+        let refuse = |why: &str| Err(TlsError::Setup(format!("cannot hand the records to the kernel: {why}")));
+        if self.app_data_seen || self.peer_closed {
+            return refuse("application records already went through userspace");
+        }
+        if self.buffered_input() > 0 || !self.fed.at_boundary() || self.fed_after_handshake {
+            return refuse("bytes after the handshake were read already");
+        }
+        if self.has_ciphertext() {
+            return refuse("handshake output is not sent yet");
+        }
+        let hash = self.info.as_ref().map_or(TlsHash::Sha256, |i| i.hash);
+        let (client, server) = {
+            let idx = state_index()?;
+            let Some(state) = self.stream.ssl().ex_data(idx) else { return refuse("no session state") };
+            let mut s = state.secrets.lock().unwrap_or_else(|p| p.into_inner());
+            (s.client.take(), s.server.take())
+        };
+        let (Some(client), Some(server)) = (client, server) else {
+            return refuse("OpenSSL gave no application traffic secrets (keylog callback)");
+        };
+        if client.len() != hash.digest_len() || server.len() != hash.digest_len() {
+            return refuse("the traffic secrets do not match the suite's hash");
+        }
+        let (client, server) = (TrafficKeys::from_secret(hash, client.as_bytes()), TrafficKeys::from_secret(hash, server.as_bytes()));
+        self.phase = Phase::Kernel;
+        Ok(match self.role {
+            Role::Client => KernelKeys { tx: client, rx: server },
+            Role::Server => KernelKeys { tx: server, rx: client },
+        })
+    }
+
+    /// The record layer was handed to the kernel.
+    pub fn is_kernel(&self) -> bool {
+        matches!(self.phase, Phase::Kernel)
     }
 
     fn state_snapshot(&self) -> Snapshot {
@@ -706,7 +811,10 @@ impl TlsSession {
         loop {
             match self.stream.ssl_read(&mut buf) {
                 Ok(0) => return Ok(()),
-                Ok(n) => plaintext.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    self.app_data_seen = true;
+                    plaintext.extend_from_slice(&buf[..n]);
+                }
                 Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
                 Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
                     self.peer_closed = true;
@@ -739,6 +847,10 @@ impl TlsSession {
         self.phase = Phase::Established;
         Ok(())
     }
+}
+
+fn handed_over() -> TlsError {
+    TlsError::Setup("the record layer was handed to the kernel (kTLS)".into())
 }
 
 fn reasons(e: &openssl::ssl::Error) -> String {

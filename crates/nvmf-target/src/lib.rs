@@ -44,6 +44,9 @@ pub enum StartError {
     Control(String),
     #[error("TLS set-up failed: {0}")]
     Tls(String),
+    /// `--ktls on` on a kernel without kTLS.
+    #[error("--ktls on (target.ktls = \"on\"), but {0}; use --ktls auto or off for TLS records in userspace")]
+    NoKtls(String),
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
     #[error("an RDMA port ({0}) was asked for, but this nvmf-target was built without RDMA: rebuild it with `cargo build --release -p nvmf-target --features rdma`, which needs rdma-core's librdmacm-dev and libibverbs-dev")]
@@ -55,7 +58,7 @@ pub enum StartError {
 impl StartError {
     /// Errors in what the user asked for (exit status 2) rather than in the environment.
     pub fn is_config_error(&self) -> bool {
-        matches!(self, StartError::Config(_) | StartError::Backend(_) | StartError::NoRdma(_))
+        matches!(self, StartError::Config(_) | StartError::Backend(_) | StartError::NoRdma(_) | StartError::NoKtls(_))
     }
 }
 
@@ -192,7 +195,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         threads.push(control::socket::serve(path, control.clone(), stop.clone()).map_err(StartError::Control)?);
     }
     let ports = target.ports.clone();
-    let tls_config = tls_server_config(&config)?;
+    let tls_config = tls_server_config(&config, &ports)?;
     let acceptor = Acceptor {
         tls_config,
         target: target.clone(),
@@ -211,12 +214,25 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry, control })
 }
 
-/// The TLS server config of a target with a TLS port: the TLS PSK for an identity naming a
-/// configured host (`tls_keys`) and a configured subsystem (or the discovery subsystem) is
-/// derived from that host's key. None when no port allows TLS.
-fn tls_server_config(config: &TargetConfig) -> Result<Option<Arc<nvmf_tls::ServerConfig>>, StartError> {
+/// The TLS setup of a target with a TLS port: the TLS PSK for an identity naming a configured
+/// host (`tls_keys`) and a configured subsystem (or the discovery subsystem) is derived from that
+/// host's key; the records go to the kernel as `target.ktls` says, `auto` finding out here
+/// whether the kernel has kTLS. None when no port allows TLS.
+fn tls_server_config(config: &TargetConfig, ports: &[core::Port]) -> Result<Option<wire::TlsSetup>, StartError> {
     if config.ports.iter().all(|p| p.tls == config::PortTls::None) {
         return Ok(None);
+    }
+    let ktls = match (config.target.ktls, nvmf_tls::ktls::probe()) {
+        (nvmf_tls::KtlsMode::Off, _) => nvmf_tls::KtlsMode::Off,
+        (nvmf_tls::KtlsMode::On, Err(why)) => return Err(StartError::NoKtls(why)),
+        (nvmf_tls::KtlsMode::Auto, Err(why)) => {
+            tracing::info!("TLS records in userspace: {why}");
+            nvmf_tls::KtlsMode::Off
+        }
+        (mode, Ok(())) => mode,
+    };
+    for p in ports.iter().filter(|p| !p.rdma && p.tls != config::PortTls::None) {
+        p.tls_stats.kernel_records.store(ktls != nvmf_tls::KtlsMode::Off, Relaxed);
     }
     if config.tls_keys.is_empty() {
         tracing::warn!("a port allows TLS but no host has a TLS key: every TLS handshake will fail");
@@ -225,7 +241,7 @@ fn tls_server_config(config: &TargetConfig) -> Result<Option<Arc<nvmf_tls::Serve
     subnqns.push(config::DISCOVERY_NQN.to_string());
     let hosts = config.tls_keys.iter().map(|k| (k.nqn.clone(), k.key.clone())).collect();
     let server = nvmf_tls::ServerConfig::for_subsystems(subnqns, hosts, false).map_err(|e| StartError::Tls(e.to_string()))?;
-    Ok(Some(Arc::new(server)))
+    Ok(Some(wire::TlsSetup { config: Arc::new(server), ktls }))
 }
 
 /// Starts one NVMe/RDMA listener thread per RDMA port; returns their addresses.

@@ -499,8 +499,8 @@ pub struct Acceptor {
     pub placement: Placement,
     pub sockopts: SocketOptions,
     pub stop: Arc<AtomicBool>,
-    /// The TLS server config, when a port allows TLS.
-    pub tls_config: Option<Arc<nvmf_tls::ServerConfig>>,
+    /// The TLS server config and record layer choice, when a port allows TLS.
+    pub tls_config: Option<crate::wire::TlsSetup>,
 }
 
 /// Connections refused over `max_connections`, logged at most once a second.

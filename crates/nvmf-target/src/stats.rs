@@ -213,7 +213,9 @@ impl StatsRegistry {
                 let t = &p.tls_stats;
                 json!({
                     "portid": p.portid, "addr": p.addr.to_string(), "tls": p.tls.name(),
-                    "tls_records": if p.tls == crate::config::PortTls::None { Value::Null } else { json!("userspace") },
+                    "tls_records": p.records(),
+                    "ktls_connections": t.ktls_connections.load(Relaxed),
+                    "ktls_fallbacks": t.ktls_fallbacks.load(Relaxed),
                     "tls_connections": t.tls_connections.load(Relaxed),
                     "plain_connections": t.plain_connections.load(Relaxed),
                     "tls_handshake_failures": t.handshake_failures.load(Relaxed),

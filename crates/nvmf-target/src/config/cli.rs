@@ -83,6 +83,10 @@ pub struct Cli {
     /// HOSTNQN=KEY: the host's TLS PSK in the interchange format (NVMeTLSkey-1:HH:...:), repeatable
     #[arg(long = "tls-key")]
     pub tls_key: Vec<String>,
+    /// TLS records in the kernel (kTLS): auto (when the kernel has it, else userspace), on (fail
+    /// without it), off
+    #[arg(long)]
+    pub ktls: Option<String>,
 }
 
 const ORIGIN: &str = "command line";
@@ -122,6 +126,9 @@ impl Cli {
         }
         if let Some(p) = &self.control {
             t.control = Some(p.clone());
+        }
+        if let Some(k) = &self.ktls {
+            t.ktls = nvmf_tls::KtlsMode::parse(k).ok_or_else(|| bad(format!("--ktls {k:?}: expected auto, on or off")))?;
         }
         if let Some(s) = &self.buffer_memory {
             t.buffer_memory = Some(parse_size(s).ok_or_else(|| bad(format!("--buffer-memory {s:?}: expected a size like 2GiB")))?);
@@ -219,6 +226,9 @@ mod tests {
         assert!(c.ports.iter().all(|p| p.tls == super::super::PortTls::Required));
         assert_eq!(c.tls_keys[0].nqn, "nqn.h");
         assert!(cli(&["--tls", "sometimes"]).unwrap_err().to_string().contains("--tls"));
+        assert_eq!(cli(&["--ktls", "on"]).unwrap().target.ktls, nvmf_tls::KtlsMode::On);
+        assert_eq!(cli(&[]).unwrap().target.ktls, nvmf_tls::KtlsMode::Auto);
+        assert!(cli(&["--ktls", "maybe"]).unwrap_err().to_string().contains("--ktls \"maybe\": expected auto, on or off"));
         assert!(cli(&["--tls-key", key]).unwrap_err().to_string().contains("HOSTNQN="));
         let e = cli(&["--tls-key", "nqn.h=NVMeTLSkey-1:01:AAAA:"]).unwrap_err().to_string();
         assert!(e.contains("--tls-key nqn.h=") && !e.contains("AAAA"), "{e}");

@@ -138,6 +138,8 @@ pub struct TargetSettings {
     /// start (MemAvailable): the RAM backend fills its pages at start, and a namespace beyond
     /// memory would abort the process instead of failing as a config error.
     pub ram_limit_percent: u32,
+    /// TLS records in the kernel (kTLS): auto (where the kernel has it), on (or fail), off.
+    pub ktls: nvmf_tls::KtlsMode,
 }
 
 impl TargetSettings {
@@ -237,6 +239,7 @@ impl Default for TargetSettings {
             buffer_memory: None,
             stall_timeout_ms: 10_000,
             ram_limit_percent: 90,
+            ktls: nvmf_tls::KtlsMode::Auto,
         }
     }
 }

@@ -55,6 +55,8 @@ struct RawTarget {
     buffer_memory: Option<Spanned<RawSize>>,
     stall_timeout_ms: Option<u64>,
     ram_limit_percent: Option<u32>,
+    /// "auto" | "on" | "off": TLS records in the kernel (kTLS).
+    ktls: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -163,6 +165,10 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         })?);
     }
     target.control = t.control;
+    if let Some(k) = t.ktls {
+        target.ktls = nvmf_tls::KtlsMode::parse(k.get_ref())
+            .ok_or_else(|| bad_at(k.span(), format!("target.ktls = {:?}: expected \"auto\", \"on\" or \"off\"", k.get_ref())))?;
+    }
     if let Some(b) = t.buffer_memory {
         let bytes = match b.get_ref() {
             RawSize::Bytes(n) => Some(*n),
@@ -435,6 +441,18 @@ nqn = "nqn.host2"
         let twice = "[[host]]\nnqn = \"n\"\ndhchap_key = \"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n";
         let e = parse(&format!("{port}{twice}{twice}"), Path::new("a.toml")).unwrap_err();
         assert!(e.to_string().contains("given twice"), "{e}");
+    }
+
+    #[test]
+    fn target_takes_a_ktls_mode() {
+        let port = "[[port]]\naddr = \"127.0.0.1:1\"\n";
+        assert_eq!(parse(port, Path::new("a.toml")).unwrap().target.ktls, nvmf_tls::KtlsMode::Auto);
+        for (v, mode) in [("on", nvmf_tls::KtlsMode::On), ("off", nvmf_tls::KtlsMode::Off), ("auto", nvmf_tls::KtlsMode::Auto)] {
+            let c = parse(&format!("[target]\nktls = \"{v}\"\n{port}"), Path::new("a.toml")).unwrap();
+            assert_eq!(c.target.ktls, mode);
+        }
+        let e = parse(&format!("[target]\nktls = \"kernel\"\n{port}"), Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("target.ktls") && e.contains("\"auto\", \"on\" or \"off\""), "{e}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import decide
+from .device_model import CONVERGED_SHARE
 
 TRIALS = 2000
 SEED = 20261126
@@ -31,6 +32,7 @@ EFFECTS = (1, 2, 4)
 DISTRIBUTIONS = ("normal", "log-normal", "outliers")
 MEAN, SD = 100.0, 10.0
 LIMIT = 2.0  # the interference latency limit (× isolated) the safe-load rule is checked at
+CONVERGED = CONVERGED_SHARE  # overhead's device comparison: NVMe/TCP at this share of local access is "converged"
 BEGIN, END = "<!-- aa-rates:begin -->", "<!-- aa-rates:end -->"
 
 
@@ -117,6 +119,21 @@ def _safe_load(rng, dist, n, k):
     return float(safe.mean())
 
 
+def _converged_to_ceiling(rng, dist, n, k):
+    remote, sd = draw(rng, dist, (TRIALS, n))
+    remote = remote + k * sd  # true ratio to the ceiling CONVERGED at k = 0: not converged
+    _, low, _ = decide.ratio_to_constant(remote, MEAN / CONVERGED)
+    return float((decide.safe_upto(low[:, None], CONVERGED, higher_is_worse=False) >= 0).mean())
+
+
+def _converged_to_local(rng, dist, n, k):
+    local, _ = draw(rng, dist, (TRIALS, n))
+    remote, sd = draw(rng, dist, (TRIALS, n))
+    remote = CONVERGED * remote + k * CONVERGED * sd  # true ratio CONVERGED at k = 0: not converged
+    _, low, _ = decide.fieller(local, remote)
+    return float((decide.safe_upto(low[:, None], CONVERGED, higher_is_worse=False) >= 0).mean())
+
+
 RULES = (
     Rule("difference (Welch)", "every 'clear' / 'no significant difference' of one comparison: overhead, "
          "parallelism, dimensions, polling matrix, saturation order, contention_many's network app",
@@ -133,6 +150,12 @@ RULES = (
          "fastest against slowest I/O pattern is read from the same every-pair family", _pairwise),
     Rule("safe load", f"interference guideline: Fieller's upper end below {LIMIT:g}× (true ratio at the limit "
          "for the false-positive rate, below it by k sd of one loaded repeat for detection)", _safe_load),
+    Rule("converged to the device", f"overhead's device comparison: NVMe/TCP's bandwidth over the model device's "
+         f"ceiling, its t interval's lower end at least {CONVERGED:g} (true ratio at {CONVERGED:g} for the "
+         "false-positive rate, above it by k sd of one repeat for detection)", _converged_to_ceiling),
+    Rule("converged to local", f"overhead's device comparison where local access stays below the device: "
+         f"Fieller's lower end of NVMe/TCP / local at least {CONVERGED:g} (true ratio at {CONVERGED:g}, above it "
+         "by k sd for detection)", _converged_to_local),
 )
 
 

@@ -13,6 +13,8 @@ same code.
   that picks among several candidates or tests many cells: the family-wise error stays at 5 %.
 - `fieller`: the 95 % interval of a ratio of two independent means (loaded / isolated), with the
   baseline's variance included; unbounded when the baseline's mean is not clearly above zero.
+- `ratio_to_constant`: the 95 % interval of a mean over a known constant (a device's ceiling
+  from its parameters): the t interval of the mean, scaled; nothing to add for the constant.
 - `safe_upto`: the highest load up to which every load's ratio interval stays on the good side of
   a limit (an intersection-union test: each load is tested at 2.5 % one-sided, no correction
   needed for the family).
@@ -131,6 +133,20 @@ def fieller_summary(mean_b, std_b, n_b, mean_l, std_l, n_l, confidence: float = 
 def fieller(base, loaded, confidence: float = 0.95):
     """fieller_summary of two samples (repeats on the last axis): mean(loaded) / mean(base)."""
     return fieller_summary(*summary(base), *summary(loaded), confidence=confidence)
+
+
+def ratio_to_constant(x, constant, confidence: float = 0.95):
+    """(ratio, low, high) of mean(x) / constant over the last axis, with the t interval of the mean
+    scaled by the constant; low and high are NaN where x has fewer than two repeats or zero spread,
+    or the constant is not positive."""
+    m, s, n = summary(x)
+    c = np.asarray(constant, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        formed = (n >= 2) & (s > 0) & (c > 0)
+        t = _student_t.ppf(1 - (1 - confidence) / 2, np.maximum(n - 1, 1))
+        half = np.where(formed, t * s / np.sqrt(np.maximum(n, 1)), np.nan)
+        ratio = np.where(c > 0, m / c, np.nan)
+        return ratio, (m - half) / c, (m + half) / c
 
 
 def safe_upto(bounds, limit: float, higher_is_worse: bool = True) -> np.ndarray:

@@ -5,7 +5,8 @@ overhead), `netns` (NVMe/TCP across an emulated link: network overhead). The L-a
 random read at QD1, the T-app the 4 KiB random-read queue-depth sweep, the B-app every block size
 (the best bandwidth over queue depths and patterns per block size, as fig. 5.3). When the netns
 leg ran over a plain veth pair (no `tc netem` on this kernel), every place showing its numbers
-says so, and its share is called the veth hop's, not an emulated network's.
+says so, and its share is called the veth hop's, not an emulated network's. With the study's
+`device` option, the B-app also runs against a model device (`overhead_device.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 from .. import plots
 from .common import compare, contrast, excluded_points, leg_rows, missing_leg, stated, study_rows
 from .cores_used import cores_text
+from .overhead_device import device_section
 from .formulas import concurrency, overhead_decomposition, peak_ratio
 from .plateau import find_plateau, plateau_confirmed
 from .result import Figure, StudyResult, Table
@@ -389,6 +391,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.findings.append("Only one queue depth was measured, so the T-app (IOPS vs queue "
                             "depth) comparison is missing.")
     _b_app(data, out, veth)
+    device_section(rows, _app(data[data["leg"] == "local"], "B-app"), out)
     out.tables.append(Table("Cores used per leg", pd.DataFrame(
         [{"leg": _name(leg, veth), "cores used": cores_text(data[data["leg"] == leg])} for leg in present]),
         "The distinct cores each leg's load generator (host) and target were pinned to, as they ran; "

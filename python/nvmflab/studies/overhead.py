@@ -7,17 +7,24 @@ on a file of the same kind (the directory `file_dir`, e.g. /dev/shm for tmpfs):
 - `netns`: NVMe/TCP across a veth pair into a network namespace with netem delay/rate (network
   overhead). Skipped, with the reason stored, where a namespace cannot be created; where netem is
   missing the points record `netns_link = "none"` and the report marks their numbers as a plain veth.
+
+With `device` set (model parameters, `lat=80us,par=32,bw=1GiB`), the B-app also runs against an
+SSD-like device: legs `device_loopback` and `device_netns` (those of `device_legs` whose leg runs)
+serve our target's `model` backend with those parameters, in the same rounds as the local and file
+legs, so fig. 5.3's convergence is measured where a device, not RAM, can be the bottleneck. The
+local leg cannot reach the model (it lives in the target), so the analysis compares NVMe/TCP with
+the lower of the measured local path and the device's ceiling (analysis/device_model.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..plan import Subsystem
-from ..spec import IoDepth, Size
+from ..spec import IoDepth, Size, check_model
 from ..topology import netns
 from .common import NQN_PREFIX, Context, interleave, local_point, point_knobs, repeated, tcp_point
 
@@ -32,6 +39,9 @@ class Params(BaseModel):
     # Default: a plain veth pair, no delay and no rate cap; set these to emulate a link.
     netns_delay_us: int = Field(default=0, ge=0)
     netns_rate: str | None = None
+    # An SSD-like device for the B-app (our target's model backend): None leaves it out.
+    device: Annotated[str, AfterValidator(check_model)] | None = None
+    device_legs: list[Literal["loopback", "netns"]] = Field(default=["loopback", "netns"], min_length=1)
 
 
 def execute(ctx: Context, params: Params) -> None:
@@ -50,25 +60,30 @@ def execute(ctx: Context, params: Params) -> None:
         "local": lambda k, r: local_point(ctx, "local", k, r, path, size),
         "loopback": lambda k, r: tcp_point(ctx, "loopback", k, r, subsystem=sub),
     }
+    device = _Device(ctx, params, apps, folder, size)
     # Every leg in the same rounds (repeat outermost), so a slow phase of the machine lands on all.
     if "netns" not in params.legs:
-        _run_legs(ctx, params, knob_sets, legs, [])
+        _run_legs(ctx, params, knob_sets, legs, device.loopback())
         return
     link_knobs = {"netns_delay_us": params.netns_delay_us, "netns_rate": params.netns_rate}
     netns_sets = [k | link_knobs for k in knob_sets]
     if ctx.planning:  # only the points: no namespace is built for a plan
         _run_legs(ctx, params, knob_sets, legs, repeated(ctx, netns_sets, lambda k, r: tcp_point(
-            ctx, "netns", k, r, subsystem=sub, netns="nvmflab-PID", listen_ip=netns.TARGET_IP)))
+            ctx, "netns", k, r, subsystem=sub, netns="nvmflab-PID", listen_ip=netns.TARGET_IP))
+            + device.loopback() + device.netns(link_knobs, "nvmflab-PID", netns.TARGET_IP))
         return
     reason = netns.unavailable()
     if reason:
-        _run_legs(ctx, params, knob_sets, legs, _skipped(ctx, netns_sets, sub, reason))
+        _run_legs(ctx, params, knob_sets, legs, _skipped(ctx, netns_sets, sub, reason)
+                  + device.loopback() + device.netns(link_knobs, skip_reason=reason))
         return
     try:
         with netns.EmulatedLink(params.netns_delay_us, params.netns_rate) as link:
-            linked = [k | {"netns_link": link.emulation.split(" (")[0]} for k in netns_sets]
+            linked_knobs = link_knobs | {"netns_link": link.emulation.split(" (")[0]}
+            linked = [k | linked_knobs for k in knob_sets]
             points = repeated(ctx, linked, lambda k, r: tcp_point(
                 ctx, "netns", k, r, subsystem=sub, netns=link.netns, listen_ip=link.target_ip))
+            points += device.loopback() + device.netns(linked_knobs, link.netns, link.target_ip)
             if link.emulation.startswith("none"):
                 ctx.console_note(f"overhead: netns link without emulation: {link.emulation}")
             try:
@@ -76,7 +91,38 @@ def execute(ctx: Context, params: Params) -> None:
             finally:
                 ctx.runner.close()  # the target lives in the namespace: stop it before the namespace goes
     except netns.NetnsError as err:
-        _run_legs(ctx, params, knob_sets, legs, _skipped(ctx, netns_sets, sub, str(err)))
+        _run_legs(ctx, params, knob_sets, legs, _skipped(ctx, netns_sets, sub, str(err))
+                  + device.loopback() + device.netns(link_knobs, skip_reason=str(err)))
+
+
+class _Device:
+    """The B-app points against the model device (`device`), per leg of `device_legs` that runs;
+    none when `device` is unset."""
+
+    def __init__(self, ctx: Context, params: Params, apps: list[dict], folder: Path, size: int) -> None:
+        self.ctx, self.params = ctx, params
+        self.sub = Subsystem(nqn=f"{NQN_PREFIX}:overhead-device", backend="model", size=size,
+                             block_size=ctx.spec.backend.block_size, model=params.device)
+        self.knob_sets = [point_knobs(ctx, {"rw": "randread", "numjobs": 1, "backend": "model",
+                                            "backend_model": params.device, "file_dir": str(folder)} | a)
+                          for a in apps if a["app"] == "B-app"] if params.device is not None else []
+
+    def _wanted(self, leg: str) -> bool:
+        return bool(self.knob_sets) and leg in self.params.device_legs and leg in self.params.legs
+
+    def loopback(self) -> list:
+        if not self._wanted("loopback"):
+            return []
+        return repeated(self.ctx, self.knob_sets, lambda k, r: tcp_point(self.ctx, "device_loopback", k, r,
+                                                                         subsystem=self.sub))
+
+    def netns(self, link_knobs: dict, namespace: str | None = None, listen_ip: str | None = None,
+              skip_reason: str | None = None) -> list:
+        if not self._wanted("netns"):
+            return []
+        return repeated(self.ctx, [k | link_knobs for k in self.knob_sets], lambda k, r: tcp_point(
+            self.ctx, "device_netns", k, r, subsystem=self.sub, netns=namespace, listen_ip=listen_ip,
+            skip_reason=f"netns leg skipped: {skip_reason}" if skip_reason else None))
 
 
 def _run_legs(ctx: Context, params: Params, knob_sets: list[dict], builders: dict, netns_points: list) -> None:

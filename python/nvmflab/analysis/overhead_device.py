@@ -1,0 +1,182 @@
+"""The overhead study's B-app against an SSD-like device (thesis fig. 5.3's convergence).
+
+The thesis saw NVMe/TCP's bandwidth gap to local NVMe close at 64 KiB, "because the SSD was
+saturated". The study's `device` option serves our target's model backend (legs `device_loopback`,
+`device_netns`), measured in the same rounds as the local leg. The local leg cannot reach the model
+(it lives in the target), so local access to that device is taken as the lower of the local path
+measured on the file and the device's ceiling (`device_model.DeviceModel.ceiling`, at the deepest
+queue tried), per block size:
+
+- where the local path is clearly above the ceiling (its t interval over the ceiling starts at 1 or
+  more), local access would be device-bound, and NVMe/TCP is compared with the ceiling
+  (`decide.ratio_to_constant`);
+- elsewhere NVMe/TCP is compared with the local path itself (`decide.fieller`).
+
+A block size is "converged" when the ratio's 95 % interval starts at CONVERGED_SHARE or above; the
+gap converges from the smallest size from which every larger size is converged (`decide.safe_upto`
+read from the largest size down: an intersection-union test, no correction needed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from .. import plots
+from .common import leg_rows, missing_leg, repeat_values
+from .decide import fieller, ratio_to_constant, safe_upto
+from .device_model import CONVERGED_SHARE, DeviceModel
+from .result import Figure, StudyResult, Table
+from .stats import aggregate, ci95_halfwidth
+from .text import mbps, size
+
+DEVICE_LEGS = ("device_loopback", "device_netns")
+THESIS_BS = 64 << 10  # fig. 5.3: similar bandwidth from 64 KiB on
+
+
+def _best(rows: pd.DataFrame) -> dict[float, list[float]]:
+    """{bs: per-repeat bandwidth at the queue depth with the highest mean bandwidth for that size}."""
+    if rows.empty:
+        return {}
+    agg = aggregate(rows, by=["bs", "iodepth"], metrics=["bw_bytes"])
+    out = {}
+    for bs, group in agg.groupby("bs"):
+        qd = group.loc[group["bw_bytes_mean"].idxmax(), "iodepth"]
+        out[float(bs)] = repeat_values(rows[(rows["bs"] == bs) & (rows["iodepth"] == qd)], "bw_bytes")
+    return out
+
+
+def compare_sizes(remote: dict[float, list[float]], local: dict[float, list[float]],
+                  ceiling: dict[float, float]) -> pd.DataFrame:
+    """Per block size (ascending): the reference NVMe/TCP is compared with ('device' or 'local'),
+    the ratio and its 95 % interval, and whether that size is converged."""
+    records = []
+    for bs in sorted(remote):
+        r, c, loc = remote[bs], ceiling[bs], local.get(bs, [])
+        local_low = _one(ratio_to_constant(loc, c))[1] if len(loc) else math.nan
+        if not len(loc) or local_low >= 1:
+            reference = "device"
+            ratio, low, high = _one(ratio_to_constant(r, c))
+        else:  # the local path is not clearly above the device: it is local access's own bound
+            reference = "local"
+            ratio, low, high = _one(fieller(loc, r))
+        records.append({"bs": bs, "reference": reference, "ratio": float(ratio), "low": float(low),
+                        "high": float(high), "remote": float(np.mean(r)) if r else math.nan,
+                        "local": float(np.mean(loc)) if len(loc) else math.nan, "ceiling": c})
+    frame = pd.DataFrame(records)
+    if frame.empty:
+        return frame
+    frame["converged"] = frame["low"] >= CONVERGED_SHARE
+    run = int(np.asarray(safe_upto(frame["low"].to_numpy()[::-1], CONVERGED_SHARE, higher_is_worse=False)).item()) + 1
+    frame["in_run"] = [i >= len(frame) - run for i in range(len(frame))]
+    return frame
+
+
+def _one(values) -> tuple[float, ...]:
+    """The decision functions' vectorised results for one comparison, as floats."""
+    return tuple(float(np.asarray(v).item()) for v in values)
+
+
+def _interval(row: pd.Series) -> str:
+    if math.isnan(row["low"]):
+        return f"ratio {row['ratio']:.2f}, no interval (fewer than two repeats or no spread)"
+    return f"ratio {row['ratio']:.2f}, 95 % interval {row['low']:.2f} to {row['high']:.2f}"
+
+
+def _reference(row: pd.Series) -> str:
+    if row["reference"] == "local":
+        return "the local path (it stays below the device there)"
+    if math.isnan(row["local"]):
+        return "the device's ceiling (no local path was measured to bound it)"
+    return "the device's ceiling (local access is device-bound there)"
+
+
+def verdict(frame: pd.DataFrame, remote_name: str) -> str:
+    """The convergence finding: from which block size NVMe/TCP reaches local access on the device,
+    that the gap does not close, or that the intervals cannot decide."""
+    share = f"{CONVERGED_SHARE * 100:.0f} %"
+    thesis = f"the thesis saw the gap close at {size(THESIS_BS)} on its SSD (fig. 5.3)"
+    largest = frame.iloc[-1]
+    if frame["in_run"].any():
+        first = frame[frame["in_run"]].iloc[0]
+        below = frame[~frame["in_run"]]
+        text = (f"B-app against the device: NVMe/TCP ({remote_name}) reaches at least {share} of local access's "
+                f"bandwidth from {size(first['bs'])} on ({_interval(first)} against {_reference(first)}"
+                f"{'; the interval includes 1' if first['high'] >= 1 else ''})")
+        if not below.empty:
+            prev = below.iloc[-1]
+            state = ("clearly below" if prev["high"] < CONVERGED_SHARE else "not decided")
+            text += f"; at {size(prev['bs'])} it is {state} ({_interval(prev)})"
+        else:
+            text += "; already at the smallest size tried, so the device limits every size here"
+        return text + f"; {thesis}."
+    if math.isnan(largest["low"]):
+        return (f"B-app against the device: cannot decide where NVMe/TCP ({remote_name}) converges with local "
+                f"access: the largest size ({size(largest['bs'])}) has no interval ({_interval(largest)}); {thesis}.")
+    if largest["high"] < CONVERGED_SHARE:
+        return (f"B-app against the device: the gap does not close up to {size(largest['bs'])}: NVMe/TCP "
+                f"({remote_name}) stays below {share} of local access there ({_interval(largest)} against "
+                f"{_reference(largest)}), so NVMe/TCP, not the device, limits every size tried; {thesis}.")
+    return (f"B-app against the device: cannot decide whether NVMe/TCP ({remote_name}) converges with local access: "
+            f"at the largest size ({size(largest['bs'])}) the interval reaches both sides of {share} "
+            f"({_interval(largest)}); {thesis}.")
+
+
+def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) -> None:
+    """Figure, table and findings of the device comparison; nothing when no device leg was asked."""
+    asked = [leg for leg in DEVICE_LEGS if not rows.empty and (rows["leg"] == leg).any()]
+    if not asked:
+        return
+    parts = {leg: leg_rows(rows, leg, "main") for leg in asked}
+    present = [leg for leg in asked if not parts[leg].empty]
+    for leg in (leg for leg in asked if leg not in present):
+        out.findings.append(missing_leg(rows, leg, "the B-app against the device model has no "
+                                        f"{leg.removeprefix('device_')} numbers"))
+    if not present:
+        return
+    leg = "device_netns" if "device_netns" in present else "device_loopback"
+    remote_rows = parts[leg]
+    knobs = json.loads(remote_rows["knobs_json"].iloc[0] or "{}")
+    model = DeviceModel.parse(knobs.get("backend_model"))
+    deepest = float(remote_rows["iodepth"].max())
+    remote = _best(remote_rows)
+    local_best = _best(local)
+    ceiling = {bs: model.ceiling(bs, deepest) for bs in remote}
+    frame = compare_sizes(remote, local_best, ceiling)
+    remote_name = leg.removeprefix("device_")
+    lines = [("device ceiling", bs, ceiling[bs], math.nan) for bs in remote]
+    lines += [(f"NVMe/TCP {remote_name} on the device", bs, np.mean(v), ci95_halfwidth(v)) for bs, v in remote.items()]
+    lines += [("local path (file, no device)", bs, np.mean(v), ci95_halfwidth(v)) for bs, v in local_best.items() if bs in remote]
+    figure_rows = pd.DataFrame(lines, columns=["series", "bs", "bw_bytes_mean", "bw_bytes_ci95"])
+    out.figures.append(Figure(
+        "overhead_device_bandwidth_vs_bs",
+        plots.bandwidth_vs_bs(figure_rows, "series", "B-app against a device model: best bandwidth per block size",
+                              label=str),
+        f"The model device ({model.text()}): its ceiling at QD{deepest:g}, NVMe/TCP ({remote_name}) serving it, and the "
+        "local path measured on the file in the same rounds (thesis fig. 5.3's convergence, against a device)."))
+    table = pd.DataFrame({
+        "bs": [size(b) for b in frame["bs"]],
+        "device ceiling MB/s": (frame["ceiling"] / 1e6).round(1),
+        "ceiling set by": [model.limit(b, deepest) for b in frame["bs"]],
+        "local path MB/s": (frame["local"] / 1e6).round(1),
+        f"NVMe/TCP {remote_name} MB/s": (frame["remote"] / 1e6).round(1),
+        "compared with": frame["reference"],
+        "ratio": frame["ratio"].round(3),
+        "95 % interval": [("n/a" if math.isnan(lo) else f"{lo:.3f} to {hi:.3f}") for lo, hi in zip(frame["low"], frame["high"])],
+        f"converged (≥ {CONVERGED_SHARE:g})": frame["in_run"],
+    })
+    out.tables.append(Table(
+        "B-app against the device model", table,
+        f"Device: our target's model backend, {model.text()}. Local access to it is the lower of the local path and "
+        "the ceiling: where the local path's interval is above the ceiling, NVMe/TCP is compared with the ceiling "
+        "(t interval), elsewhere with the local path (Fieller). Converged: this size and every larger one have the "
+        f"ratio's lower end at {CONVERGED_SHARE:g} or above."))
+    out.findings.append(verdict(frame, remote_name))
+    if frame["reference"].eq("local").any():
+        sizes = ", ".join(size(b) for b in frame.loc[frame["reference"] == "local", "bs"])
+        out.findings.append(f"B-app against the device: the local path ({mbps(frame['local'].min())} at its lowest) "
+                            f"was not clearly faster than the device at {sizes}, so there NVMe/TCP is compared with the "
+                            "local path, which would bound local access to the device too.")

@@ -1,0 +1,185 @@
+"""The overhead study's B-app against an SSD-like device (issue 22 item 9, thesis fig. 5.3): the
+`device` option's points run in the same rounds as the local and file legs, the analysis finds the
+block size from which NVMe/TCP reaches local access on the device (or says that the gap stays open,
+or that the intervals cannot decide), and a real tiny run against our model backend lands in the
+results with its bandwidth held to the model's link."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import nvmflab
+from test_analysis_fixtures import frame, rows, runs_frame
+
+from nvmflab.analysis import overhead
+from nvmflab.analysis.device_model import CONVERGED_SHARE, DeviceModel
+from nvmflab.runner import PlanningRunner
+from nvmflab.spec import load_spec
+from nvmflab.stacks import get_stack
+from nvmflab.store import ResultsStore
+from nvmflab.studies import study_module, study_params
+from nvmflab.studies.common import Context
+from nvmflab.topology.base import Hosts
+from nvmflab.topology.local import LocalHost
+from nvmflab.tools import find_tool
+
+BINARIES = [find_tool(n) for n in ("nvmf-target", "nvmf-perf")]
+MODEL = "lat=80us,par=32,bw=1GiB"
+SIZES = (4096, 16384, 65536, 262144)
+QD = 32
+
+
+def test_the_model_arithmetic_is_the_backends():
+    default = DeviceModel.parse(None)
+    assert (default.latency_s, default.parallelism, default.bandwidth) == (80e-6, 32, 3 << 30)
+    lone = DeviceModel.parse("lat=100us,par=4,bw=none")
+    assert lone.ceiling(4096, 1) == pytest.approx(4096 / 100e-6)  # one command at a time: 1 / lat
+    assert lone.ceiling(4096, 64) == pytest.approx(4 * 4096 / 100e-6)  # four units busy
+    assert lone.limit(4096, 64) == "media units" and lone.limit(4096, 1) == "queue depth"
+    linked = DeviceModel.parse(MODEL)
+    assert linked.ceiling(1 << 20, QD) == pytest.approx(1 << 30) and linked.limit(1 << 20, QD) == "link"
+    for bad in ("lat=fast", "par=0", "speed=3"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            DeviceModel.parse(bad)
+
+
+def _measurements(remote_bw: dict[int, float], local_bw: float | dict[int, float] = 4e9,
+                  only_repeat: int | None = None) -> pd.DataFrame:
+    """B-app rows: the local path on the file and NVMe/TCP loopback on the device, per block size."""
+    knobs = json.dumps({"app": "B-app", "backend": "model", "backend_model": MODEL})
+    local = [{"bs": bs, "iodepth": QD, "engine": "local", "iops": (local_bw if isinstance(local_bw, float)
+                                                                    else local_bw[bs]) / bs,
+              "knobs_json": json.dumps({"app": "B-app"})} for bs in SIZES]
+    remote = [{"bs": bs, "iodepth": QD, "iops": remote_bw[bs] / bs, "knobs_json": knobs} for bs in SIZES]
+    data = frame(rows("overhead", "local", local), rows("overhead", "device_loopback", remote))
+    return data[data["repeat"] == only_repeat] if only_repeat is not None else data
+
+
+def _device(result) -> tuple[list[str], pd.DataFrame]:
+    findings = [f for f in result.findings if "against the device" in f]
+    table = next(t.frame for t in result.tables if t.title == "B-app against the device model")
+    return findings, table
+
+
+CEILING = DeviceModel.parse(MODEL).ceiling(4096, QD)  # the 1 GiB/s link at every size here
+
+
+def test_a_gap_that_closes_is_found_where_nvme_tcp_reaches_the_device():
+    remote = {4096: 0.3e9, 16384: 0.6e9, 65536: 0.99 * CEILING, 262144: 0.995 * CEILING}
+    result = overhead.analyze(_measurements(remote), runs_frame(["overhead"]))
+    findings, table = _device(result)
+    assert "from 64k on" in findings[0] and "device's ceiling" in findings[0]
+    assert "at 16k it is clearly below" in findings[0] and "64k on its SSD" in findings[0]
+    assert table[f"converged (≥ {CONVERGED_SHARE:g})"].tolist() == [False, False, True, True]
+    assert set(table["compared with"]) == {"device"}  # the local path's 4 GB/s is above the device
+    assert "overhead_device_bandwidth_vs_bs" in {f.name for f in result.figures}
+
+
+def test_a_gap_that_stays_open_is_said_so():
+    remote = {bs: 0.5 * CEILING for bs in SIZES}
+    findings, table = _device(overhead.analyze(_measurements(remote), runs_frame(["overhead"])))
+    assert "the gap does not close up to 256k" in findings[0]
+    assert not table[f"converged (≥ {CONVERGED_SHARE:g})"].any()
+
+
+def test_one_repeat_cannot_decide():
+    remote = {bs: CEILING for bs in SIZES}
+    findings, _ = _device(overhead.analyze(_measurements(remote, only_repeat=0), runs_frame(["overhead"])))
+    assert "cannot decide" in findings[0] and "no interval" in findings[0]
+
+
+def test_a_converged_size_must_be_followed_by_converged_larger_ones():
+    # 64k reaches the device but 256k falls back: the run from the largest size down is empty.
+    remote = {4096: 0.3e9, 16384: 0.6e9, 65536: CEILING, 262144: 0.5 * CEILING}
+    findings, table = _device(overhead.analyze(_measurements(remote), runs_frame(["overhead"])))
+    assert "the gap does not close up to 256k" in findings[0]
+    assert not table[f"converged (≥ {CONVERGED_SHARE:g})"].any()
+
+
+def test_a_local_path_slower_than_the_device_is_the_reference():
+    local = {bs: 0.5e9 for bs in SIZES}  # local access could not reach the 1 GiB/s device either
+    remote = {4096: 0.2e9, 16384: 0.3e9, 65536: 0.5e9, 262144: 0.5e9}
+    findings, table = _device(overhead.analyze(_measurements(remote, local), runs_frame(["overhead"])))
+    assert set(table["compared with"]) == {"local"}
+    assert "from 64k on" in findings[0] and "against the local path" in findings[0]
+    assert any("not clearly faster than the device" in f for f in findings)
+
+
+def test_without_the_device_option_the_section_is_absent():
+    result = overhead.analyze(_measurements({bs: CEILING for bs in SIZES}).query("leg == 'local'"),
+                              runs_frame(["overhead"]))
+    assert not [f for f in result.findings if "against the device" in f]
+    assert "B-app against the device model" not in {t.title for t in result.tables}
+
+
+SPEC = """study = "overhead"
+repeats = {repeats}
+ramp_time = 0
+runtime = {runtime}
+[topology]
+target_cores = [0]
+host_cores = [1]
+[backend]
+kind = "file"
+size = "16MiB"
+[params]
+iodepth = [1]
+bs = ["4k", "128k"]
+bapp_iodepth = [8]
+legs = {legs}
+device = "lat=50us,par=4,bw=256MiB"
+device_legs = ["loopback"]
+"""
+
+
+def _plan(tmp_path, target: str) -> list:
+    spec_file = tmp_path / "o.toml"
+    spec_file.write_text(SPEC.format(repeats=2, runtime=1, legs='["local", "loopback"]')
+                         + f'[stack]\ntarget = "{target}"\n')
+    spec = load_spec(spec_file)
+    local = LocalHost(workdir=tmp_path)
+    planner = PlanningRunner(ResultsStore(tmp_path / "r"), get_stack(target), get_stack("ours"), Hosts(local, [local]))
+    study_module("overhead").execute(Context(spec=spec, study="overhead", runner=planner, store=planner.store),
+                                     study_params("overhead", spec.params))
+    return [p for _, p in planner.planned]
+
+
+def test_device_points_run_in_the_same_rounds_as_the_local_leg(tmp_path):
+    points = _plan(tmp_path, "ours")
+    device = [p for p in points if p.leg == "device_loopback"]
+    assert len(device) == 2 * 2  # repeats × block sizes; B-app only
+    assert {p.knobs["backend"] for p in device} == {"model"}
+    assert {p.knobs["backend_model"] for p in device} == {"lat=50us,par=4,bw=256MiB"}
+    assert {s.backend for p in device for s in p.target.subsystems} == {"model"}
+    assert [p.repeat for p in points] == sorted(p.repeat for p in points)  # repeat outermost
+    for r in range(2):  # each round holds every leg's B-app points
+        legs = {p.leg for p in points if p.repeat == r and p.knobs["app"] == "B-app"}
+        assert legs == {"local", "loopback", "device_loopback"}
+
+
+def test_a_target_without_the_model_skips_the_device_points_with_the_reason(tmp_path):
+    device = [p for p in _plan(tmp_path, "kernel") if p.leg == "device_loopback"]
+    assert device and all("no model backend" in (p.skip_reason or "") for p in device)
+
+
+@pytest.mark.skipif(any(b is None or "fakebin" in str(b) for b in BINARIES), reason="nvmf-target/nvmf-perf not built")
+def test_a_real_run_stores_device_points_held_to_the_models_link(tmp_path):
+    spec = tmp_path / "o.toml"
+    spec.write_text(SPEC.format(repeats=2, runtime=0.3, legs='["loopback"]'))
+    env = dict(os.environ, NVMFLAB_BIN_DIR=str(Path(BINARIES[0]).parent))
+    done = nvmflab("study", "overhead", "--spec", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = ResultsStore(tmp_path / "r").measurements()
+    device = data[data["leg"] == "device_loopback"]
+    assert len(device) == 4 and set(device["status"]) == {"ok"}
+    assert {json.loads(k)["backend_model"] for k in device["knobs_json"]} == {"lat=50us,par=4,bw=256MiB"}
+    # The model's 256 MiB/s link holds 128 KiB reads to it (nvmf-perf's window may add a little).
+    big = device[device["bs"] == 131072]["bw_bytes"]
+    assert (big <= 1.05 * (256 << 20)).all() and (big > 0).all()
+    result = overhead.analyze(data, ResultsStore(tmp_path / "r").runs())
+    assert "B-app against the device model" in {t.title for t in result.tables}
+    assert any("B-app against the device" in f for f in result.findings)

@@ -224,12 +224,14 @@ pub fn open_link(opts: &ConnectOptions, subnqn: &str) -> Result<Box<dyn Link>> {
     stream.set_nodelay(true)?;
     set_socket_options(&stream, opts)?;
     stream.set_nonblocking(true)?;
+    let fd = stream.as_raw_fd();
     let link: Box<dyn Link> = Box::new(TcpLink(stream));
     Ok(match &opts.tls {
         None => link,
         Some(tls) => {
             let psk = tls.psk(&opts.hostnqn, subnqn)?;
-            Box::new(crate::tls::TlsLink::handshake(link, psk, Instant::now() + opts.timeout)?)
+            // `fd` stays valid: the TLS link owns the TCP link that owns the socket.
+            Box::new(crate::tls::TlsLink::handshake_with(link, psk, Instant::now() + opts.timeout, Some((fd, tls.ktls)))?)
         }
     })
 }

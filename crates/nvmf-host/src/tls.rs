@@ -1,10 +1,16 @@
 //! NVMe/TCP over TLS 1.3 on the host: a [`Link`] that runs the TLS PSK handshake (before ICReq)
-//! and then encrypts and decrypts below the connection, which does not know (userspace records
-//! through `nvmf-tls`).
+//! and then encrypts and decrypts below the connection, which does not know: userspace records
+//! through `nvmf-tls`, or the kernel's (kTLS, [`TlsOptions::ktls`]), after which the link passes
+//! plaintext straight to the socket.
 
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use nvmf_tls::{ClientConfig, ConfiguredPsk, Derivation, IdentityVersion, TlsError, TlsPsk, TlsSession};
+use nvmf_tls::boundary::RecordBoundary;
+use nvmf_tls::ktls::{self, NonData};
+use nvmf_tls::{ClientConfig, ConfiguredPsk, Derivation, IdentityVersion, KtlsMode, TlsError, TlsPsk, TlsSession};
 
 use crate::connection::Link;
 use crate::error::{Error, Result};
@@ -19,11 +25,14 @@ pub struct TlsOptions {
     pub version: IdentityVersion,
     /// libnvme's `--compat` derivation.
     pub compat: bool,
+    /// TLS records in the kernel (kTLS): `Auto` where the socket takes the TLS ULP, `On` or
+    /// fail, `Off`.
+    pub ktls: KtlsMode,
 }
 
 impl TlsOptions {
     pub fn new(key: ConfiguredPsk) -> TlsOptions {
-        TlsOptions { key, version: Derivation::default().version, compat: false }
+        TlsOptions { key, version: Derivation::default().version, compat: false, ktls: KtlsMode::Auto }
     }
 
     /// Parses `--tls-key`, and `--tls-key-identity` when given: a PSK identity as nvme-cli and
@@ -71,6 +80,15 @@ fn tls_error(e: TlsError) -> Error {
     }
 }
 
+/// TLS links of this process so far, by who made their records: what nvmf-perf reports.
+static KTLS_LINKS: AtomicU64 = AtomicU64::new(0);
+static USERSPACE_LINKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many TLS links this process set up with kTLS and with userspace records.
+pub fn record_layers_used() -> (u64, u64) {
+    (KTLS_LINKS.load(Relaxed), USERSPACE_LINKS.load(Relaxed))
+}
+
 /// A [`Link`] carrying TLS 1.3 records over another link (the TCP socket).
 pub struct TlsLink {
     inner: Box<dyn Link>,
@@ -80,13 +98,34 @@ pub struct TlsLink {
     out: Vec<u8>,
     out_pos: usize,
     scratch: Vec<u8>,
+    /// The kernel makes the records (kTLS) on this socket: the link passes plaintext through.
+    kernel: Option<RawFd>,
 }
 
 impl TlsLink {
-    /// Runs the handshake on `inner` until it is established or `deadline`.
+    /// Runs the handshake on `inner` until it is established or `deadline`; userspace records.
     pub fn handshake(inner: Box<dyn Link>, psk: TlsPsk, deadline: Instant) -> Result<TlsLink> {
+        TlsLink::handshake_with(inner, psk, deadline, None)
+    }
+
+    /// [`TlsLink::handshake`], with kTLS as `kernel` says on `inner`'s socket `fd` (None: no
+    /// socket, userspace records). With the TLS ULP attached the handshake is read record by
+    /// record, so that nothing after its last record is taken from the socket, and the keys go
+    /// to the kernel once it is done.
+    pub fn handshake_with(inner: Box<dyn Link>, psk: TlsPsk, deadline: Instant, kernel: Option<(RawFd, KtlsMode)>) -> Result<TlsLink> {
         let config = ClientConfig::new(psk).map_err(tls_error)?;
         let session = TlsSession::client(&config).map_err(tls_error)?;
+        let mut boundary = match kernel {
+            None | Some((_, KtlsMode::Off)) => None,
+            Some((fd, mode)) => match ktls::attach(fd) {
+                Ok(()) => Some((fd, mode, RecordBoundary::new())),
+                Err(e) if mode == KtlsMode::On => return Err(Error::Unsupported(format!("--ktls on: {e}"))),
+                Err(e) => {
+                    tracing::debug!("{e}: TLS records in userspace");
+                    None
+                }
+            },
+        };
         let mut l = TlsLink {
             inner,
             session,
@@ -95,14 +134,28 @@ impl TlsLink {
             out: Vec::new(),
             out_pos: 0,
             scratch: vec![0; 64 << 10],
+            kernel: None,
         };
         l.queue();
         loop {
-            l.flush_out()?;
+            let flushed = l.flush_out()?;
             if l.session.is_established() {
-                return Ok(l);
+                match boundary.take() {
+                    // Our Finished must be on the wire before the kernel takes over the sending.
+                    Some(b) if !flushed => boundary = Some(b),
+                    Some((fd, _, _)) => {
+                        l.to_kernel(fd)?;
+                        return Ok(l);
+                    }
+                    None => {
+                        USERSPACE_LINKS.fetch_add(1, Relaxed);
+                        return Ok(l);
+                    }
+                }
             }
-            let n = match l.inner.recv(&mut l.scratch) {
+            let want = boundary.as_ref().map_or(l.scratch.len(), |(_, _, b)| b.want().min(l.scratch.len()));
+            let received = if l.session.is_established() { Ok(0) } else { l.inner.recv(&mut l.scratch[..want]) };
+            let n = match received {
                 Ok(n) => n,
                 Err(Error::Closed) => {
                     // No alert to tell why. A kernel target (tlshd) that finds no PSK for the
@@ -117,6 +170,9 @@ impl TlsLink {
                 Err(e) => return Err(e),
             };
             if n > 0 {
+                if let Some((_, _, b)) = &mut boundary {
+                    b.advance(&l.scratch[..n]);
+                }
                 let fed = l.session.feed_into(&l.scratch[..n], &mut l.plain);
                 l.queue();
                 let _ = l.flush_out();
@@ -134,6 +190,64 @@ impl TlsLink {
     /// The cipher suite and identity in use.
     pub fn info(&self) -> Option<&nvmf_tls::SessionInfo> {
         self.session.info()
+    }
+
+    /// The kernel makes this link's records (kTLS).
+    pub fn is_ktls(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// Hands the records to the kernel. Only ever after a handshake read record by record, so
+    /// nothing of the target's first record was taken; a failure leaves the socket unusable
+    /// for userspace records (one direction may be in the kernel already), so it is an error
+    /// even with `--ktls auto`.
+    fn to_kernel(&mut self, fd: RawFd) -> Result<()> {
+        let keys = self.session.take_kernel_keys().map_err(|e| Error::Protocol(format!("kTLS: {e}")))?;
+        ktls::enable(fd, &keys).map_err(|e| Error::Unsupported(format!("kTLS: {e}")))?;
+        self.kernel = Some(fd);
+        KTLS_LINKS.fetch_add(1, Relaxed);
+        if let Some(info) = self.session.info() {
+            tracing::debug!(identity = info.identity, suite = info.suite, "TLS records handed to the kernel (kTLS)");
+        }
+        Ok(())
+    }
+
+    /// After a kTLS read failed with EIO: the record at the head of the socket is not
+    /// application data. Tickets are skipped (Ok(true): read on); an alert is the target
+    /// closing (logged); anything else is a protocol error.
+    fn kernel_non_data(&self, fd: RawFd, eio: std::io::Error) -> Result<bool> {
+        match ktls::read_non_data(fd) {
+            Ok(Some(NonData::Tickets)) => Ok(true),
+            Ok(Some(r)) if r.is_close_notify() => {
+                tracing::debug!("kTLS: the target sent close_notify");
+                Err(Error::Closed)
+            }
+            Ok(Some(r @ NonData::Alert { .. })) => {
+                tracing::warn!("kTLS: the target sent {}; the connection is closed", r.describe());
+                Err(Error::Closed)
+            }
+            Ok(Some(r)) => Err(Error::Protocol(format!("kTLS: the target sent {}", r.describe()))),
+            Ok(None) => Err(Error::Io(eio)),
+            Err(e) => Err(Error::Io(e)),
+        }
+    }
+
+    /// Maps what a kTLS socket read gave: EIO (a non-data record) is looked at, EBADMSG (a
+    /// record that failed authentication) is a protocol error.
+    fn kernel_read(&mut self, fd: RawFd, mut read: impl FnMut(&mut Box<dyn Link>) -> Result<usize>) -> Result<usize> {
+        loop {
+            match read(&mut self.inner) {
+                Err(Error::Io(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                    if self.kernel_non_data(fd, e)? {
+                        continue;
+                    }
+                }
+                Err(Error::Io(e)) if e.raw_os_error() == Some(libc::EBADMSG) => {
+                    return Err(Error::Protocol("kTLS: a TLS record from the target failed authentication".into()))
+                }
+                other => return other,
+            }
+        }
     }
 
     fn queue(&mut self) {
@@ -159,6 +273,9 @@ impl TlsLink {
 
 impl Link for TlsLink {
     fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if let Some(fd) = self.kernel {
+            return self.kernel_read(fd, |inner| inner.recv(buf));
+        }
         // Records the socket did not take when they were sent.
         self.flush_out()?;
         if self.plain_pos == self.plain.len() {
@@ -183,7 +300,30 @@ impl Link for TlsLink {
         Ok(n)
     }
 
+    fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> Result<usize> {
+        match self.kernel {
+            Some(fd) => self.kernel_read(fd, |inner| inner.recv_vectored(bufs)),
+            None => match bufs.iter_mut().find(|b| !b.is_empty()) {
+                Some(b) => self.recv(b),
+                None => Ok(0),
+            },
+        }
+    }
+
+    fn send_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize> {
+        match self.kernel {
+            Some(_) => self.inner.send_vectored(bufs),
+            None => match bufs.iter().find(|b| !b.is_empty()) {
+                Some(b) => self.send(b),
+                None => Ok(0),
+            },
+        }
+    }
+
     fn send(&mut self, buf: &[u8]) -> Result<usize> {
+        if self.kernel.is_some() {
+            return self.inner.send(buf);
+        }
         if !self.flush_out()? {
             return Ok(0);
         }
@@ -194,9 +334,28 @@ impl Link for TlsLink {
     }
 
     fn wait(&self, timeout: Duration, writing: bool) -> Result<()> {
+        if self.kernel.is_some() {
+            return self.inner.wait(timeout, writing);
+        }
         if self.plain_pos < self.plain.len() {
             return Ok(());
         }
         self.inner.wait(timeout, writing || self.out_pos < self.out.len())
+    }
+}
+
+impl Drop for TlsLink {
+    /// Says close_notify, best effort: the target then sees an orderly close, not a cut.
+    fn drop(&mut self) {
+        match self.kernel {
+            Some(fd) => {
+                let _ = ktls::send_close_notify(fd);
+            }
+            None if self.session.is_established() && self.out_pos == self.out.len() => {
+                let bytes = self.session.close();
+                let _ = self.inner.send(&bytes);
+            }
+            None => {}
+        }
     }
 }

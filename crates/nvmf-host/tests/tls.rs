@@ -60,6 +60,8 @@ fn start_target(tls: &str) -> nvmf_target::RunningTarget {
         r#"
 [target]
 stats = "0"
+# Userspace records on every kernel (tests/ktls.rs covers the kernel's).
+ktls = "off"
 
 [[port]]
 addr = "127.0.0.1:0"

@@ -16,7 +16,13 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Err(e) = dispatch(cli.command) {
+    let result = dispatch(cli.command);
+    // Which layer made the TLS records (there is no per-connection report to put it in).
+    match nvmf_host::tls::record_layers_used() {
+        (0, 0) => {}
+        (ktls, userspace) => eprintln!("nvmf-perf: TLS records: ktls on {ktls} connection(s), userspace on {userspace}"),
+    }
+    if let Err(e) = result {
         eprintln!("nvmf-perf: {e}");
         std::process::exit(e.exit_code());
     }

@@ -95,6 +95,10 @@ pub struct TargetArgs {
     /// trixie's nvme-cli 2.13 inserts into the keyring), for a kernel target holding such keys.
     #[arg(long = "tls-compat")]
     pub tls_compat: bool,
+    /// TLS records in the kernel (kTLS): auto (when the socket takes the TLS ULP, else
+    /// userspace), on (fail without it), off. Needs --tls-key.
+    #[arg(long = "ktls")]
+    pub ktls: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

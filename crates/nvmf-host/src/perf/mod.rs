@@ -77,11 +77,15 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
         (Some(key), _) => {
             let mut tls = nvmf_host_tls::TlsOptions::parse(key, t.tls_key_identity.as_deref(), &o.hostnqn).map_err(usage)?;
             tls.compat = t.tls_compat;
+            if let Some(k) = &t.ktls {
+                tls.ktls = nvmf_tls::KtlsMode::parse(k).ok_or_else(|| usage(format!("--ktls {k:?}: expected auto, on or off")))?;
+            }
             Some(tls)
         }
         (None, true) => return Err(usage("--tls needs --tls-key (there is no keyring to take the PSK from)")),
         (None, false) if t.tls_key_identity.is_some() => return Err(usage("--tls-key-identity needs --tls-key")),
         (None, false) if t.tls_compat => return Err(usage("--tls-compat needs --tls-key")),
+        (None, false) if t.ktls.is_some() => return Err(usage("--ktls needs --tls-key")),
         (None, false) => None,
     };
     if t.transport == "rdma" {

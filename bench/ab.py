@@ -2,7 +2,9 @@
 """Interleaved A/B of two nvmf-target binaries under one nvmf-perf: each round runs every
 workload against A then B (B then A on odd rounds), so a shared machine's drift falls on both.
 Target on one core, host on another, null namespace. Prints per-workload medians, B/A ratios of the
-medians, the ratio of the means with its 95 % interval (Fieller) and Welch's p, and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
+medians, the ratio of the means with its 95 % interval (Fieller) and Welch's p, the mean of the
+per-round B/A ratios with its 95 % interval (the rounds pair A and B run back to back, so a drift
+of the machine between rounds cancels out of it), and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
 rusage; a polling process spins its core, so event-mode rows are the ones that show the work).
 
 With --perf-a (and --perf-b) each side gets its own nvmf-perf too: the whole stack before against
@@ -25,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from nvmflab.analysis.decide import fieller, welch  # noqa: E402
+from nvmflab.analysis.decide import fieller, ratio_to_constant, welch  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -113,6 +115,20 @@ def ratio_interval(runs: list[dict], key: str) -> str:
     return f"{r:.3f} ({lo:.2f}–{hi:.2f})".rjust(22) + f" {p:6.3f}"
 
 
+def paired_interval(runs: list[dict], key: str) -> str:
+    """The mean of the per-round B/A IOPS ratios and its 95 % t interval, over the rounds where
+    both sides ran; '—' with fewer than two such rounds."""
+    by_round: dict[int, dict[str, float]] = {}
+    for x in runs:
+        if x["work"] == key and "iops" in x:
+            by_round.setdefault(x.get("round", 0), {})[x["side"]] = x["iops"]
+    ratios = [r["B"] / r["A"] for r in by_round.values() if r.get("A") and "B" in r]
+    if len(ratios) < 2:
+        return f"{'—':>22}"
+    m, lo, hi = (float(v) for v in ratio_to_constant(ratios, 1.0))
+    return f"{m:.3f} ({lo:.2f}–{hi:.2f})".rjust(22)
+
+
 def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, float]:
     return after.children_user - before.children_user, after.children_system - before.children_system
 
@@ -154,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"round {r + 1} {label} {w['key']}: "
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
                               file=sys.stderr, flush=True)
-    print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6} {'means, 95 % interval':>22} {'p':>6}   "
+    print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6} {'means, 95 % interval':>22} {'p':>6} {'per round, 95 %':>22}   "
           "CPU s/GiB host usr+sys, target usr+sys: A | B")
     for w in works:
         med = {}
@@ -165,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "target_usr_s_per_gib", "target_sys_s_per_gib")}
         a_, b_ = med["A"]["iops"], med["B"]["iops"]
         ratio = f"{b_ / a_:.3f}" if a_ and b_ else "—"
-        interval = ratio_interval(runs, w["key"])
+        interval = ratio_interval(runs, w["key"]) + " " + paired_interval(runs, w["key"])
         fmt = lambda m: f"{m['iops'] / 1000:.1f} K" if w["bs"] < 65536 else f"{m['bw_bytes'] / 1e9:.2f} GB/s"  # noqa: E731
         cpu = " | ".join(f"{m['host_usr_s_per_gib']:.3f}+{m['host_sys_s_per_gib']:.3f}, "
                          f"{m['target_usr_s_per_gib']:.3f}+{m['target_sys_s_per_gib']:.3f}" if m["iops"] else "—"

@@ -439,3 +439,20 @@ def test_ab_gives_the_ratio_of_means_with_its_interval_and_p():
     low, high = (float(x) for x in interval.strip("()").split("–"))
     assert low < 0.808 < high < 1.0, "a clear drop: the interval stays below 1"
     assert ab.ratio_interval(runs[:5], "w").split() == ["—", "—"], "one B run gives no interval"
+
+
+def test_ab_pairs_each_round_so_a_drift_between_rounds_cancels():
+    spec = importlib.util.spec_from_file_location("bench_ab", Path(__file__).resolve().parents[2] / "bench" / "ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    # The machine halves its speed every round; B is 10 % slower than A within each round.
+    speed = (1000, 500, 250, 125)
+    runs = [{"side": "A", "work": "w", "round": r, "iops": v} for r, v in enumerate(speed)]
+    runs += [{"side": "B", "work": "w", "round": r, "iops": v * (0.9 + 0.002 * r)} for r, v in enumerate(speed)]
+    runs.append({"side": "B", "work": "w", "round": 4, "iops": 77})  # a round without A counts nowhere
+    ratio, interval = ab.paired_interval(runs, "w").split()
+    low, high = (float(x) for x in interval.strip("()").split("–"))
+    assert ratio == "0.903" and 0.89 < low < 0.903 < high < 0.92, "paired: tight around 0.9"
+    fieller_low, fieller_high = (float(x) for x in ab.ratio_interval(runs, "w").split()[1].strip("()").split("–"))
+    assert fieller_high - fieller_low > 10 * (high - low), "unpaired means drown in the drift"
+    assert ab.paired_interval(runs[:5], "w").strip() == "—"

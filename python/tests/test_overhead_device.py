@@ -92,6 +92,12 @@ def test_one_repeat_cannot_decide():
     assert "cannot decide" in findings[0] and "no interval" in findings[0]
 
 
+def test_an_interval_on_both_sides_of_the_share_cannot_decide_and_says_why():
+    remote = {bs: CONVERGED_SHARE * CEILING for bs in SIZES}  # repeats at ±1 %: the interval straddles it
+    findings, _ = _device(overhead.analyze(_measurements(remote), runs_frame(["overhead"])))
+    assert "cannot decide (at the largest size, 256k, the interval reaches both sides of 90 %" in findings[0]
+
+
 def test_a_converged_size_must_be_followed_by_converged_larger_ones():
     # 64k reaches the device but 256k falls back: the run from the largest size down is empty.
     remote = {4096: 0.3e9, 16384: 0.6e9, 65536: CEILING, 262144: 0.5 * CEILING}

@@ -82,7 +82,7 @@ def _one(values) -> tuple[float, ...]:
 
 def _interval(row: pd.Series) -> str:
     if math.isnan(row["low"]):
-        return f"ratio {row['ratio']:.2f}, no interval (fewer than two repeats or no spread)"
+        return f"ratio {row['ratio']:.2f}, no interval: fewer than two repeats or no spread"
     return f"ratio {row['ratio']:.2f}, 95 % interval {row['low']:.2f} to {row['high']:.2f}"
 
 
@@ -113,16 +113,17 @@ def verdict(frame: pd.DataFrame, remote_name: str) -> str:
         else:
             text += "; already at the smallest size tried, so the device limits every size here"
         return text + f"; {thesis}."
+    # "cannot decide (why)": the report's summary quotes the reason in the parentheses.
     if math.isnan(largest["low"]):
-        return (f"B-app against the device: cannot decide where NVMe/TCP ({remote_name}) converges with local "
-                f"access: the largest size ({size(largest['bs'])}) has no interval ({_interval(largest)}); {thesis}.")
+        return (f"B-app against the device: where NVMe/TCP ({remote_name}) converges with local access, cannot decide "
+                f"(the largest size, {size(largest['bs'])}, has {_interval(largest)}); {thesis}.")
     if largest["high"] < CONVERGED_SHARE:
         return (f"B-app against the device: the gap does not close up to {size(largest['bs'])}: NVMe/TCP "
                 f"({remote_name}) stays below {share} of local access there ({_interval(largest)} against "
                 f"{_reference(largest)}), so NVMe/TCP, not the device, limits every size tried; {thesis}.")
-    return (f"B-app against the device: cannot decide whether NVMe/TCP ({remote_name}) converges with local access: "
-            f"at the largest size ({size(largest['bs'])}) the interval reaches both sides of {share} "
-            f"({_interval(largest)}); {thesis}.")
+    return (f"B-app against the device: whether NVMe/TCP ({remote_name}) converges with local access, cannot decide "
+            f"(at the largest size, {size(largest['bs'])}, the interval reaches both sides of {share}: "
+            f"{_interval(largest)}); {thesis}.")
 
 
 def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) -> None:

@@ -83,9 +83,9 @@ fi
 keyctl show %:.nvme >"$OUT/keyring.txt" 2>&1
 
 # ---- kernel host -> nvmf-target (tls = required) ---------------------------------------------------
-start_target() { # KEY-FOR-HOSTNQN LOGNAME
+start_target() { # KEY-FOR-HOSTNQN LOGNAME KTLS(auto|on|off)
     RUST_LOG=info,nvmf_target::wire=debug nvmf-target --listen 127.0.0.1:$OUR_PORT --nqn "$SUB" \
-        --ns ram:64MiB --tls required --tls-key "$HOSTNQN=$1" --stats 127.0.0.1:$STATS \
+        --ns ram:64MiB --tls required --tls-key "$HOSTNQN=$1" --stats 127.0.0.1:$STATS --ktls "$3" \
         >"$OUT/$2.txt" 2>&1 &
     TPID=$!
     for _ in $(seq 50); do grep -q '^ready' "$OUT/$2.txt" && return 0; sleep 0.2; done
@@ -100,7 +100,9 @@ ctrl_of() { # the /sys/class/nvme controller connected to SUB
     return 1
 }
 say "kernel host -> nvmf-target"
-if start_target "$KEY" target-right; then
+# kTLS forced on: the records of the connections below (discovery, connect, fio) are the kernel's
+# on both sides.
+if start_target "$KEY" target-right on && grep -q '^ready.*tls=required:ktls$' "$OUT/target-right.txt"; then
     check k2o-target-start pass "$(grep '^ready' "$OUT/target-right.txt")"
 else
     check k2o-target-start fail "no ready line: $(tail -3 "$OUT/target-right.txt")"
@@ -146,11 +148,22 @@ if logged k2o-connect 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB"
             check "k2o-fio-$bs" fail "fio verify failed on '${dev:-no device}': $(grep -iE 'verify|error|bad' "$OUT/k2o-fio-$bs.txt" | head -3 | tr '\n' ' ')"
         fi
     done
+    ktls_conns=$(stat_field ktls_connections) tls_conns=$(stat_field tls_connections)
+    if (( ${ktls_conns:-0} > 0 && ktls_conns == tls_conns )); then
+        check k2o-ktls pass "target --ktls on: all $tls_conns TLS connections had kernel records (ktls_connections $ktls_conns)"
+    else
+        check k2o-ktls fail "ktls_connections ${ktls_conns:-?} of tls_connections ${tls_conns:-?}"
+    fi
     logged k2o-disconnect 30 nvme disconnect -n "$SUB"
 else
     check k2o-connect fail "nvme connect --tls failed: $(tail -3 "$OUT/k2o-connect.txt" | tr '\n' ' ')"
     for bs in 4k 128k 1m; do check "k2o-fio-$bs" fail "no connection"; done
+    check k2o-ktls fail "no connection"
 fi
+stats >"$OUT/target-right-stats.json"
+stop_target
+# The rest of the kernel-host checks against userspace records (--ktls off).
+start_target "$KEY" target-user off || say "the userspace-records target did not start: $(tail -3 "$OUT/target-user.txt")"
 
 # Only version 0 identities left for the subsystem, as `nvme gen-tls-key --insert` makes them by
 # default: the kernel then offers NVMe0R01, which names no digest, so our target cannot tell the
@@ -164,14 +177,17 @@ if logged k2o-connect-v0 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$S
     ctrl=$(ctrl_of)
     serial=$(cat "/sys/class/nvme/$ctrl/tls_key" 2>/dev/null)
     desc=$(keyctl describe "0x$serial" 2>/dev/null)
-    if [[ $desc == *"psk: NVMe0R01 "* ]]; then
-        check k2o-connect-v0 pass "$ctrl over TLS with ${desc##*psk: }"
+    dev=/dev/${ctrl}n1
+    if [[ $desc == *"psk: NVMe0R01 "* ]] && logged k2o-connect-v0 120 fio --name=tls-user --filename="$dev" \
+            --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --size=2m --iodepth=8 --verify=crc32c \
+            --do_verify=1 --verify_fatal=1 --output-format=terse --terse-version=3; then
+        check k2o-connect-v0 pass "$ctrl over TLS with ${desc##*psk: }, userspace records ($(grep -o 'tls=[a-z:]*' "$OUT/target-user.txt")): fio verify 2 MiB at 4k"
     else
         check k2o-connect-v0 fail "connected, but with key '$desc' ($ctrl/$serial), not a version 0 one"
     fi
     logged k2o-connect-v0 30 nvme disconnect -n "$SUB"
 else
-    check k2o-connect-v0 fail "nvme connect --tls with only NVMe0R01 keys failed: $(grep 'WARN' "$OUT/target-right.txt" | tail -1 | cut -c1-250)"
+    check k2o-connect-v0 fail "nvme connect --tls with only NVMe0R01 keys failed: $(grep 'WARN' "$OUT/target-user.txt" | tail -1 | cut -c1-250)"
 fi
 
 insert_key "$KEY" || say "re-inserting the version 1 keys failed"   # nvmet's checks need them
@@ -183,17 +199,17 @@ if logged k2o-plain 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB"; 
     logged k2o-plain 30 nvme disconnect -n "$SUB"
 else
     after=$(stat_field plain_refused)
-    if grep -q 'requires TLS' "$OUT/target-right.txt" && (( ${after:-0} > ${before:-0} )); then
+    if grep -q 'requires TLS' "$OUT/target-user.txt" && (( ${after:-0} > ${before:-0} )); then
         check k2o-plain pass "refused: nvme connect failed, target counted plain_refused ${before:-?} -> $after and logged it"
     else
         check k2o-plain fail "nvme connect failed but the target did not log/count a refused plain connect (${before:-?} -> ${after:-?})"
     fi
 fi
-stats >"$OUT/target-right-stats.json"
+stats >"$OUT/target-user-stats.json"
 stop_target
 
 # The wrong key: the target holds another PSK for this host than the one in the host's keyring.
-if start_target "$WRONG" target-wrong; then
+if start_target "$WRONG" target-wrong auto; then
     if logged k2o-wrong 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
         check k2o-wrong-key fail "nvme connect --tls with the wrong key succeeded"
         logged k2o-wrong 30 nvme disconnect -n "$SUB"
@@ -220,7 +236,7 @@ stop_target
 # or when it fails in exactly that known way (a newer tlshd turns it into the first case).
 TLSHD_SHA256_BINDER="known incompatibility: Debian's tlshd 1.0.0 uses SHA-256 binders for SHA-384 PSKs"
 KEY384=$(nvme gen-tls-key --hmac=2 2>>"$OUT/keys.txt" | grep -o 'NVMeTLSkey-1:02:[A-Za-z0-9+/=]*:' | head -1)
-if [[ -n $KEY384 ]] && insert_key "$KEY384" && start_target "$KEY384" target-384; then
+if [[ -n $KEY384 ]] && insert_key "$KEY384" && start_target "$KEY384" target-384 auto; then
     if logged k2o-sha384 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
         sleep 1
         ctrl=$(ctrl_of)
@@ -291,11 +307,15 @@ else
     check o2k-identify fail "$(tail -3 "$OUT/o2k-identify.txt" | tr '\n' ' ')"
 fi
 
-for run in 1-4k 1-128k 0-4k; do   # identity version - block size
-    v=${run%%-*} bs=${run#*-} name=o2k-verify-v${run}
+# Records: the kernel's (--ktls on) for version 1, userspace for version 0; nvmf-perf says which.
+for run in 1-4k-on 1-128k-on 0-4k-off; do   # identity version - block size - kTLS
+    v=${run%%-*} rest=${run#*-}; bs=${rest%-*} ktls=${rest#*-} name=o2k-verify-v${run%-*}
+    if [[ $ktls == on ]]; then records='TLS records: ktls on [1-9][0-9]* connection(s), userspace on 0'
+    else records='TLS records: ktls on 0 connection(s), userspace on [1-9]'; fi
     if logged "$name" 120 nvmf-perf run "${PERF[@]}" -n "$SUB" --tls-key "$KEY" --tls-key-identity $v \
-            --rw randwrite --bs $bs --iodepth 8 --size 8MiB --runtime 2 --verify; then
-        check "$name" pass "identity version $v: $(grep -E '^ *(write:|verify)' "$OUT/$name.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
+            --rw randwrite --bs $bs --iodepth 8 --size 8MiB --runtime 2 --verify --ktls $ktls &&
+            grep -q "$records" "$OUT/$name.txt"; then
+        check "$name" pass "identity version $v, --ktls $ktls: $(grep -o 'TLS records: .*' "$OUT/$name.txt"); $(grep -E '^ *(write:|verify)' "$OUT/$name.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
     else
         check "$name" fail "$(tail -4 "$OUT/$name.txt" | tr '\n' ' ')"
     fi
@@ -338,6 +358,43 @@ if logged o2k-plain 60 nvmf-perf identify -t tcp -a 127.0.0.1 -s $NVMET_PORT -q 
 else
     check o2k-plain pass "refused: $(grep -v '^\[exit' "$OUT/o2k-plain.txt" | tail -1 | cut -c1-300)"
 fi
+
+# ---- ours <-> ours, kernel records on one side and userspace records on the other ----------------
+# Each side encrypts and decrypts with its own sequence numbers: a mismatch fails the first record.
+say "nvmf-perf <-> nvmf-target, kTLS against userspace"
+# One block size per pairing (CI time): 128k I/O spans many records each way.
+O2O=(-t tcp -a 127.0.0.1 -s $OUR_PORT -q "$HOSTNQN" -n "$SUB" --tls-key "$KEY" --rw randwrite --iodepth 8 --size 4MiB --runtime 1 --verify)
+o2o_run() { # NAME TARGET-LOG HOST-KTLS HOST-RECORDS-REGEX TARGET-KTLS-CONNS(zero|some) BS
+    local name=$1 ok=1 bs=$6
+    logged "$name" 90 nvmf-perf run "${O2O[@]}" --bs $bs --ktls "$3" && grep -q "$4" "$OUT/$name.txt" || ok=0
+    local k=$(stat_field ktls_connections) t=$(stat_field tls_connections)
+    if [[ $5 == zero ]]; then (( ${k:-1} == 0 )) || ok=0; else (( ${k:-0} > 0 )) || ok=0; fi
+    if (( ok )); then
+        check "$name" pass "run --verify at $bs, host --ktls $3 ($(grep -o 'TLS records: .*' "$OUT/$name.txt" | tail -1)); target $(grep -o 'tls=[a-z:]*' "$OUT/$2.txt"), ktls_connections $k of $t"
+    else
+        check "$name" fail "host --ktls $3, target ktls_connections ${k:-?} of ${t:-?}: $(grep -vE '^\[exit 0' "$OUT/$name.txt" | tail -3 | tr '\n' ' ')"
+    fi
+}
+if start_target "$KEY" target-o2o-ktls on; then
+    o2o_run o2o-userspace-host-ktls-target target-o2o-ktls off 'TLS records: ktls on 0 connection(s), userspace on [1-9]' some 128k
+    o2o_run o2o-ktls-both target-o2o-ktls on 'TLS records: ktls on [1-9][0-9]* connection(s), userspace on 0' some 4k
+    # Our userspace host says close_notify when it closes: the kTLS target gets an alert record
+    # (EIO, then its type by cmsg) and ends the connection with a log line.
+    if grep -q 'kTLS: the host sent close_notify' "$OUT/target-o2o-ktls.txt"; then
+        check o2o-ktls-alert pass "$(grep -c 'kTLS: the host sent close_notify' "$OUT/target-o2o-ktls.txt") close_notify alerts read by the kTLS target and logged"
+    else
+        check o2o-ktls-alert fail "no 'the host sent close_notify' line in the kTLS target's log"
+    fi
+else
+    for c in o2o-userspace-host-ktls-target o2o-ktls-both o2o-ktls-alert; do check $c fail "the --ktls on target did not start: $(tail -2 "$OUT/target-o2o-ktls.txt" | tr '\n' ' ')"; done
+fi
+stop_target
+if start_target "$KEY" target-o2o-user off; then
+    o2o_run o2o-ktls-host-userspace-target target-o2o-user on 'TLS records: ktls on [1-9][0-9]* connection(s), userspace on 0' zero 128k
+else
+    check o2o-ktls-host-userspace-target fail "the --ktls off target did not start"
+fi
+stop_target
 
 dmesg >"$OUT/dmesg.txt"
 kill %1 2>/dev/null

@@ -6,13 +6,18 @@ directions on the guest's own loopback and writes one line per check; each check
 test, and a check that never reported fails. About two minutes on 2 cores (TCG).
 
 - kernel host -> nvmf-target (tls = required): `nvme discover --tls` showing TREQ required and
-  sectype tls13, `nvme connect --tls` with the v1 identity (kernel's first choice) and with only
-  v0 identities in the keyring, fio verify at 4k, 128k and 1m, a plain connect refused, a wrong
-  key refused with a target log line naming the host; a SHA-384 key (TLS_AES_256_GCM_SHA384);
+  sectype tls13, `nvme connect --tls` with the v1 identity (kernel's first choice), fio verify at
+  4k, 128k and 1m, all with the target's records in the kernel (`--ktls on`, every connection
+  counted in ktls_connections); with userspace records (`--ktls off`): only v0 identities in the
+  keyring and a fio verify, a plain connect refused; a wrong key refused with a target log line
+  naming the host; a SHA-384 key (TLS_AES_256_GCM_SHA384);
 - nvmf-perf -> nvmet-tcp (addr_tsas=tls1.3, addr_treq=required, keys in the .nvme keyring):
-  discover, identify, run --verify (identity version 1 at 4k and 128k, version 0 at 4k, a SHA-384
-  key), wrong key (v1 and v0 identities: reported as a close naming the identity, since tlshd
-  sends no alert), a plain connect refused.
+  discover, identify, run --verify (identity version 1 at 4k and 128k with `--ktls on`, version 0
+  at 4k with `--ktls off`, a SHA-384 key), wrong key (v1 and v0 identities: reported as a close
+  naming the identity, since tlshd sends no alert), a plain connect refused;
+- nvmf-perf <-> nvmf-target with kTLS on one side and userspace records on the other (both ways)
+  and on both, run --verify (128k for the mixed pairs, 4k for kTLS on both); the kTLS target logs the userspace host's
+  close_notify alert.
 
 Skipped with the reason when the guest cannot be built (no network for its packages) unless
 NVMFLAB_TLS_INTEROP_REQUIRE=1; NVMFLAB_TLS_INTEROP_LOGS=DIR keeps the guest's console and $OUT.
@@ -36,10 +41,11 @@ GUEST_TIMEOUT_S = 420
 CHECKS = [
     "guest-tlshd", "keys",
     "k2o-target-start", "k2o-discover-tsas", "k2o-connect", "k2o-fio-4k", "k2o-fio-128k", "k2o-fio-1m",
-    "k2o-connect-v0", "k2o-plain", "k2o-wrong-key", "k2o-sha384",
+    "k2o-ktls", "k2o-connect-v0", "k2o-plain", "k2o-wrong-key", "k2o-sha384",
     "o2k-nvmet-setup", "o2k-discover", "o2k-identify",
     "o2k-verify-v1-4k", "o2k-verify-v1-128k", "o2k-verify-v0-4k", "o2k-sha384",
     "o2k-wrong-key-v1", "o2k-wrong-key-v0", "o2k-plain",
+    "o2o-userspace-host-ktls-target", "o2o-ktls-both", "o2o-ktls-alert", "o2o-ktls-host-userspace-target",
 ]  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 //! Admin commands: Identify, Get Log Page, Set/Get Features, Keep Alive, Asynchronous Event
 //! Request, Abort. Fabrics commands live in `fabrics`, the discovery log in `discovery`.
 
-use crate::core::{Controller, Namespace, Outcome, Target, AERL, MAX_IO_QUEUES, MDTS, MQES};
+use crate::core::{Controller, Namespace, Outcome, Subsystem, Target, AERL, MAX_IO_QUEUES, MDTS, MQES};
 use crate::fabrics::VERSION;
 use nvmf_proto::fabrics::DISCOVERY_NQN;
 use nvmf_proto::identify::{
@@ -16,6 +16,9 @@ use std::sync::atomic::Ordering::Relaxed;
 pub struct AdminContext<'a> {
     pub target: &'a Target,
     pub ctrl: &'a Controller,
+    /// The controller's subsystem as this queue sees it now (namespaces added or removed at
+    /// run time included); `None` for a discovery controller.
+    pub subsys: Option<&'a Subsystem>,
     /// AERs this queue already holds.
     pub held_aers: usize,
 }
@@ -49,7 +52,7 @@ pub fn execute(cx: &AdminContext, sqe: &Sqe) -> Outcome {
 fn identify(cx: &AdminContext, sqe: &Sqe) -> Outcome {
     let ctrl = cx.ctrl;
     let cns = (sqe.cdw(10) & 0xFF) as u8;
-    match (cns, &ctrl.subsys) {
+    match (cns, cx.subsys) {
         (cns::CONTROLLER, _) => Outcome::Data(identify_controller(cx.target, ctrl).encode()),
         (cns::NAMESPACE, Some(s)) => match sqe.nsid() {
             0 | u32::MAX => Outcome::status(Status::INVALID_NS.with_dnr()),
@@ -83,7 +86,9 @@ fn identify(cx: &AdminContext, sqe: &Sqe) -> Outcome {
 
 pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyController {
     let icds = target.settings.in_capsule_data_size;
-    let (sn, mn, nn, subnqn, kind) = match &ctrl.subsys {
+    // NN from the subsystem as it is now: a namespace added at run time is within it.
+    let now = ctrl.subsys.as_ref().map(|s| target.subsystem(&s.nqn).unwrap_or_else(|| s.clone()));
+    let (sn, mn, nn, subnqn, kind) = match &now {
         Some(s) => (
             s.serial.clone(),
             s.model.clone(),
@@ -108,6 +113,9 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         oacs: 0,
         acl: 3,
         aerl: AERL,
+        // Bit 8: Namespace Attribute Notices (raised when the control surface changes a
+        // namespace; Linux then rescans). The only event this controller raises.
+        oaes: if io { crate::core::AEN_NS_ATTR } else { 0 },
         // Bit 1: the Commands Supported and Effects page (I/O controllers, as nvmet); bit 2:
         // extended data for Get Log Page (LPOL/LPOU offsets).
         lpa: if io { 1 << 1 | 1 << 2 } else { 1 << 2 },
@@ -178,7 +186,8 @@ fn get_log_page(cx: &AdminContext, sqe: &Sqe) -> Outcome {
             p[8..8 + fr.len().min(8)].copy_from_slice(&fr[..fr.len().min(8)]);
             p
         }
-        (log_page::CHANGED_NS_LIST, false) => vec![0; 4096],
+        // CDW10 bit 15, RAE: the host keeps the event masked (it reads the page again later).
+        (log_page::CHANGED_NS_LIST, false) => cx.ctrl.take_changed_ns_log(sqe.cdw(10) & 1 << 15 != 0),
         (log_page::COMMANDS_SUPPORTED, false) => commands_supported_and_effects(),
         _ => return Outcome::status(Status::INVALID_LOG_PAGE.with_dnr()),
     };
@@ -252,7 +261,7 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
             if nsqr == 0xFFFF || ncqr == 0xFFFF {
                 return invalid_field();
             }
-            let max = MAX_IO_QUEUES as u32 - 1;
+            let max = max_io_queues(ctrl) - 1;
             let granted = (ncqr.min(max) << 16) | nsqr.min(max);
             ctrl.num_queues.store(granted, Relaxed);
             Outcome::success(granted as u64)
@@ -273,6 +282,12 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
         (feature::HOST_IDENTIFIER, false) => Outcome::status(Status::CMD_SEQ_ERROR.with_dnr()),
         _ => invalid_field(),
     }
+}
+
+/// I/O queues the controller may have: its subsystem's `attr_qid_max` (a change ends the
+/// subsystem's controllers, so the value a controller connected with is the current one).
+fn max_io_queues(ctrl: &Controller) -> u32 {
+    ctrl.subsys.as_ref().map_or(MAX_IO_QUEUES, |s| s.max_qid) as u32
 }
 
 /// What a Get Features answers for one feature.
@@ -324,7 +339,7 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Outcome {
             FeatureValue::Dword { current: on, default: on, changeable: false }
         }
         (feature::NUMBER_OF_QUEUES, _) => {
-            let max = MAX_IO_QUEUES as u32 - 1;
+            let max = max_io_queues(ctrl) - 1;
             FeatureValue::Dword { current: ctrl.num_queues.load(Relaxed), default: max << 16 | max, changeable: true }
         }
         (feature::WRITE_ATOMICITY_NORMAL, _) => FeatureValue::Dword { current: 0, default: 0, changeable: false },
@@ -484,7 +499,7 @@ mod tests {
 
     fn log_page(c: &Controller, lid: u8, numd: u64, offset: u64) -> Outcome {
         let t = Target::new(TargetSettings::default(), &[], &[]).unwrap();
-        let cx = AdminContext { target: &t, ctrl: c, held_aers: 0 };
+        let cx = AdminContext { target: &t, ctrl: c, subsys: c.subsys.as_deref(), held_aers: 0 };
         let mut s = sqe(admin_opcode::GET_LOG_PAGE, (((numd - 1) & 0xFFFF) << 16) as u32 | lid as u32, ((numd - 1) >> 16) as u32);
         s.set_cdw(12, offset as u32);
         s.set_cdw(13, (offset >> 32) as u32);
@@ -497,7 +512,7 @@ mod tests {
         let Outcome::Data(page) = log_page(&c, log_page::COMMANDS_SUPPORTED, 1024, 0) else { panic!("no page") };
         let entry = |i: usize| u32::from_le_bytes(page[i * 4..i * 4 + 4].try_into().unwrap());
         let t = Target::new(TargetSettings::default(), &[], &[]).unwrap();
-        let cx = AdminContext { target: &t, ctrl: &c, held_aers: 0 };
+        let cx = AdminContext { target: &t, ctrl: &c, subsys: c.subsys.as_deref(), held_aers: 0 };
         for op in 0..=255u8 {
             // Fabrics commands (7Fh) are routed before admin execution and are not in the page.
             if op == admin_opcode::FABRICS {

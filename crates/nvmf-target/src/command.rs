@@ -10,7 +10,7 @@
 use crate::admin::{self, AdminContext};
 use crate::auth::QueueAuth;
 use crate::backend::{AlignedBuf, Backend, IoOp, IoRequest};
-use crate::core::{Controller, Outcome, Port, Target, ADMIN_IN_CAPSULE};
+use crate::core::{Controller, Outcome, Port, Subsystem, Target, ADMIN_IN_CAPSULE};
 use crate::fabrics::{self, ConnectResult};
 use crate::io::{self, IoPlan};
 use crate::stats::{NsStats, QueueStats, ReactorStats};
@@ -92,8 +92,21 @@ pub struct Commands {
     /// SGL descriptor type of data the transport moves itself (NVMe/TCP: transport data block).
     transfer_sgl: u8,
     queue: Option<Queue>,
+    /// The subsystem as this queue sees it: taken at Connect, and again when the target's
+    /// subsystems changed (the control surface added or removed a namespace), so a connected
+    /// host finds a new namespace after its rescan. Taken only while no backend request is
+    /// queued, because those name namespaces by their index in it.
+    subsys: Option<Arc<Subsystem>>,
+    /// `Target::generation` when `subsys` was taken.
+    subsys_generation: u64,
+    /// Earlier `subsys` values, kept (and their backends open) until the backend requests
+    /// submitted under them have completed.
+    retired: Vec<Arc<Subsystem>>,
+    /// CIDs of the Asynchronous Event Requests this (admin) queue holds.
     aers: Vec<u16>,
-    ns_stats: Vec<Arc<NsStats>>,
+    /// Per-namespace counters by nsid, for the namespaces known when the queue attached to its
+    /// reactor (one added later is served, and counted only in the queue's counters).
+    ns_stats: Vec<(u32, Arc<NsStats>)>,
     ranges: Vec<(u64, u64)>,
     queued: Vec<Queued>,
     in_flight: usize,
@@ -110,6 +123,9 @@ impl Commands {
             port,
             transfer_sgl,
             queue: None,
+            subsys: None,
+            subsys_generation: 0,
+            retired: Vec::new(),
             aers: Vec::new(),
             ns_stats: Vec::new(),
             ranges: Vec::new(),
@@ -158,10 +174,41 @@ impl Commands {
     pub fn attach(&mut self, reactor: &ReactorStats) {
         if let Some(q) = &self.queue {
             reactor.add_queue(q.stats.clone());
-            if let Some(s) = &q.ctrl.subsys {
-                self.ns_stats = s.namespaces.iter().map(|n| reactor.namespace(&s.nqn, n.nsid)).collect();
+            if let Some(s) = &self.subsys {
+                self.ns_stats = s.namespaces.iter().map(|n| (n.nsid, reactor.namespace(&s.nqn, n.nsid))).collect();
             }
         }
+    }
+
+    /// An asynchronous event for an AER this queue holds: (its CID, completion DW0). The
+    /// transport asks on each tick and completes the AER successfully with it.
+    pub fn next_event(&mut self) -> Option<(u16, u64)> {
+        let q = self.queue.as_ref()?;
+        if self.aers.is_empty() {
+            return None;
+        }
+        let dw0 = q.ctrl.take_event()?;
+        Some((self.aers.remove(0), dw0 as u64))
+    }
+
+    /// Takes the subsystem again if the target's subsystems changed since it was taken.
+    fn refresh_subsystem(&mut self) {
+        if self.in_flight == 0 {
+            self.retired.clear();
+        }
+        let generation = self.target.generation();
+        if generation == self.subsys_generation || !self.queued.is_empty() {
+            return;
+        }
+        let Some(old) = &self.subsys else { return };
+        // A removed subsystem's controllers end: keep the old value until they do.
+        if let Some(now) = self.target.subsystem(&old.nqn) {
+            if !Arc::ptr_eq(&now, old) {
+                let old = std::mem::replace(&mut self.subsys, Some(now));
+                self.retired.extend(old);
+            }
+        }
+        self.subsys_generation = generation;
     }
 
     /// True once, after the command that ends the queue (Disconnect, failed authentication).
@@ -226,6 +273,7 @@ impl Commands {
 
     /// A command arrived with `data` in its capsule (`data_ok`: its data digest held).
     pub fn command<'d>(&mut self, sqe: &Sqe, data: &'d [u8], data_ok: bool, now: Instant) -> Action<'d> {
+        self.refresh_subsystem();
         if let Some(q) = &mut self.queue {
             q.ctrl.touch(self.target.now_ns(now));
             q.sqhd = if q.sqhd >= q.sqsize { 0 } else { q.sqhd + 1 };
@@ -311,6 +359,8 @@ impl Commands {
 
     /// Runs a Connect whose data is in; on success this connection becomes that queue.
     fn connect(&mut self, sqe: &Sqe, data: &[u8], now: Instant) -> (Status, u64) {
+        // Read before Connect takes the subsystem: a change in between is taken at the next command.
+        let generation = self.target.generation();
         match fabrics::connect(&self.target, self.port.as_ref(), sqe, data, now) {
             ConnectResult::Rejected { status, result } => (status, result),
             ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
@@ -321,6 +371,8 @@ impl Commands {
                 let auth = self.queue_auth(&ctrl, &hostnqn, now);
                 let result = if qid == 0 { ctrl.cntlid as u64 } else { 0 } | auth::authreq(&auth);
                 let sqflow_disabled = ConnectCmd::from_sqe(sqe).cattr & CATTR_DISABLE_SQFLOW != 0;
+                self.subsys = ctrl.subsys.clone();
+                self.subsys_generation = generation;
                 self.queue = Some(Queue { ctrl, qid, sqsize, sqhd: 1, sqflow_disabled, stats, auth });
                 (Status::SUCCESS, result)
             }
@@ -329,13 +381,17 @@ impl Commands {
 
     fn admin(&mut self, sqe: &Sqe) -> Action<'static> {
         let Some(q) = &self.queue else { return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0) };
-        let cx = AdminContext { target: &self.target, ctrl: &q.ctrl, held_aers: self.aers.len() };
+        let cx = AdminContext { target: &self.target, ctrl: &q.ctrl, subsys: self.subsys.as_deref(), held_aers: self.aers.len() };
         match admin::execute(&cx, sqe) {
             Outcome::Done { status, result } => Action::Respond(status, result),
-            Outcome::Hold => {
-                self.aers.push(sqe.cid());
-                Action::Hold
-            }
+            // An event that waited for an AER completes this one at once.
+            Outcome::Hold => match q.ctrl.take_event() {
+                Some(dw0) => Action::Respond(Status::SUCCESS, dw0 as u64),
+                None => {
+                    self.aers.push(sqe.cid());
+                    Action::Hold
+                }
+            },
             Outcome::Data(mut data) => {
                 let sgl = sqe.sgl();
                 if sgl.sgl_type != self.transfer_sgl {
@@ -349,7 +405,7 @@ impl Commands {
 
     fn io<'d>(&mut self, sqe: &Sqe, data: &'d [u8]) -> Action<'d> {
         let Some(q) = &self.queue else { return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0) };
-        let Some(subsys) = &q.ctrl.subsys else {
+        let Some(subsys) = &self.subsys else {
             return Action::Respond(Status::INVALID_OPCODE.with_dnr(), 0);
         };
         let stats = &q.stats;
@@ -365,8 +421,8 @@ impl Commands {
             Ok(p) => p,
             Err(status) => return Action::Respond(status, 0),
         };
-        if let IoPlan::Read { ns, .. } | IoPlan::Write { ns, .. } | IoPlan::WriteZeroes { ns, .. } | IoPlan::Dsm { ns, .. } = plan {
-            if let Some(n) = self.ns_stats.get(ns) {
+        if let IoPlan::Read { nsid, .. } | IoPlan::Write { nsid, .. } | IoPlan::WriteZeroes { nsid, .. } | IoPlan::Dsm { nsid, .. } = plan {
+            if let Some(n) = self.ns_stats(nsid) {
                 n.commands.add(1);
                 match plan {
                     IoPlan::Read { .. } => n.reads.add(1),
@@ -408,9 +464,24 @@ impl Commands {
     /// `Ok(n)`: `n` completions will come back with `tag` (0: the command is done, successfully);
     /// `Err`: it fails with that status. `buf` must stay valid and unmoved until they have.
     pub fn execute(&mut self, plan: IoPlan, buf: &mut AlignedBuf, tag: u64) -> Result<u32, Status> {
-        let subsys = self.queue.as_ref().and_then(|q| q.ctrl.subsys.clone()).ok_or(Status::INTERNAL_ERROR)?;
-        if let IoPlan::Read { ns, len, .. } = plan {
-            if subsys.namespaces[ns].backend.reads_zeroes() {
+        let subsys = self.subsys.clone().ok_or(Status::INTERNAL_ERROR)?;
+        // The plan names its namespace by nsid: the subsystem may have been taken again since
+        // (a namespace added or removed), and that nsid may be gone or another namespace now.
+        let resolve = |nsid: u32, end: u64| -> Result<usize, Status> {
+            let (i, n) = subsys.namespace(nsid).ok_or(Status::INVALID_NS.with_dnr())?;
+            if end > n.nlb << n.lbads {
+                return Err(Status::LBA_OUT_OF_RANGE.with_dnr());
+            }
+            Ok(i)
+        };
+        let plan_ns = match plan {
+            IoPlan::Read { nsid, offset, len } | IoPlan::Write { nsid, offset, len, .. } => resolve(nsid, offset + len as u64)?,
+            IoPlan::WriteZeroes { nsid, offset, len } => resolve(nsid, offset + len)?,
+            IoPlan::Dsm { nsid, .. } | IoPlan::Flush { nsid: Some(nsid) } => resolve(nsid, 0)?,
+            IoPlan::Flush { nsid: None } => 0,
+        };
+        if let IoPlan::Read { len, .. } = plan {
+            if subsys.namespaces[plan_ns].backend.reads_zeroes() {
                 // A null read: the buffer is written only if something wrote it since the last.
                 buf.zero_prefix(len as usize);
                 return Ok(self.queue_request(Queued::Done(tag)));
@@ -419,18 +490,19 @@ impl Commands {
         let ptr = buf.as_mut_ptr();
         let req = |op, offset, len| IoRequest { op, offset, len, buf: ptr, tag };
         let one = |ns, r| Queued::Submit(ns, r);
+        let ns = plan_ns;
         let n = match plan {
-            IoPlan::Read { ns, offset, len } => self.queue_request(one(ns, req(IoOp::Read, offset, len as u64))),
-            IoPlan::Write { ns, offset, len, fua } => {
+            IoPlan::Read { offset, len, .. } => self.queue_request(one(ns, req(IoOp::Read, offset, len as u64))),
+            IoPlan::Write { offset, len, fua, .. } => {
                 let op = if fua { IoOp::WriteFua } else { IoOp::Write };
                 self.queue_request(one(ns, req(op, offset, len as u64)))
             }
-            IoPlan::WriteZeroes { ns, offset, len } => self.queue_request(one(ns, req(IoOp::WriteZeroes, offset, len))),
-            IoPlan::Flush { ns: Some(ns) } => self.queue_request(one(ns, req(IoOp::Flush, 0, 0))),
-            IoPlan::Flush { ns: None } => {
+            IoPlan::WriteZeroes { offset, len, .. } => self.queue_request(one(ns, req(IoOp::WriteZeroes, offset, len))),
+            IoPlan::Flush { nsid: Some(_) } => self.queue_request(one(ns, req(IoOp::Flush, 0, 0))),
+            IoPlan::Flush { nsid: None } => {
                 (0..subsys.namespaces.len()).map(|ns| self.queue_request(one(ns, req(IoOp::Flush, 0, 0)))).sum()
             }
-            IoPlan::Dsm { ns, deallocate, .. } => {
+            IoPlan::Dsm { deallocate, .. } => {
                 let mut ranges = std::mem::take(&mut self.ranges);
                 ranges.clear();
                 let r = io::dsm_ranges(&subsys.namespaces[ns], buf.as_slice(), &mut ranges);
@@ -464,7 +536,7 @@ impl Commands {
     pub fn backend_requests(&mut self) -> impl Iterator<Item = BackendRequest<'_>> {
         // `execute` queues requests only on a queue with a subsystem, and a connected queue never
         // changes: `subsys` is there whenever a request is.
-        let subsys = self.queue.as_ref().and_then(|q| q.ctrl.subsys.as_deref());
+        let subsys = self.subsys.as_deref();
         self.queued.drain(..).filter_map(move |q| match q {
             Queued::Submit(ns, req) => Some(BackendRequest::Submit(&subsys?.namespaces[ns].backend, req)),
             Queued::Done(tag) => Some(BackendRequest::Done(tag)),
@@ -491,20 +563,26 @@ impl Commands {
     /// An I/O command completes with `status`: counts its bytes, and returns the bytes it
     /// read for the host (0 unless a successful read).
     pub fn io_done(&self, plan: IoPlan, status: Status) -> u64 {
-        let (ns, read, written) = match plan {
-            IoPlan::Read { ns, len, .. } if status.is_success() => (ns, len as u64, 0),
-            IoPlan::Write { ns, len, .. } if status.is_success() => (ns, 0, len as u64),
+        let (nsid, read, written) = match plan {
+            IoPlan::Read { nsid, len, .. } if status.is_success() => (nsid, len as u64, 0),
+            IoPlan::Write { nsid, len, .. } if status.is_success() => (nsid, 0, len as u64),
             _ => return 0,
         };
         if let Some(q) = &self.queue {
             q.stats.bytes_read.add(read);
             q.stats.bytes_written.add(written);
-            if let Some(n) = self.ns_stats.get(ns) {
+            if let Some(n) = self.ns_stats(nsid) {
                 n.bytes_read.add(read);
                 n.bytes_written.add(written);
             }
         }
         read
+    }
+}
+
+impl Commands {
+    fn ns_stats(&self, nsid: u32) -> Option<&Arc<NsStats>> {
+        self.ns_stats.iter().find(|(id, _)| *id == nsid).map(|(_, s)| s)
     }
 }
 

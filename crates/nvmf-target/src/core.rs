@@ -87,6 +87,9 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     pub hosts: Vec<String>,
     pub reactor: Option<usize>,
+    /// I/O queues a controller may have (nvmet's `attr_qid_max`): Number of Queues grants at most
+    /// this many and Connect refuses a higher QID. Set at run time only (control surface).
+    pub max_qid: u16,
     /// Sorted by nsid. Fixed for this value: a change through the control surface makes a new
     /// `Subsystem` (connected controllers keep theirs; see `Namespace::enabled`).
     pub namespaces: Vec<Arc<Namespace>>,
@@ -108,6 +111,7 @@ impl Subsystem {
             allow_any_host: s.allow_any_host,
             hosts: s.hosts.clone(),
             reactor: s.reactor,
+            max_qid: MAX_IO_QUEUES,
             namespaces,
         })
     }
@@ -122,8 +126,14 @@ impl Subsystem {
             allow_any_host,
             hosts,
             reactor: self.reactor,
+            max_qid: self.max_qid,
             namespaces,
         }
+    }
+
+    /// A copy that grants at most `max_qid` I/O queues (1..=MAX_IO_QUEUES).
+    pub fn with_max_qid(&self, max_qid: u16) -> Subsystem {
+        Subsystem { max_qid, ..self.changed(self.allow_any_host, self.hosts.clone(), self.namespaces.clone()) }
     }
 
     /// An active (enabled) namespace and its index in `namespaces`.
@@ -174,6 +184,39 @@ pub struct Controller {
     /// Set when the admin queue goes away or keep-alive expires: its I/O queues close.
     pub dead: AtomicBool,
     io_queues: Mutex<Vec<u16>>,
+    /// Asynchronous events waiting for an AER, and the Changed Namespace List.
+    events: Mutex<Events>,
+    /// True while `events` has an event to report: the transport's tick checks this atomic,
+    /// not the mutex.
+    event_ready: AtomicBool,
+}
+
+/// Async Event Configuration (Set Features 0Bh) bit 8: Namespace Attribute Notices.
+pub const AEN_NS_ATTR: u32 = 1 << 8;
+/// Completion DW0 of the Namespace Attribute Changed event: type 2 (Notice), information 00h,
+/// log page 04h (NVMe Base, "Asynchronous Event Request command").
+pub const AEN_NS_CHANGED_DW0: u32 = 0x04 << 16 | 0x00 << 8 | 0x2;
+/// The Changed Namespace List holds up to 1024 NSIDs; one more and it reads as FFFFFFFFh alone.
+pub const CHANGED_NS_MAX: usize = 1024;
+
+/// One controller's asynchronous event state (Linux nvmet: `async_events`, `aen_masked`,
+/// `changed_ns_list`).
+#[derive(Default)]
+struct Events {
+    /// Completion DW0 of each event not yet given to an AER, oldest first.
+    pending: std::collections::VecDeque<u32>,
+    /// AEN configuration bits whose event was raised and whose log page the host has not yet
+    /// read: the same kind of event is not raised again until it does (NVMe Base: an event
+    /// type is masked until the host reads the associated log page).
+    masked: u32,
+    /// NSIDs changed since the host last read log page 04h; `None` once over 1024.
+    changed_ns: Option<Vec<u32>>,
+}
+
+impl Events {
+    fn new() -> Events {
+        Events { changed_ns: Some(Vec::new()), ..Default::default() }
+    }
 }
 
 impl Controller {
@@ -247,6 +290,58 @@ impl Controller {
 
     pub fn remove_io_queue(&self, qid: u16) {
         self.io_queues.lock().unwrap_or_else(|e| e.into_inner()).retain(|q| *q != qid);
+    }
+
+    fn events(&self) -> std::sync::MutexGuard<'_, Events> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Namespace `nsid` of this controller's subsystem was added, removed, enabled or disabled:
+    /// it joins the Changed Namespace List, and a Namespace Attribute Changed event is raised
+    /// if the host enabled it and the same event is not already outstanding.
+    pub fn namespace_changed(&self, nsid: u32) {
+        let mut ev = self.events();
+        if let Some(list) = &mut ev.changed_ns {
+            if !list.contains(&nsid) {
+                if list.len() == CHANGED_NS_MAX {
+                    ev.changed_ns = None;
+                } else {
+                    list.push(nsid);
+                }
+            }
+        }
+        if self.aec.load(Relaxed) & AEN_NS_ATTR == 0 || ev.masked & AEN_NS_ATTR != 0 {
+            return;
+        }
+        ev.masked |= AEN_NS_ATTR;
+        ev.pending.push_back(AEN_NS_CHANGED_DW0);
+        self.event_ready.store(true, Relaxed);
+    }
+
+    /// The oldest event not yet reported, for an outstanding AER.
+    pub fn take_event(&self) -> Option<u32> {
+        if !self.event_ready.load(Relaxed) {
+            return None;
+        }
+        let mut ev = self.events();
+        let dw0 = ev.pending.pop_front();
+        self.event_ready.store(!ev.pending.is_empty(), Relaxed);
+        dw0
+    }
+
+    /// Log page 04h (4096 bytes): the changed NSIDs, or FFFFFFFFh alone after an overflow. Reading
+    /// it clears the list; unless `retain` (RAE), it also unmasks the event, as nvmet does.
+    pub fn take_changed_ns_log(&self, retain: bool) -> Vec<u8> {
+        let mut ev = self.events();
+        let mut page = vec![0u8; CHANGED_NS_MAX * 4];
+        let list = ev.changed_ns.replace(Vec::new()).unwrap_or_else(|| vec![u32::MAX]);
+        for (slot, nsid) in page.chunks_exact_mut(4).zip(&list) {
+            slot.copy_from_slice(&nsid.to_le_bytes());
+        }
+        if !retain {
+            ev.masked &= !AEN_NS_ATTR;
+        }
+        page
     }
 }
 
@@ -383,15 +478,7 @@ impl Target {
             self.generation.fetch_add(1, Relaxed);
             before != subs.len()
         };
-        let ctrls: Vec<u16> = self
-            .controllers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|c| c.subsys.as_ref().is_some_and(|s| s.nqn == nqn))
-            .map(|c| c.cntlid)
-            .collect();
-        ctrls.into_iter().for_each(|c| self.remove_controller(c));
+        self.end_controllers(nqn);
         removed
     }
 
@@ -416,6 +503,8 @@ impl Target {
             return None;
         }
         let mut next = self.next_cntlid.lock().unwrap_or_else(|e| e.into_inner());
+        // 0's based, as the Number of Queues feature reports it.
+        let max_qid = subsys.as_ref().map_or(MAX_IO_QUEUES, |s| s.max_qid) as u32 - 1;
         for _ in 0..0xFFEF {
             let cntlid = *next;
             *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
@@ -431,10 +520,12 @@ impl Target {
                 cc: AtomicU32::new(0),
                 csts: AtomicU32::new(0),
                 aec: AtomicU32::new(0),
-                num_queues: AtomicU32::new(((MAX_IO_QUEUES as u32 - 1) << 16) | (MAX_IO_QUEUES as u32 - 1)),
+                num_queues: AtomicU32::new((max_qid << 16) | max_qid),
                 last_activity_ns: AtomicU64::new(self.now_ns(now)),
                 dead: AtomicBool::new(false),
                 io_queues: Mutex::new(Vec::new()),
+                events: Mutex::new(Events::new()),
+                event_ready: AtomicBool::new(false),
             });
             ctrls.insert(cntlid, ctrl.clone());
             return Some(ctrl);
@@ -451,6 +542,35 @@ impl Target {
         if let Some(c) = self.controllers.lock().unwrap_or_else(|e| e.into_inner()).remove(&cntlid) {
             c.dead.store(true, Relaxed);
         }
+    }
+
+    /// Namespace `nsid` of subsystem `nqn` changed (added, removed, enabled, disabled): every
+    /// controller of that subsystem is told (Namespace Attribute Changed, log page 04h).
+    pub fn namespace_changed(&self, nqn: &str, nsid: u32) {
+        let ctrls: Vec<Arc<Controller>> = self
+            .controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|c| c.subsys.as_ref().is_some_and(|s| s.nqn == nqn))
+            .cloned()
+            .collect();
+        ctrls.iter().for_each(|c| c.namespace_changed(nsid));
+    }
+
+    /// Ends every controller of subsystem `nqn` (their queues close; hosts reconnect), as nvmet
+    /// does when `attr_qid_max` changes.
+    pub fn end_controllers(&self, nqn: &str) -> usize {
+        let ctrls: Vec<u16> = self
+            .controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|c| c.subsys.as_ref().is_some_and(|s| s.nqn == nqn))
+            .map(|c| c.cntlid)
+            .collect();
+        ctrls.iter().for_each(|c| self.remove_controller(*c));
+        ctrls.len()
     }
 
     pub fn controller_count(&self) -> usize {

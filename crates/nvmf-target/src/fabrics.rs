@@ -84,6 +84,9 @@ pub fn connect(target: &Target, port: Option<&Port>, sqe: &Sqe, data: &[u8], now
     if !ctrl.ready() {
         return reject(Status::CMD_SEQ_ERROR, 0);
     }
+    if ctrl.subsys.as_ref().is_some_and(|s| cmd.qid > s.max_qid) {
+        return reject(Status::CONNECT_INVALID_PARAM, ipo::SQE_QID);
+    }
     if !ctrl.add_io_queue(cmd.qid) {
         return reject(Status::CONNECT_INVALID_PARAM, ipo::SQE_QID);
     }

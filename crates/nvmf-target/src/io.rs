@@ -10,16 +10,18 @@ const CDW12_FUA: u32 = 1 << 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoPlan {
+    // Namespaces are named by nsid, not by index: the queue's view of its subsystem may be
+    // taken again (a namespace added or removed at run time) before the command executes.
     /// Read `len` bytes at byte `offset` and send them to the host.
-    Read { ns: usize, offset: u64, len: u32 },
+    Read { nsid: u32, offset: u64, len: u32 },
     /// Receive `len` bytes from the host and write them at `offset`; with `fua` (Force Unit
     /// Access) the write must be durable before it completes.
-    Write { ns: usize, offset: u64, len: u32, fua: bool },
-    /// Flush one namespace, or every namespace (`ns = None`, nsid FFFFFFFFh).
-    Flush { ns: Option<usize> },
-    WriteZeroes { ns: usize, offset: u64, len: u64 },
+    Write { nsid: u32, offset: u64, len: u32, fua: bool },
+    /// Flush one namespace, or every namespace (`nsid = None`, nsid FFFFFFFFh).
+    Flush { nsid: Option<u32> },
+    WriteZeroes { nsid: u32, offset: u64, len: u64 },
     /// Receive `ranges` 16-byte range descriptors; deallocate them if `deallocate`.
-    Dsm { ns: usize, ranges: u32, deallocate: bool },
+    Dsm { nsid: u32, ranges: u32, deallocate: bool },
 }
 
 impl IoPlan {
@@ -33,8 +35,8 @@ impl IoPlan {
     }
 }
 
-fn namespace(subsys: &Subsystem, nsid: u32) -> Result<(usize, &Namespace), Status> {
-    subsys.namespace(nsid).map(|(i, n)| (i, &**n)).ok_or(Status::INVALID_NS.with_dnr())
+fn namespace(subsys: &Subsystem, nsid: u32) -> Result<&Namespace, Status> {
+    subsys.namespace(nsid).map(|(_, n)| &**n).ok_or(Status::INVALID_NS.with_dnr())
 }
 
 /// Byte range of SLBA/NLB after the range check.
@@ -50,31 +52,31 @@ fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
 pub fn plan(subsys: &Subsystem, sqe: &Sqe) -> Result<IoPlan, Status> {
     match sqe.opcode() {
         op @ (io_opcode::READ | io_opcode::WRITE) => {
-            let (i, ns) = namespace(subsys, sqe.nsid())?;
+            let (nsid, ns) = (sqe.nsid(), namespace(subsys, sqe.nsid())?);
             let (offset, len) = lba_range(ns, sqe)?;
             if len > MAX_TRANSFER as u64 {
                 return Err(Status::INVALID_FIELD.with_dnr());
             }
             let len = len as u32;
             Ok(if op == io_opcode::READ {
-                IoPlan::Read { ns: i, offset, len }
+                IoPlan::Read { nsid, offset, len }
             } else {
-                IoPlan::Write { ns: i, offset, len, fua: sqe.cdw(12) & CDW12_FUA != 0 }
+                IoPlan::Write { nsid, offset, len, fua: sqe.cdw(12) & CDW12_FUA != 0 }
             })
         }
         io_opcode::FLUSH => match sqe.nsid() {
-            u32::MAX => Ok(IoPlan::Flush { ns: None }),
-            nsid => Ok(IoPlan::Flush { ns: Some(namespace(subsys, nsid)?.0) }),
+            u32::MAX => Ok(IoPlan::Flush { nsid: None }),
+            nsid => namespace(subsys, nsid).map(|_| IoPlan::Flush { nsid: Some(nsid) }),
         },
         io_opcode::WRITE_ZEROES => {
-            let (i, ns) = namespace(subsys, sqe.nsid())?;
+            let ns = namespace(subsys, sqe.nsid())?;
             let (offset, len) = lba_range(ns, sqe)?;
-            Ok(IoPlan::WriteZeroes { ns: i, offset, len })
+            Ok(IoPlan::WriteZeroes { nsid: sqe.nsid(), offset, len })
         }
         io_opcode::DATASET_MANAGEMENT => {
-            let (i, _) = namespace(subsys, sqe.nsid())?;
+            namespace(subsys, sqe.nsid())?;
             let ranges = (sqe.cdw(10) & 0xFF) + 1;
-            Ok(IoPlan::Dsm { ns: i, ranges, deallocate: sqe.cdw(11) & (1 << 2) != 0 })
+            Ok(IoPlan::Dsm { nsid: sqe.nsid(), ranges, deallocate: sqe.cdw(11) & (1 << 2) != 0 })
         }
         _ => Err(Status::INVALID_OPCODE.with_dnr()),
     }

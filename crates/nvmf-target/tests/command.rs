@@ -57,7 +57,7 @@ fn commands_route_and_io_leaves_as_backend_requests_without_a_transport() {
     let Action::Buffer { work: Work::Io(plan), len: 4096, in_capsule: None } = io.command(&read, &[], true, now) else {
         panic!("a read needs a 4 KiB buffer")
     };
-    assert_eq!(plan, IoPlan::Read { ns: 0, offset: 4096, len: 4096 });
+    assert_eq!(plan, IoPlan::Read { nsid: 1, offset: 4096, len: 4096 });
     let mut buf = AlignedBuf::with_align(64);
     buf.try_resize(4096).unwrap();
     assert_eq!(io.execute(plan, &mut buf, 77), Ok(1));

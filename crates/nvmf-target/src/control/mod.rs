@@ -12,16 +12,19 @@
 //! - allowed hosts: checked at Connect, so they gate the next Connect;
 //! - disable/remove a namespace: inactive at once for every controller (I/O gets Invalid
 //!   Namespace, Identify reads zeroes); enable makes it active again;
-//! - add a namespace: seen by controllers that connect after the change (no Namespace Attribute
-//!   Changed event is sent yet);
-//! - remove a subsystem: its controllers end, as nvmet's.
+//! - add a namespace: active at once for every controller; connected controllers whose host
+//!   enabled Namespace Attribute Notices get that event (and the nsid in log page 04h), so the
+//!   host rescans. Disable, enable and remove raise it too;
+//! - remove a subsystem: its controllers end, as nvmet's;
+//! - qid_max: the subsystem's controllers end, as nvmet's, and their hosts reconnect and are
+//!   granted at most that many I/O queues.
 
 pub mod request;
 pub mod socket;
 
 use crate::config::host_auth::RawHostAuth;
 use crate::config::{HostAuthConfig, NamespaceConfig, SubsystemConfig, TargetConfig};
-use crate::core::{Namespace, Subsystem, Target};
+use crate::core::{Namespace, Subsystem, Target, MAX_IO_QUEUES};
 use request::{NamespaceSpec, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -169,6 +172,16 @@ impl Control {
             Request::SetAllowAnyHost { subsystem, allow } => {
                 self.change_hosts(&mut st, &subsystem, |_, _| Ok(allow))
             }
+            Request::SetQidMax { subsystem, qid_max } => {
+                if !(1..=MAX_IO_QUEUES).contains(&qid_max) {
+                    return Err(format!("qid_max must be 1..={MAX_IO_QUEUES}, not {qid_max}"));
+                }
+                let (_, live) = Self::find(&st, &self.target, &subsystem)?;
+                self.target.put_subsystem(Arc::new(live.with_max_qid(qid_max)));
+                let ended = self.target.end_controllers(&subsystem);
+                tracing::info!(%subsystem, qid_max, ended, "control: qid_max changed, controllers ended to reconnect");
+                Ok(done)
+            }
             Request::AddNamespace(spec) => self.add_namespace(&mut st, spec),
             Request::RemoveNamespace { subsystem, nsid } => {
                 let (si, live) = Self::find(&st, &self.target, &subsystem)?;
@@ -177,6 +190,7 @@ impl Control {
                 ns.set_enabled(false);
                 self.target.put_subsystem(Arc::new(live.changed(live.allow_any_host, live.hosts.clone(), kept)));
                 st.config.subsystems[si].namespaces.retain(|n| n.nsid != nsid);
+                self.target.namespace_changed(&subsystem, nsid);
                 tracing::info!(%subsystem, nsid, "control: namespace removed");
                 Ok(done)
             }
@@ -188,7 +202,10 @@ impl Control {
     fn set_enabled(&self, st: &State, subsystem: &str, nsid: u32, on: bool) -> Result<Value, String> {
         let (_, live) = Self::find(st, &self.target, subsystem)?;
         let ns = live.namespaces.iter().find(|n| n.nsid == nsid).ok_or_else(|| no_ns(subsystem, nsid))?;
-        ns.set_enabled(on);
+        if ns.enabled() != on {
+            ns.set_enabled(on);
+            self.target.namespace_changed(subsystem, nsid);
+        }
         tracing::info!(%subsystem, nsid, enabled = on, "control: namespace {}", if on { "enabled" } else { "disabled" });
         Ok(json!({ "ok": true }))
     }
@@ -243,6 +260,9 @@ impl Control {
         namespaces.push(Arc::new(ns));
         self.target.put_subsystem(Arc::new(live.changed(live.allow_any_host, live.hosts.clone(), namespaces)));
         st.config = next;
+        if enabled {
+            self.target.namespace_changed(&subsystem, n.nsid);
+        }
         tracing::info!(%subsystem, nsid = n.nsid, enabled, "control: namespace added");
         Ok(json!({ "ok": true }))
     }
@@ -258,6 +278,7 @@ impl Control {
                     "nqn": s.nqn,
                     "allow_any_host": s.allow_any_host,
                     "hosts": s.hosts,
+                    "qid_max": s.max_qid,
                     "namespaces": s.namespaces.iter().map(|n| json!({
                         "nsid": n.nsid,
                         "enabled": n.enabled(),

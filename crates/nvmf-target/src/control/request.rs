@@ -43,6 +43,9 @@ pub enum Request {
     AllowHost { subsystem: String, host: String },
     DisallowHost { subsystem: String, host: String },
     SetAllowAnyHost { subsystem: String, allow: bool },
+    /// nvmet's `attr_qid_max`: I/O queues per controller (1..=128). Ends the subsystem's
+    /// controllers so their hosts reconnect and are granted the new count, as nvmet does.
+    SetQidMax { subsystem: String, qid_max: u16 },
     AddNamespace(NamespaceSpec),
     RemoveNamespace { subsystem: String, nsid: u32 },
     EnableNamespace { subsystem: String, nsid: u32 },

@@ -456,6 +456,13 @@ impl Connection {
         }
         if self.phase != Phase::Closing && self.cmd.expired(now) {
             self.close();
+            return;
+        }
+        // Asynchronous events (a namespace changed) complete the AERs this queue holds.
+        if self.phase == Phase::Ready {
+            while let Some((cid, dw0)) = self.cmd.next_event() {
+                self.respond(cid, Status::SUCCESS, dw0);
+            }
         }
     }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import nvmflab
+from tiny_specs import head
 
 from nvmflab.analysis import sweep
 from nvmflab.store import ResultsStore
@@ -25,19 +26,7 @@ real_binaries = pytest.mark.skipif(
     any(b is None or "fakebin" in str(b) for b in BINARIES),
     reason="nvmf-target/nvmf-perf not built (cargo build --release --workspace --bins, or set NVMFLAB_BIN_DIR)")
 
-SPEC = """name = "aa"
-repeats = 3
-ramp_time = 0
-runtime = 0.3
-[topology]
-target_cores = [0]
-host_cores = [1]
-[backend]
-kind = "ram"
-size = "16MiB"
-[sweep]
-so_priority = [0, 6]
-"""
+SPEC = 'name = "aa"\n' + head(repeats=3) + "[sweep]\nso_priority = [0, 6]\n"
 
 
 def _run(tmp_path: Path, attempt: int) -> tuple[list[str], ResultsStore]:

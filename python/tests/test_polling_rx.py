@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import REPO, nvmflab
+from tiny_specs import head
 
 from nvmflab.analysis import polling
 from nvmflab.cores import available_cores
@@ -27,17 +28,7 @@ from nvmflab.topology.rx_steering import SOCK_FLOW
 from nvmflab.tools import find_tool
 
 BINARIES = [find_tool(n) for n in ("nvmf-target", "nvmf-perf")]
-SPEC = """study = "polling"
-repeats = {repeats}
-ramp_time = 0
-runtime = 0.3
-[topology]
-target_cores = [0]
-host_cores = [1]
-[backend]
-kind = "ram"
-size = "16MiB"
-[params]
+PARAMS = """[params]
 iodepth = [1]
 idle_poll_us = [0]
 high_iodepth = 1
@@ -46,9 +37,13 @@ rx_steering = {modes}
 """
 
 
+def spec_text(repeats: int, modes: str) -> str:
+    return 'study = "polling"\n' + head(repeats) + PARAMS.format(modes=modes)
+
+
 def test_every_mode_of_a_cell_runs_in_the_same_round_on_the_veth(tmp_path):
     spec_file = tmp_path / "p.toml"
-    spec_file.write_text(SPEC.format(repeats=2, modes='["off", "rfs"]'))
+    spec_file.write_text(spec_text(2, '["off", "rfs"]'))
     spec = load_spec(spec_file)
     local = LocalHost(workdir=tmp_path)
     planner = PlanningRunner(ResultsStore(tmp_path / "r"), get_stack("ours"), get_stack("ours"), Hosts(local, [local]))
@@ -100,7 +95,7 @@ def test_steering_is_decided_against_none_per_cell_with_holm():
 def test_a_short_real_run_over_the_veth_restores_the_host(tmp_path):
     before = Path(SOCK_FLOW).read_text().strip()
     spec = tmp_path / "p.toml"
-    spec.write_text(SPEC.format(repeats=1, modes='["rfs"]'))  # the mode that changes a host-wide value
+    spec.write_text(spec_text(1, '["rfs"]'))  # the mode that changes a host-wide value
     env = dict(os.environ, NVMFLAB_BIN_DIR=str(Path(BINARIES[0]).parent))
     done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=env, timeout=150)
     assert done.returncode == 0, done.stderr

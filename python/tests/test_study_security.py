@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import nvmflab
+from tiny_specs import head
 
 from nvmflab.analysis import security as analysis
 from nvmflab.dhchapkey import dhchap_secret, random_secret
@@ -138,18 +139,7 @@ def test_analysis_compares_each_mode_with_plain_with_intervals(tmp_path):
     assert {f.name for f in result.figures} == {"security_ours_ours_ratio", "security_ours_ours_connect"}
 
 
-SPEC = """
-study = "security"
-repeats = 1
-ramp_time = 0
-runtime = 0.3
-[topology]
-target_cores = [0]
-host_cores = [1]
-[backend]
-kind = "ram"
-size = "16MiB"
-[params]
+SPEC = 'study = "security"\n' + head() + """[params]
 targets = ["ours"]
 hosts = ["ours"]
 iodepth = [4]

@@ -1,8 +1,13 @@
 """The tiny variant of every study (a fraction of a second per point on loopback) and the legs
 each stores: shared by the loopback, SSH, SPDK and kernel-stack runs of the studies."""
 
-HEAD = """
-repeats = 1
+
+
+def head(repeats: int = 1) -> str:
+    """The spec's top: repeats, 0.3 s points without ramp, target on core 0 and load on core 1, a
+    16 MiB RAM namespace (the other tests' tiny real runs start from it too)."""
+    return f"""
+repeats = {repeats}
 ramp_time = 0
 runtime = 0.3
 [topology]
@@ -12,6 +17,9 @@ host_cores = [1]
 kind = "ram"
 size = "16MiB"
 """
+
+
+HEAD = head()
 SPECS = {
     "contention": 'study = "contention"\n' + HEAD
                   + '[params]\napps = ["L-app"]\nflows = [1]\nplacements = ["same"]\nflow_slack_s = 0.5\n'

@@ -21,6 +21,7 @@ cleanup() {
     [[ -n $SHIM_PID ]] && kill "$SHIM_PID" 2>/dev/null
     "$C" cleanup --subsysnqn blktests-subsystem-1 >/dev/null 2>&1 || true
     "$C" cleanup --subsysnqn blktests-subsystem-2 >/dev/null 2>&1 || true
+    "$C" cleanup --subsysnqn blktests-subsystem-3 >/dev/null 2>&1 || true
     rm -rf "$NVMFLAB_CONTROL_DIR"
 }
 trap cleanup EXIT
@@ -75,11 +76,41 @@ if "${id[@]}" --dhchap-secret "$key" >/dev/null 2>&1; then fail "the old key sti
 printf 0 >"$NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-1/namespaces/1/enable"
 for ((i = 0; i < 50; i++)); do show | grep -q '"enabled":false' && break; sleep 0.1; done
 show | grep -q '"enabled":false' || fail "namespace enable=0 in the shim did not disable it"
+# nvme/048: attr_qid_max reaches the target.
+sub1=$NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-1
+[[ $(cat "$sub1/attr_qid_max") == 128 ]] || fail "setup wrote no attr_qid_max"
+printf 2 >"$sub1/attr_qid_max"
+for ((i = 0; i < 50; i++)); do show | grep -q '"qid_max":2' && break; sleep 0.1; done
+show | grep -q '"qid_max":2' || fail "attr_qid_max=2 in the shim did not reach the target"
+# nvme/058: a namespace made by mkdir, then remapped (new UUID while disabled).
+[[ -f $NVMFLAB_CONFIGFS_SHIM/ports/0/subsystems/blktests-subsystem-1 && -d $NVMFLAB_CONFIGFS_SHIM/ports/0/ana_groups/1 ]] ||
+    fail "setup made no port 0 stand-in"
+truncate -s 8M "$NVMFLAB_CONTROL_DIR/ns2.img"
+n2=$sub1/namespaces/2
+mkdir "$n2"
+printf '%s' "$NVMFLAB_CONTROL_DIR/ns2.img" >"$n2/device_path"
+printf '%s' 11111111-2222-4333-8444-555555555555 >"$n2/device_uuid"
+printf 1 >"$n2/enable"
+wait_show() { for ((i = 0; i < 50; i++)); do show | grep -q "$1" && return 0; sleep 0.1; done; return 1; }
+wait_show '"nsid":2,"uuid":"11111111-2222-4333-8444-555555555555"' || fail "a namespace made in the shim did not reach the target"
+printf 0 >"$n2/enable"
+wait_show '"enabled":false,"nsid":2' || fail "namespace 2 not disabled"
+printf '%s' 66666666-2222-4333-8444-555555555555 >"$n2/device_uuid"
+printf 1 >"$n2/enable"
+wait_show '"enabled":true,"nsid":2,"uuid":"66666666-2222-4333-8444-555555555555"' || fail "the remapped UUID did not reach the target"
 kill "$SHIM_PID"; SHIM_PID=
 grep -q "not followed" "$NVMFLAB_CONTROL_DIR/configfs-shim.log" && fail "the shim met files it does not follow"
 
+# blktests' "--blkdev none" (no image file in its TMPDIR): a subsystem without a namespace.
+mkdir -p "$NVMFLAB_CONTROL_DIR/tmpdir.nvme.058.x"
+TMPDIR=$NVMFLAB_CONTROL_DIR/tmpdir.nvme.058.x $C setup --subsysnqn blktests-subsystem-3 --hostnqn "$H" || fail "setup (none)"
+show | grep -q '"namespaces":\[\],"nqn":"blktests-subsystem-3"' || fail "blkdev none: setup made a namespace"
+[[ ! -e $NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-3/namespaces/1 ]] || fail "blkdev none: shim files for nsid 1"
+$C cleanup --subsysnqn blktests-subsystem-3 || fail "cleanup 3"
+
 $C cleanup --subsysnqn blktests-subsystem-1 || fail "cleanup"
 [[ ! -e $NVMFLAB_CONFIGFS_SHIM/subsystems/blktests-subsystem-1 && ! -e $hostdir ]] || fail "cleanup left shim files"
+[[ ! -e $NVMFLAB_CONFIGFS_SHIM/ports/0 ]] || fail "cleanup left the port stand-in"
 [[ ! -e $NVMFLAB_CONTROL_DIR/target.pid ]] || fail "target still recorded after the last cleanup"
 if "${id[@]}" --dhchap-secret "$key" >/dev/null 2>&1; then fail "still served after cleanup"; fi
-echo "test-control: ok (config answers, setup with --ctrkey, keys and allowed host enforced, refused key, configfs shim, cleanup)"
+echo "test-control: ok (config answers, setup with --ctrkey, keys and allowed host enforced, refused key, configfs shim: keys, enable, attr_qid_max, namespaces made and remapped; blkdev none, cleanup)"

@@ -85,6 +85,33 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Hostile headers and any split: reads of `want()` bytes end exactly at the record ends
+        /// the headers state, and `want()` is never 0.
+        #[test]
+        fn any_records_any_split(lens in proptest::collection::vec(0usize..40, 1..8), step in 1usize..50) {
+            let mut stream = Vec::new();
+            let mut ends = Vec::new();
+            for len in lens {
+                stream.extend_from_slice(&[23, 3, 3, (len >> 8) as u8, len as u8]);
+                stream.extend(std::iter::repeat(0xa5).take(len));
+                ends.push(stream.len());
+            }
+            let mut b = RecordBoundary::new();
+            let (mut pos, mut seen) = (0, Vec::new());
+            while pos < stream.len() {
+                proptest::prop_assert!(b.want() > 0);
+                let n = b.want().min(step).min(stream.len() - pos);
+                b.advance(&stream[pos..pos + n]);
+                pos += n;
+                if b.at_boundary() {
+                    seen.push(pos);
+                }
+            }
+            proptest::prop_assert_eq!(seen, ends);
+        }
+    }
+
     #[test]
     fn want_covers_the_largest_length_a_header_can_state() {
         let mut b = RecordBoundary::new();

@@ -416,6 +416,18 @@ mod tests {
         assert!(NonData::Alert { level: 2, description: 51 }.describe().contains("decrypt_error"));
     }
 
+    proptest::proptest! {
+        /// Whatever a peer puts in a non-data record: a classification, never a panic.
+        #[test]
+        fn hostile_non_data_records_are_classified(t in proptest::option::of(0u8..=255), body in proptest::collection::vec(0u8..=255, 0..64)) {
+            let d = classify_non_data(t, &body);
+            proptest::prop_assert!(!d.describe().is_empty());
+            if d == NonData::Tickets {
+                proptest::prop_assert_eq!(t, Some(RECORD_HANDSHAKE));
+            }
+        }
+    }
+
     /// On this machine the probe must agree with attaching the ULP to a real connection.
     #[test]
     fn probe_agrees_with_a_connected_socket() {

@@ -154,6 +154,12 @@ def _plan(tmp_path, target: str) -> list:
     return [p for _, p in planner.planned]
 
 
+def test_a_device_without_a_leg_to_run_on_is_refused_naming_both_fields():
+    with pytest.raises(ValueError, match=r"device_legs \['netns'\] names no leg of legs \['local', 'loopback'\]"):
+        study_params("overhead", {"device": MODEL, "device_legs": ["netns"], "legs": ["local", "loopback"]})
+    assert study_params("overhead", {"device_legs": ["netns"], "legs": ["local"]}).device is None  # off: no check
+
+
 def test_device_points_run_in_the_same_rounds_as_the_local_leg(tmp_path):
     points = _plan(tmp_path, "ours")
     device = [p for p in points if p.leg == "device_loopback"]

@@ -65,7 +65,8 @@ class DeviceModel:
     def limit(self, bs: float, iodepth: float) -> str:
         """What sets the ceiling at this size and depth: 'link', 'media units' or 'queue depth'."""
         transfer = bs / self.bandwidth if self.bandwidth else 0.0
-        rates = {"queue depth": iodepth / (self.latency_s + transfer), "media units": self.parallelism / self.latency_s,
+        rates = {"queue depth": iodepth / (self.latency_s + transfer),
+                 "media units": self.parallelism / self.latency_s,
                  "link": self.bandwidth / bs if self.bandwidth else math.inf}
         return min(rates, key=rates.get)
 

@@ -115,7 +115,8 @@ def verdict(frame: pd.DataFrame, remote_name: str) -> str:
         return text + f"; {thesis}."
     # "cannot decide (why)": the report's summary quotes the reason in the parentheses.
     if math.isnan(largest["low"]):
-        return (f"B-app against the device: where NVMe/TCP ({remote_name}) converges with local access, cannot decide "
+        return (f"B-app against the device: where NVMe/TCP ({remote_name}) converges with local access, "
+                "cannot decide "
                 f"(the largest size, {size(largest['bs'])}, has {_interval(largest)}); {thesis}.")
     if largest["high"] < CONVERGED_SHARE:
         return (f"B-app against the device: the gap does not close up to {size(largest['bs'])}: NVMe/TCP "
@@ -149,15 +150,17 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
     frame = compare_sizes(remote, local_best, ceiling)
     remote_name = leg.removeprefix("device_")
     lines = [("device ceiling", bs, ceiling[bs], math.nan) for bs in remote]
-    lines += [(f"NVMe/TCP {remote_name} on the device", bs, np.mean(v), ci95_halfwidth(v)) for bs, v in remote.items()]
-    lines += [("local path (file, no device)", bs, np.mean(v), ci95_halfwidth(v)) for bs, v in local_best.items() if bs in remote]
+    lines += [(f"NVMe/TCP {remote_name} on the device", bs, np.mean(v), ci95_halfwidth(v))
+              for bs, v in remote.items()]
+    lines += [("local path (file, no device)", bs, np.mean(v), ci95_halfwidth(v))
+              for bs, v in local_best.items() if bs in remote]
     figure_rows = pd.DataFrame(lines, columns=["series", "bs", "bw_bytes_mean", "bw_bytes_ci95"])
     out.figures.append(Figure(
         "overhead_device_bandwidth_vs_bs",
         plots.bandwidth_vs_bs(figure_rows, "series", "B-app against a device model: best bandwidth per block size",
                               label=str),
-        f"The model device ({model.text()}): its ceiling at QD{deepest:g}, NVMe/TCP ({remote_name}) serving it, and the "
-        "local path measured on the file in the same rounds (thesis fig. 5.3's convergence, against a device)."))
+        f"The model device ({model.text()}): its ceiling at QD{deepest:g}, NVMe/TCP ({remote_name}) serving it, "
+        "and the local path measured on the file in the same rounds (thesis fig. 5.3's convergence, against a device)."))
     table = pd.DataFrame({
         "bs": [size(b) for b in frame["bs"]],
         "device ceiling MB/s": (frame["ceiling"] / 1e6).round(1),
@@ -166,7 +169,8 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
         f"NVMe/TCP {remote_name} MB/s": (frame["remote"] / 1e6).round(1),
         "compared with": frame["reference"],
         "ratio": frame["ratio"].round(3),
-        "95 % interval": [("n/a" if math.isnan(lo) else f"{lo:.3f} to {hi:.3f}") for lo, hi in zip(frame["low"], frame["high"])],
+        "95 % interval": [("n/a" if math.isnan(lo) else f"{lo:.3f} to {hi:.3f}")
+                          for lo, hi in zip(frame["low"], frame["high"])],
         f"converged (≥ {CONVERGED_SHARE:g})": frame["in_run"],
     })
     out.tables.append(Table(
@@ -179,5 +183,5 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
     if frame["reference"].eq("local").any():
         sizes = ", ".join(size(b) for b in frame.loc[frame["reference"] == "local", "bs"])
         out.findings.append(f"B-app against the device: the local path ({mbps(frame['local'].min())} at its lowest) "
-                            f"was not clearly faster than the device at {sizes}, so there NVMe/TCP is compared with the "
-                            "local path, which would bound local access to the device too.")
+                            f"was not clearly faster than the device at {sizes}, so there NVMe/TCP is compared with "
+                            "the local path, which would bound local access to the device too.")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ..plan import Subsystem
 from ..spec import IoDepth, Size, check_model
@@ -42,6 +42,13 @@ class Params(BaseModel):
     # An SSD-like device for the B-app (our target's model backend): None leaves it out.
     device: Annotated[str, AfterValidator(check_model)] | None = None
     device_legs: list[Literal["loopback", "netns"]] = Field(default=["loopback", "netns"], min_length=1)
+
+    @model_validator(mode="after")
+    def _device_has_a_leg(self) -> "Params":
+        if self.device is not None and not set(self.device_legs) & set(self.legs):
+            raise ValueError(f"device_legs {self.device_legs} names no leg of legs {self.legs}: the device "
+                             "comparison would run nothing")
+        return self
 
 
 def execute(ctx: Context, params: Params) -> None:

@@ -204,7 +204,7 @@ impl Commands {
         // A removed subsystem's controllers end: keep the old value until they do.
         if let Some(now) = self.target.subsystem(&old.nqn) {
             if !Arc::ptr_eq(&now, old) {
-                let old = std::mem::replace(&mut self.subsys, Some(now));
+                let old = self.subsys.replace(now);
                 self.retired.extend(old);
             }
         }

@@ -195,7 +195,7 @@ pub struct Controller {
 pub const AEN_NS_ATTR: u32 = 1 << 8;
 /// Completion DW0 of the Namespace Attribute Changed event: type 2 (Notice), information 00h,
 /// log page 04h (NVMe Base, "Asynchronous Event Request command").
-pub const AEN_NS_CHANGED_DW0: u32 = 0x04 << 16 | 0x00 << 8 | 0x2;
+pub const AEN_NS_CHANGED_DW0: u32 = (0x04 << 16) | 0x2;
 /// The Changed Namespace List holds up to 1024 NSIDs; one more and it reads as FFFFFFFFh alone.
 pub const CHANGED_NS_MAX: usize = 1024;
 

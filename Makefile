@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml | deps
 	  | sed -u -n -E '/^(Collecting|Successfully installed)/s/^/  pip: /p'
 	@touch $@
 
-test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-guest test-tls-interop test-conformance
+test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-guest test-tls-interop test-conformance test-rdma-quick
 
 # The workspace must build with Debian 12's own Rust (rustc-web at the workspace's rust-version,
 # which install-deps --for test puts in /usr/bin beside rustup's), as on a fresh machine without
@@ -73,11 +73,15 @@ interop: deps-test build venv
 
 # NVMe over RDMA on Soft-RoCE (rdma_rxe) in the trixie guest (tests/rdma, docs/rdma.md): the kernel
 # host and nvmf-perf -t rdma against nvmet-rdma (control) and against nvmf-target, both built with
-# their `rdma` features (into target/rdma; needs librdmacm-dev and libibverbs-dev). About two
-# minutes with the binaries built.
-.PHONY: test-rdma
-test-rdma: deps-test venv
+# their `rdma` features (needs librdmacm-dev and libibverbs-dev) in target/release, where only
+# nvmf-rdma, nvmf-host and nvmf-target compile again, and copied to target/release/rdma.
+# test-rdma-quick (in `make test`): those pairs, one guest boot. test-rdma: the same boot plus SPDK
+# over RDMA (its target with the kernel host and nvmf-perf, its hosts against all three targets).
+.PHONY: test-rdma test-rdma-quick
+test-rdma-quick: deps-test build venv
 	$(VENV)/bin/pytest -q tests/rdma
+test-rdma: deps-test build venv spdk
+	NVMFLAB_RDMA_SPDK=1 $(VENV)/bin/pytest -q tests/rdma
 
 # blktests' nvme tests in a Debian trixie qemu guest (TCG) against nvmf-target, through
 # tests/blktests/nvmf-target-control (docs/conformance.md). The guest is built from apt-get

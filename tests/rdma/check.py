@@ -3,21 +3,23 @@
 (the control) and against our target, each with discover, connect, identify and fio
 write+verify at 4k, 128k and 1m; our host (nvmf-perf -t rdma) against both, with discover,
 identify and run --verify at the same sizes (tests/rdma/guest-check.sh does the work inside the
-guest).
+guest). With "spdk" among the checks, SPDK's target and hosts over RDMA too (spdk-check.sh).
 
-    python3 tests/rdma/check.py [--bin DIR] [--checks "control ours perf"] [--keep DIR]
+    python3 tests/rdma/check.py [--bin DIR] [--checks "control ours perf spdk"] [--keep DIR]
 
-Our target and nvmf-perf must be built with the `rdma` feature; by default this builds them into
-target/rdma (its own target dir, so the TCP-only target/release binaries stay as they are). Exit
-status 0 when
-every step passed, 1 when one failed, 77 when the guest cannot be built (no network). The
-results (results.txt, fio and target logs, dmesg) are kept under --keep.
+Our target and nvmf-perf must be built with the `rdma` feature; by default build() builds them
+and copies them to target/release/rdma (the TCP-only target/release binaries stay as they are).
+SPDK comes from NVMFLAB_SPDK_DIR or ~/.cache/nvmflab/spdk-24.01 and must be built with RDMA.
+Exit status 0 when every step passed, 1 when one failed, 77 when the guest cannot be built (no
+network) or SPDK was asked for and cannot run. The results (results.txt, fio and target logs,
+dmesg) are kept under --keep.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,27 +32,41 @@ import trixie  # noqa: E402
 SKIP = 77
 
 
+# The RDMA builds of our binaries, copied out of cargo's output (see build()).
+RDMA_BIN = ROOT / "target/release/rdma"
+FEATURES = "nvmf-target/rdma,nvmf-host/rdma"
+
+
 def build() -> Path:
-    """Our target and nvmf-perf with RDMA, in their own target dir (one cargo run); the
-    directory holding both."""
-    env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target/rdma"))
-    subprocess.run(["cargo", "build", "--release", "-p", "nvmf-target", "-p", "nvmf-host", "--bin", "nvmf-target", "--bin", "nvmf-perf",
-                    "--features", "nvmf-target/rdma,nvmf-host/rdma"], cwd=ROOT, env=env, check=True, timeout=1800)
-    return ROOT / "target/rdma/release"
+    """nvmf-target and nvmf-perf with RDMA, in RDMA_BIN; the directory holding both.
 
-
-def stripped(binary: Path) -> Path:
-    """A copy of `binary` without debug info, in target/rdma/stripped (release builds carry it:
-    ~30 MB each, which the guest's initrd would pack and the TCG kernel unpack at every boot);
-    the binary itself when strip is missing or fails."""
-    dest = ROOT / "target/rdma/stripped" / binary.name
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    They are built in the workspace's own target dir, so every dependency `make build` compiled is
+    reused: only nvmf-rdma (its C shim), nvmf-host and nvmf-target compile again, under their own
+    feature hash beside the TCP-only ones. Cargo then links the RDMA binaries at
+    target/release/nvmf-target and nvmf-perf; they are copied aside (without debug info: the guest's
+    initrd would otherwise pack ~30 MB per binary) and the TCP-only build is put back, which cargo
+    does by linking its fresh outputs again."""
+    release = ROOT / "target/release"
+    cargo = ["cargo", "build", "--release"]
+    subprocess.run(cargo + ["-p", "nvmf-target", "-p", "nvmf-host", "--bin", "nvmf-target", "--bin", "nvmf-perf",
+                            "--features", FEATURES], cwd=ROOT, check=True, timeout=1800)
     try:
-        subprocess.run(["strip", "--strip-debug", "-o", str(dest), str(binary)], check=True, timeout=60,
-                       capture_output=True)
-        return dest
+        RDMA_BIN.mkdir(parents=True, exist_ok=True)
+        for name in ("nvmf-target", "nvmf-perf"):
+            copy_without_debug_info(release / name, RDMA_BIN / name)
+    finally:
+        subprocess.run(cargo + ["--workspace", "--bins"], cwd=ROOT, check=True, timeout=1800)
+    return RDMA_BIN
+
+
+def copy_without_debug_info(binary: Path, dest: Path) -> None:
+    """`binary` at `dest` with its debug info stripped; a plain copy where strip is missing or fails."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    try:
+        subprocess.run(["strip", "--strip-debug", "-o", str(tmp), str(binary)], check=True, timeout=60, capture_output=True)
     except (OSError, subprocess.SubprocessError):
-        return binary
+        shutil.copy2(binary, tmp)
+    tmp.replace(dest)
 
 
 def veth_module() -> dict[str, Path]:
@@ -62,11 +78,61 @@ def veth_module() -> dict[str, Path]:
     return {"/root/veth.ko.xz": ko} if ko.is_file() else {}
 
 
+SPDK_DIR = Path(os.environ.get("NVMFLAB_SPDK_DIR", Path.home() / ".cache/nvmflab/spdk-24.01"))
+# What the guest runs of SPDK's build: its target, its identify tool, bdevperf (verifies) and perf.
+SPDK_TOOLS = ("build/bin/nvmf_tgt", "build/bin/spdk_nvme_identify", "build/bin/spdk_nvme_perf", "build/examples/bdevperf")
+
+
+class SpdkUnavailable(RuntimeError):
+    """SPDK cannot run over RDMA in the guest; the message says why."""
+
+
+def needed_libs(binary: Path) -> dict[str, Path]:
+    """{soname: path on this machine} of what `binary` links, from ldd."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30).stdout
+    libs = {}
+    for line in out.splitlines():
+        name, sep, rest = line.strip().partition(" => ")
+        path = rest.split(" (")[0].strip()
+        if sep and path.startswith("/"):
+            libs[name] = Path(path)
+    return libs
+
+
+def spdk_files(spdk_dir: Path = SPDK_DIR, dest: Path = ROOT / "target/release/rdma/spdk") -> dict[str, Path]:
+    """The guest's copies of SPDK's tools (debug info stripped, as ours) and of bookworm's
+    libaio.so.1, which trixie renamed libaio.so.1t64 (every other library SPDK links is in the
+    guest, rdma-core's among them). Raises SpdkUnavailable when SPDK is not built, or built
+    without RDMA (not linked against librdmacm)."""
+    missing = [t for t in SPDK_TOOLS if not (spdk_dir / t).is_file()]
+    if missing:
+        raise SpdkUnavailable(f"no SPDK build with {', '.join(missing)} in {spdk_dir} (make spdk builds it)")
+    libs = needed_libs(spdk_dir / SPDK_TOOLS[0])
+    if "librdmacm.so.1" not in libs:
+        raise SpdkUnavailable(f"{spdk_dir / SPDK_TOOLS[0]} is not linked against librdmacm: SPDK was built --without-rdma")
+    dest.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for tool in SPDK_TOOLS:
+        name = Path(tool).name
+        copy_without_debug_info(spdk_dir / tool, dest / name)
+        files[f"/usr/local/spdk/bin/{name}"] = dest / name
+    if "libaio.so.1" in libs:
+        files["/usr/local/spdk/lib/libaio.so.1"] = libs["libaio.so.1"]
+    files["/etc/nvmflab/spdk-check.sh"] = HERE / "spdk-check.sh"
+    return files
+
+
 def run(bindir: Path, checks: str, keep: Path | None, timeout_s: float) -> tuple[trixie.GuestRun, list[str]]:
+    """Boots the guest once for `checks`; with "spdk" among them, SPDK's build must have RDMA
+    (spdk_files raises SpdkUnavailable otherwise)."""
     script = f"export RDMA_CHECKS='{checks}'\n" + (HERE / "guest-check.sh").read_text()
-    files = {f"/usr/local/bin/{b}": stripped(bindir / b) for b in ("nvmf-target", "nvmf-perf")}
+    files: dict[str, Path] = {f"/usr/local/bin/{b}": bindir / b for b in ("nvmf-target", "nvmf-perf")}
+    if "spdk" in checks.split():
+        files.update(spdk_files())
     files.update(veth_module())
-    run = trixie.run_script(script, files, timeout_s=timeout_s, keep=keep, memory_mb=2048)
+    # SPDK takes 1200 MiB of hugepages in the guest (spdk-check.sh).
+    memory = 3072 if "spdk" in checks.split() else 2048
+    run = trixie.run_script(script, files, timeout_s=timeout_s, keep=keep, memory_mb=memory)
     results = (run.out / "results.txt").read_text().splitlines() if (run.out / "results.txt").is_file() else []
     return run, results
 
@@ -74,14 +140,14 @@ def run(bindir: Path, checks: str, keep: Path | None, timeout_s: float) -> tuple
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", type=Path, help="a directory with nvmf-target and nvmf-perf built with the rdma feature (default: build them)")
-    ap.add_argument("--checks", default="control ours perf", help='which checks: any of "control" (kernel host -> nvmet), "ours" (kernel host -> our target), "perf" (nvmf-perf -> each target that runs)')
+    ap.add_argument("--checks", default="control ours perf", help='which checks: any of "control" (kernel host -> nvmet), "ours" (kernel host -> our target), "perf" (nvmf-perf -> each target that runs), "spdk" (the target and hosts of SPDK, built with RDMA)')
     ap.add_argument("--keep", type=Path, help="directory for the console log and the guest's $OUT")
     ap.add_argument("--timeout", type=float, default=420, help="seconds before the guest is stopped")
     a = ap.parse_args()
     bindir = a.bin or build()
     try:
         guest, results = run(bindir, a.checks, a.keep, a.timeout)
-    except trixie.GuestUnavailable as e:
+    except (trixie.GuestUnavailable, SpdkUnavailable) as e:
         print(f"rdma check: SKIPPED: {e}")
         return SKIP
     for line in results:

@@ -129,8 +129,14 @@ control_nvmet() {
     && echo rdma >$cfs/ports/1/addr_trtype && echo ipv4 >$cfs/ports/1/addr_adrfam && echo $ADDR >$cfs/ports/1/addr_traddr \
     && echo 4420 >$cfs/ports/1/addr_trsvcid && ln -s $cfs/subsystems/$NQN_KERNEL $cfs/ports/1/subsystems/$NQN_KERNEL \
     || { fail "nvmet setup" "configfs"; return; }
+  NVMET_UP=1
   exercise nvmet 4420 $NQN_KERNEL
   case "$CHECKS" in *perf*) perf_exercise perf-nvmet 4420 $NQN_KERNEL ;; esac
+}
+
+nvmet_down() {
+  local cfs=/sys/kernel/config/nvmet
+  [ -n "$NVMET_UP" ] || return 0
   rm -f $cfs/ports/1/subsystems/$NQN_KERNEL; rmdir $cfs/ports/1
   echo 0 >$cfs/subsystems/$NQN_KERNEL/namespaces/1/enable; rmdir $cfs/subsystems/$NQN_KERNEL/namespaces/1 $cfs/subsystems/$NQN_KERNEL
 }
@@ -146,16 +152,27 @@ ours() {
     return
   fi
   pass "ours start"
+  OURS_PID=$pid
   exercise ours 4421 $NQN_OURS
   case "$CHECKS" in *perf*) perf_exercise perf-ours 4421 $NQN_OURS ;; esac
+}
+
+ours_down() {
+  local pid=$OURS_PID rc
+  [ -n "$pid" ] || return 0
   kill -INT $pid; for i in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $pid 2>/dev/null; then fail "ours stop" "still running 5 s after SIGINT"; kill -9 $pid; else
     wait $pid; rc=$?; [ $rc = 0 ] && pass "ours stop" || fail "ours stop" "exit $rc"; fi
 }
 
 CHECKS=${RDMA_CHECKS:-control ours perf}
+NVMET_UP= OURS_PID=
 setup_rxe || exit 1
 case "$CHECKS" in *control*) control_nvmet ;; esac
 case "$CHECKS" in *ours*) ours ;; esac
+# SPDK's hosts go to every target still up, so the targets above stop only after it.
+case "$CHECKS" in *spdk*) . /etc/nvmflab/spdk-check.sh; spdk_checks ;; esac
+ours_down
+nvmet_down
 dmesg >$OUT/dmesg.txt
 exit $FAILS

@@ -1,6 +1,11 @@
 """NVMe over RDMA on Soft-RoCE in the trixie guest (check.py, guest-check.sh): the kernel host
 against nvmet-rdma as the control, then against our target built with the `rdma` feature, and our
-host (nvmf-perf -t rdma) against both. One guest boot serves every test here."""
+host (nvmf-perf -t rdma) against both. One guest boot serves every test here.
+
+With NVMFLAB_RDMA_SPDK=1 (`make test-rdma`) the same boot also runs SPDK over RDMA
+(spdk-check.sh): SPDK's target with the kernel host and nvmf-perf, and SPDK's hosts against all
+three targets. Without it (`make test`, where it would cost minutes more) or without an SPDK
+build that has RDMA, the SPDK tests skip and say why."""
 
 from __future__ import annotations
 
@@ -18,19 +23,28 @@ import check  # noqa: E402
 import trixie  # noqa: E402
 
 SIZES = ("4k", "128k", "1m")
+WITH_SPDK = os.environ.get("NVMFLAB_RDMA_SPDK") == "1"
 
 
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
+    """(run, {step: result line}, why SPDK did not run or None)."""
+    checks, no_spdk = "control ours perf", "SPDK over RDMA runs in make test-rdma (NVMFLAB_RDMA_SPDK=1), not here"
+    if WITH_SPDK:
+        try:
+            check.spdk_files()
+            checks, no_spdk = checks + " spdk", None
+        except check.SpdkUnavailable as e:
+            no_spdk = str(e)
     try:
         bindir = check.build()
-        run, results = check.run(bindir, "control ours perf", tmp_path_factory.mktemp("rdma"), timeout_s=420)
+        run, results = check.run(bindir, checks, tmp_path_factory.mktemp("rdma"), timeout_s=600 if no_spdk is None else 420)
     except trixie.GuestUnavailable as e:
         if os.environ.get("NVMFLAB_CONFORMANCE_REQUIRE") == "1":
             raise
         pytest.skip(str(e))
     assert run.finished, f"{run.why}\n{run.console[-3000:]}"
-    return run, {line.split(":")[0].removeprefix("PASS ").removeprefix("FAIL "): line for line in results}
+    return run, {line.split(":")[0].removeprefix("PASS ").removeprefix("FAIL "): line for line in results}, no_spdk
 
 
 def steps(tag: str) -> list[str]:
@@ -46,33 +60,33 @@ def passed(results: dict[str, str], step: str) -> bool:
 
 
 def test_every_step_passed(guest):
-    _, results = guest
-    assert len(results) >= 27, sorted(results)
+    _, results, no_spdk = guest
+    assert len(results) >= (27 if no_spdk else 27 + SPDK_STEPS), sorted(results)
     bad = [line for line in results.values() if not line.startswith("PASS")]
     assert not bad, bad
 
 
 def test_soft_roce_comes_up(guest):
-    run, results = guest
+    run, results, _ = guest
     assert passed(results, "setup"), results.get("setup")
     assert "rxe0" in (run.out / "rdma-link.txt").read_text()
 
 
 def test_kernel_host_against_nvmet_rdma_control(guest):
-    _, results = guest
+    _, results, _ = guest
     bad = [results.get(s, f"MISSING {s}") for s in steps("nvmet") if not passed(results, s)]
     assert not bad, bad
 
 
 def test_kernel_host_against_our_target(guest):
-    run, results = guest
+    run, results, _ = guest
     bad = [results.get(s, f"MISSING {s}") for s in ["ours start"] + steps("ours") + ["ours stop"] if not passed(results, s)]
     assert not bad, bad
     assert any(k.startswith("ours connect") and v.startswith("PASS") for k, v in results.items())
 
 
 def test_our_target_served_admin_and_io_queues_over_rdma(guest):
-    run, _ = guest
+    run, _, _ = guest
     log = (run.out / "target.log").read_text()
     assert "NVMe/RDMA listening" in log
     assert "RDMA queue connected" in log and "qid=1" in log, log[-2000:]
@@ -85,7 +99,7 @@ def test_our_target_served_admin_and_io_queues_over_rdma(guest):
 
 
 def test_our_host_against_nvmet_rdma(guest):
-    run, results = guest
+    run, results, _ = guest
     bad = [results.get(s, f"MISSING {s}") for s in perf_steps("perf-nvmet") if not passed(results, s)]
     assert not bad, bad
     # The kernel's discovery controller named its port rdma, and our write+verify read every block back.
@@ -95,10 +109,57 @@ def test_our_host_against_nvmet_rdma(guest):
 
 
 def test_our_host_against_our_target(guest):
-    run, results = guest
+    run, results, _ = guest
     bad = [results.get(s, f"MISSING {s}") for s in perf_steps("perf-ours") if not passed(results, s)]
     assert not bad, bad
     # Every I/O of the region was read back: 2 MiB at 4k, 4 MiB at 128k, 8 MiB at 1m.
     for bs, ios in (("4k", 512), ("128k", 32), ("1m", 8)):
         report = (run.out / f"perf-perf-ours-{bs}.txt").read_text()
         assert re.search(rf"verify +: {ios} I/Os read back, all blocks correct", report), report
+
+
+# spdk start/stop; the kernel host's 7 steps (with connect); nvmf-perf's 5; SPDK's hosts' 5 per
+# target (3 targets); spdk_nvme_perf's 1 per target.
+SPDK_STEPS = 2 + 7 + 5 + 3 * 5 + 3
+
+
+def spdk_results(guest) -> tuple[trixie.GuestRun, dict[str, str]]:
+    run, results, no_spdk = guest
+    if no_spdk:
+        pytest.skip(no_spdk)
+    return run, results
+
+
+def test_kernel_host_against_spdk_target(guest):
+    run, results = spdk_results(guest)
+    bad = [results.get(s, f"MISSING {s}") for s in ["spdk start"] + steps("spdk") + ["spdk stop"] if not passed(results, s)]
+    assert not bad, bad
+    assert "NVMe/RDMA Target Listening" in (run.out / "spdk-target.log").read_text()
+    assert "trtype:  rdma" in (run.out / "discover-spdk.txt").read_text()
+
+
+def test_our_host_against_spdk_target(guest):
+    run, results = spdk_results(guest)
+    bad = [results.get(s, f"MISSING {s}") for s in perf_steps("perf-spdk") if not passed(results, s)]
+    assert not bad, bad
+    assert "all blocks correct" in (run.out / "perf-perf-spdk-1m.txt").read_text()
+
+
+@pytest.mark.parametrize("target", ["nvmet", "ours", "spdk"])
+def test_spdk_host_against_each_target(guest, target):
+    run, results = spdk_results(guest)
+    bad = [results.get(s, f"MISSING {s}") for s in perf_steps(f"spdkhost-{target}") if not passed(results, s)]
+    assert not bad, bad
+    # bdevperf -w verify: one job per size, each write read back and compared.
+    report = (run.out / f"bdevperf-spdkhost-{target}.txt").read_text()
+    for size in (4096, 131072, 1048576):
+        assert re.search(rf"workload: verify, depth: \d+, IO size: {size}\)", report), report[-3000:]
+    assert re.search(r"Transport Type: +1 \(RDMA\)", (run.out / f"discover-spdkhost-{target}.txt").read_text())
+
+
+def test_spdk_nvme_perf_over_rdma_against_each_target(guest):
+    run, results = spdk_results(guest)
+    bad = [results.get(f"spdk-perf-{port}", f"MISSING spdk-perf-{port}") for port in (4420, 4421, 4422)
+           if not passed(results, f"spdk-perf-{port}")]
+    assert not bad, bad
+    assert "RDMA (addr:10.77.0.1" in (run.out / "spdk-perf.txt").read_text()

@@ -195,12 +195,15 @@ class Finding(str):
     points: list[str]
 
     def __new__(cls, text: str, study: str, evidence: list[dict] | None = None,
-                points: list[str] | None = None) -> "Finding":
+                points: list[str] | None = None, decided: bool = False) -> "Finding":
         obj = super().__new__(cls, str(text))
         obj.study = study
         obj.evidence = list(evidence or [])
         obj.kind = "comparison" if obj.evidence else "statement"
         obj.points = sorted(set(points or []))
+        # a statement that an analysis decided by intervals of its own (not a two-sample Difference),
+        # e.g. where a gap closes: the summary lists it with the decided findings
+        obj.decided = decided and not obj.evidence
         return obj
 
     @property
@@ -214,7 +217,7 @@ class Finding(str):
     @property
     def decision(self) -> str:
         if not self.evidence:
-            return "statement"
+            return "decided statement" if self.decided else "statement"
         return self.evidence[0]["decision"]
 
     def as_dict(self) -> dict:
@@ -311,7 +314,7 @@ def summary(studies: Iterable[Any]) -> dict:
             f = f if isinstance(f, Finding) else Finding(f, result.study)
             item = {"study": result.study, "anchor": f"{result.study}-f{index}", "text": f.text}
             decisions = {e["decision"] for e in f.evidence}
-            if decisions & set(CLEAR):
+            if decisions & set(CLEAR) or f.decided:
                 decided.append(item)
             elif (decisions and decisions <= set(UNDECIDED)) or "cannot decide" in f.text:
                 undecided.append(item | {"why": _why(f)})

@@ -17,6 +17,7 @@ from test_analysis_fixtures import frame, rows, runs_frame
 
 from nvmflab.analysis import overhead
 from nvmflab.analysis.device_model import CONVERGED_SHARE, DeviceModel
+from nvmflab.findings_data import summary
 from nvmflab.runner import PlanningRunner
 from nvmflab.spec import load_spec
 from nvmflab.stacks import get_stack
@@ -77,6 +78,8 @@ def test_a_gap_that_closes_is_found_where_nvme_tcp_reaches_the_device():
     assert table[f"converged (≥ {CONVERGED_SHARE:g})"].tolist() == [False, False, True, True]
     assert set(table["compared with"]) == {"device"}  # the local path's 4 GB/s is above the device
     assert "overhead_device_bandwidth_vs_bs" in {f.name for f in result.figures}
+    # decided by its ratio intervals, not a two-sample comparison: still on the summary's decided list
+    assert findings[0] in [d["text"] for d in summary([result])["decided"]]
 
 
 def test_a_gap_that_stays_open_is_said_so():
@@ -84,12 +87,18 @@ def test_a_gap_that_stays_open_is_said_so():
     findings, table = _device(overhead.analyze(_measurements(remote), runs_frame(["overhead"])))
     assert "the gap does not close up to 256k" in findings[0]
     assert not table[f"converged (≥ {CONVERGED_SHARE:g})"].any()
+    result = overhead.analyze(_measurements(remote), runs_frame(["overhead"]))
+    assert findings[0] in [d["text"] for d in summary([result])["decided"]]
 
 
 def test_one_repeat_cannot_decide():
     remote = {bs: CEILING for bs in SIZES}
     findings, _ = _device(overhead.analyze(_measurements(remote, only_repeat=0), runs_frame(["overhead"])))
     assert "cannot decide" in findings[0] and "no interval" in findings[0]
+    result = overhead.analyze(_measurements(remote, only_repeat=0), runs_frame(["overhead"]))
+    page = summary([result])
+    assert findings[0] not in [d["text"] for d in page["decided"]]
+    assert findings[0] in [d["text"] for d in page["undecided"]]
 
 
 def test_an_interval_on_both_sides_of_the_share_cannot_decide_and_says_why():

@@ -28,6 +28,7 @@ import pandas as pd
 from .. import plots
 from .common import leg_rows, missing_leg, repeat_values
 from .decide import fieller, ratio_to_constant, safe_upto
+from ..findings_data import Finding
 from .device_model import CONVERGED_SHARE, DeviceModel
 from .result import Figure, StudyResult, Table
 from .stats import aggregate, ci95_halfwidth
@@ -179,7 +180,9 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
         "the ceiling: where the local path's interval is above the ceiling, NVMe/TCP is compared with the ceiling "
         "(t interval), elsewhere with the local path (Fieller). Converged: this size and every larger one have the "
         f"ratio's lower end at {CONVERGED_SHARE:g} or above."))
-    out.findings.append(verdict(frame, remote_name))
+    text = verdict(frame, remote_name)
+    # converged or "does not close" were decided by the ratio intervals: the summary lists them
+    out.findings.append(Finding(text, "overhead", decided="cannot decide" not in text))
     if frame["reference"].eq("local").any():
         sizes = ", ".join(size(b) for b in frame.loc[frame["reference"] == "local", "bs"])
         out.findings.append(f"B-app against the device: the local path ({mbps(frame['local'].min())} at its lowest) "

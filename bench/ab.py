@@ -99,9 +99,21 @@ def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int,
     side = "write" if "write" in work["rw"] else "read"
     bw = sum(j[side]["bw_bytes"] for j in doc["jobs"])
     iops = sum(j[side]["iops"] for j in doc["jobs"])
-    gib = bw * (seconds + ramp) / GIB
-    return {"iops": iops, "bw_bytes": bw, "target_usr_s_per_gib": (after[0] - before[0]) / gib,
-            "target_sys_s_per_gib": (after[1] - before[1]) / gib}
+    return {"iops": iops, "bw_bytes": bw, "target_usr_s_per_gib": per_gib(after[0] - before[0], bw, seconds + ramp),
+            "target_sys_s_per_gib": per_gib(after[1] - before[1], bw, seconds + ramp)}
+
+
+def per_gib(cpu_s: float, bw_bytes: float, seconds: float) -> float | None:
+    """CPU seconds per GiB moved; None for a run that moved nothing (a stalled machine can
+    give one: it still counts as a run, with 0 IOPS)."""
+    gib = bw_bytes * seconds / GIB
+    return cpu_s / gib if gib > 0 else None
+
+
+def median_of(runs: list[dict], key: str) -> float | None:
+    """The median of `key` over the runs that have a value for it."""
+    vals = [x[key] for x in runs if x.get(key) is not None]
+    return statistics.median(vals) if vals else None
 
 
 def ratio_interval(runs: list[dict], key: str) -> str:
@@ -164,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                         run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp)
                         usr, sys_ = host_cpu(t0, os.times())
                         if "bw_bytes" in run:
-                            gib = run["bw_bytes"] * (a.seconds + a.ramp) / GIB
-                            run |= {"host_usr_s_per_gib": usr / gib, "host_sys_s_per_gib": sys_ / gib}
+                            run |= {"host_usr_s_per_gib": per_gib(usr, run["bw_bytes"], a.seconds + a.ramp),
+                                    "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
                         runs.append(run | {"side": label, "work": w["key"], "round": r})
+                        if a.out:  # after every run: an interrupted A/B keeps what it measured
+                            a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": runs}, indent=1))
                         print(f"round {r + 1} {label} {w['key']}: "
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
                               file=sys.stderr, flush=True)
@@ -176,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         med = {}
         for side in ("A", "B"):
             ok = [x for x in runs if x["side"] == side and x["work"] == w["key"] and "iops" in x]
-            med[side] = {k: statistics.median(x[k] for x in ok) if ok else None
+            med[side] = {k: median_of(ok, k)
                          for k in ("iops", "bw_bytes", "host_usr_s_per_gib", "host_sys_s_per_gib",
                                    "target_usr_s_per_gib", "target_sys_s_per_gib")}
         a_, b_ = med["A"]["iops"], med["B"]["iops"]
@@ -184,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         interval = ratio_interval(runs, w["key"]) + " " + paired_interval(runs, w["key"])
         fmt = lambda m: f"{m['iops'] / 1000:.1f} K" if w["bs"] < 65536 else f"{m['bw_bytes'] / 1e9:.2f} GB/s"  # noqa: E731
         cpu = " | ".join(f"{m['host_usr_s_per_gib']:.3f}+{m['host_sys_s_per_gib']:.3f}, "
-                         f"{m['target_usr_s_per_gib']:.3f}+{m['target_sys_s_per_gib']:.3f}" if m["iops"] else "—"
+                         f"{m['target_usr_s_per_gib']:.3f}+{m['target_sys_s_per_gib']:.3f}"
+                         if m["iops"] and m["host_usr_s_per_gib"] is not None else "—"
                          for m in (med["A"], med["B"]))
         print(f"{w['key']:28} {fmt(med['A']) if a_ else '—':>12} {fmt(med['B']) if b_ else '—':>12} {ratio:>6} "
               f"{interval}   {cpu}")

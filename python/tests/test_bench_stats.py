@@ -456,3 +456,15 @@ def test_ab_pairs_each_round_so_a_drift_between_rounds_cancels():
     fieller_low, fieller_high = (float(x) for x in ab.ratio_interval(runs, "w").split()[1].strip("()").split("–"))
     assert fieller_high - fieller_low > 10 * (high - low), "unpaired means drown in the drift"
     assert ab.paired_interval(runs[:5], "w").strip() == "—"
+
+
+def test_ab_takes_a_run_that_moved_nothing():
+    spec = importlib.util.spec_from_file_location("bench_ab", Path(__file__).resolve().parents[2] / "bench" / "ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    assert ab.per_gib(2.0, 0.0, 3) is None, "a stalled run has no CPU per GiB (it divided by zero)"
+    assert abs(ab.per_gib(1.0, (1 << 30) / 4, 4) - 1.0) < 1e-9
+    runs = [{"iops": 0.0, "host_usr_s_per_gib": None}, {"iops": 10.0, "host_usr_s_per_gib": 3.0},
+            {"iops": 20.0, "host_usr_s_per_gib": 5.0}]
+    assert ab.median_of(runs, "iops") == 10.0, "the stalled run still counts as a run"
+    assert ab.median_of(runs, "host_usr_s_per_gib") == 4.0 and ab.median_of(runs[:1], "host_usr_s_per_gib") is None

@@ -144,7 +144,7 @@ impl TlsLink {
                     // Our Finished must be on the wire before the kernel takes over the sending.
                     Some(b) if !flushed => boundary = Some(b),
                     Some((fd, _, _)) => {
-                        l.to_kernel(fd)?;
+                        l.hand_to_kernel(fd)?;
                         return Ok(l);
                     }
                     None => {
@@ -201,7 +201,7 @@ impl TlsLink {
     /// nothing of the target's first record was taken; a failure leaves the socket unusable
     /// for userspace records (one direction may be in the kernel already), so it is an error
     /// even with `--ktls auto`.
-    fn to_kernel(&mut self, fd: RawFd) -> Result<()> {
+    fn hand_to_kernel(&mut self, fd: RawFd) -> Result<()> {
         let keys = self.session.take_kernel_keys().map_err(|e| Error::Protocol(format!("kTLS: {e}")))?;
         ktls::enable(fd, &keys).map_err(|e| Error::Unsupported(format!("kTLS: {e}")))?;
         self.kernel = Some(fd);

@@ -371,7 +371,7 @@ impl Read for Wire {
                 Err(e) => return Err(e),
             }
         }
-        self.to_kernel()?;
+        self.hand_to_kernel()?;
         self.read(buf)
     }
 }
@@ -380,7 +380,7 @@ impl Wire {
     /// The handshake is done on a socket with the TLS ULP: hands the records to the kernel.
     /// Nothing after the client's Finished was read (the reads stopped at its end), and the
     /// server's flight went out before the client could send that Finished.
-    fn to_kernel(&mut self) -> io::Result<()> {
+    fn hand_to_kernel(&mut self) -> io::Result<()> {
         let State::Tls(t) = &mut self.state else { return Ok(()) };
         t.kernel = None;
         let fd = self.stream.as_raw_fd();

@@ -94,7 +94,7 @@ mod tests {
             let mut ends = Vec::new();
             for len in lens {
                 stream.extend_from_slice(&[23, 3, 3, (len >> 8) as u8, len as u8]);
-                stream.extend(std::iter::repeat(0xa5).take(len));
+                stream.extend_from_slice(&vec![0xa5; len]);
                 ends.push(stream.len());
             }
             let mut b = RecordBoundary::new();

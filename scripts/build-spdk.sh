@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Build SPDK v24.01 (nvmf_tgt, spdk_nvme_perf, bdevperf, scripts/rpc.py) into a cache outside the
-# clone, against Debian 12's DPDK; the facts behind every step are in ../shared/peers/README.md.
+# clone, against Debian 12's DPDK, with its NVMe over RDMA transport (rdma-core's librdmacm and
+# libibverbs: docs/rdma.md); the facts behind every step are in ../shared/peers/README.md.
 #
 #   bash scripts/build-spdk.sh [SOURCE]
 #
 # SOURCE (or NVMFLAB_SPDK_SRC): an SPDK tarball, a source tree or a git checkout; default the
 # tarball in ../shared/peers/. The build lands in NVMFLAB_SPDK_CACHE (default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/nvmflab/spdk-24.01) and is reused while its stamp matches the
-# source. With NVMFLAB_SPDK_DIR set (an existing build) there is nothing to do.
+# source. With NVMFLAB_SPDK_DIR set (an existing build) there is nothing to do. make runs with
+# $(nproc) jobs, or NVMFLAB_SPDK_JOBS.
 # Without any source it says so on one line and exits 0: callers then skip SPDK with that reason.
 set -euo pipefail
 
@@ -50,12 +52,20 @@ else
 fi
 # The patches below are part of what was built: a build from before a patch was added is redone.
 PATCH_LEVEL=2
-ident="$ident patches $PATCH_LEVEL"
+# So is RDMA: a cache built without it (before RDMA was on) is built once more.
+ident="$ident patches $PATCH_LEVEL rdma"
 stamp=$dest/.nvmflab-built
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$ident" ] && [ -x "$dest/build/bin/nvmf_tgt" ]; then
   say "reusing the build in $dest"
   exit 0
 fi
+
+for header in rdma/rdma_cma.h infiniband/verbs.h; do
+  [ -f /usr/include/$header ] || {
+    say "/usr/include/$header is missing: SPDK's RDMA transport needs rdma-core's development files (librdmacm-dev, libibverbs-dev; bash scripts/install-deps.sh --for spdk installs them)" >&2
+    exit 1
+  }
+done
 
 say "building SPDK from $src into $dest (takes minutes)"
 # Only ever delete a previous build of ours (or an empty folder), never whatever the cache path names.
@@ -84,9 +94,11 @@ sed -i 's/if (minor > 4) {/if (minor > 99) {/' lib/env_dpdk/pci_dpdk.c
 # 3. The static DPDK EAL needs libnuma, which env.mk only adds when it finds DPDK's build config.
 grep -q '^DPDK_PRIVATE_LINKER_ARGS = -lnuma' lib/env_dpdk/env.mk ||
   sed -i 's/^DPDK_PRIVATE_LINKER_ARGS =$/DPDK_PRIVATE_LINKER_ARGS = -lnuma/' lib/env_dpdk/env.mk
-# spdk_nvme_identify has no --no-huge in v24.01; it must run on hosts without hugepages too.
-grep -q 'opts.no_huge = true;' app/spdk_nvme_identify/identify.c ||
-  sed -i 's/^\topts.iova_mode = g_iova_mode;$/&\n\topts.no_huge = true;/' app/spdk_nvme_identify/identify.c
+# spdk_nvme_identify has no --no-huge in v24.01; it must run on hosts without hugepages too, so it
+# runs without them unless NVMFLAB_SPDK_HUGE is set (SPDK's RDMA initiator needs hugepages:
+# docs/rdma.md).
+grep -q 'opts.no_huge = ' app/spdk_nvme_identify/identify.c ||
+  sed -i 's/^\topts.iova_mode = g_iova_mode;$/&\n\topts.no_huge = getenv("NVMFLAB_SPDK_HUGE") == NULL;/' app/spdk_nvme_identify/identify.c
 
 # 5. OpenSSL 3.0 (Debian 12) refuses EVP_PKEY_CTX_set1_hkdf_salt(ctx, NULL, 0), so every TLS PSK
 #    derivation fails ("Unable to set salt for HKDF!") and no TLS host can be added or connect.
@@ -96,13 +108,13 @@ sed -i 's/if (EVP_PKEY_CTX_set1_hkdf_salt(ctx, NULL, 0) != 1) {/if (0) { \/\* no
 say "configuring"
 ./configure --with-dpdk=/usr --without-shared --disable-tests --disable-unit-tests --without-crypto \
   --without-vhost --without-virtio --without-fuse --without-nvme-cuse --without-fio --without-xnvme \
-  --without-rdma --without-uring --without-ocf --without-idxd > configure.log 2>&1 ||
+  --with-rdma --without-uring --without-ocf --without-idxd > configure.log 2>&1 ||
   { tail -20 configure.log; say "configure failed (log: $dest/configure.log)" >&2; exit 1; }
 # 4. Debian's DPDK links IPsec_MB, so configure turns IPSEC_MB on, which would build the absent
 #    intel-ipsec-mb submodule; crypto is off, so it is not needed.
 sed -i 's/^CONFIG_IPSEC_MB?=y$/CONFIG_IPSEC_MB?=n/' mk/config.mk
 
-jobs=$(nproc)
+jobs=${NVMFLAB_SPDK_JOBS:-$(nproc)}
 say "make -j$jobs (log: $dest/make.log)"
 start=$(date +%s)
 make -j"$jobs" > make.log 2>&1 || { tail -30 make.log; say "make failed (log: $dest/make.log)" >&2; exit 1; }

@@ -37,9 +37,10 @@ INTEROP_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static nvme-cli fio 
 # rdma-core's development files: nvmf-target's `rdma` feature (NVMe over RDMA, make test-rdma)
 # compiles a C shim against rdma_cma.h and verbs.h and links librdmacm and libibverbs.
 RDMA_PACKAGES=(librdmacm-dev libibverbs-dev)
-# Building SPDK from ../shared/peers (scripts/build-spdk.sh); see ../shared/peers/README.md.
+# Building SPDK from ../shared/peers (scripts/build-spdk.sh); see ../shared/peers/README.md. It is
+# built with its RDMA transport, hence rdma-core's development files.
 SPDK_PACKAGES=(dpdk-dev libdpdk-dev pkg-config libnuma-dev libaio-dev uuid-dev libssl-dev libjson-c-dev
-               libcunit1-dev python3-pyelftools meson ninja-build libncurses-dev)
+               libcunit1-dev python3-pyelftools meson ninja-build libncurses-dev librdmacm-dev libibverbs-dev)
 
 # Each group with why it is wanted, for the lines printed before installing.
 groups=("RUN_PACKAGES|to build and run (make run)")

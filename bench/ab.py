@@ -2,7 +2,7 @@
 """Interleaved A/B of two nvmf-target binaries under one nvmf-perf: each round runs every
 workload against A then B (B then A on odd rounds), so a shared machine's drift falls on both.
 Target on one core, host on another, null namespace. Prints per-workload medians, B/A ratios of the
-medians, the ratio of the means with its 95 % interval (Fieller) and Welch's p, the mean of the
+medians, the ratio of the means with its 95 % interval (Fieller) and Welch's p, the geometric mean of the
 per-round B/A ratios with its 95 % interval (the rounds pair A and B run back to back, so a drift
 of the machine between rounds cancels out of it), and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
 rusage; a polling process spins its core, so event-mode rows are the ones that show the work).
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -128,16 +129,17 @@ def ratio_interval(runs: list[dict], key: str) -> str:
 
 
 def paired_interval(runs: list[dict], key: str) -> str:
-    """The mean of the per-round B/A IOPS ratios and its 95 % t interval, over the rounds where
-    both sides ran; '—' with fewer than two such rounds."""
+    """The geometric mean of the per-round B/A IOPS ratios and its 95 % t interval (on their
+    logarithms: one stalled round's 6x must not outweigh many 0.9x), over the rounds where both
+    sides moved data; '—' with fewer than two such rounds."""
     by_round: dict[int, dict[str, float]] = {}
     for x in runs:
         if x["work"] == key and "iops" in x:
             by_round.setdefault(x.get("round", 0), {})[x["side"]] = x["iops"]
-    ratios = [r["B"] / r["A"] for r in by_round.values() if r.get("A") and "B" in r]
-    if len(ratios) < 2:
+    logs = [math.log(r["B"] / r["A"]) for r in by_round.values() if r.get("A") and r.get("B")]
+    if len(logs) < 2:
         return f"{'—':>22}"
-    m, lo, hi = (float(v) for v in ratio_to_constant(ratios, 1.0))
+    m, lo, hi = (math.exp(float(v)) for v in ratio_to_constant(logs, 1.0))
     return f"{m:.3f} ({lo:.2f}–{hi:.2f})".rjust(22)
 
 

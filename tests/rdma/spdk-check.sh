@@ -13,8 +13,11 @@ NQN_SPDK=nqn.2024-01.io.nvmflab:rdma-spdk
 DISCOVERY_NQN=nqn.2014-08.org.nvmexpress.discovery
 SPDK_PORT=4422
 SPDK_PID=
-# The iobuf pools of the target and of bdevperf (in their JSON configs).
-SPDK_IOBUF='{"subsystem": "iobuf", "config": [{"method": "iobuf_set_options", "params": {"small_pool_count": 4096, "large_pool_count": 128}}]}'
+# The iobuf pools of the target and of bdevperf (in their JSON configs). bdevperf's verify reads
+# take a buffer of the I/O's size from the large pool, whose 132 KiB default refuses 1m; each of
+# its channels (bdev, accel) caches some, so 32 such buffers are too few.
+BDEVPERF_IOBUF='{"subsystem": "iobuf", "config": [{"method": "iobuf_set_options", "params": {"small_pool_count": 1024, "large_pool_count": 128, "large_bufsize": 1056768}}]}'
+SPDK_IOBUF='{"subsystem": "iobuf", "config": [{"method": "iobuf_set_options", "params": {"small_pool_count": 2048, "large_pool_count": 256}}]}'
 
 # bookworm's libaio.so.1 rides along in $SPDK/lib (trixie renamed it libaio.so.1t64); every
 # other library is the guest's own. SPDK's env init loads OpenSSL's config and fails without one
@@ -24,8 +27,8 @@ SPDK_IOBUF='{"subsystem": "iobuf", "config": [{"method": "iobuf_set_options", "p
 mkdir -p /var/tmp /var/run
 # Hugepages: without them (--no-huge) SPDK's RDMA finds no memory registration for its own
 # buffers ("No translation for ptr"; the target's poll group and the host's queue pairs fail), so
-# the guest reserves 2 MiB pages for SPDK's processes (1200 MiB; the target and bdevperf take 256
-# MiB each). The target runs on core 0, SPDK's hosts on core 1 (SPDK apps lock their cores).
+# the guest reserves 2 MiB pages for SPDK's processes (1200 MiB; the target and bdevperf take 384
+# each, spdk_nvme_perf 256). The target runs on core 0, SPDK's hosts on core 1 (SPDK apps lock their cores).
 if ! grep -q "^nodev /dev/hugepages hugetlbfs" /proc/mounts; then
   mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages
 fi
@@ -40,14 +43,15 @@ spdk_target_up() {
   # A 32 MiB malloc bdev (4 KiB blocks). SPDK's default buffer pools (iobuf: 8192 x 8 KiB and
   # 1024 x 132 KiB) leave it no room in 256 MiB: smaller pools, and a transport share that fits.
   # MDTS 1 MiB (max_io_size; default 128 KiB), so that nvmf-perf, which does not split an I/O,
-  # can write 1m.
+  # can write 1m; at most 16 I/O units per I/O, so 64 KiB units, from iobuf's large pool.
   cat >/tmp/spdk-tgt.json <<EOF
 {"subsystems": [
  $SPDK_IOBUF,
  {"subsystem": "bdev", "config": [
   {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 8192, "block_size": 4096}}]},
  {"subsystem": "nvmf", "config": [
-  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA", "max_io_size": 1048576, "num_shared_buffers": 2047, "buf_cache_size": 32}},
+  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA", "max_io_size": 1048576, "io_unit_size": 65536,
+    "num_shared_buffers": 255, "buf_cache_size": 16}},
   {"method": "nvmf_create_subsystem", "params": {"nqn": "$NQN_SPDK", "allow_any_host": true, "serial_number": "SPDKRDMA0001"}},
   {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN_SPDK", "namespace": {"bdev_name": "Malloc0"}}},
   {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$NQN_SPDK",
@@ -55,7 +59,7 @@ spdk_target_up() {
   {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$DISCOVERY_NQN",
     "listen_address": {"trtype": "RDMA", "adrfam": "IPv4", "traddr": "$ADDR", "trsvcid": "$SPDK_PORT"}}}]}]}
 EOF
-  "${SPDK_ENV[@]}" $SPDK/bin/nvmf_tgt -s 256 -m 0x1 --json /tmp/spdk-tgt.json -r /tmp/spdk-tgt.sock >$OUT/spdk-target.log 2>&1 &
+  "${SPDK_ENV[@]}" $SPDK/bin/nvmf_tgt -s 384 -m 0x1 --json /tmp/spdk-tgt.json -r /tmp/spdk-tgt.sock >$OUT/spdk-target.log 2>&1 &
   local pid=$! end=$((SECONDS + 60))
   # Until it listens, exits, gives up (it may then hang in its shutdown) or 60 s pass.
   while [ $SECONDS -lt $end ] && kill -0 $pid 2>/dev/null; do
@@ -109,7 +113,7 @@ spdk_host_exercise() {
   # One bdevperf run, three verify jobs side by side on disjoint ranges (in blocks, so they stay
   # disjoint whatever the namespace's block size; each range holds at least depth I/Os at 512 B).
   cat >/tmp/bdevperf-$tag.json <<EOF
-{"subsystems": [$SPDK_IOBUF, {"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller", "params": {
+{"subsystems": [$BDEVPERF_IOBUF, {"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller", "params": {
   "name": "Nvme0", "trtype": "rdma", "adrfam": "ipv4", "traddr": "$ADDR", "trsvcid": "$port", "subnqn": "$nqn"}}]}]}
 EOF
   cat >/tmp/bdevperf-$tag.jobs <<EOF
@@ -134,7 +138,7 @@ length=4096
 EOF
   log=$OUT/bdevperf-$tag.txt
   local rc=0
-  spdk 120 bdevperf -s 256 -m 0x2 --json /tmp/bdevperf-$tag.json -j /tmp/bdevperf-$tag.jobs -t 2 >$log 2>&1 || rc=$?
+  spdk 120 bdevperf -s 384 -m 0x2 --json /tmp/bdevperf-$tag.json -j /tmp/bdevperf-$tag.jobs -t 2 >$log 2>&1 || rc=$?
   for spec in 4k:4096 128k:131072 1m:1048576; do
     if [ $rc = 0 ] && bdevperf_job_ok $log ${spec##*:}; then
       pass "$tag write+verify ${spec%%:*}"

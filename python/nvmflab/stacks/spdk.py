@@ -54,8 +54,8 @@ TARGET_KNOBS: KnobMap = {
                            "setting; the kernel's `net.core.busy_poll`/`busy_read` apply)"),
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
-    "transport": Setter("`nvmf_create_transport -t TCP|RDMA` (RDMA only in a build with it: ours is "
-                        "`--without-rdma`)"),
+    "transport": Setter("`nvmf_create_transport -t TCP|RDMA` (RDMA only in a build with it: "
+                        "scripts/build-spdk.sh configures `--with-rdma`)"),
     "tls": Setter("`nvmf_subsystem_add_listener --secure-channel`, `nvmf_subsystem_add_host NQN --psk FILE` (the "
                   "run's key, mode 0600) for the host NQN"),
 }
@@ -548,8 +548,8 @@ class SpdkStack(Stack):
         if links_rdma(host, program):
             return None
         return (f"{host.name}: this SPDK build has no RDMA ({program} does not link librdmacm): "
-                "scripts/build-spdk.sh configures it --without-rdma, and building it with RDMA would make CI "
-                "rebuild SPDK")
+                "build it again with scripts/build-spdk.sh, which configures --with-rdma (it needs "
+                "librdmacm-dev and libibverbs-dev)")
 
     def versions(self, host: Host) -> dict[str, str | None]:
         root = spdk_dir(host)

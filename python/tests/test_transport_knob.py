@@ -166,11 +166,19 @@ def test_env_lists_devices_and_which_stacks_can_use_them(tmp_path, tools, monkey
     fake_tool(ours, "nvmf-target", "needs librdmacm.so.1")  # the bytes a linked binary holds
     fake_tool(ours, "nvmf-perf", "plain")
     monkeypatch.setenv("NVMFLAB_BIN_DIR", str(ours))
+    spdk = tmp_path / "spdk"  # an SPDK build whose target has no RDMA and whose perf has it
+    (spdk / "build" / "bin").mkdir(parents=True)
+    (spdk / "scripts").mkdir()
+    (spdk / "scripts" / "rpc.py").write_text("")
+    fake_tool(spdk / "build" / "bin", "nvmf_tgt", "plain")
+    fake_tool(spdk / "build" / "bin", "spdk_nvme_perf", "needs librdmacm.so.1")
+    monkeypatch.setenv("NVMFLAB_SPDK_DIR", str(spdk))
     report = rdma_report(LocalHost(), str(tmp_path / "root"))
     assert [d["name"] for d in report["devices"]] == ["mlx5_0", "rxe0"]
     assert report["stacks"]["ours"]["target"] is None
     assert "built without RDMA" in report["stacks"]["ours"]["host"]
-    assert report["stacks"]["spdk"]["target"]  # no SPDK build with RDMA here
+    assert "this SPDK build has no RDMA" in report["stacks"]["spdk"]["target"]
+    assert report["stacks"]["spdk"]["host"] is None
     fake_tool(tools, "rdma", "")
     fake_tool(tools, "ibv_devices", "No IB devices found", rc=1)
     empty = rdma_report(LocalHost(), str(tmp_path / "nothing"))

@@ -95,7 +95,7 @@ test-guest: deps-test venv
 	$(VENV)/bin/pytest -q tests/guest
 CONFORMANCE_RESULTS ?= results/conformance
 conformance: deps-test build
-	python3 tests/blktests/run.py --all --columns "nvmf-target nvmet" --results $(CONFORMANCE_RESULTS)
+	python3 tests/blktests/run.py --all --columns "nvmf-target nvmet" --timeout 7200 --results $(CONFORMANCE_RESULTS)
 
 test-conformance: deps-test build
 	bash tests/blktests/test-control.sh

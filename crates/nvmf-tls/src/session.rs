@@ -696,13 +696,7 @@ impl TlsSession {
 
     /// [`TlsSession::send`] appending the ciphertext to `out` (a buffer the caller reuses).
     pub fn send_into(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
-        match &self.phase {
-            Phase::Established => {}
-            Phase::Handshaking => return Err(TlsError::NotEstablished),
-            Phase::Closed => return Err(TlsError::Closed),
-            Phase::Kernel => return Err(handed_over()),
-            Phase::Failed(e) => return Err(e.clone()),
-        }
+        self.require_established()?;
         self.app_data_seen |= !plaintext.is_empty();
         let mut rest = plaintext;
         while !rest.is_empty() {
@@ -718,6 +712,17 @@ impl TlsSession {
             out.append(queued);
         }
         Ok(())
+    }
+
+    /// Ok while the session itself makes records (established, not handed to the kernel).
+    fn require_established(&self) -> Result<(), TlsError> {
+        match &self.phase {
+            Phase::Established => Ok(()),
+            Phase::Handshaking => Err(TlsError::NotEstablished),
+            Phase::Closed => Err(TlsError::Closed),
+            Phase::Kernel => Err(handed_over()),
+            Phase::Failed(e) => Err(e.clone()),
+        }
     }
 
     /// Sends close_notify; returns the bytes to send. The session takes no more data.
@@ -737,13 +742,7 @@ impl TlsSession {
     /// fed in one piece after the last handshake record cannot be told apart here. After this the
     /// session makes no records (`send`/`feed` fail); [`TlsSession::info`] stays.
     pub fn take_kernel_keys(&mut self) -> Result<KernelKeys, TlsError> {
-        match &self.phase {
-            Phase::Established => {}
-            Phase::Handshaking => return Err(TlsError::NotEstablished),
-            Phase::Closed => return Err(TlsError::Closed),
-            Phase::Kernel => return Err(handed_over()),
-            Phase::Failed(e) => return Err(e.clone()),
-        }
+        self.require_established()?;
         let refuse = |why: &str| Err(TlsError::Setup(format!("cannot hand the records to the kernel: {why}")));
         if self.app_data_seen || self.peer_closed {
             return refuse("application records already went through userspace");

@@ -2,7 +2,9 @@
 //! socket survives hostile clients, and `nvmf-target-ctl` reports replies by exit status.
 //! (A live connection through changes: crates/nvmf-host/tests/control.rs.)
 
-use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
+mod common;
+
+use nvmf_target::config::{PortConfig, TargetConfig};
 use nvmf_target::control::Control;
 use nvmf_target::core::Target;
 use serde_json::Value;
@@ -17,12 +19,7 @@ const HOST: &str = "nqn.2024-01.io.nvmflab:ctl-host";
 const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
 
 fn config() -> TargetConfig {
-    let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
-    let mut s = SubsystemConfig::new(SUB);
-    s.namespaces.push(NamespaceConfig { nsid: 1, backend: BackendConfig::Ram { size: 1 << 20 }, block_size: 512, nguid: None, uuid: None });
-    c.subsystems.push(s);
-    c
+    common::loopback_config(SUB)
 }
 
 fn control() -> (Control, Arc<Target>) {

@@ -11,7 +11,7 @@ use nvmf_proto::fabrics::{reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNA
 use nvmf_proto::nvme::{admin_opcode, cns, feature, io_opcode, log_page, SglDescriptor};
 use nvmf_proto::pdu::{encode_pdu, CapsuleCmd, IcReq};
 use nvmf_proto::{Cqe, Digests, Framer, PduHeader, Role, Sqe, Status};
-use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
+use nvmf_target::config::TargetConfig;
 use nvmf_target::control::Control;
 use nvmf_target::core::Target;
 use std::io::{Read, Write};
@@ -26,12 +26,7 @@ const NS_CHANGED: u64 = 0x0004_0002;
 const NS_ATTR: u32 = 1 << 8;
 
 fn config() -> TargetConfig {
-    let mut c = TargetConfig::empty();
-    c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
-    let mut s = SubsystemConfig::new(SUB);
-    s.namespaces.push(NamespaceConfig { nsid: 1, backend: BackendConfig::Ram { size: 1 << 20 }, block_size: 512, nguid: None, uuid: None });
-    c.subsystems.push(s);
-    c
+    common::loopback_config(SUB)
 }
 
 /// A target with namespace 1 and its control surface, no listener (in-process queues).

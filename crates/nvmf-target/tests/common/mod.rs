@@ -19,6 +19,17 @@ use std::time::{Duration, Instant};
 pub const SUB: &str = "nqn.2024-01.io.nvmflab:inproc";
 pub const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:inproc-host";
 
+/// A target listening on 127.0.0.1 (any port) with subsystem `nqn`: one 1 MiB RAM namespace of
+/// 512-byte blocks, any host allowed.
+pub fn loopback_config(nqn: &str) -> TargetConfig {
+    let mut c = TargetConfig::empty();
+    c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
+    let mut s = SubsystemConfig::new(nqn);
+    s.namespaces.push(NamespaceConfig { nsid: 1, backend: BackendConfig::Ram { size: 1 << 20 }, block_size: 512, nguid: None, uuid: None });
+    c.subsystems.push(s);
+    c
+}
+
 /// A target with one namespace on `backend` (512-byte blocks) and `settings` changed.
 pub fn target(backend: BackendConfig, settings: impl FnOnce(&mut TargetSettings)) -> Arc<Target> {
     let mut c = TargetConfig::empty();

@@ -101,6 +101,15 @@ test-conformance: deps-test build
 	bash tests/blktests/test-control.sh
 	python3 tests/blktests/run.py --expect tests/blktests/subset.txt --img-size 16M --per-test-timeout 120 --results .cache/blktests-ci --timeout 480
 
+# The same over NVMe/RDMA on Soft-RoCE in the guest, both columns (nvmf-target built with the rdma
+# feature as tests/rdma builds it, into target/release/rdma; nvmet-rdma the control). Not in
+# `make test`: about an hour under TCG. Needs librdmacm-dev and libibverbs-dev.
+.PHONY: conformance-rdma
+CONFORMANCE_RDMA_RESULTS ?= results/conformance-rdma
+conformance-rdma: deps-test build
+	python3 -c 'import sys; sys.path.insert(0, "tests/rdma"); import check; check.build()'
+	python3 tests/blktests/run.py --all --trtype rdma --columns "nvmf-target nvmet" --timeout 7200 --results $(CONFORMANCE_RDMA_RESULTS)
+
 # NVMe/TCP over TLS 1.3 against Linux 6.12 (tlshd, nvme-cli 2.13, keyutils) in the trixie guest,
 # both directions, right and wrong keys, plain connects refused (tests/tls, docs/tls.md). About
 # three minutes under TCG; skipped saying why when the guest's packages cannot be downloaded.

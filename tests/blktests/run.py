@@ -5,6 +5,7 @@ control column) and records every test's result. docs/conformance.md says how an
     run.py --tests "nvme/004 nvme/010"   the named tests
     run.py --all                         every test of tests/nvme in blktests
     run.py ... --expect FILE             fail (exit 1) unless every test in FILE ends as it says there
+    run.py ... --trtype rdma             both columns over NVMe/RDMA on Soft-RoCE (rdma_rxe) instead of TCP
 
 The guest (tests/blktests/build-guest.sh) is Debian trixie's 6.12 kernel with a root filesystem of
 trixie packages, cached in ~/.cache/nvmflab/blktests; blktests' source is unpacked from
@@ -12,6 +13,8 @@ trixie packages, cached in ~/.cache/nvmflab/blktests; blktests' source is unpack
 nvmf-target (target/release) and tests/blktests/nvmf-target-control beside it. Everything runs
 inside the guest: the target listens on the guest's 127.0.0.1:4420, so no traffic leaves it
 (qemu has no network device at all). Results come back as a tar stream on a second virtio disk.
+With --trtype rdma the guest makes a veth pair with rxe on it (10.77.0.1) and both columns use it;
+nvmf-target is then the build with the rdma feature (target/release/rdma, tests/rdma/check.py).
 """
 
 from __future__ import annotations
@@ -81,6 +84,25 @@ def build_guest() -> tuple[Path, Path]:
         raise SystemExit(f"blktests: {e}") from None
 
 
+def pack_transport_overlay(work: Path, trtype: str, kernel: Path, rdma_bin: Path) -> Path:
+    """A third cpio, unpacked after the others: /etc/nvmflab/transport.conf (TRTYPE) and, for rdma,
+    the RDMA build of nvmf-target in place of the TCP-only one and veth.ko.xz (the guest's module
+    tree has no drivers/net; guest-init loads it with insmod)."""
+    tree = work / "transport-overlay"
+    (tree / "etc/nvmflab").mkdir(parents=True)
+    (tree / "etc/nvmflab/transport.conf").write_text(f"TRTYPE={trtype}\n")
+    if trtype == "rdma":
+        kver = kernel.name.removeprefix("vmlinuz-")
+        veth = trixie.CACHE / f"kernel-{kver}/usr/lib/modules/{kver}/kernel/drivers/net/veth.ko.xz"
+        if not veth.is_file():
+            raise SystemExit(f"blktests: {veth} missing (the guest's kernel package unpacked by build-guest.sh)")
+        (tree / "root").mkdir()
+        shutil.copy2(veth, tree / "root/veth.ko.xz")
+        (tree / "usr/local/bin").mkdir(parents=True)
+        shutil.copy2(rdma_bin, tree / "usr/local/bin/nvmf-target")
+    return trixie.pack_cpio(tree, work / "transport-overlay.cpio")
+
+
 def pack_overlay(work: Path, src: Path, target_bin: Path, tests: list[str], columns: list[str],
                  per_test_timeout: int, img_size: str) -> Path:
     tree = work / "overlay"
@@ -146,6 +168,10 @@ def main() -> int:
     ap.add_argument("--img-size", default="64M", help="NVME_IMG_SIZE (the namespace size; nvme/012 wants 350M)")
     ap.add_argument("--memory-mb", type=int, default=3072)
     ap.add_argument("--target-bin", default=str(ROOT / "target/release/nvmf-target"))
+    ap.add_argument("--trtype", choices=("tcp", "rdma"), default="tcp",
+                    help="NVMET_TRTYPES of both columns; rdma: Soft-RoCE in the guest and --rdma-bin as nvmf-target")
+    ap.add_argument("--rdma-bin", default=str(ROOT / "target/release/rdma/nvmf-target"),
+                    help="nvmf-target built with the rdma feature (tests/rdma/check.py builds it there)")
     a = ap.parse_args()
 
     columns = a.columns.split()
@@ -158,6 +184,9 @@ def main() -> int:
     target_bin = Path(a.target_bin)
     if not target_bin.is_file() or not (target_bin.parent / "nvmf-target-ctl").is_file():
         raise SystemExit(f"blktests: {target_bin} or nvmf-target-ctl beside it missing (make build)")
+    rdma_bin = Path(a.rdma_bin)
+    if a.trtype == "rdma" and not rdma_bin.is_file():
+        raise SystemExit(f"blktests: {rdma_bin} missing (make conformance-rdma builds it)")
     expect: dict[str, str] = {}
     if a.expect:
         for line in Path(a.expect).read_text().splitlines():
@@ -178,11 +207,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="blktests-", dir=CACHE) as tmp:
         work = Path(tmp)
         overlay = pack_overlay(work, src, target_bin, tests, columns, a.per_test_timeout, a.img_size)
-        initrd = trixie.concat([base, overlay], work / "initrd.cpio")
+        transport = pack_transport_overlay(work, a.trtype, kernel, rdma_bin)
+        initrd = trixie.concat([base, overlay, transport], work / "initrd.cpio")
         disk = work / "results.img"
         with open(disk, "wb") as f:
             f.truncate(256 << 20)
-        log(f"booting {kernel.name}: {len(tests)} test(s), columns {' '.join(columns)}, limit {a.timeout} s")
+        log(f"booting {kernel.name}: {len(tests)} test(s), columns {' '.join(columns)}, {a.trtype}, limit {a.timeout} s")
         finished, why = trixie.boot(work, kernel, initrd, disk, a.timeout, a.memory_mb, log)
         shutil.copy2(work / "console.log", results_dir / "console.log")
         raw = results_dir / "guest"
@@ -203,7 +233,7 @@ def main() -> int:
                 table[col][t] = {"test": t, "cond": "", "status": "fail", "description": "",
                                  "detail": [f"no result ({why})"]}
     doc = {"blktests": "a608cb56341e0f4cacf473f5e0ac6052f1f12de9", "kernel": kernel.name.removeprefix("vmlinuz-"),
-           "img_size": a.img_size, "elapsed_s": round(elapsed), "finished": finished, "columns": table}
+           "img_size": a.img_size, "trtype": a.trtype, "elapsed_s": round(elapsed), "finished": finished, "columns": table}
     (results_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     keys = sorted({k for col in columns for k in table[col]})
     lines = ["| test | " + " | ".join(columns) + " | detail (" + columns[0] + ") |", "|---|" + "---|" * len(columns) + "---|"]

@@ -34,6 +34,21 @@ trap cleanup EXIT
 [[ $($C config --show-blkdev-type) == file ]] || fail "blkdev type"
 if $C config --show-nonsense 2>/dev/null; then fail "an unknown question was answered"; fi
 
+# NVMe/RDMA (make conformance-rdma): the trtype and address blktests asks for, and an RDMA port in
+# the config setup writes. No RDMA device here, so the start must fail and say RDMA: a TCP-only
+# nvmf-target refuses the port (built without RDMA), an RDMA one cannot listen on the address.
+rdma=(env NVMFLAB_TRTYPE=rdma NVMFLAB_TRADDR=10.77.0.1 NVMFLAB_CONTROL_DIR=$NVMFLAB_CONTROL_DIR/rdma
+      NVMFLAB_CONFIGFS_SHIM= NVMFLAB_START_TIMEOUT_S=10)
+[[ $("${rdma[@]}" $C config --show-trtype) == rdma ]] || fail "rdma: trtype"
+[[ $("${rdma[@]}" $C config --show-traddr) == 10.77.0.1 ]] || fail "rdma: traddr"
+if NVMFLAB_TRTYPE=fc $C config --show-trtype >/dev/null 2>&1; then fail "a trtype other than tcp or rdma was accepted"; fi
+if err=$("${rdma[@]}" $C setup --subsysnqn blktests-subsystem-1 --hostnqn "$H" 2>&1); then
+    fail "rdma: setup succeeded with no RDMA device"
+fi
+grep -q '^trtype = "rdma"' "$NVMFLAB_CONTROL_DIR/rdma/target.toml" || fail "rdma: no RDMA port in target.toml"
+[[ $err == *"exited at start"*RDMA* ]] || fail "rdma: setup's error does not name RDMA: $err"
+[[ ! -e $NVMFLAB_CONTROL_DIR/rdma/target.pid ]] || fail "rdma: a failed start left a pid"
+
 key=$(python3 -c 'import base64,os,zlib; k=os.urandom(32); print("DHHC-1:00:" + base64.b64encode(k + zlib.crc32(k).to_bytes(4, "little")).decode() + ":")')
 $C setup --subsysnqn blktests-subsystem-1 --subsys-uuid 91fdba0d-f87b-4c25-b80f-db7be1418b9e \
     --hostnqn "$H" --hostkey "$key" --ctrkey "$key" || fail "setup"

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """NVMe over RDMA in the trixie guest (Soft-RoCE, rdma_rxe): the kernel host against nvmet-rdma
 (the control) and against our target, each with discover, connect, identify and fio
-write+verify at 4k, 128k and 1m; our host (nvmf-perf -t rdma) against both, with discover,
-identify and run --verify at the same sizes (tests/rdma/guest-check.sh does the work inside the
-guest). With "spdk" among the checks, SPDK's target and hosts over RDMA too (spdk-check.sh).
+write+verify at 4k, 128k and 1m (and, on our target, a namespace added and removed through
+nvmf-target-ctl while connected, which the host must see); our host (nvmf-perf -t rdma) against
+both, with discover, identify and run --verify at the same sizes (tests/rdma/guest-check.sh
+does the work inside the guest). With "spdk" among the checks, SPDK's target and hosts over
+RDMA too (spdk-check.sh).
 
     python3 tests/rdma/check.py [--bin DIR] [--checks "control ours perf spdk"] [--keep DIR]
 
@@ -35,24 +37,26 @@ SKIP = 77
 # The RDMA builds of our binaries, copied out of cargo's output (see build()).
 RDMA_BIN = ROOT / "target/release/rdma"
 FEATURES = "nvmf-target/rdma,nvmf-host/rdma"
+# nvmf-target-ctl adds and removes a namespace while the kernel host is connected (guest-check.sh).
+BINARIES = ("nvmf-target", "nvmf-perf", "nvmf-target-ctl")
 
 
 def build() -> Path:
-    """nvmf-target and nvmf-perf with RDMA, in RDMA_BIN; the directory holding both.
+    """nvmf-target and nvmf-perf with RDMA, and nvmf-target-ctl, in RDMA_BIN; the directory holding them.
 
     They are built in the workspace's own target dir, so every dependency `make build` compiled is
     reused: only nvmf-rdma (its C shim), nvmf-host and nvmf-target compile again, under their own
     feature hash beside the TCP-only ones. Cargo then links the RDMA binaries at
-    target/release/nvmf-target and nvmf-perf; they are copied aside (without debug info: the guest's
-    initrd would otherwise pack ~30 MB per binary) and the TCP-only build is put back, which cargo
-    does by linking its fresh outputs again."""
+    target/release/nvmf-target, nvmf-perf and nvmf-target-ctl; they are copied aside (without debug
+    info: the guest's initrd would otherwise pack ~30 MB per binary) and the TCP-only build is put
+    back, which cargo does by linking its fresh outputs again."""
     release = ROOT / "target/release"
     cargo = ["cargo", "build", "--release"]
-    subprocess.run(cargo + ["-p", "nvmf-target", "-p", "nvmf-host", "--bin", "nvmf-target", "--bin", "nvmf-perf",
-                            "--features", FEATURES], cwd=ROOT, check=True, timeout=1800)
+    subprocess.run(cargo + ["-p", "nvmf-target", "-p", "nvmf-host"] + [a for b in BINARIES for a in ("--bin", b)]
+                   + ["--features", FEATURES], cwd=ROOT, check=True, timeout=1800)
     try:
         RDMA_BIN.mkdir(parents=True, exist_ok=True)
-        for name in ("nvmf-target", "nvmf-perf"):
+        for name in BINARIES:
             copy_without_debug_info(release / name, RDMA_BIN / name)
     finally:
         subprocess.run(cargo + ["--workspace", "--bins"], cwd=ROOT, check=True, timeout=1800)
@@ -126,7 +130,7 @@ def run(bindir: Path, checks: str, keep: Path | None, timeout_s: float) -> tuple
     """Boots the guest once for `checks`; with "spdk" among them, SPDK's build must have RDMA
     (spdk_files raises SpdkUnavailable otherwise)."""
     script = f"export RDMA_CHECKS='{checks}'\n" + (HERE / "guest-check.sh").read_text()
-    files: dict[str, Path] = {f"/usr/local/bin/{b}": bindir / b for b in ("nvmf-target", "nvmf-perf")}
+    files: dict[str, Path] = {f"/usr/local/bin/{b}": bindir / b for b in BINARIES}
     if "spdk" in checks.split():
         files.update(spdk_files())
     files.update(veth_module())
@@ -139,7 +143,7 @@ def run(bindir: Path, checks: str, keep: Path | None, timeout_s: float) -> tuple
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", type=Path, help="a directory with nvmf-target and nvmf-perf built with the rdma feature (default: build them)")
+    ap.add_argument("--bin", type=Path, help="a directory with nvmf-target and nvmf-perf built with the rdma feature, and nvmf-target-ctl (default: build them)")
     ap.add_argument("--checks", default="control ours perf", help='which checks: any of "control" (kernel host -> nvmet), "ours" (kernel host -> our target), "perf" (nvmf-perf -> each target that runs), "spdk" (the target and hosts of SPDK, built with RDMA)')
     ap.add_argument("--keep", type=Path, help="directory for the console log and the guest's $OUT")
     ap.add_argument("--timeout", type=float, default=420, help="seconds before the guest is stopped")

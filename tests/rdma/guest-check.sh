@@ -11,6 +11,7 @@ set -u
 ADDR=10.77.0.1
 NQN_KERNEL=nqn.2024-01.io.nvmflab:rdma-nvmet
 NQN_OURS=nqn.2024-01.io.nvmflab:rdma-ours
+CTL_SOCK=/tmp/nvmf-target.sock
 RESULTS=$OUT/results.txt
 FAILS=0
 : >"$RESULTS"
@@ -32,18 +33,80 @@ setup_rxe() {
   pass setup
 }
 
-# The namespace block device of subsystem $1: under native multipath its head nvmeXn1 sits in
-# the subsystem's sysfs directory; without it, nvmeYn1 sits in the controller's.
-find_ns() {
-  local nqn=$1 d b
-  for i in $(seq 50); do
-    for d in /sys/class/nvme-subsystem/nvme-subsys* /sys/class/nvme/nvme*; do
-      [ "$(cat $d/subsysnqn 2>/dev/null)" = "$nqn" ] || continue
-      for b in $d/nvme*n1; do [ -e "$b" ] && { echo /dev/$(basename $b); return 0; }; done
-    done
-    sleep 0.2
+# Hundredths of a second since boot, in UPTIME_CS. Here and in ns_dev only builtins: under TCG
+# every fork costs a tenth of a second or more, and a wait loop of forks took 29 s for 25 tries.
+uptime_cs() {
+  local u rest
+  read -r u rest </proc/uptime
+  UPTIME_CS=$((10#${u/./}))
+}
+
+# Hundredths $1 as seconds with two decimals.
+secs() { printf "%d.%02d" $(($1 / 100)) $(($1 % 100)); }
+
+# The block device of namespace $2 (default 1) of subsystem $1, if there is one now, in NS_DEV:
+# under native multipath its head nvmeXnN sits in the subsystem's sysfs directory; without it,
+# nvmeYnN sits in the controller's.
+ns_dev() {
+  local nqn=$1 nsid=${2:-1} d b n
+  NS_DEV=
+  for d in /sys/class/nvme-subsystem/nvme-subsys* /sys/class/nvme/nvme*; do
+    { read -r n <$d/subsysnqn; } 2>/dev/null || continue
+    [ "$n" = "$nqn" ] || continue
+    for b in $d/nvme*n$nsid; do [ -e "$b" ] && { NS_DEV=/dev/${b##*/}; return 0; }; done
   done
   return 1
+}
+
+# Waits at most $3 seconds for namespace $2 of subsystem $1 to have a block device (printed), or
+# with $4 = gone, to have none.
+wait_ns() {
+  local nqn=$1 nsid=$2 end want=${4:-there}
+  uptime_cs; end=$((UPTIME_CS + $3 * 100))
+  while :; do
+    if ns_dev $nqn $nsid; then
+      [ $want = there ] && { echo $NS_DEV; return 0; }
+    else
+      [ $want = gone ] && return 0
+    fi
+    uptime_cs; [ $UPTIME_CS -lt $end ] || return 1
+    sleep 0.1
+  done
+}
+
+# The block device of namespace 1 of subsystem $1, waiting up to 10 s for it.
+find_ns() { wait_ns $1 1 10; }
+
+# A namespace added to the connected subsystem $2 through our target's control surface, then
+# removed: the target completes the kernel host's Asynchronous Event Request (Namespace
+# Attribute Changed), the host reads log page 04h and rescans ("rescanning namespaces"), and
+# its block device for NSID 2 appears, then goes. Each within 5 s; how long it took goes to
+# ns-events-$1.txt.
+ns_events() {
+  local tag=$1 nqn=$2 t0 dev
+  local ctl=(nvmf-target-ctl --socket $CTL_SOCK --timeout 10)
+  uptime_cs; t0=$UPTIME_CS
+  if ! timeout 20 "${ctl[@]}" "{\"op\":\"add_namespace\",\"subsystem\":\"$nqn\",\"nsid\":2,\"backend\":\"ram\",\"size\":16777216}" \
+       >$OUT/ctl-$tag.txt 2>&1; then
+    fail "$tag namespace added" "nvmf-target-ctl add_namespace (ctl-$tag.txt)"
+    return
+  fi
+  if ! dev=$(wait_ns $nqn 2 5); then
+    fail "$tag namespace added" "no block device for NSID 2 within 5 s of add_namespace"
+    fail "$tag namespace removed" "not checked: NSID 2 never appeared"
+    return
+  fi
+  uptime_cs; echo "added $dev after $(secs $((UPTIME_CS - t0))) s" >>$OUT/ns-events-$tag.txt
+  pass "$tag namespace added"
+  uptime_cs; t0=$UPTIME_CS
+  if ! timeout 20 "${ctl[@]}" "{\"op\":\"remove_namespace\",\"subsystem\":\"$nqn\",\"nsid\":2}" >>$OUT/ctl-$tag.txt 2>&1; then
+    fail "$tag namespace removed" "nvmf-target-ctl remove_namespace (ctl-$tag.txt)"
+  elif wait_ns $nqn 2 5 gone; then
+    uptime_cs; echo "removed $dev after $(secs $((UPTIME_CS - t0))) s" >>$OUT/ns-events-$tag.txt
+    pass "$tag namespace removed"
+  else
+    fail "$tag namespace removed" "$dev still there 5 s after remove_namespace"
+  fi
 }
 
 verify_io() {
@@ -62,9 +125,10 @@ verify_io() {
   [ $rc = 0 ] || fail "$tag fio" "fio exit $rc (fio-$tag.txt)"
 }
 
-# discover, connect, identify, I/O, disconnect against $ADDR:$2 subsystem $3.
+# discover, connect, identify, I/O, disconnect against $ADDR:$2 subsystem $3; $4, if given, is
+# run with the tag and NQN while connected, after the I/O.
 exercise() {
-  local tag=$1 port=$2 nqn=$3 dev
+  local tag=$1 port=$2 nqn=$3 more=${4:-} dev
   if timeout 60 nvme discover -t rdma -a $ADDR -s $port >$OUT/discover-$tag.txt 2>&1 && grep -q "subnqn: *$nqn" $OUT/discover-$tag.txt \
      && grep -q "trtype: *rdma" $OUT/discover-$tag.txt; then
     pass "$tag discover"
@@ -90,6 +154,7 @@ exercise() {
     fail "$tag identify" "id-ctrl (id-ctrl-$tag.txt)"
   fi
   verify_io $tag $dev
+  [ -z "$more" ] || $more $tag $nqn
   if timeout 60 nvme disconnect -n $nqn >$OUT/disconnect-$tag.txt 2>&1; then pass "$tag disconnect"; else fail "$tag disconnect" "exit $?"; fi
 }
 
@@ -143,7 +208,7 @@ nvmet_down() {
 
 ours() {
   say "starting our target"
-  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:64MiB >$OUT/target.log 2>&1 &
+  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:64MiB --control $CTL_SOCK >$OUT/target.log 2>&1 &
   local pid=$!
   for i in $(seq 100); do grep -q "^ready" $OUT/target.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if ! grep -q "^ready.* rdma=$ADDR:4421" $OUT/target.log; then
@@ -153,7 +218,7 @@ ours() {
   fi
   pass "ours start"
   OURS_PID=$pid
-  exercise ours 4421 $NQN_OURS
+  exercise ours 4421 $NQN_OURS ns_events
   case "$CHECKS" in *perf*) perf_exercise perf-ours 4421 $NQN_OURS ;; esac
 }
 

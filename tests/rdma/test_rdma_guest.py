@@ -1,6 +1,7 @@
 """NVMe over RDMA on Soft-RoCE in the trixie guest (check.py, guest-check.sh): the kernel host
-against nvmet-rdma as the control, then against our target built with the `rdma` feature, and our
-host (nvmf-perf -t rdma) against both. One guest boot serves every test here.
+against nvmet-rdma as the control, then against our target built with the `rdma` feature (with a
+namespace added and removed while connected: asynchronous events over RDMA), and our host
+(nvmf-perf -t rdma) against both. One guest boot serves every test here.
 
 With NVMFLAB_RDMA_SPDK=1 (`make test-rdma`) the same boot also runs SPDK over RDMA
 (spdk-check.sh): SPDK's target with the kernel host and nvmf-perf, and SPDK's hosts against all
@@ -61,7 +62,7 @@ def passed(results: dict[str, str], step: str) -> bool:
 
 def test_every_step_passed(guest):
     _, results, no_spdk = guest
-    assert len(results) >= (27 if no_spdk else 27 + SPDK_STEPS), sorted(results)
+    assert len(results) >= (29 if no_spdk else 29 + SPDK_STEPS), sorted(results)
     bad = [line for line in results.values() if not line.startswith("PASS")]
     assert not bad, bad
 
@@ -80,9 +81,23 @@ def test_kernel_host_against_nvmet_rdma_control(guest):
 
 def test_kernel_host_against_our_target(guest):
     run, results, _ = guest
-    bad = [results.get(s, f"MISSING {s}") for s in ["ours start"] + steps("ours") + ["ours stop"] if not passed(results, s)]
+    ours = ["ours start"] + steps("ours") + ["ours namespace added", "ours namespace removed", "ours stop"]
+    bad = [results.get(s, f"MISSING {s}") for s in ours if not passed(results, s)]
     assert not bad, bad
     assert any(k.startswith("ours connect") and v.startswith("PASS") for k, v in results.items())
+
+
+def test_kernel_host_sees_namespace_changes_over_rdma(guest):
+    """Namespace Attribute Changed over RDMA: the AER our target completed made the kernel host
+    read log page 04h and rescan, so the namespace added through nvmf-target-ctl got a block
+    device and the removed one lost it."""
+    run, results, _ = guest
+    bad = [results.get(s, f"MISSING {s}") for s in ("ours namespace added", "ours namespace removed") if not passed(results, s)]
+    assert not bad, bad
+    assert "rescanning namespaces" in (run.out / "dmesg.txt").read_text()
+    events = (run.out / "ns-events-ours.txt").read_text()
+    assert re.search(r"^added /dev/nvme\d+n2 after [\d.]+ s$", events, re.M), events
+    assert re.search(r"^removed /dev/nvme\d+n2 after [\d.]+ s$", events, re.M), events
 
 
 def test_our_target_served_admin_and_io_queues_over_rdma(guest):

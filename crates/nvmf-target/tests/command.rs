@@ -6,13 +6,14 @@ mod common;
 
 use common::{target, HOST, SUB};
 use nvmf_proto::fabrics::{fctype, reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNAMIC};
-use nvmf_proto::nvme::{admin_opcode, io_opcode, SglDescriptor, SGL_TRANSPORT_DATA_BLOCK};
+use nvmf_proto::nvme::{admin_opcode, feature, io_opcode, log_page, SglDescriptor, SGL_TRANSPORT_DATA_BLOCK};
 use nvmf_proto::{Sqe, Status};
 use nvmf_target::backend::{AlignedBuf, IoOp};
 use nvmf_target::command::{Action, BackendRequest, Commands, Work};
 use nvmf_target::config::BackendConfig;
-use nvmf_target::core::Target;
+use nvmf_target::core::{Target, AEN_NS_ATTR, AEN_NS_CHANGED_DW0};
 use nvmf_target::io::IoPlan;
+use nvmf_target::transport::rdma::TRANSFER_SGL;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +26,12 @@ fn respond(a: Action) -> (Status, u64) {
 
 /// A queue connected (in-capsule Connect data) to controller `cntlid`.
 fn connect(t: &Arc<Target>, qid: u16, cntlid: u16, now: Instant) -> (Commands, u16) {
-    let mut c = Commands::new(t.clone(), None, SGL_TRANSPORT_DATA_BLOCK, now);
+    connect_with(t, qid, cntlid, SGL_TRANSPORT_DATA_BLOCK, now)
+}
+
+/// The same, for a transport that moves data of SGL type `transfer_sgl` itself.
+fn connect_with(t: &Arc<Target>, qid: u16, cntlid: u16, transfer_sgl: u8, now: Instant) -> (Commands, u16) {
+    let mut c = Commands::new(t.clone(), None, transfer_sgl, now);
     let mut sqe = ConnectCmd { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 0 }.to_sqe(1);
     sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
     let data = ConnectData { hostid: [5; 16], cntlid, subnqn: SUB.into(), hostnqn: HOST.into() }.encode();
@@ -80,4 +86,50 @@ fn commands_route_and_io_leaves_as_backend_requests_without_a_transport() {
     assert_eq!(disconnect.fctype(), fctype::DISCONNECT);
     assert_eq!(respond(io.command(&disconnect, &[], true, now)).0, Status::SUCCESS);
     assert!(io.take_ending(), "the transport closes once the response is out");
+}
+
+/// The asynchronous event path both transports share: an AER is held, and each tick the
+/// transport asks `next_event` which held AER (CID) completes with which DW0 (NVMe/TCP answers
+/// by CID, the RDMA queue finds the receive slot holding that CID). Built as the RDMA queue
+/// builds its command layer: data moves as its keyed SGLs, normalized to TRANSFER_SGL.
+#[test]
+fn held_aers_complete_through_next_event_with_masking_until_log_04h_is_read() {
+    let t = target(BackendConfig::Ram { size: 1 << 20 }, |_| {});
+    let now = Instant::now();
+    let (mut admin, _) = connect_with(&t, 0, CNTLID_DYNAMIC, TRANSFER_SGL, now);
+    let enable = PropertySet { size8: false, offset: reg::CC, value: 0x46_0001 }.to_sqe(1);
+    assert_eq!(respond(admin.command(&enable, &[], true, now)).0, Status::SUCCESS);
+    let mut aec = Sqe::new(admin_opcode::SET_FEATURES, 2);
+    aec.set_cdw(10, feature::ASYNC_EVENT_CONFIG as u32);
+    aec.set_cdw(11, AEN_NS_ATTR);
+    assert_eq!(respond(admin.command(&aec, &[], true, now)).0, Status::SUCCESS);
+    for cid in [10, 11] {
+        let aer = Sqe::new(admin_opcode::ASYNC_EVENT_REQUEST, cid);
+        assert!(matches!(admin.command(&aer, &[], true, now), Action::Hold), "AER {cid} is held");
+    }
+    assert_eq!(admin.next_event(), None, "no event yet");
+
+    t.namespace_changed(SUB, 2);
+    assert_eq!(admin.next_event(), Some((10, AEN_NS_CHANGED_DW0 as u64)), "the oldest AER completes");
+    assert_eq!(admin.next_event(), None, "one event, one completion");
+    t.namespace_changed(SUB, 3);
+    assert_eq!(admin.next_event(), None, "masked until log page 04h is read");
+
+    let log = |cid: u16, rae: bool| {
+        let mut s = Sqe::new(admin_opcode::GET_LOG_PAGE, cid);
+        s.set_cdw(10, (1023 << 16) | (rae as u32) << 15 | log_page::CHANGED_NS_LIST as u32);
+        s.set_sgl(SglDescriptor { addr: 0, length: 4096, sgl_type: TRANSFER_SGL });
+        s
+    };
+    let nsids = |a: Action| match a {
+        Action::Send(page) => page.chunks_exact(4).map(|d| u32::from_le_bytes(d.try_into().unwrap())).take_while(|n| *n != 0).collect::<Vec<_>>(),
+        other => panic!("expected the log page, got {other:?}"),
+    };
+    assert_eq!(nsids(admin.command(&log(12, true), &[], true, now)), [2, 3]);
+    t.namespace_changed(SUB, 4);
+    assert_eq!(admin.next_event(), None, "read with RAE: still masked");
+    assert_eq!(nsids(admin.command(&log(13, false), &[], true, now)), [4]);
+    t.namespace_changed(SUB, 5);
+    assert_eq!(admin.next_event(), Some((11, AEN_NS_CHANGED_DW0 as u64)), "unmasked: the second AER completes");
+    assert_eq!(admin.next_event(), None, "no AER left to complete");
 }

@@ -52,8 +52,10 @@ struct DataBuf {
 enum SlotState {
     /// The receive buffer is posted.
     Posted,
-    /// A command is being served (its data read, its backend requests run, or held: AER).
+    /// A command is being served (its data read, its backend requests run).
     Busy,
+    /// An Asynchronous Event Request, held until an event completes it (see `tick`).
+    Held,
     /// The response SEND is posted; the buffer is reposted when it completes.
     Responding,
 }
@@ -228,7 +230,7 @@ impl Queue {
         match action {
             Action::Respond(status, result) => self.respond(slot, status, result),
             Action::Send(data) => self.send_data(slot, &data),
-            Action::Hold => {}
+            Action::Hold => self.slots[slot].state = SlotState::Held,
             Action::Buffer { work, len, in_capsule } => self.buffer(slot, work, len, in_capsule),
         }
         if self.cmd.take_ending() {
@@ -429,10 +431,24 @@ impl Queue {
         }
     }
 
-    /// Time passes: keep-alive, Connect and authentication timeouts.
+    /// Time passes: keep-alive, Connect and authentication timeouts; asynchronous events.
     pub fn tick(&mut self, now: Instant) {
         if !self.closing && self.cmd.expired(now) {
             self.shut("timed out (keep-alive, Connect or authentication)");
+        }
+        if !self.closing {
+            self.complete_events();
+        }
+    }
+
+    /// Asynchronous events (a namespace changed) complete the AERs this queue holds, as on
+    /// TCP: the command layer says which AER (by CID) and what DW0; here only its slot is found.
+    fn complete_events(&mut self) {
+        while let Some((cid, dw0)) = self.cmd.next_event() {
+            match self.slots.iter().position(|s| s.state == SlotState::Held && s.cid == cid) {
+                Some(slot) => self.respond(slot, Status::SUCCESS, dw0),
+                None => tracing::warn!(cid, "an asynchronous event for an AER this queue does not hold"),
+            }
         }
     }
 

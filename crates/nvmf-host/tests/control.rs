@@ -15,10 +15,11 @@ const ADDED: &str = "nqn.2024-01.io.nvmflab:control-b";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:7c1e5a10-control-host";
 const T: Duration = Duration::from_secs(5);
 
-fn socket_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nvmflab-control-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("control.sock")
+/// A control socket path in a fresh temporary directory, removed when the guard drops.
+fn socket_path() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix("nvmflab-control-").tempdir().unwrap();
+    let sock = dir.path().join("control.sock");
+    (dir, sock)
 }
 
 /// Only HOST may connect to NQN; no host authenticates; control on `sock`.
@@ -84,7 +85,7 @@ fn active_nsids(ctrl: &Controller) -> Vec<u32> {
 
 #[test]
 fn a_live_connection_survives_every_kind_of_change() {
-    let sock = socket_path("live");
+    let (_dir, sock) = socket_path();
     let target = start_target(&sock);
     let live = Controller::connect(&options(&target, None), NQN).expect("connect before any change");
     live.set_number_of_queues(1).unwrap();
@@ -152,7 +153,7 @@ fn a_live_connection_survives_every_kind_of_change() {
 
 #[test]
 fn key_hash_and_group_changes_apply_to_the_next_authentication() {
-    let sock = socket_path("keys");
+    let (_dir, sock) = socket_path();
     let target = start_target(&sock);
     // blktests' nvme/042-045 order: a key, then each hash and group, connecting after each.
     for (i, (hash, group)) in [("hmac(sha256)", "null"), ("hmac(sha384)", "ffdhe2048"), ("hmac(sha512)", "ffdhe3072")]

@@ -100,13 +100,13 @@ fn namespaces_and_subsystems_change_the_running_target() {
     assert!(t.subsystem("nqn.2024-01.io.nvmflab:ctl2").is_none());
 }
 
-fn start_with_socket(name: &str) -> (nvmf_target::RunningTarget, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("nvmflab-ctl-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("c.sock");
+/// A target with its control socket in a fresh temporary directory (removed when the guard drops).
+fn start_with_socket() -> (nvmf_target::RunningTarget, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::Builder::new().prefix("nvmflab-ctl-").tempdir().unwrap();
+    let sock = dir.path().join("c.sock");
     let mut c = config();
     c.target.control = Some(sock.clone());
-    (nvmf_target::start(c).expect("start"), sock)
+    (nvmf_target::start(c).expect("start"), sock, dir)
 }
 
 fn reply(r: &mut BufReader<UnixStream>) -> Value {
@@ -117,7 +117,7 @@ fn reply(r: &mut BufReader<UnixStream>) -> Value {
 
 #[test]
 fn the_socket_survives_hostile_clients() {
-    let (t, sock) = start_with_socket("hostile");
+    let (t, sock, _dir) = start_with_socket();
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
     // Several requests on one connection, a non-UTF-8 one among them.
@@ -148,8 +148,8 @@ fn the_socket_survives_hostile_clients() {
 
 #[test]
 fn a_stale_socket_is_replaced_and_another_file_refused() {
-    let dir = std::env::temp_dir().join(format!("nvmflab-ctl-{}-stale", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("nvmflab-ctl-").tempdir().unwrap();
+    let dir = tmp.path();
     let sock = dir.join("c.sock");
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap()); // leaves the file behind
     let mut c = config();
@@ -170,7 +170,7 @@ fn ctl(sock: &Path, args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn the_ctl_client_exits_by_reply() {
-    let (t, sock) = start_with_socket("ctl");
+    let (t, sock, _dir) = start_with_socket();
     let (rc, out, _) = ctl(&sock, &[r#"{"op":"show"}"#, &format!(r#"{{"op":"disable_namespace","subsystem":"{SUB}","nsid":1}}"#)]);
     assert_eq!((rc, out.lines().count()), (0, 2), "{out}");
     let (rc, out, _) = ctl(&sock, &[r#"{"op":"remove_subsystem","nqn":"nqn.x"}"#]);

@@ -115,8 +115,12 @@ def pack_overlay(work: Path, src: Path, target_bin: Path, tests: list[str], colu
     shutil.copy2(target_bin.parent / "nvmf-target-ctl", tree / "usr/local/bin/nvmf-target-ctl")
     shutil.copy2(HERE / "configfs-shim", tree / "usr/local/bin/configfs-shim")
     shutil.copy2(HERE / "guest-init", tree / "init")
+    # configfs's mkdir/rmdir semantics on the shim's tmpfs, ahead of coreutils on PATH.
+    for name in ["mkdir", "rmdir"]:
+        shutil.copy2(HERE / "configfs-dirops", tree / "usr/local/bin" / name)
     shutil.copy2(trixie.BOOT_COMMON, tree / "etc/nvmflab/boot-common.sh")
-    for f in ["usr/local/bin/nvmf-target-control", "usr/local/bin/configfs-shim", "init"]:
+    for f in ["usr/local/bin/nvmf-target-control", "usr/local/bin/configfs-shim", "init",
+              "usr/local/bin/mkdir", "usr/local/bin/rmdir"]:
         (tree / f).chmod(0o755)
     (tree / "etc/nvmflab/run.conf").write_text(
         f'TESTS="{" ".join(tests)}"\nCOLUMNS="{" ".join(columns)}"\n'

@@ -128,4 +128,32 @@ $C cleanup --subsysnqn blktests-subsystem-1 || fail "cleanup"
 [[ ! -e $NVMFLAB_CONFIGFS_SHIM/ports/0 ]] || fail "cleanup left the port stand-in"
 [[ ! -e $NVMFLAB_CONTROL_DIR/target.pid ]] || fail "target still recorded after the last cleanup"
 if "${id[@]}" --dhchap-secret "$key" >/dev/null 2>&1; then fail "still served after cleanup"; fi
-echo "test-control: ok (config answers, setup with --ctrkey, keys and allowed host enforced, refused key, configfs shim: keys, enable, attr_qid_max, namespaces made and remapped; blkdev none, cleanup)"
+# configfs-dirops (mkdir/rmdir in the guest): blktests' own port made and removed as nvme/031 and
+# 038 do, a subsystem made by mkdir -p and removed (038), a linked port refused, plain elsewhere.
+dirops=$NVMFLAB_CONTROL_DIR/dirops-bin
+mkdir -p "$dirops"
+ln -sf "$PWD/tests/blktests/configfs-dirops" "$dirops/mkdir"
+ln -sf "$PWD/tests/blktests/configfs-dirops" "$dirops/rmdir"
+(
+    export PATH=$dirops:$PATH
+    cfs=$NVMFLAB_CONFIGFS_SHIM
+    mkdir "$cfs/ports/5" && printf tcp >"$cfs/ports/5/addr_trtype" && printf 4425 >"$cfs/ports/5/addr_trsvcid"
+    [[ -d $cfs/ports/5/ana_groups/1 && -d $cfs/ports/5/subsystems && -d $cfs/ports/5/referrals ]] ||
+        fail "dirops: mkdir of a port made no default groups"
+    for a in "$cfs/ports/5/ana_groups/"*; do [[ ${a##*/} == 1 ]] && continue; rmdir "$a"; done
+    mkdir "$cfs/ports/5/ana_groups/2"
+    rmdir "$cfs/ports/5" 2>/dev/null && fail "dirops: removed a port holding a user's ANA group"
+    rmdir "$cfs/ports/5/ana_groups/2" && rmdir "$cfs/ports/5" || fail "dirops: rmdir of a port"
+    [[ ! -e $cfs/ports/5 ]] || fail "dirops: the port is still there"
+    mkdir -p "$cfs/subsystems/dirops-nqn" && [[ -d $cfs/subsystems/dirops-nqn/namespaces ]] ||
+        fail "dirops: mkdir -p of a subsystem made no default groups"
+    mkdir "$cfs/subsystems/dirops-nqn/namespaces/1"
+    rmdir "$cfs/subsystems/dirops-nqn" 2>/dev/null && fail "dirops: removed a subsystem holding a namespace"
+    rmdir "$cfs/subsystems/dirops-nqn/namespaces/1" "$cfs/subsystems/dirops-nqn" || fail "dirops: rmdir of a subsystem"
+    mkdir "$NVMFLAB_CONTROL_DIR/plain" && [[ ! -e $NVMFLAB_CONTROL_DIR/plain/ana_groups ]] || fail "dirops: not plain outside the shim"
+    : >"$NVMFLAB_CONTROL_DIR/plain/f"
+    rmdir "$NVMFLAB_CONTROL_DIR/plain" 2>/dev/null && fail "dirops: plain rmdir removed a non-empty directory"
+    true
+) || exit 1
+
+echo "test-control: ok (configfs mkdir/rmdir semantics, config answers, setup with --ctrkey, keys and allowed host enforced, refused key, configfs shim: keys, enable, attr_qid_max, namespaces made and remapped; blkdev none, cleanup)"

@@ -120,6 +120,40 @@ def test_fieller_includes_the_baseline_variance_and_is_unbounded_when_it_is_unsu
     assert all(math.isnan(v) for v in decide.fieller([100.0] * 3, [200.0] * 3)[1:])
 
 
+def test_a_ratio_to_a_constant_is_judged_by_the_resolution_it_was_counted_in():
+    # equal repeats: no interval without a resolution, nor from two repeats; from three on, one step
+    assert all(math.isnan(float(v)) for v in decide.ratio_to_constant([200.0] * 3, 200.0)[1:])
+    assert all(math.isnan(float(v)) for v in decide.ratio_to_constant([200.0] * 2, 200.0, resolution=1.0)[1:])
+    ratio, low, high = (float(v) for v in decide.ratio_to_constant([200.0] * 3, 200.0, resolution=1.0))
+    assert (ratio, low, high) == (1.0, 199.0 / 200.0, 201.0 / 200.0)
+    # with spread: the t interval widened by one step on each side; NaN resolution is none
+    x = [190.0, 200.0, 210.0]
+    _, t_low, t_high = decide.ratio_to_constant(x, 200.0)
+    _, low, high = decide.ratio_to_constant(x, 200.0, resolution=2.0)
+    assert float(low) == pytest.approx(float(t_low) - 0.01) and float(high) == pytest.approx(float(t_high) + 0.01)
+    assert float(decide.ratio_to_constant(x, 200.0, resolution=np.nan)[1]) == float(t_low)
+    # vectorised like the others: one resolution per comparison
+    lows = decide.ratio_to_constant(np.array([[90.0] * 3, [100.0] * 3]), 100.0, resolution=np.array([1.0, 0.0]))[1]
+    assert lows[0] == pytest.approx(0.89) and math.isnan(lows[1])
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 10])
+def test_counted_repeats_at_the_share_are_rarely_called_converged_whatever_the_noise_against_the_step(n):
+    # A/A of "converged to the device" with the bandwidth counted in steps: from a deterministic
+    # device (no noise, every repeat equal) to noise ten steps wide, at a true ratio of exactly
+    # CONVERGED, counts rounded up (the worst case) on a grid placed at random.
+    rng = np.random.default_rng([aa.SEED, n])
+    ceiling = aa.MEAN / aa.CONVERGED
+    for noise_in_steps in (0.0, 0.1, 0.3, 0.5, 1.0, 3.0, 10.0):
+        step = 1.0
+        true = rng.normal(aa.MEAN, noise_in_steps * step, (aa.TRIALS, n))
+        _, low, _ = decide.ratio_to_constant(aa.counted(true, rng, step), ceiling, resolution=step)
+        rate = float((low >= aa.CONVERGED).mean())
+        assert rate <= 0.05 + _binomial_slack(aa.TRIALS), (n, noise_in_steps, rate)
+        if noise_in_steps == 0.0:
+            assert rate == 0.0  # a device that repeats exactly is never called converged at the share
+
+
 def test_safe_load_needs_every_load_up_to_it_inside_the_limit():
     assert decide.safe_upto([1.5, 1.9, 2.1, 1.2], 2.0) == 1
     assert decide.safe_upto([2.5, 1.0], 2.0) == -1

@@ -107,6 +107,83 @@ def test_an_interval_on_both_sides_of_the_share_cannot_decide_and_says_why():
     assert "cannot decide (at the largest size, 256k, the interval reaches both sides of 90 %" in findings[0]
 
 
+def _counted(data: pd.DataFrame, equal: dict[int, float], window_ms: int = 1000, repeats: int = 3) -> pd.DataFrame:
+    """Rows as nvmf-perf stores them (bandwidth over a `window_ms` window), with the device leg's
+    bandwidth at the sizes of `equal` the same whole number of I/Os in every repeat, as a path held
+    exactly to the model's link counts them."""
+    data = data[data["repeat"] < repeats].copy()
+    data["runtime_ms"] = window_ms
+    for bs, bw in equal.items():
+        step = bs * 1000 / window_ms
+        at = (data["leg"] == "device_loopback") & (data["bs"] == bs)
+        data.loc[at, "bw_bytes"] = round(bw / step) * step
+        data.loc[at, "iops"] = data.loc[at, "bw_bytes"] / bs
+    return data
+
+
+def test_equal_repeats_at_the_link_are_judged_by_the_counts_resolution_and_decide():
+    # NVMe/TCP held exactly to the 1 GiB/s link from 64k on: the same count in all three repeats,
+    # known to 1 + 32 I/Os (the step and the commands in flight at the window's ends) per second
+    remote = {4096: 0.3e9, 16384: 0.6e9, 65536: CEILING, 262144: CEILING}
+    data = _counted(_measurements(remote), {65536: CEILING, 262144: CEILING})
+    result = overhead.analyze(data, runs_frame(["overhead"]))
+    findings, table = _device(result)
+    assert ("from 64k on (ratio 1.000, every repeat the same count, so 95 % interval 0.998 to 1.002 (the count's "
+            "resolution either side: one I/O and the commands in flight at the window's ends) against the device's "
+            "ceiling" in findings[0])
+    assert "the interval includes 1" in findings[0] and "at 16k it is clearly below" in findings[0]
+    assert table[f"converged (≥ {CONVERGED_SHARE:g})"].tolist() == [False, False, True, True]
+    assert table["95 % interval"].iloc[-1] == "0.992 to 1.008"  # 33 × 256 KiB per second over 1 GiB/s
+    assert findings[0] in [d["text"] for d in summary([result])["decided"]]
+
+
+def test_equal_repeats_below_the_share_decide_that_the_gap_does_not_close():
+    equal = {bs: 0.5 * CEILING for bs in SIZES}
+    result = overhead.analyze(_counted(_measurements(equal), equal), runs_frame(["overhead"]))
+    findings, table = _device(result)
+    assert "the gap does not close up to 256k" in findings[0]
+    assert "ratio 0.500, every repeat the same count" in findings[0]
+    assert not table[f"converged (≥ {CONVERGED_SHARE:g})"].any()
+    assert findings[0] in [d["text"] for d in summary([result])["decided"]]
+
+
+def test_equal_repeats_within_the_resolution_of_the_share_cannot_decide():
+    # at 0.9 × the link, or just under it: equal counts never make it "converged"
+    for share in (CONVERGED_SHARE, CONVERGED_SHARE - 1e-4, CONVERGED_SHARE - 0.005):
+        equal = {bs: share * CEILING for bs in SIZES}
+        findings, table = _device(overhead.analyze(_counted(_measurements(equal), equal), runs_frame(["overhead"])))
+        assert "cannot decide (at the largest size, 256k, the interval reaches both sides of 90 %" in findings[0]
+        assert not table[f"converged (≥ {CONVERGED_SHARE:g})"].any()
+
+
+def test_two_equal_repeats_or_no_window_stay_without_an_interval():
+    equal = {bs: CEILING for bs in SIZES}
+    two = _counted(_measurements(equal), equal, repeats=2)
+    no_window = _counted(_measurements(equal), equal).drop(columns="runtime_ms")
+    for data in (two, no_window):
+        findings, _ = _device(overhead.analyze(data, runs_frame(["overhead"])))
+        assert "cannot decide (the largest size, 256k, has ratio 1.00, no interval" in findings[0]
+
+
+def test_repeats_with_spread_decide_the_same_with_or_without_the_window():
+    # noisy repeats (±1 %): the resolution widens each interval by 33 I/Os per second and changes
+    # no decision
+    remote = {4096: 0.3e9, 16384: 0.6e9, 65536: 0.99 * CEILING, 262144: 0.995 * CEILING}
+    cases = (remote, {bs: 0.95 * CEILING for bs in SIZES}, {bs: 0.5 * CEILING for bs in SIZES},
+             {bs: CONVERGED_SHARE * CEILING for bs in SIZES})
+    verdicts = ("from 64k on", "from 4k on", "the gap does not close up to 256k", "cannot decide")
+    converged = f"converged (≥ {CONVERGED_SHARE:g})"
+    for case, verdict in zip(cases, verdicts):
+        plain, plain_table = _device(overhead.analyze(_measurements(case), runs_frame(["overhead"])))
+        windowed, table = _device(overhead.analyze(_counted(_measurements(case), {}), runs_frame(["overhead"])))
+        assert verdict in plain[0] and verdict in windowed[0]
+        assert table[converged].tolist() == plain_table[converged].tolist()
+        widened = [float(t.split(" to ")[1]) - float(p.split(" to ")[1])
+                   for t, p in zip(table["95 % interval"], plain_table["95 % interval"])]
+        steps = [33 * bs / CEILING for bs in SIZES]
+        assert all(0 <= w <= step + 0.001 for w, step in zip(widened, steps)), widened
+
+
 def test_a_converged_size_must_be_followed_by_converged_larger_ones():
     # 64k reaches the device but 256k falls back: the run from the largest size down is empty.
     remote = {4096: 0.3e9, 16384: 0.6e9, 65536: CEILING, 262144: 0.5 * CEILING}

@@ -33,6 +33,9 @@ DISTRIBUTIONS = ("normal", "log-normal", "outliers")
 MEAN, SD = 100.0, 10.0
 LIMIT = 2.0  # the interference latency limit (× isolated) the safe-load rule is checked at
 CONVERGED = CONVERGED_SHARE  # overhead's device comparison: NVMe/TCP at this share of local access is "converged"
+# A bandwidth counted in whole I/Os over a window moves in steps; the counted rows take a step of one
+# sd of a repeat, where equal repeats are common and yet the noise is real.
+STEP = SD
 BEGIN, END = "<!-- aa-rates:begin -->", "<!-- aa-rates:end -->"
 
 
@@ -126,6 +129,20 @@ def _converged_to_ceiling(rng, dist, n, k):
     return float((decide.safe_upto(low[:, None], CONVERGED, higher_is_worse=False) >= 0).mean())
 
 
+def counted(values: np.ndarray, rng: np.random.Generator, step: float) -> np.ndarray:
+    """values as a whole number of steps, rounded up (the worst case for a false "converged"), on a
+    grid placed at random against the true mean in each trial (where the counts fall is arbitrary)."""
+    offset = rng.random(values.shape[:-1] + (1,)) * step
+    return np.ceil((values - offset) / step) * step + offset
+
+
+def _converged_to_ceiling_counted(rng, dist, n, k):
+    remote, sd = draw(rng, dist, (TRIALS, n))
+    remote = counted(remote + k * sd, rng, STEP)  # true ratio CONVERGED at k = 0, as counted I/Os
+    _, low, _ = decide.ratio_to_constant(remote, MEAN / CONVERGED, resolution=STEP)
+    return float((decide.safe_upto(low[:, None], CONVERGED, higher_is_worse=False) >= 0).mean())
+
+
 def _converged_to_local(rng, dist, n, k):
     local, _ = draw(rng, dist, (TRIALS, n))
     remote, sd = draw(rng, dist, (TRIALS, n))
@@ -156,6 +173,10 @@ RULES = (
     Rule("converged to local", f"overhead's device comparison where local access stays below the device: "
          f"Fieller's lower end of NVMe/TCP / local at least {CONVERGED:g} (true ratio at {CONVERGED:g}, above it "
          "by k sd for detection)", _converged_to_local),
+    # last, so the rows above keep their seeds (a rule's seed is its position)
+    Rule("converged to the device, counted", "the same with the bandwidth counted in whole I/Os (a step of one sd "
+         "of a repeat, rounded up): the interval widened by one step, equal repeats judged by that step from "
+         f"{decide.MIN_TIED_REPEATS} repeats on", _converged_to_ceiling_counted),
 )
 
 

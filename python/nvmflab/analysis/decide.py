@@ -14,7 +14,10 @@ same code.
 - `fieller`: the 95 % interval of a ratio of two independent means (loaded / isolated), with the
   baseline's variance included; unbounded when the baseline's mean is not clearly above zero.
 - `ratio_to_constant`: the 95 % interval of a mean over a known constant (a device's ceiling
-  from its parameters): the t interval of the mean, scaled; nothing to add for the constant.
+  from its parameters): the t interval of the mean, scaled; nothing to add for the constant. With a
+  `resolution` (how far a repeat can be off with no noise at all, e.g. a bandwidth counted in whole
+  I/Os over a window), the interval is widened by it on each side, and equal repeats get it as their
+  interval from MIN_TIED_REPEATS repeats on.
 - `safe_upto`: the highest load up to which every load's ratio interval stays on the good side of
   a limit (an intersection-union test: each load is tested at 2.5 % one-sided, no correction
   needed for the family).
@@ -135,16 +138,33 @@ def fieller(base, loaded, confidence: float = 0.95):
     return fieller_summary(*summary(base), *summary(loaded), confidence=confidence)
 
 
-def ratio_to_constant(x, constant, confidence: float = 0.95):
+# Equal repeats with a known resolution get it as their interval only from this many on: two equal
+# counts happen by chance too often when the noise is about one step (docs/analysis.md, "Ratio to a
+# constant").
+MIN_TIED_REPEATS = 3
+
+
+def ratio_to_constant(x, constant, confidence: float = 0.95, resolution=0.0):
     """(ratio, low, high) of mean(x) / constant over the last axis, with the t interval of the mean
-    scaled by the constant; low and high are NaN where x has fewer than two repeats or zero spread,
-    or the constant is not positive."""
+    scaled by the constant.
+
+    `resolution` is how far a value of x can be off with no noise at all (a rate counted in whole
+    I/Os over a window: at least one I/O per window; 0 or NaN: none known). A deterministic source
+    (a model device's cap) makes that error the same in every repeat, so it does not average out:
+    the interval is widened by it on each side. Where every repeat is equal, the t part is zero and
+    the interval is the resolution alone, but only with at least MIN_TIED_REPEATS repeats. low and
+    high are NaN with fewer than two repeats, with zero spread and no resolution (or too few repeats
+    for it), or where the constant is not positive."""
     m, s, n = summary(x)
     c = np.asarray(constant, dtype=float)
+    q = np.nan_to_num(np.asarray(resolution, dtype=float), nan=0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        formed = (n >= 2) & (s > 0) & (c > 0)
+        spread = s > 1e-12 * np.abs(m)  # equal repeats whose mean rounded in the last bit have none
+        tied = ~spread & (q > 0) & (n >= MIN_TIED_REPEATS)
+        formed = (n >= 2) & (spread | tied) & (c > 0)
         t = _student_t.ppf(1 - (1 - confidence) / 2, np.maximum(n - 1, 1))
-        half = np.where(formed, t * s / np.sqrt(np.maximum(n, 1)), np.nan)
+        noise = np.where(spread, t * s / np.sqrt(np.maximum(n, 1)), 0.0)
+        half = np.where(formed, noise + np.maximum(q, 0.0), np.nan)
         ratio = np.where(c > 0, m / c, np.nan)
         return ratio, (m - half) / c, (m + half) / c
 

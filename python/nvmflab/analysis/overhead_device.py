@@ -15,6 +15,13 @@ queue tried), per block size:
 A block size is "converged" when the ratio's 95 % interval starts at CONVERGED_SHARE or above; the
 gap converges from the smallest size from which every larger size is converged (`decide.safe_upto`
 read from the largest size down: an intersection-union test, no correction needed).
+
+A bandwidth is counted in whole I/Os issued in the measured window, so a path held exactly to the
+model's link repeats the same count every time. Without any noise that count can still miss the
+device's rate by one I/O (the count's step) plus the commands in flight at the window's two ends
+(`count_resolution`). The ratio to the ceiling is judged with that resolution
+(`ratio_to_constant`'s `resolution`): the interval is widened by it on each side, and three or more
+equal repeats are known to it rather than "no interval".
 """
 
 from __future__ import annotations
@@ -38,34 +45,61 @@ DEVICE_LEGS = ("device_loopback", "device_netns")
 THESIS_BS = 64 << 10  # fig. 5.3: similar bandwidth from 64 KiB on
 
 
-def _best(rows: pd.DataFrame) -> dict[float, list[float]]:
-    """{bs: per-repeat bandwidth at the queue depth with the highest mean bandwidth for that size}."""
+def _best(rows: pd.DataFrame) -> tuple[dict[float, list[float]], dict[float, float]]:
+    """({bs: per-repeat bandwidth at the queue depth with the highest mean bandwidth for that size},
+    {bs: those values' resolution, `count_resolution`})."""
     if rows.empty:
-        return {}
+        return {}, {}
     agg = aggregate(rows, by=["bs", "iodepth"], metrics=["bw_bytes"])
-    out = {}
+    values, resolution = {}, {}
     for bs, group in agg.groupby("bs"):
         qd = group.loc[group["bw_bytes_mean"].idxmax(), "iodepth"]
-        out[float(bs)] = repeat_values(rows[(rows["bs"] == bs) & (rows["iodepth"] == qd)], "bw_bytes")
-    return out
+        best = rows[(rows["bs"] == bs) & (rows["iodepth"] == qd)]
+        values[float(bs)] = repeat_values(best, "bw_bytes")
+        resolution[float(bs)] = count_resolution(best)
+    return values, resolution
+
+
+def count_resolution(rows: pd.DataFrame) -> float:
+    """Bytes per second by which a bandwidth counted over these rows' shortest window can miss the
+    device's rate with no noise at all: nvmf-perf (and fio) count the I/Os issued in the window
+    (`runtime_ms`), which differ from the device's completions in it by one I/O (the count's step)
+    plus the commands in flight at the window's start and end (at most iodepth × numjobs). NaN
+    without a window or a queue depth."""
+    if rows.empty or not {"runtime_ms", "iodepth", "bs"} <= set(rows):
+        return math.nan
+    window_ms = pd.to_numeric(rows["runtime_ms"], errors="coerce")
+    window_ms = window_ms[window_ms > 0]
+    depth = pd.to_numeric(rows["iodepth"], errors="coerce")
+    jobs = pd.to_numeric(rows["numjobs"], errors="coerce").fillna(1) if "numjobs" in rows else 1
+    in_flight = float((depth * jobs).max())
+    if window_ms.empty or math.isnan(in_flight):
+        return math.nan
+    return (1 + in_flight) * float(pd.to_numeric(rows["bs"]).max()) * 1000.0 / float(window_ms.min())
 
 
 def compare_sizes(remote: dict[float, list[float]], local: dict[float, list[float]],
-                  ceiling: dict[float, float]) -> pd.DataFrame:
+                  ceiling: dict[float, float], remote_resolution: dict[float, float] | None = None,
+                  local_resolution: dict[float, float] | None = None) -> pd.DataFrame:
     """Per block size (ascending): the reference NVMe/TCP is compared with ('device' or 'local'),
-    the ratio and its 95 % interval, and whether that size is converged."""
+    the ratio and its 95 % interval, whether that interval is the resolution alone (`tied`: every
+    repeat equal), and whether that size is converged. The resolutions ({bs: bytes per second,
+    `count_resolution`}; a size left out: unknown) apply to the ratios to the ceiling."""
+    remote_resolution, local_resolution = remote_resolution or {}, local_resolution or {}
     records = []
     for bs in sorted(remote):
         r, c, loc = remote[bs], ceiling[bs], local.get(bs, [])
-        local_low = _one(ratio_to_constant(loc, c))[1] if len(loc) else math.nan
+        local_step = local_resolution.get(bs, math.nan)
+        local_low = _one(ratio_to_constant(loc, c, resolution=local_step))[1] if len(loc) else math.nan
         if not len(loc) or local_low >= 1:
             reference = "device"
-            ratio, low, high = _one(ratio_to_constant(r, c))
+            ratio, low, high = _one(ratio_to_constant(r, c, resolution=remote_resolution.get(bs, math.nan)))
         else:  # the local path is not clearly above the device: it is local access's own bound
             reference = "local"
             ratio, low, high = _one(fieller(loc, r))
+        tied = reference == "device" and not math.isnan(low) and len(set(r)) == 1
         records.append({"bs": bs, "reference": reference, "ratio": float(ratio), "low": float(low),
-                        "high": float(high), "remote": float(np.mean(r)) if r else math.nan,
+                        "high": float(high), "tied": tied, "remote": float(np.mean(r)) if r else math.nan,
                         "local": float(np.mean(loc)) if len(loc) else math.nan, "ceiling": c})
     frame = pd.DataFrame(records)
     if frame.empty:
@@ -81,10 +115,21 @@ def _one(values) -> tuple[float, ...]:
     return tuple(float(np.asarray(v).item()) for v in values)
 
 
+def _decimals(low: float, high: float, least: int = 2) -> int:
+    """Enough decimals to keep an interval's two ends apart (a count's resolution can be 0.001 wide)."""
+    width = high - low
+    return max(least, 2 if width >= 0.02 else 3 if width >= 0.002 else 4)
+
+
 def _interval(row: pd.Series) -> str:
     if math.isnan(row["low"]):
         return f"ratio {row['ratio']:.2f}, no interval: fewer than two repeats or no spread"
-    return f"ratio {row['ratio']:.2f}, 95 % interval {row['low']:.2f} to {row['high']:.2f}"
+    d = _decimals(row["low"], row["high"])
+    span = f"95 % interval {row['low']:.{d}f} to {row['high']:.{d}f}"
+    if row.get("tied", False):
+        return (f"ratio {row['ratio']:.{d}f}, every repeat the same count, so {span} (the count's resolution "
+                "either side: one I/O and the commands in flight at the window's ends)")
+    return f"ratio {row['ratio']:.{d}f}, {span}"
 
 
 def _reference(row: pd.Series) -> str:
@@ -145,10 +190,10 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
     knobs = json.loads(remote_rows["knobs_json"].iloc[0] or "{}")
     model = DeviceModel.parse(knobs.get("backend_model"))
     deepest = float(remote_rows["iodepth"].max())
-    remote = _best(remote_rows)
-    local_best = _best(local)
+    remote, remote_step = _best(remote_rows)
+    local_best, local_step = _best(local)
     ceiling = {bs: model.ceiling(bs, deepest) for bs in remote}
-    frame = compare_sizes(remote, local_best, ceiling)
+    frame = compare_sizes(remote, local_best, ceiling, remote_step, local_step)
     remote_name = leg.removeprefix("device_")
     lines = [("device ceiling", bs, ceiling[bs], math.nan) for bs in remote]
     lines += [(f"NVMe/TCP {remote_name} on the device", bs, np.mean(v), ci95_halfwidth(v))
@@ -170,7 +215,7 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
         f"NVMe/TCP {remote_name} MB/s": (frame["remote"] / 1e6).round(1),
         "compared with": frame["reference"],
         "ratio": frame["ratio"].round(3),
-        "95 % interval": [("n/a" if math.isnan(lo) else f"{lo:.3f} to {hi:.3f}")
+        "95 % interval": [("n/a" if math.isnan(lo) else "{0:.{2}f} to {1:.{2}f}".format(lo, hi, _decimals(lo, hi, 3)))
                           for lo, hi in zip(frame["low"], frame["high"])],
         f"converged (≥ {CONVERGED_SHARE:g})": frame["in_run"],
     })
@@ -178,7 +223,9 @@ def device_section(rows: pd.DataFrame, local: pd.DataFrame, out: StudyResult) ->
         "B-app against the device model", table,
         f"Device: our target's model backend, {model.text()}. Local access to it is the lower of the local path and "
         "the ceiling: where the local path's interval is above the ceiling, NVMe/TCP is compared with the ceiling "
-        "(t interval), elsewhere with the local path (Fieller). Converged: this size and every larger one have the "
+        "(t interval widened by the count's resolution, one I/O and the commands in flight at the window's ends; "
+        "equal repeats: that resolution alone), "
+        "elsewhere with the local path (Fieller). Converged: this size and every larger one have the "
         f"ratio's lower end at {CONVERGED_SHARE:g} or above."))
     text = verdict(frame, remote_name)
     # converged or "does not close" were decided by the ratio intervals: the summary lists them

@@ -208,7 +208,8 @@ nvmet_down() {
 
 ours() {
   say "starting our target"
-  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:64MiB --control $CTL_SOCK >$OUT/target.log 2>&1 &
+  /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:64MiB --control $CTL_SOCK \
+    --stats 127.0.0.1:9100 >$OUT/target.log 2>&1 &
   local pid=$!
   for i in $(seq 100); do grep -q "^ready" $OUT/target.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if ! grep -q "^ready.* rdma=$ADDR:4421" $OUT/target.log; then
@@ -222,9 +223,18 @@ ours() {
   case "$CHECKS" in *perf*) perf_exercise perf-ours 4421 $NQN_OURS ;; esac
 }
 
+# Our target's /stats once every host has used it: the RDMA port's thread is listed among the
+# reactors (transport "rdma") with its queues' counters (test_rdma_guest.py reads them).
+ours_stats() {
+  timeout 10 bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 && printf "GET /stats HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
+    >$OUT/stats-ours.txt 2>&1
+  if grep -q '"transport":"rdma"' $OUT/stats-ours.txt; then pass "ours stats"; else fail "ours stats" "no rdma reactor (stats-ours.txt)"; fi
+}
+
 ours_down() {
   local pid=$OURS_PID rc
   [ -n "$pid" ] || return 0
+  ours_stats
   kill -INT $pid; for i in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $pid 2>/dev/null; then fail "ours stop" "still running 5 s after SIGINT"; kill -9 $pid; else
     wait $pid; rc=$?; [ $rc = 0 ] && pass "ours stop" || fail "ours stop" "exit $rc"; fi

@@ -10,6 +10,7 @@ build that has RDMA, the SPDK tests skip and say why."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -62,7 +63,7 @@ def passed(results: dict[str, str], step: str) -> bool:
 
 def test_every_step_passed(guest):
     _, results, no_spdk = guest
-    assert len(results) >= (29 if no_spdk else 29 + SPDK_STEPS), sorted(results)
+    assert len(results) >= (30 if no_spdk else 30 + SPDK_STEPS), sorted(results)
     bad = [line for line in results.values() if not line.startswith("PASS")]
     assert not bad, bad
 
@@ -81,7 +82,7 @@ def test_kernel_host_against_nvmet_rdma_control(guest):
 
 def test_kernel_host_against_our_target(guest):
     run, results, _ = guest
-    ours = ["ours start"] + steps("ours") + ["ours namespace added", "ours namespace removed", "ours stop"]
+    ours = ["ours start"] + steps("ours") + ["ours namespace added", "ours namespace removed", "ours stats", "ours stop"]
     bad = [results.get(s, f"MISSING {s}") for s in ours if not passed(results, s)]
     assert not bad, bad
     assert any(k.startswith("ours connect") and v.startswith("PASS") for k, v in results.items())
@@ -111,6 +112,23 @@ def test_our_target_served_admin_and_io_queues_over_rdma(guest):
     # fio's read phase is the verification: every block written is read back and checked.
     fio = (run.out / "fio-ours.txt").read_text()
     assert "err= 0" in fio and "READ: bw=" in fio and "WRITE: bw=" in fio and "io=8192KiB" in fio, fio
+
+
+def test_stats_list_the_rdma_port_thread_and_its_queues(guest):
+    """/stats lists our RDMA port's thread among the reactors (transport "rdma", no core) with
+    the counters of the queues it served: the kernel host's fio and nvmf-perf wrote 14 MiB each."""
+    run, results, _ = guest
+    assert passed(results, "ours stats"), results.get("ours stats")
+    _, body = (run.out / "stats-ours.txt").read_bytes().split(b"\r\n\r\n", 1)  # after the HTTP header
+    stats = json.loads(body)
+    (rdma,) = [r for r in stats["reactors"] if r["transport"] == "rdma"]
+    assert rdma["core"] is None and rdma["busy_ns"] > 0 and rdma["idle_ns"] > 0 and rdma["wakeups"] > 0, rdma
+    queues = rdma["queues"]
+    assert {q["qid"] for q in queues} >= {0, 1}, queues
+    assert sum(q["bytes_written"] for q in queues) >= 14 << 20, queues
+    assert rdma["commands"] == sum(q["commands"] for q in queues) > 0
+    (ns,) = [n for n in rdma["namespaces"] if n["nsid"] == 1]
+    assert ns["writes"] > 0 and ns["reads"] > 0, ns
 
 
 def test_our_host_against_nvmet_rdma(guest):

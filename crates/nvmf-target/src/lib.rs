@@ -181,6 +181,10 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
                 .map_err(StartError::Thread)?,
         );
     }
+    // Each RDMA port's thread serves its queues as a reactor does: listed after the reactors.
+    let rdma_stats: Vec<Arc<stats::ReactorStats>> =
+        target.ports.iter().filter(|p| p.rdma).enumerate().map(|(i, _)| Arc::new(stats::ReactorStats::rdma(reactor_stats.len() + i))).collect();
+    reactor_stats.extend(rdma_stats.iter().cloned());
     let registry = Arc::new(StatsRegistry { start: Instant::now(), reactors: reactor_stats, ports: target.ports.clone() });
     let stats_addr = match t.stats {
         Some(addr) => {
@@ -208,7 +212,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     threads.push(
         std::thread::Builder::new().name("nvmf-acceptor".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?,
     );
-    let rdma_addrs = start_rdma(&target, &stop, &mut threads)?;
+    let rdma_addrs = start_rdma(&target, rdma_stats, &stop, &mut threads)?;
     std::mem::forget(guard);
     let listen_addrs = bound.iter().map(|p| p.addr).collect();
     Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry, control })
@@ -244,12 +248,18 @@ fn tls_server_config(config: &TargetConfig, ports: &[core::Port]) -> Result<Opti
     Ok(Some(wire::TlsSetup { config: Arc::new(server), ktls }))
 }
 
-/// Starts one NVMe/RDMA listener thread per RDMA port; returns their addresses.
+/// Starts one NVMe/RDMA listener thread per RDMA port, each counting into its `stats`; returns
+/// their addresses.
 #[cfg(feature = "rdma")]
-fn start_rdma(target: &Arc<core::Target>, stop: &Arc<AtomicBool>, threads: &mut Vec<JoinHandle<()>>) -> Result<Vec<SocketAddr>, StartError> {
+fn start_rdma(
+    target: &Arc<core::Target>,
+    stats: Vec<Arc<stats::ReactorStats>>,
+    stop: &Arc<AtomicBool>,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<Vec<SocketAddr>, StartError> {
     let mut addrs = Vec::new();
-    for port in target.ports.iter().filter(|p| p.rdma) {
-        let h = transport::rdma::spawn(target.clone(), port.clone(), stop.clone())
+    for (port, stats) in target.ports.iter().filter(|p| p.rdma).zip(stats) {
+        let h = transport::rdma::spawn(target.clone(), port.clone(), stats, stop.clone())
             .map_err(|source| StartError::RdmaListen { addr: port.addr, source })?;
         threads.push(h.thread);
         addrs.push(h.addr);
@@ -259,7 +269,12 @@ fn start_rdma(target: &Arc<core::Target>, stop: &Arc<AtomicBool>, threads: &mut 
 
 /// Without the `rdma` feature `start` has refused RDMA ports already.
 #[cfg(not(feature = "rdma"))]
-fn start_rdma(_: &Arc<core::Target>, _: &Arc<AtomicBool>, _: &mut Vec<JoinHandle<()>>) -> Result<Vec<SocketAddr>, StartError> {
+fn start_rdma(
+    _: &Arc<core::Target>,
+    _: Vec<Arc<stats::ReactorStats>>,
+    _: &Arc<AtomicBool>,
+    _: &mut Vec<JoinHandle<()>>,
+) -> Result<Vec<SocketAddr>, StartError> {
     Ok(Vec::new())
 }
 

@@ -82,7 +82,10 @@ pub struct NsStats {
 #[derive(Debug)]
 pub struct ReactorStats {
     pub index: usize,
-    pub core: usize,
+    /// The core the thread is pinned to; None for an RDMA port's thread, which is not pinned.
+    pub core: Option<usize>,
+    /// The transport of the queues it serves: "tcp" (reactors) or "rdma" (an RDMA port's thread).
+    pub transport: &'static str,
     pub mode: ReactorMode,
     pub idle_poll_us: u64,
     pub busy_ns: Counter,
@@ -97,9 +100,20 @@ pub struct ReactorStats {
 
 impl ReactorStats {
     pub fn new(index: usize, core: usize, mode: ReactorMode, idle_poll_us: u64) -> ReactorStats {
+        ReactorStats::serving("tcp", index, Some(core), mode, idle_poll_us)
+    }
+
+    /// The counters of an RDMA port's thread, which serves that port's queues as a reactor
+    /// serves its connections: unpinned, sleeping when idle.
+    pub fn rdma(index: usize) -> ReactorStats {
+        ReactorStats::serving("rdma", index, None, ReactorMode::Event, 0)
+    }
+
+    fn serving(transport: &'static str, index: usize, core: Option<usize>, mode: ReactorMode, idle_poll_us: u64) -> ReactorStats {
         ReactorStats {
             index,
             core,
+            transport,
             mode,
             idle_poll_us,
             busy_ns: Counter::default(),
@@ -183,7 +197,7 @@ impl StatsRegistry {
                 let queues = r.queues();
                 let sum = |f: fn(&QueueStats) -> u64| queues.iter().map(|q| f(q)).sum::<u64>();
                 json!({
-                    "index": r.index, "core": r.core, "mode": r.mode.as_str(), "idle_poll_us": r.idle_poll_us,
+                    "index": r.index, "core": r.core, "transport": r.transport, "mode": r.mode.as_str(), "idle_poll_us": r.idle_poll_us,
                     "busy_ns": r.busy_ns.get(), "idle_ns": r.idle_ns.get(), "wakeups": r.wakeups.get(),
                     "commands": sum(|q| q.commands.get()) + r.retired_commands.load(Relaxed),
                     "bytes_read": sum(|q| q.bytes_read.get()),
@@ -358,11 +372,17 @@ mod tests {
         q.bytes_read.add(4096);
         r.add_queue(q);
         r.namespace("nqn.s", 1).reads.add(1);
-        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r], ports: Vec::new() };
+        let rdma = Arc::new(ReactorStats::rdma(1));
+        rdma.add_queue(Arc::new(QueueStats::new("nqn.s", "nqn.h", 2, 0)));
+        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r, rdma], ports: Vec::new() };
         let j = reg.json();
         assert_eq!(j["version"], 1);
+        let r1 = &j["reactors"][1];
+        assert_eq!((r1["index"].as_u64(), r1["core"].is_null(), &r1["transport"]), (Some(1), true, &json!("rdma")), "{r1}");
+        assert_eq!(r1["queues"][0]["cntlid"], 2);
         let r0 = &j["reactors"][0];
         assert_eq!(r0["core"], 3);
+        assert_eq!(r0["transport"], "tcp");
         assert_eq!(r0["mode"], "event");
         assert_eq!(r0["commands"], 2);
         assert_eq!(r0["bytes_read"], 4096);

@@ -10,6 +10,7 @@ use super::{cm_reject, cm_reply, cm_status, CmRequest};
 use crate::transport::BUFFER_BUDGET;
 use crate::backend::{IoCompletion, IoEngine};
 use crate::core::{Port, Target};
+use crate::stats::ReactorStats;
 use nvmf_rdma::{Connection, EventKind, Listener};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -27,14 +28,15 @@ pub struct RdmaListenerHandle {
 }
 
 /// Binds `port.addr` on an RDMA device and starts its thread. Fails where no RDMA device serves
-/// the address (ENODEV, EADDRNOTAVAIL) or no RDMA CM exists.
-pub fn spawn(target: Arc<Target>, port: Port, stop: Arc<AtomicBool>) -> std::io::Result<RdmaListenerHandle> {
+/// the address (ENODEV, EADDRNOTAVAIL) or no RDMA CM exists. The thread's time and its queues'
+/// counters go to `stats` (`/stats` lists it among the reactors).
+pub fn spawn(target: Arc<Target>, port: Port, stats: Arc<ReactorStats>, stop: Arc<AtomicBool>) -> std::io::Result<RdmaListenerHandle> {
     let listener = Listener::bind(&port.addr.ip().to_string(), port.addr.port(), BACKLOG)?;
     let addr = SocketAddr::new(port.addr.ip(), listener.port());
     let port = Port { addr, ..port };
     let thread = std::thread::Builder::new()
         .name(format!("nvmf-rdma-{}", addr.port()))
-        .spawn(move || Loop { target, port, listener, queues: Vec::new(), engine: IoEngine::new(256), stop }.run())?;
+        .spawn(move || Loop { target, port, listener, queues: Vec::new(), engine: IoEngine::new(256), stats, stop }.run())?;
     Ok(RdmaListenerHandle { addr, thread })
 }
 
@@ -45,6 +47,7 @@ struct Loop {
     /// Indexed by token (the high half of backend request tags).
     queues: Vec<Option<Queue>>,
     engine: IoEngine,
+    stats: Arc<ReactorStats>,
     stop: Arc<AtomicBool>,
 }
 
@@ -54,8 +57,8 @@ impl Loop {
         let mut done = Vec::<IoCompletion>::new();
         let mut last_tick = Instant::now();
         while !self.stop.load(Relaxed) {
-            self.cm_events();
             let now = Instant::now();
+            self.cm_events();
             for q in self.queues.iter_mut().flatten() {
                 if let Err(e) = q.conn.rearm() {
                     q.shut(&format!("arming the CQ failed: {e}"));
@@ -76,7 +79,12 @@ impl Loop {
                 }
             }
             self.reap_closed();
-            self.sleep();
+            let slept = Instant::now();
+            self.stats.busy_ns.add(slept.duration_since(now).as_nanos() as u64);
+            if self.sleep() {
+                self.stats.idle_ns.add(slept.elapsed().as_nanos() as u64);
+                self.stats.wakeups.add(1);
+            }
         }
         for q in self.queues.iter_mut().flatten() {
             q.shut("target stopping");
@@ -95,10 +103,11 @@ impl Loop {
         self.queues.clear();
     }
 
-    /// Waits for a CM event, a completion or a backend completion, at most one tick.
-    fn sleep(&mut self) {
+    /// Waits for a CM event, a completion or a backend completion, at most one tick; false when
+    /// backend completions are there already and it did not sleep.
+    fn sleep(&mut self) -> bool {
         if self.engine.has_completions() {
-            return;
+            return false;
         }
         let mut fds = vec![libc::pollfd { fd: self.listener.fd(), events: libc::POLLIN, revents: 0 }];
         fds.extend(self.queues.iter().flatten().map(|q| libc::pollfd { fd: q.conn.completion_fd(), events: libc::POLLIN, revents: 0 }));
@@ -107,6 +116,7 @@ impl Loop {
         }
         // SAFETY: fds is a valid array of fds.len() entries.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, TICK.as_millis() as i32) };
+        true
     }
 
     fn cm_events(&mut self) {
@@ -166,7 +176,7 @@ impl Loop {
             }
         };
         let token = self.queues.iter().position(Option::is_none).unwrap_or(self.queues.len());
-        let queue = Queue::new(conn, self.target.clone(), Some(self.port.clone()), req.qid, depth, token as u32);
+        let queue = Queue::new(conn, self.target.clone(), Some(self.port.clone()), self.stats.clone(), req.qid, depth, token as u32);
         let queue = match queue {
             Ok(q) => q,
             Err(e) => {

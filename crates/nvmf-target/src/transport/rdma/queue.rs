@@ -10,6 +10,7 @@ use super::{is_identify_controller, mark_keyed_sgls, normalize_sqe, KeyedSgl, TR
 use crate::backend::{AlignedBuf, IoCompletion, IoEngine};
 use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
+use crate::stats::ReactorStats;
 use nvmf_proto::{Cqe, Sqe, Status};
 use nvmf_rdma::{Connection, MemoryRegion, SendOp, WorkCompletion};
 use std::sync::Arc;
@@ -73,6 +74,8 @@ struct Slot {
 pub struct Queue {
     pub cmd: Commands,
     target: Arc<Target>,
+    /// The port thread's counters, which the queue's join once it is connected.
+    stats: Arc<ReactorStats>,
     token: u32,
     capsule_len: usize,
     slots: Vec<Slot>,
@@ -92,7 +95,15 @@ pub struct Queue {
 impl Queue {
     /// Sets up the buffers of a queue of `depth` commands and posts the receives; the caller
     /// accepts the connection after this.
-    pub fn new(conn: Connection, target: Arc<Target>, port: Option<Port>, qid: u16, depth: u32, token: u32) -> std::io::Result<Queue> {
+    pub fn new(
+        conn: Connection,
+        target: Arc<Target>,
+        port: Option<Port>,
+        stats: Arc<ReactorStats>,
+        qid: u16,
+        depth: u32,
+        token: u32,
+    ) -> std::io::Result<Queue> {
         let nomem = || std::io::Error::from(std::io::ErrorKind::OutOfMemory);
         let capsule_len = capsule_len(&target, qid);
         let depth = depth as usize;
@@ -111,6 +122,7 @@ impl Queue {
         let mut q = Queue {
             cmd: Commands::new(target.clone(), port, TRANSFER_SGL, now),
             target,
+            stats,
             token,
             capsule_len,
             slots,
@@ -218,11 +230,16 @@ impl Queue {
         self.act(slot, action);
         self.recv_mem = recv;
         if !connected {
-            if let Some(q) = self.cmd.queue() {
-                let (cntlid, qid, sqsize) = (q.ctrl.cntlid, q.qid, q.sqsize);
-                tracing::info!(cntlid, qid, sqsize, subnqn = %q.stats.subnqn, hostnqn = %q.stats.hostnqn, "RDMA queue connected");
-            }
+            self.on_connect();
         }
+    }
+
+    /// Once Connect succeeded: the queue's counters join the port thread's.
+    fn on_connect(&mut self) {
+        let Some(q) = self.cmd.queue() else { return };
+        let (cntlid, qid, sqsize) = (q.ctrl.cntlid, q.qid, q.sqsize);
+        tracing::info!(cntlid, qid, sqsize, subnqn = %q.stats.subnqn, hostnqn = %q.stats.hostnqn, "RDMA queue connected");
+        self.cmd.attach(&self.stats);
     }
 
     /// Carries out what the command layer asked for the command in `slot`.
@@ -302,9 +319,8 @@ impl Queue {
                 let connected = self.cmd.queue().is_some();
                 let action = self.cmd.data_in(work, &data, None, now);
                 self.act(slot, action);
-                if !connected && self.cmd.queue().is_some() {
-                    let q = self.cmd.queue().expect("connected");
-                    tracing::info!(cntlid = q.ctrl.cntlid, qid = q.qid, sqsize = q.sqsize, "RDMA queue connected");
+                if !connected {
+                    self.on_connect();
                 }
             }
             None => {}

@@ -16,8 +16,14 @@ use nvmf_proto::Status;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A queue that has not authenticated by then is closed (the host stalled or never started).
+/// An unauthenticated queue whose host sends no authentication command for this long is closed
+/// (the host stalled or never started). Counted from the end of our last step, not from the
+/// Connect: one DH step of a slow host and our own (ffdhe8192 in a loaded qemu TCG guest) took
+/// longer than this all together, yet neither side was silent (blktests nvme/043).
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// However steadily the host talks, an unauthenticated queue is closed after this long, so a
+/// host that restarts the negotiation every few seconds cannot hold a queue forever.
+pub const AUTH_TRANSACTION_LIMIT: Duration = Duration::from_secs(60);
 /// The largest AUTH_Receive allocation length we serve (Linux asks for 4096).
 pub const MAX_RECEIVE_LEN: u32 = 2 * MAX_MESSAGE_LEN as u32;
 
@@ -66,6 +72,8 @@ pub struct QueueAuth {
     /// with Linux nvmet); cleared by any failure.
     authenticated: bool,
     started: Instant,
+    /// When we last finished handling an authentication command of the host.
+    last_heard: Instant,
 }
 
 fn random(buf: &mut [u8]) {
@@ -81,7 +89,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 impl QueueAuth {
     /// The state of a new queue of `host` on subsystem `subnqn`.
     pub fn new(host: Arc<HostAuthConfig>, subnqn: &str, now: Instant) -> QueueAuth {
-        QueueAuth { host, subnqn: subnqn.to_string(), step: Step::Negotiate, authenticated: false, started: now }
+        QueueAuth { host, subnqn: subnqn.to_string(), step: Step::Negotiate, authenticated: false, started: now, last_heard: now }
     }
 
     /// Commands other than AUTH_Send/Receive may run.
@@ -94,9 +102,17 @@ impl QueueAuth {
         matches!(self.step, Step::Failed)
     }
 
-    /// Still unauthenticated after [`AUTH_TIMEOUT`].
+    /// Still unauthenticated, and the host silent for [`AUTH_TIMEOUT`] or the transaction older
+    /// than [`AUTH_TRANSACTION_LIMIT`].
     pub fn expired(&self, now: Instant) -> bool {
-        !self.authenticated() && now.saturating_duration_since(self.started) > AUTH_TIMEOUT
+        !self.authenticated()
+            && (now.saturating_duration_since(self.last_heard) > AUTH_TIMEOUT
+                || now.saturating_duration_since(self.started) > AUTH_TRANSACTION_LIMIT)
+    }
+
+    /// An authentication command of the host was handled at `now` (after our part of the step).
+    pub fn heard(&mut self, now: Instant) {
+        self.last_heard = self.last_heard.max(now);
     }
 
     /// AUTH_Send with `data`. The command's own status is an error only for malformed commands;
@@ -470,6 +486,29 @@ mod tests {
         let mut auth = QueueAuth::new(h, SUBNQN, Instant::now());
         assert_eq!(auth.receive(0), Err(Status::INVALID_FIELD.with_dnr()));
         assert_eq!(auth.receive(u32::MAX), Err(Status::INVALID_FIELD.with_dnr()));
+    }
+
+    #[test]
+    fn a_slow_host_that_keeps_talking_is_not_expired_but_a_silent_or_endless_one_is() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut auth = QueueAuth::new(host(false, DhGroup::Ffdhe2048), SUBNQN, t0);
+        // Steps 8 s apart (ffdhe8192 under TCG): 24 s in all, never 10 s of silence.
+        for step in [8, 16, 24] {
+            assert!(!auth.expired(s(step)), "expired at {step} s although the host spoke 8 s before");
+            auth.heard(s(step));
+        }
+        assert!(!auth.expired(s(33)));
+        assert!(auth.expired(s(35)), "11 s of silence ends the queue");
+        // Talking every 9 s does not hold a queue past the transaction limit.
+        let mut endless = QueueAuth::new(host(false, DhGroup::Ffdhe2048), SUBNQN, t0);
+        let mut at = 0;
+        while at + 9 <= AUTH_TRANSACTION_LIMIT.as_secs() {
+            at += 9;
+            endless.heard(s(at));
+        }
+        assert!(!endless.expired(s(AUTH_TRANSACTION_LIMIT.as_secs())));
+        assert!(endless.expired(s(AUTH_TRANSACTION_LIMIT.as_secs() + 1)));
     }
 
     #[test]

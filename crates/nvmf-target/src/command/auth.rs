@@ -80,8 +80,12 @@ impl Commands {
         // The time this step took us (a DH key pair or shared secret: seconds for ffdhe8192 on a
         // slow CPU) is not the host's silence: keep-alive counts from now. Found by blktests'
         // nvme/043 (ffdhe6144/8192 under qemu TCG: the controller expired mid-authentication).
-        if let Some(q) = &self.queue {
-            q.ctrl.touch(self.target.now_ns(Instant::now()));
+        let now = Instant::now();
+        if let Some(q) = &mut self.queue {
+            q.ctrl.touch(self.target.now_ns(now));
+            if let Some(auth) = &mut q.auth {
+                auth.heard(now);
+            }
         }
         if self.queue.as_ref().and_then(|q| q.auth.as_ref()).is_some_and(QueueAuth::failed) {
             tracing::info!("closing queue after failed authentication");

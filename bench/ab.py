@@ -10,8 +10,15 @@ rusage; a polling process spins its core, so event-mode rows are the ones that s
 With --perf-a (and --perf-b) each side gets its own nvmf-perf too: the whole stack before against
 after, for changes to both sides.
 
+Every run is bracketed by the bench's speed probe (nvmfbench/speed.py: a short busy ping-pong on
+the two cores, the target paused) and waits, within --wait-for-fast seconds in all, for the VM's
+fast phase. A run whose probes show the machine more than 1.25x slower than its fastest probe is
+left out of every statistic, and with it its round's pair: the VM's phases are 1.5-2x apart and
+change within a round, which otherwise decides the intervals. --no-probe turns this off.
+
 Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
+                   [--no-probe] [--wait-for-fast 120]
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nvmflab.analysis.decide import fieller, ratio_to_constant, welch  # noqa: E402
+from nvmfbench import speed  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -143,6 +152,37 @@ def paired_interval(runs: list[dict], key: str) -> str:
     return f"{m:.3f} ({lo:.2f}–{hi:.2f})".rjust(22)
 
 
+def in_fast_phase(runs: list[dict]) -> list[dict]:
+    """The runs the statistics use: every run the speed probe found in a slow phase of the
+    machine (speed.mark_slow_phases, which marks them) is left out; runs without probes stay."""
+    speed.mark_slow_phases(runs)
+    return [x for x in runs if not x.get("slow_machine")]
+
+
+class Probe:
+    """The speed probe around each run, with the target paused, and the wait for a fast phase."""
+
+    def __init__(self, target_core: int, host_core: int, wait_budget_s: float):
+        self.cores = (target_core, host_core)
+        self.gate = speed.Gate(budget_s=wait_budget_s)
+
+    def before(self, target: Target) -> float | None:
+        again = lambda: self._probe(target)  # noqa: E731
+        return self.gate.wait_for_fast(again(), again)
+
+    def after(self, target: Target) -> float | None:
+        p = self._probe(target)
+        self.gate.seen(p)
+        return p
+
+    def _probe(self, target: Target) -> float | None:
+        """None when the probe cannot run (no nvmf-bench built): the run is then not gated."""
+        try:
+            return speed.probe(None, *self.cores, pause_pid=target.proc.pid)
+        except (speed.BenchError, OSError):
+            return None
+
+
 def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, float]:
     return after.children_user - before.children_user, after.children_system - before.children_system
 
@@ -161,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-core", type=int, default=1)
     ap.add_argument("--works", default=DEFAULT_WORKS)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                    help="bracket runs with the speed probe and leave out slow-phase runs (default on)")
+    ap.add_argument("--wait-for-fast", type=float, default=120.0,
+                    help="seconds in all that runs may wait for the machine's fast phase (default 120)")
     a = ap.parse_args(argv)
+    probe = Probe(a.target_core, a.host_core, a.wait_for_fast) if a.probe else None
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
     runs = []
@@ -174,9 +219,13 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 with Target(binary, a.target_core, mode) as target:
                     for w in todo:
+                        before = probe.before(target) if probe else None
                         t0 = os.times()
                         run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp)
                         usr, sys_ = host_cpu(t0, os.times())
+                        after = probe.after(target) if probe else None
+                        if probe:
+                            run["probe_ns"] = [p for p in (before, after) if p is not None]
                         if "bw_bytes" in run:
                             run |= {"host_usr_s_per_gib": per_gib(usr, run["bw_bytes"], a.seconds + a.ramp),
                                     "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
@@ -186,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"round {r + 1} {label} {w['key']}: "
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
                               file=sys.stderr, flush=True)
+    all_runs, runs = runs, in_fast_phase(runs)
+    if probe:
+        print(f"speed probe: {len(all_runs) - len(runs)} of {len(all_runs)} runs in a slow phase of the machine, "
+              f"left out with their pairs; waited {probe.gate.waited:.0f} s for fast phases")
     print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6} {'means, 95 % interval':>22} {'p':>6} {'per round, 95 %':>22}   "
           "CPU s/GiB host usr+sys, target usr+sys: A | B")
     for w in works:
@@ -206,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{w['key']:28} {fmt(med['A']) if a_ else '—':>12} {fmt(med['B']) if b_ else '—':>12} {ratio:>6} "
               f"{interval}   {cpu}")
     if a.out:
-        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": runs}, indent=1))
+        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": all_runs}, indent=1))
     return 0
 
 

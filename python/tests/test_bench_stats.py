@@ -468,3 +468,26 @@ def test_ab_takes_a_run_that_moved_nothing():
             {"iops": 20.0, "host_usr_s_per_gib": 5.0}]
     assert ab.median_of(runs, "iops") == 10.0, "the stalled run still counts as a run"
     assert ab.median_of(runs, "host_usr_s_per_gib") == 4.0 and ab.median_of(runs[:1], "host_usr_s_per_gib") is None
+
+
+def test_ab_leaves_out_slow_phase_runs_with_their_pairs():
+    spec = importlib.util.spec_from_file_location("bench_ab", Path(__file__).resolve().parents[2] / "bench" / "ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    # Rounds 0-3 in the fast phase (probe 9 us), B 2 % slower; in round 4 the VM halved its speed
+    # after A's run, so B's run looks 45 % slower.
+    runs = []
+    for r in range(5):
+        slow_b = r == 4
+        runs.append({"side": "A", "work": "w", "round": r, "iops": 100.0 + r, "probe_ns": [9000.0, 9100.0]})
+        runs.append({"side": "B", "work": "w", "round": r, "iops": 55.0 if slow_b else (100.0 + r) * (0.98 + 0.004 * (-1) ** r),
+                     "probe_ns": [15000.0, 16000.0] if slow_b else [9050.0, 9000.0]})
+    kept = ab.in_fast_phase([dict(x) for x in runs])
+    assert len(kept) == 9 and all(x["round"] != 4 or x["side"] == "A" for x in kept)
+    ratio, interval = ab.paired_interval(kept, "w").split()
+    low, high = (float(x) for x in interval.strip("()").split("–"))
+    assert 0.97 < float(ratio) < 0.99 and high < 1.0, "without the slow pair: B is 2 % slower, decided"
+    ratio_all, interval_all = ab.paired_interval(runs, "w").split()
+    assert float(ratio_all) < 0.9 and float(interval_all.strip("()").split("–")[1]) > 1.0, "with it: undecided"
+    unprobed = [{k: v for k, v in x.items() if k != "probe_ns"} for x in runs]
+    assert len(ab.in_fast_phase(unprobed)) == 10, "runs without probes are all kept"

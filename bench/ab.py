@@ -24,6 +24,7 @@ Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OL
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -159,30 +160,6 @@ def in_fast_phase(runs: list[dict]) -> list[dict]:
     return [x for x in runs if not x.get("slow_machine")]
 
 
-class Probe:
-    """The speed probe around each run, with the target paused, and the wait for a fast phase."""
-
-    def __init__(self, target_core: int, host_core: int, wait_budget_s: float):
-        self.cores = (target_core, host_core)
-        self.gate = speed.Gate(budget_s=wait_budget_s)
-
-    def before(self, target: Target) -> float | None:
-        again = lambda: self._probe(target)  # noqa: E731
-        return self.gate.wait_for_fast(again(), again)
-
-    def after(self, target: Target) -> float | None:
-        p = self._probe(target)
-        self.gate.seen(p)
-        return p
-
-    def _probe(self, target: Target) -> float | None:
-        """None when the probe cannot run (no nvmf-bench built): the run is then not gated."""
-        try:
-            return speed.probe(None, *self.cores, pause_pid=target.proc.pid)
-        except (speed.BenchError, OSError):
-            return None
-
-
 def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, float]:
     return after.children_user - before.children_user, after.children_system - before.children_system
 
@@ -206,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-for-fast", type=float, default=120.0,
                     help="seconds in all that runs may wait for the machine's fast phase (default 120)")
     a = ap.parse_args(argv)
-    probe = Probe(a.target_core, a.host_core, a.wait_for_fast) if a.probe else None
+    gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe else None
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
     runs = []
@@ -219,13 +196,14 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 with Target(binary, a.target_core, mode) as target:
                     for w in todo:
-                        before = probe.before(target) if probe else None
-                        t0 = os.times()
-                        run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp)
-                        usr, sys_ = host_cpu(t0, os.times())
-                        after = probe.after(target) if probe else None
-                        if probe:
-                            run["probe_ns"] = [p for p in (before, after) if p is not None]
+                        # The speed probe around the run (target paused), waiting for a fast phase.
+                        bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
+                        with bracket or contextlib.nullcontext():
+                            t0 = os.times()
+                            run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp)
+                            usr, sys_ = host_cpu(t0, os.times())
+                        if bracket:
+                            run |= bracket.fields
                         if "bw_bytes" in run:
                             run |= {"host_usr_s_per_gib": per_gib(usr, run["bw_bytes"], a.seconds + a.ramp),
                                     "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
@@ -236,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
                               file=sys.stderr, flush=True)
     all_runs, runs = runs, in_fast_phase(runs)
-    if probe:
+    if gate:
         print(f"speed probe: {len(all_runs) - len(runs)} of {len(all_runs)} runs in a slow phase of the machine, "
-              f"left out with their pairs; waited {probe.gate.waited:.0f} s for fast phases")
+              f"left out with their pairs; waited {gate.waited:.0f} s for fast phases")
     print(f"{'workload':28} {'A':>12} {'B':>12} {'B/A':>6} {'means, 95 % interval':>22} {'p':>6} {'per round, 95 %':>22}   "
           "CPU s/GiB host usr+sys, target usr+sys: A | B")
     for w in works:

@@ -89,8 +89,10 @@ def probe(bench: Bench, server_cpu: int, client_cpu: int, pause_pid: int | None 
 
 def target_pid(target: Any) -> int | None:
     """The target process of a locally started RunningTarget (SPDK's start script execs
-    nvmf_tgt in place, so its Popen pid is nvmf_tgt's)."""
-    proc = getattr(getattr(target, "proc", None), "proc", None)
+    nvmf_tgt in place, so its Popen pid is nvmf_tgt's), or of anything holding its Popen in
+    `.proc` (bench/ab.py's Target)."""
+    proc = getattr(target, "proc", None)
+    proc = proc if isinstance(proc, subprocess.Popen) else getattr(proc, "proc", None)
     return getattr(proc, "pid", None)
 
 

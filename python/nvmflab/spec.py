@@ -163,6 +163,10 @@ class Knobs(_Strict):
         "off", "DH-HMAC-CHAP authentication (its DH group)", ("target", "host"))
     # NVMe/TCP or NVMe over RDMA (docs/rdma.md); rdma needs an RDMA device on both hosts.
     transport: Literal["tcp", "rdma"] = _knob("tcp", "transport (NVMe/TCP or NVMe over RDMA)", ("target", "host"))
+    # "off": the host asks in Connect for SQ flow control to be disabled (CATTR bit 2); a target that
+    # grants it may end a read with its last C2HData PDU (SUCCESS flag) and send no response capsule.
+    sqflow: Literal["on", "off"] = _knob("on", "SQ flow control (off: reads may end without a response capsule)",
+                                         ("host",))
 
 
 SWEEPABLE = tuple(Workload.model_fields) + tuple(Knobs.model_fields)

@@ -17,7 +17,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "stacks.md"
 # A value other than the default for every knob, each one a value some stack can set.
 OTHER = {"completion": "poll", "target_mode": "poll", "idle_poll_us": 50, "hdr_digest": True, "data_digest": True,
          "so_priority": 3, "tos": 16, "busy_poll_us": 40, "in_capsule_data_size": 4096, "io_queues": 2,
-         "tls": "on", "dhchap": "ffdhe2048", "transport": "rdma"}
+         "tls": "on", "dhchap": "ffdhe2048", "transport": "rdma", "sqflow": "off"}
 
 
 def test_the_registry_is_the_spec_knobs_with_their_sides():

@@ -247,11 +247,13 @@ def test_target_plan_lists_the_commands(fake):
 # -- host: nvme connect, the block device, fio ---------------------------------------------------------
 
 @pytest.mark.parametrize("over, present, absent", [
-    ({}, ["--nr-io-queues=2"], ["--nr-poll-queues=2", "--hdr-digest", "--data-digest", "--tos=0"]),
+    ({}, ["--nr-io-queues=2"], ["--nr-poll-queues=2", "--hdr-digest", "--data-digest", "--tos=0",
+                                 "--disable-sqflow"]),
     ({"completion": "poll"}, ["--nr-io-queues=2", "--nr-poll-queues=2"], []),
     ({"io_queues": 4}, ["--nr-io-queues=4"], []),
     ({"hdr_digest": True, "data_digest": True}, ["--hdr-digest", "--data-digest"], []),
     ({"tos": 32}, ["--tos=32"], []),
+    ({"sqflow": "off"}, ["--disable-sqflow"], []),
 ])
 def test_connect_argv_per_knob(over, present, absent):
     argv = connect_argv(job(**over), "10.0.0.2", 4420, "nqn.h", "u")

@@ -135,7 +135,7 @@ def test_every_knob_is_mapped_or_deliberately_missing():
     target_side = {k for k, sides in KNOB_SIDES.items() if "target" in sides}
     host_side = {k for k, sides in KNOB_SIDES.items() if "host" in sides}
     assert target_side - set(TARGET_KNOBS) == {"tos", "idle_poll_us", "dhchap"}
-    assert host_side - set(HOST_KNOBS) == {"so_priority", "tos", "busy_poll_us", "dhchap"}
+    assert host_side - set(HOST_KNOBS) == {"so_priority", "tos", "busy_poll_us", "dhchap", "sqflow"}
 
 
 @pytest.mark.parametrize("side, knobs, message", [
@@ -145,6 +145,7 @@ def test_every_knob_is_mapped_or_deliberately_missing():
     ("host", {"completion": "event"}, "always polls"),
     ("host", {"so_priority": 3}, "no such setting"),
     ("host", {"busy_poll_us": 50}, "no such setting"),
+    ("host", {"sqflow": "off"}, "no such setting"),
 ])
 def test_refusals_name_knob_and_stack(side, knobs, message):
     with pytest.raises(StackError, match=message) as err:

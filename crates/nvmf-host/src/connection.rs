@@ -25,6 +25,10 @@ pub struct ConnectOptions {
     pub so_priority: Option<u32>,
     pub tos: Option<u32>,
     pub busy_poll_us: Option<u32>,
+    /// Ask in Connect for SQ flow control to be disabled (CATTR bit 2, nvme-cli's
+    /// `--disable-sqflow`). The host never reads SQHD, so this costs it nothing, and a controller
+    /// that grants it may end a read with a C2HData SUCCESS flag instead of a CapsuleResp.
+    pub disable_sqflow: bool,
     /// Limit for connection set-up and each admin command.
     pub timeout: Duration,
     /// DH-HMAC-CHAP: the host's secret, used when the controller asks for authentication.
@@ -64,6 +68,7 @@ impl ConnectOptions {
             so_priority: None,
             tos: None,
             busy_poll_us: None,
+            disable_sqflow: false,
             timeout: Duration::from_secs(10),
             dhchap_secret: None,
             dhchap_ctrl_secret: None,

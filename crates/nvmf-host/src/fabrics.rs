@@ -1,7 +1,7 @@
 //! Fabrics commands a host queue sends to join a controller: Connect (with DH-HMAC-CHAP when
 //! the controller asks for it). Used by the admin queue and by I/O queues alike.
 
-use nvmf_proto::fabrics::{ConnectCmd, ConnectData};
+use nvmf_proto::fabrics::{ConnectCmd, ConnectData, CATTR_DISABLE_SQFLOW};
 
 use crate::connection::ConnectOptions;
 use crate::error::Result;
@@ -28,7 +28,8 @@ pub(crate) fn connect(
     kato_ms: u32,
 ) -> Result<u16> {
     let qid = conn_q.qid();
-    let sqe = ConnectCmd { recfmt: 0, qid, sqsize, cattr: 0, kato: kato_ms }.to_sqe(0);
+    let cattr = if opts.disable_sqflow { CATTR_DISABLE_SQFLOW } else { 0 };
+    let sqe = ConnectCmd { recfmt: 0, qid, sqsize, cattr, kato: kato_ms }.to_sqe(0);
     let data = ConnectData { hostid: opts.hostid, cntlid, subnqn: subnqn.to_string(), hostnqn: opts.hostnqn.clone() }.encode();
     conn_q.ensure_buffer(0, data.len());
     conn_q.buffer(0)[..data.len()].copy_from_slice(&data);

@@ -1,5 +1,5 @@
 //! The library API against the real target, in process on an ephemeral loopback port: connect,
-//! identify, every I/O command, discovery and shutdown.
+//! identify, every I/O command (with and without SQ flow control), discovery and shutdown.
 
 use std::path::Path;
 use std::time::Duration;
@@ -51,10 +51,12 @@ fn wait_for(q: &mut IoQueue, n: usize) -> Vec<Completion> {
 fn connect_identify_io_discover_and_shutdown() {
     let target = start_target();
     let addr = target.listen_addrs()[0];
-    for digests in [false, true] {
+    // With SQ flow control disabled the target ends reads with a C2HData SUCCESS flag.
+    for (digests, disable_sqflow) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut opts = ConnectOptions::new(addr.to_string(), default_hostnqn());
         opts.hdr_digest = digests;
         opts.data_digest = digests;
+        opts.disable_sqflow = disable_sqflow;
         opts.kato_ms = 2000;
         let ctrl = Controller::connect(&opts, NQN).expect("connect");
         assert_eq!(ctrl.identity().subnqn, NQN);

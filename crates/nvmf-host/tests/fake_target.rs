@@ -1,7 +1,8 @@
 //! The queue pair against a scripted fake target on a loopback listener: ICReq/ICResp, Connect,
 //! an R2T answered in MAXH2CDATA-sized H2CData chunks, C2HData with the SUCCESS flag (no
 //! CapsuleResp follows), an error status decoded to its name, and a C2HTermReq that must come
-//! back as an error, not a panic or a hang.
+//! back as an error, not a panic or a hang; with `disable_sqflow`, Connect asks for SQ flow
+//! control to be disabled (CATTR bit 2), which is what entitles a target to the SUCCESS flag.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,6 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use nvmf_host::{Completion, ConnectOptions, Error, IoQueue, IoQueueParams};
+use nvmf_proto::fabrics::{ConnectCmd, CATTR_DISABLE_SQFLOW};
 use nvmf_proto::pdu::{encode_pdu, fes, C2HData, CapsuleResp, IcResp, TermReq, R2T};
 use nvmf_proto::{Cqe, Digests, Framer, PduHeader, Role, Status};
 
@@ -49,8 +51,8 @@ impl Peer {
         self.send(PduHeader::CapsuleResp(CapsuleResp { cqe }), &[]);
     }
 
-    /// ICReq/ICResp then the I/O queue Connect.
-    fn accept(listener: &TcpListener) -> Peer {
+    /// ICReq/ICResp then the I/O queue Connect, whose CATTR must be `cattr`.
+    fn accept(listener: &TcpListener, cattr: u8) -> Peer {
         let (s, _) = listener.accept().unwrap();
         let mut p = Peer { s, buf: Vec::new(), framer: Framer::new(Role::Target, 1 << 20), dg: Digests::default() };
         let (PduHeader::IcReq(req), _) = p.recv() else { panic!("expected ICReq") };
@@ -63,15 +65,17 @@ impl Peer {
         assert_eq!(data.len(), 1024, "Connect data travels in the capsule");
         assert_eq!(c.sqe.sgl().sgl_type, 0x01);
         assert_eq!(u16::from_le_bytes([data[16], data[17]]), 7, "Connect names the controller's cntlid");
+        assert_eq!(ConnectCmd::from_sqe(&c.sqe).cattr, cattr, "Connect's queue attributes");
         p.respond(c.sqe.cid(), Status::SUCCESS, 7);
         p
     }
 }
 
-fn params(addr: std::net::SocketAddr, digests: bool) -> IoQueueParams {
+fn params(addr: std::net::SocketAddr, digests: bool, disable_sqflow: bool) -> IoQueueParams {
     let mut opts = ConnectOptions::new(addr.to_string(), "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555");
     opts.hdr_digest = digests;
     opts.data_digest = digests;
+    opts.disable_sqflow = disable_sqflow;
     opts.kato_ms = 0;
     opts.timeout = Duration::from_secs(5);
     // In-capsule size 0: every write goes through R2T.
@@ -89,11 +93,11 @@ fn wait_one(q: &mut IoQueue) -> Result<Completion, Error> {
     panic!("no completion");
 }
 
-fn script(digests: bool) {
+fn script(digests: bool, disable_sqflow: bool) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let target = thread::spawn(move || {
-        let mut p = Peer::accept(&listener);
+        let mut p = Peer::accept(&listener, if disable_sqflow { CATTR_DISABLE_SQFLOW } else { 0 });
 
         // Write of 12 KiB: one R2T for everything, as Linux nvmet does; the host must answer
         // with three 4 KiB H2CData PDUs, the last flagged LAST_PDU.
@@ -130,7 +134,7 @@ fn script(digests: bool) {
         p.send(PduHeader::C2HTermReq(t), &[]);
     });
 
-    let mut q = IoQueue::connect(&params(addr, digests), 1, 4, 16384).expect("connect");
+    let mut q = IoQueue::connect(&params(addr, digests, disable_sqflow), 1, 4, 16384).expect("connect");
     assert_eq!(q.qid(), 1);
     q.set_namespace(1, 512);
     for (i, b) in q.buffer(2)[..12288].iter_mut().enumerate() {
@@ -164,12 +168,17 @@ fn script(digests: bool) {
 
 #[test]
 fn r2t_success_flag_status_and_termreq_without_digests() {
-    script(false);
+    script(false, false);
 }
 
 #[test]
 fn r2t_success_flag_status_and_termreq_with_both_digests() {
-    script(true);
+    script(true, false);
+}
+
+#[test]
+fn connect_asks_to_disable_sq_flow_control_when_told() {
+    script(false, true);
 }
 
 #[test]
@@ -191,9 +200,9 @@ fn hostile_icresp_is_an_error_not_a_panic() {
         s.write_all(&[0xFF; 128]).unwrap();
         let _ = s.read(&mut icreq);
     });
-    let err = IoQueue::connect(&params(addr, false), 1, 1, 4096).err().expect("refused");
+    let err = IoQueue::connect(&params(addr, false, false), 1, 1, 4096).err().expect("refused");
     assert!(err.to_string().contains("MAXH2CDATA"), "{err}");
-    let err = IoQueue::connect(&params(addr, false), 1, 1, 4096).err().expect("refused");
+    let err = IoQueue::connect(&params(addr, false, false), 1, 1, 4096).err().expect("refused");
     assert!(matches!(err, Error::Protocol(_)), "{err}");
     target.join().unwrap();
 }

@@ -297,6 +297,8 @@ HOST_KNOBS: KnobMap = {
                   "for the host NQN; tlshd running", lambda v, _k: ["--tls"] if v == "on" else []),
     "hdr_digest": Setter("`nvme connect --hdr-digest`", lambda v, _k: ["--hdr-digest"] if v else []),
     "data_digest": Setter("`nvme connect --data-digest`", lambda v, _k: ["--data-digest"] if v else []),
+    "sqflow": Setter("`nvme connect --disable-sqflow` when off",
+                     lambda v, _k: ["--disable-sqflow"] if v == "off" else []),
 }
 
 

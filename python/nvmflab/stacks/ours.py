@@ -70,6 +70,7 @@ HOST_KNOBS: KnobMap = {
     "tls": Setter("nvmf-perf `--tls --tls-key KEY --hostnqn NQN` (the target's key)"),
     "dhchap": Setter("nvmf-perf `--dhchap-secret SECRET --hostnqn NQN` (the target's secret; it picks the group)"),
     "transport": Setter("nvmf-perf `-t tcp|rdma` (rdma: a build with RDMA support)"),
+    "sqflow": Setter("nvmf-perf `--disable-sqflow` when off", lambda v, _k: ["--disable-sqflow"] if v == "off" else []),
 }
 
 # The host NQN a TLS or DH-HMAC-CHAP connection names when the spec gives none: the PSK identity and

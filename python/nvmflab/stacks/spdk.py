@@ -67,6 +67,7 @@ HOST_KNOBS: KnobMap = {
     "data_digest": Setter("spdk_nvme_perf `-I`", lambda v, _k: ["-I"] if v else []),
     "transport": Setter("spdk_nvme_perf `-r 'trtype:TCP|RDMA ...'` (RDMA as on the target side)"),
     "tls": Setter("spdk_nvme_perf `-S ssl --psk-path FILE` (the run's key, mode 0600) and `hostnqn:` in `-r`"),
+    # sqflow is absent: SPDK's host library has no way to ask for SQ flow control to be disabled.
 }
 # The PSK file SPDK reads (it refuses one others can read), written with umask 077.
 _KEY_FILE = 'umask 077; printf "%s" "$1" > "$2"'

@@ -74,6 +74,10 @@ pub struct TargetArgs {
     /// SO_BUSY_POLL in microseconds on every socket.
     #[arg(long = "busy_poll_us")]
     pub busy_poll_us: Option<u32>,
+    /// Ask the controller to disable SQ flow control (Connect CATTR bit 2): one that grants it may
+    /// end each read with its last C2HData PDU instead of a separate response.
+    #[arg(long = "disable-sqflow")]
+    pub disable_sqflow: bool,
     /// DH-HMAC-CHAP secret of the host (`DHHC-1:XX:...:`, as `nvme gen-dhchap-key` prints it).
     #[arg(short = 'S', long = "dhchap-secret")]
     pub dhchap_secret: Option<String>,

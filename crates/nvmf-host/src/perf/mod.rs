@@ -68,6 +68,7 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
     o.so_priority = t.so_priority;
     o.tos = t.tos;
     o.busy_poll_us = t.busy_poll_us;
+    o.disable_sqflow = t.disable_sqflow;
     let secret = |flag: &str, text: &Option<String>| {
         text.as_deref().map(nvmf_proto::auth::Secret::parse).transpose().map_err(|e| usage(format!("{flag}: {e}")))
     };
@@ -411,6 +412,19 @@ mod tests {
         let e = rdma(&["--hdr_digest"]).unwrap_err();
         assert!(e.to_string().contains("NVMe/TCP only"), "{e}");
         assert!(args::Cli::try_parse_from(["nvmf-perf", "discover", "-t", "fc", "-a", "x"]).is_err());
+    }
+
+    #[test]
+    fn disable_sqflow_reaches_the_connect_options_and_is_off_by_default() {
+        let opts = |extra: &[&str]| {
+            let argv = ["nvmf-perf", "discover", "-a", "127.0.0.1"].into_iter().chain(extra.iter().copied());
+            match args::Cli::try_parse_from(argv).unwrap().command {
+                args::Command::Discover(d) => connect_options(&d.target).unwrap(),
+                _ => unreachable!("parsed a discover command"),
+            }
+        };
+        assert!(!opts(&[]).disable_sqflow, "nvme-cli connects with SQ flow control unless told");
+        assert!(opts(&["--disable-sqflow"]).disable_sqflow);
     }
 
     #[test]

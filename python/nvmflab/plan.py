@@ -132,10 +132,17 @@ def _path_id(path: str | None) -> str | None:
     return path
 
 
+# Knobs added after results directories were first written, with their defaults: a knob at its
+# default stays out of the key, so a directory written before the knob existed resumes instead of
+# measuring every point again.
+KEYLESS_DEFAULTS: dict[str, Any] = {"sqflow": "on"}
+
+
 def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int, runtime: float, ramp_time: float,
               definition: dict[str, Any] | None = None) -> str:
     """Same key = same measurement: a re-run with another runtime, ramp_time, placement, backend or
     load-generator layout measures anew (`definition`: Point.definition)."""
+    knobs = {k: v for k, v in knobs.items() if k not in KEYLESS_DEFAULTS or v != KEYLESS_DEFAULTS[k]}
     fields = {"study": study, "leg": leg, "knobs": knobs, "repeat": repeat, "runtime": float(runtime),
               "ramp_time": float(ramp_time)}
     if definition is not None:

@@ -98,3 +98,13 @@ def test_kernel_target_module_parameters_and_port_attribute_come_from_the_setter
                         busy_poll_us=0, subsystems=())
     assert target_settings(setup) == ([("idle_poll_period_usecs", "50"), ("so_priority", "3")],
                                       [("param_inline_data_size", "4096")])
+
+
+def test_a_knob_added_later_keeps_older_point_keys_at_its_default():
+    from nvmflab.plan import KEYLESS_DEFAULTS, point_key
+
+    assert all(Knobs().model_dump()[k] == v for k, v in KEYLESS_DEFAULTS.items()), "KEYLESS_DEFAULTS drifted"
+    before = {k: v for k, v in Knobs().model_dump().items() if k not in KEYLESS_DEFAULTS}
+    key = point_key("overhead", "ours", before, 0, 10.0, 2.0)
+    assert point_key("overhead", "ours", Knobs().model_dump(), 0, 10.0, 2.0) == key
+    assert point_key("overhead", "ours", Knobs(sqflow="off").model_dump(), 0, 10.0, 2.0) != key

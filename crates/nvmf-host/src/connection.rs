@@ -137,6 +137,11 @@ pub trait Link: Send {
     /// Sleeps until input may have arrived (or, with `writing`, the link may take more) or
     /// `timeout` passed.
     fn wait(&self, timeout: Duration, writing: bool) -> Result<()>;
+    /// Whether input may be waiting, asked without reading (and without the socket's lock).
+    /// By default always: the caller then just reads.
+    fn readable_now(&self) -> Result<bool> {
+        Ok(true)
+    }
 }
 
 /// A non-blocking TCP socket as a [`Link`].
@@ -220,6 +225,18 @@ impl Link for TcpLink {
         }
         Ok(())
     }
+
+    fn readable_now(&self) -> Result<bool> {
+        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a zero timeout only asks.
+        match unsafe { libc::poll(&mut pfd, 1, 0) } {
+            r if r < 0 => match std::io::Error::last_os_error() {
+                e if e.kind() == ErrorKind::Interrupted => Ok(true),
+                e => Err(e.into()),
+            },
+            r => Ok(r > 0),
+        }
+    }
 }
 
 /// Connects to `opts.addr`, applies the socket options, and runs the TLS handshake when
@@ -300,5 +317,25 @@ mod tests {
         assert_eq!(id[15], 0x55);
         let nqn = default_hostnqn();
         assert!(nqn.starts_with("nqn.2014-08.org.nvmexpress:uuid:") || std::path::Path::new("/etc/nvme/hostnqn").exists());
+    }
+
+    #[test]
+    fn a_tcp_link_says_whether_input_waits_without_taking_it() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut link = TcpLink(stream);
+        assert!(!link.readable_now().unwrap(), "nothing sent yet");
+        peer.write_all(b"pdu").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !link.readable_now().unwrap() {
+            assert!(std::time::Instant::now() < deadline, "sent bytes never showed as readable");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(link.readable_now().unwrap(), "asking again takes nothing");
+        let mut buf = [0u8; 8];
+        assert_eq!(link.recv(&mut buf).unwrap(), 3);
+        assert!(!link.readable_now().unwrap(), "all read");
     }
 }

@@ -294,6 +294,11 @@ impl QueueMachine {
     // ---- output ----
 
     /// Bytes are waiting to be sent.
+    /// Whether a read of at least [`DIRECT_RECV_MIN`] bytes is in flight: its payload streams in.
+    pub fn expects_large_input(&self) -> bool {
+        self.large_reads > 0
+    }
+
     pub fn has_output(&self) -> bool {
         self.out_pos < self.out.len() || !self.sends.is_empty()
     }
@@ -877,6 +882,23 @@ mod tests {
         ) {
             run_case(hdgst, true, reads, sizes, Some(corrupt))?;
         }
+    }
+
+    #[test]
+    fn large_input_is_expected_exactly_while_a_large_read_is_in_flight() {
+        let dg = Digests::default();
+        let mut m = ready_machine(dg, 0, 65536);
+        m.submit(1, Sqe::new(io_opcode::READ, 0), Xfer::Read(DIRECT_RECV_MIN - 512)).unwrap();
+        assert!(!m.expects_large_input(), "a small read streams nothing worth gating");
+        m.submit(0, Sqe::new(io_opcode::READ, 0), Xfer::Read(BUF)).unwrap();
+        assert!(m.expects_large_input());
+        take_output(&mut m);
+        let reads = [Read { tag: 0, len: BUF, chunk: 65536, success: true }, Read { tag: 1, len: DIRECT_RECV_MIN - 512, chunk: 65536, success: true }];
+        let (stream, _) = target_stream(&reads, dg, 0);
+        let mut done = Vec::new();
+        feed_fragments(&mut m, &stream, &[4000], &mut done).unwrap();
+        assert_eq!(done.len(), 2);
+        assert!(!m.expects_large_input(), "every large read completed");
     }
 
     #[test]

@@ -294,11 +294,6 @@ impl QueueMachine {
     // ---- output ----
 
     /// Bytes are waiting to be sent.
-    /// Whether a read of at least [`DIRECT_RECV_MIN`] bytes is in flight: its payload streams in.
-    pub fn expects_large_input(&self) -> bool {
-        self.large_reads > 0
-    }
-
     pub fn has_output(&self) -> bool {
         self.out_pos < self.out.len() || !self.sends.is_empty()
     }
@@ -394,6 +389,11 @@ impl QueueMachine {
             n -= k;
         }
         self.rx_end += n;
+    }
+
+    /// Whether a read of at least [`DIRECT_RECV_MIN`] bytes is in flight: its payload streams in.
+    pub fn expects_large_input(&self) -> bool {
+        self.large_reads > 0
     }
 
     /// Test and fuzzing convenience: receives `bytes` as the link would, in the slices asked for.

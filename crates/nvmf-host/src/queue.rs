@@ -222,7 +222,7 @@ impl TcpQueue {
     fn fill(&mut self) -> Result<usize> {
         // While large reads stream in, a read that finds nothing still takes the socket's lock,
         // and the sender's softirq then queues the payload behind it instead of delivering it:
-        // asking poll(2) first spares that (128 KiB randread QD32 +15 % on loopback, bench/README.md).
+        // asking poll(2) first spares that (128 KiB randread QD32 1.14x on loopback, bench/README.md).
         if self.machine.expects_large_input() && !self.link.readable_now()? {
             return Ok(0);
         }

@@ -206,30 +206,25 @@ impl Link for TcpLink {
     }
 
     fn wait(&self, timeout: Duration, writing: bool) -> Result<()> {
-        let mut pfd = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN | if writing { libc::POLLOUT } else { 0 },
-            revents: 0,
-        };
+        self.poll_for(libc::POLLIN | if writing { libc::POLLOUT } else { 0 }, timeout).map(drop)
+    }
+
+    fn readable_now(&self) -> Result<bool> {
+        self.poll_for(libc::POLLIN, Duration::ZERO)
+    }
+}
+
+impl TcpLink {
+    /// ppoll(2) on the socket for `events`, up to `timeout`: whether any came (a signal
+    /// counts as yes: the caller then tries the socket and finds out).
+    fn poll_for(&self, events: libc::c_short, timeout: Duration) -> Result<bool> {
+        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events, revents: 0 };
         let ts = libc::timespec {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
         // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != ErrorKind::Interrupted {
-                return Err(e.into());
-            }
-        }
-        Ok(())
-    }
-
-    fn readable_now(&self) -> Result<bool> {
-        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd; a zero timeout only asks.
-        match unsafe { libc::poll(&mut pfd, 1, 0) } {
+        match unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) } {
             r if r < 0 => match std::io::Error::last_os_error() {
                 e if e.kind() == ErrorKind::Interrupted => Ok(true),
                 e => Err(e.into()),

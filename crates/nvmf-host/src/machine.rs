@@ -893,7 +893,10 @@ mod tests {
         m.submit(0, Sqe::new(io_opcode::READ, 0), Xfer::Read(BUF)).unwrap();
         assert!(m.expects_large_input());
         take_output(&mut m);
-        let reads = [Read { tag: 0, len: BUF, chunk: 65536, success: true }, Read { tag: 1, len: DIRECT_RECV_MIN - 512, chunk: 65536, success: true }];
+        let reads = [
+            Read { tag: 0, len: BUF, chunk: 65536, success: true },
+            Read { tag: 1, len: DIRECT_RECV_MIN - 512, chunk: 65536, success: true },
+        ];
         let (stream, _) = target_stream(&reads, dg, 0);
         let mut done = Vec::new();
         feed_fragments(&mut m, &stream, &[4000], &mut done).unwrap();

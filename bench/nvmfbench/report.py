@@ -34,13 +34,21 @@ VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
 CPU_SIDES = ("host_usr", "host_sys", "target_usr", "target_sys")
 
 
-def machine(cpuinfo: str | None = None) -> dict[str, Any]:
-    """Where the numbers came from: the CPU model and vendor (from /proc/cpuinfo), cores, kernel."""
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def machine(cpuinfo: str | None = None, congestion: str | None = None) -> dict[str, Any]:
+    """Where the numbers came from: the CPU model and vendor (from /proc/cpuinfo), cores, kernel, and
+    the TCP congestion control every stack's sockets get (a pacing one, bbr, bounded 128 KiB writes
+    on the development VM: bench/README.md)."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = _read("/proc/cpuinfo") or ""
+    if congestion is None:
+        congestion = (_read("/proc/sys/net/ipv4/tcp_congestion_control") or "unknown").strip()
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
@@ -48,7 +56,8 @@ def machine(cpuinfo: str | None = None) -> dict[str, Any]:
             fields.setdefault(key.strip(), value.strip())
     vendor_id = fields.get("vendor_id") or fields.get("CPU implementer")
     return {"cpu": fields.get("model name"), "vendor": VENDORS.get(vendor_id or "", vendor_id or "unknown"),
-            "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
+            "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node(),
+            "tcp_congestion": congestion}
 
 
 def floor_summary(floor_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -176,7 +185,7 @@ def markdown(results: dict[str, Any]) -> str:
 def _header(results: dict[str, Any]) -> str:
     m, cfg, noise = results["machine"], results["config"], results["noise"]
     text = (f"Measured {results['when']} on {m['cpu']} ({m.get('vendor', 'unknown')}, {m['cores']} cores, "
-            f"Linux {m['kernel']}); "
+            f"Linux {m['kernel']}, TCP congestion control {m.get('tcp_congestion', 'unknown')}); "
             f"{cfg['rounds']} interleaved rounds of {cfg['seconds']} s (+{cfg['ramp']} s ramp), target busy-polling "
             f"on core {cfg['target_core']}, host on core {cfg['host_core']}, null namespace. SPDK: {results['spdk']}.\n\n")
     if noise["limit_pct"] is None:

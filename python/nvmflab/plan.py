@@ -46,6 +46,7 @@ class TargetSetup:
     dhchap: str = "off"  # a DH group: hosts authenticate with DH-HMAC-CHAP using dhchap_key
     dhchap_key: str | None = None  # DHHC-1:00:...: (the host side authenticates with the same secret)
     transport: str = "tcp"  # "rdma": the target's port is an NVMe over RDMA port (docs/rdma.md)
+    tcp_congestion: str = "system"  # a kernel congestion control name for every connection, or the machine's
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _path_id(path: str | None) -> str | None:
 # Knobs added after results directories were first written, with their defaults: a knob at its
 # default stays out of the key, so a directory written before the knob existed resumes instead of
 # measuring every point again.
-KEYLESS_DEFAULTS: dict[str, Any] = {"sqflow": "on"}
+KEYLESS_DEFAULTS: dict[str, Any] = {"sqflow": "on", "tcp_congestion": "system"}
 
 
 def point_key(study: str, leg: str, knobs: dict[str, Any], repeat: int, runtime: float, ramp_time: float,

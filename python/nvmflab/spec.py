@@ -96,6 +96,15 @@ class StackChoice(_Strict):
 MODEL_KEYS = {"lat": r"\d+(ns|us|ms|s)", "par": r"\d+", "bw": r"(\d+([kmgt]i?b?)?|none)"}
 
 
+def check_congestion(name: str) -> str:
+    """`system`, or a name the kernel could know as a TCP congestion control (whether a machine has
+    it is known only when a socket is set: nvmf-target and nvmf-perf refuse it then)."""
+    if name != "system" and not re.fullmatch(r"[a-z0-9_]{1,15}", name):
+        raise ValueError(f"expected \"system\" or a kernel congestion control such as cubic or bbr "
+                         f"(1-15 of a-z, 0-9, _), got {name!r}")
+    return name
+
+
 def check_model(text: str) -> str:
     """The model backend's parameters, `lat=80us,par=32,bw=3GiB` (nvmf-target's syntax, each key
     optional); the error names the pair. nvmf-target checks the ranges again at start."""
@@ -153,6 +162,10 @@ class Knobs(_Strict):
     so_priority: int = _knob(0, "socket priority", ("target", "host"), ge=0, le=6)
     tos: int = _knob(0, "type of service", ("target", "host"), ge=0, le=255)
     busy_poll_us: int = _knob(0, "socket busy polling (µs)", ("target", "host"), ge=0)
+    # A kernel name (cubic, bbr, ...) set per socket with TCP_CONGESTION; "system": the machine's
+    # net.ipv4.tcp_congestion_control. It governs the side that sends the data (host for writes).
+    tcp_congestion: Annotated[str, AfterValidator(check_congestion)] = _knob(
+        "system", "TCP congestion control (system: the machine's default)", ("target", "host"))
     in_capsule_data_size: Size = _knob(8192, "in-capsule data size", ("target",))
     # nvmf-perf opens one I/O queue pair per job; None means "= numjobs".
     io_queues: int | None = _knob(None, "number of I/O queues", ("host",), ge=1)

@@ -417,6 +417,15 @@ def test_the_cpu_model_and_vendor_come_from_cpuinfo():
     assert report.machine("")["vendor"] == "unknown"
 
 
+def test_the_report_names_the_congestion_control_every_socket_got():
+    assert report.machine("", congestion="bbr")["tcp_congestion"] == "bbr"
+    assert report.machine("")["tcp_congestion"] == Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    results = {"machine": report.machine("model name : X\n", congestion="cubic"), "when": "now", "spdk": "none",
+               "config": {"rounds": 1, "seconds": 3, "ramp": 1, "target_core": 0, "host_core": 1},
+               "noise": {"limit_pct": None, "failed": 0}}
+    assert "TCP congestion control cubic" in report._header(results)
+
+
 def test_the_readme_keeps_the_latest_figures_of_each_cpu_vendor():
     readme = "# bench\n\n## Latest results\n\nolder prose\n"
     one = report.readme_with_latest(readme, "AMD", "amd run 1")

@@ -17,7 +17,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "stacks.md"
 # A value other than the default for every knob, each one a value some stack can set.
 OTHER = {"completion": "poll", "target_mode": "poll", "idle_poll_us": 50, "hdr_digest": True, "data_digest": True,
          "so_priority": 3, "tos": 16, "busy_poll_us": 40, "in_capsule_data_size": 4096, "io_queues": 2,
-         "tls": "on", "dhchap": "ffdhe2048", "transport": "rdma", "sqflow": "off"}
+         "tls": "on", "dhchap": "ffdhe2048", "transport": "rdma", "sqflow": "off",
+         "tcp_congestion": "cubic"}
 
 
 def test_the_registry_is_the_spec_knobs_with_their_sides():
@@ -74,11 +75,21 @@ def test_every_ours_target_knob_is_a_config_line():
 
     setup = TargetSetup(cores=(0,), mode="poll", idle_poll_us=50, in_capsule_data_size=4096, so_priority=3, tos=16,
                         busy_poll_us=40, subsystems=(Subsystem(nqn="nqn.2024-01.io.nvmflab:s1", backend="null",
-                                                               size=1 << 20, block_size=512),))
+                                                               size=1 << 20, block_size=512),), tcp_congestion="cubic")
     config = render_config(setup, 4420, 9100)
     for line in ('mode = "poll"', "idle_poll_us = 50", "in_capsule_data_size = 4096", "so_priority = 3",
-                 "tos = 16", "busy_poll_us = 40"):
+                 "tos = 16", "busy_poll_us = 40", 'tcp_congestion = "cubic"'):
         assert f"\n{line}\n" in config
+    system = render_config(TargetSetup(**{**setup.__dict__, "tcp_congestion": "system"}), 4420, 9100)
+    assert "tcp_congestion" not in system, "the machine's congestion control is the target's own default"
+
+
+@pytest.mark.parametrize("value", ["Cubic", "cubic;reno", "", "a_name_of_16_byt"])
+def test_tcp_congestion_takes_kernel_names_only(value):
+    with pytest.raises(ValueError, match="tcp_congestion"):
+        validate_knobs({"tcp_congestion": value})
+    assert "--tcp_congestion" not in ours_host_argv(), "no option at the default: the machine's choice stands"
+    assert "--tcp_congestion bbr" in ours_host_argv(tcp_congestion="bbr")
 
 
 def test_kernel_and_spdk_hosts_take_their_options_from_the_setters():
@@ -108,3 +119,4 @@ def test_a_knob_added_later_keeps_older_point_keys_at_its_default():
     key = point_key("overhead", "ours", before, 0, 10.0, 2.0)
     assert point_key("overhead", "ours", Knobs().model_dump(), 0, 10.0, 2.0) == key
     assert point_key("overhead", "ours", Knobs(sqflow="off").model_dump(), 0, 10.0, 2.0) != key
+    assert point_key("overhead", "ours", Knobs(tcp_congestion="cubic").model_dump(), 0, 10.0, 2.0) != key

@@ -418,6 +418,9 @@ def test_knob_refusals_name_knob_and_stack():
         stack.check_knobs({"target_mode": "poll"}, "target", defaults)
     with pytest.raises(StackError, match="busy_poll_us = 20: the kernel target has no such setting"):
         stack.check_knobs({"busy_poll_us": 20}, "target", defaults)
+    for side in ("target", "host"):  # nvme-tcp and nvmet-tcp use the machine's congestion control
+        with pytest.raises(StackError, match=f"tcp_congestion = 'cubic': the kernel {side} has no such setting"):
+            stack.check_knobs({"tcp_congestion": "cubic"}, side, defaults)
     for side in ("target", "host"):  # every other knob maps to a kernel setting
         stack.check_knobs({"idle_poll_us": 50, "so_priority": 6, "tos": 32, "hdr_digest": True, "data_digest": True,
                            "in_capsule_data_size": 4096, "completion": "poll", "io_queues": 4,

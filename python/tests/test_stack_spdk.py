@@ -134,8 +134,8 @@ def test_rpc_output_helpers():
 def test_every_knob_is_mapped_or_deliberately_missing():
     target_side = {k for k, sides in KNOB_SIDES.items() if "target" in sides}
     host_side = {k for k, sides in KNOB_SIDES.items() if "host" in sides}
-    assert target_side - set(TARGET_KNOBS) == {"tos", "idle_poll_us", "dhchap"}
-    assert host_side - set(HOST_KNOBS) == {"so_priority", "tos", "busy_poll_us", "dhchap", "sqflow"}
+    assert target_side - set(TARGET_KNOBS) == {"tos", "idle_poll_us", "dhchap", "tcp_congestion"}
+    assert host_side - set(HOST_KNOBS) == {"so_priority", "tos", "busy_poll_us", "dhchap", "sqflow", "tcp_congestion"}
 
 
 @pytest.mark.parametrize("side, knobs, message", [
@@ -146,6 +146,8 @@ def test_every_knob_is_mapped_or_deliberately_missing():
     ("host", {"so_priority": 3}, "no such setting"),
     ("host", {"busy_poll_us": 50}, "no such setting"),
     ("host", {"sqflow": "off"}, "no such setting"),
+    ("target", {"tcp_congestion": "cubic"}, "no such setting"),
+    ("host", {"tcp_congestion": "cubic"}, "no such setting"),
 ])
 def test_refusals_name_knob_and_stack(side, knobs, message):
     with pytest.raises(StackError, match=message) as err:

@@ -25,6 +25,10 @@ pub struct ConnectOptions {
     pub so_priority: Option<u32>,
     pub tos: Option<u32>,
     pub busy_poll_us: Option<u32>,
+    /// TCP congestion control of every socket (`TCP_CONGESTION`, e.g. "cubic"); None: the
+    /// system's (`net.ipv4.tcp_congestion_control`). It governs how this side sends data: a
+    /// pacing one (bbr) paces 128 KiB writes with a timer per burst.
+    pub tcp_congestion: Option<String>,
     /// Ask in Connect for SQ flow control to be disabled (CATTR bit 2, nvme-cli's
     /// `--disable-sqflow`). The host never reads SQHD, so this costs it nothing, and a controller
     /// that grants it may end a read with a C2HData SUCCESS flag instead of a CapsuleResp.
@@ -68,6 +72,7 @@ impl ConnectOptions {
             so_priority: None,
             tos: None,
             busy_poll_us: None,
+            tcp_congestion: None,
             disable_sqflow: false,
             timeout: Duration::from_secs(10),
             dhchap_secret: None,
@@ -298,12 +303,62 @@ fn set_socket_options(stream: &TcpStream, opts: &ConnectOptions) -> Result<()> {
     if let Some(us) = opts.busy_poll_us {
         setsockopt(stream, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us)?;
     }
+    if let Some(name) = &opts.tcp_congestion {
+        set_congestion_control(stream, name)?;
+    }
     Ok(())
+}
+
+/// Sets the socket's TCP congestion control by name; a name the kernel does not offer (or does
+/// not allow this user) is refused with the names it offers.
+fn set_congestion_control(stream: &TcpStream, name: &str) -> Result<()> {
+    // SAFETY: a valid fd, and a pointer to `name.len()` bytes (the kernel copies at most 16).
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    let offered = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
+    Err(Error::Unsupported(format!(
+        "TCP congestion control {name:?} refused ({e}); this machine allows: {}",
+        offered.trim()
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn congestion_of(stream: &TcpStream) -> String {
+        let mut name = [0u8; 16];
+        let mut len = name.len() as libc::socklen_t;
+        // SAFETY: a valid fd, and a buffer of `len` bytes the kernel writes at most `len` of.
+        let r = unsafe {
+            libc::getsockopt(stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_mut_ptr().cast(), &mut len)
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        String::from_utf8_lossy(&name[..len as usize]).trim_end_matches('\0').to_string()
+    }
+
+    #[test]
+    fn the_congestion_control_asked_for_is_set_and_an_unknown_one_refused_with_what_is_allowed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        // reno is built into every kernel and always allowed.
+        set_congestion_control(&stream, "reno").unwrap();
+        assert_eq!(congestion_of(&stream), "reno");
+        let e = set_congestion_control(&stream, "nosuchcc").unwrap_err().to_string();
+        assert!(e.contains("\"nosuchcc\" refused") && e.contains("reno"), "{e}");
+        assert_eq!(congestion_of(&stream), "reno", "a refused name leaves the socket as it was");
+    }
 
     #[test]
     fn hostid_comes_from_the_uuid_in_the_hostnqn() {

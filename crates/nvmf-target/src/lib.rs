@@ -25,6 +25,7 @@ use crate::config::PortConfig;
 use crate::reactor::{Acceptor, Placement, Reactor, SocketOptions};
 use crate::stats::StatsRegistry;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -47,6 +48,9 @@ pub enum StartError {
     /// `--ktls on` on a kernel without kTLS.
     #[error("--ktls on (target.ktls = \"on\"), but {0}; use --ktls auto or off for TLS records in userspace")]
     NoKtls(String),
+    /// `target.tcp_congestion` names one the kernel does not have or does not allow.
+    #[error("target.tcp_congestion = {name:?} refused ({source}); this machine allows: {allowed}")]
+    Congestion { name: String, source: std::io::Error, allowed: String },
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
     #[error("an RDMA port ({0}) was asked for, but this nvmf-target was built without RDMA: rebuild it with `cargo build --release -p nvmf-target --features rdma`, which needs rdma-core's librdmacm-dev and libibverbs-dev")]
@@ -58,7 +62,15 @@ pub enum StartError {
 impl StartError {
     /// Errors in what the user asked for (exit status 2) rather than in the environment.
     pub fn is_config_error(&self) -> bool {
-        matches!(self, StartError::Config(_) | StartError::Backend(_) | StartError::NoRdma(_) | StartError::NoKtls(_))
+        matches!(
+            self,
+            StartError::Config(_) | StartError::Backend(_) | StartError::NoRdma(_) | StartError::NoKtls(_) | StartError::Congestion { .. }
+        )
+    }
+
+    fn congestion(name: &str, source: std::io::Error) -> StartError {
+        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
+        StartError::Congestion { name: name.to_string(), source, allowed: allowed.trim().to_string() }
     }
 }
 
@@ -143,6 +155,9 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     for p in &config.ports {
         let l = std::net::TcpListener::bind(p.addr).map_err(|source| StartError::Listen { addr: p.addr, source })?;
         l.set_nonblocking(true).map_err(|source| StartError::Listen { addr: p.addr, source })?;
+        if let Some(name) = &config.target.tcp_congestion {
+            reactor::set_congestion_control(l.as_raw_fd(), name).map_err(|e| StartError::congestion(name, e))?;
+        }
         let addr = l.local_addr().map_err(|source| StartError::Listen { addr: p.addr, source })?;
         bound.push(PortConfig { addr, ..p.clone() });
         listeners.push(mio::net::TcpListener::from_std(l));
@@ -206,7 +221,12 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         listeners: listeners.into_iter().zip(ports).collect(),
         reactors: handles,
         placement: Placement::new(&config),
-        sockopts: SocketOptions { so_priority: t.so_priority, tos: t.tos, busy_poll_us: t.busy_poll_us },
+        sockopts: SocketOptions {
+            so_priority: t.so_priority,
+            tos: t.tos,
+            busy_poll_us: t.busy_poll_us,
+            tcp_congestion: t.tcp_congestion.clone(),
+        },
         stop: stop.clone(),
     };
     threads.push(

@@ -17,6 +17,17 @@ fn a_ram_namespace_larger_than_memory_is_a_config_error() {
 }
 
 #[test]
+fn a_congestion_control_the_kernel_lacks_is_refused_at_start_with_the_ones_it_allows() {
+    let (rc, err) = target(&["--listen", "127.0.0.1:0", "--ns", "null:1GiB", "--tcp-congestion", "nosuchcc"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("\"nosuchcc\" refused") && err.contains("allows:") && err.contains("reno"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line, no backtrace: {err}");
+    let (rc, err) = target(&["--listen", "127.0.0.1:0", "--ns", "null:1GiB", "--tcp-congestion", "Reno!"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("expected a kernel name"), "{err}");
+}
+
+#[test]
 fn listen_errors_name_the_problem() {
     let (rc, err) = target(&["--listen", "127.0.0.1:99999", "--ns", "null:1GiB"]);
     assert_eq!(rc, 2);

@@ -52,6 +52,8 @@ TARGET_KNOBS: KnobMap = {
     "so_priority": _line("so_priority"),
     "tos": _line("tos"),
     "busy_poll_us": _line("busy_poll_us"),
+    "tcp_congestion": Setter('config `tcp_congestion` (none for "system")',
+                             lambda v, _k: [] if v == "system" else [f'tcp_congestion = "{v}"']),
     "hdr_digest": Setter(ACCEPTED),
     "data_digest": Setter(ACCEPTED),
     "tls": Setter('config `[[port]] tls = "required"`, `[[host]] tls_key` (the run\'s key) for the host NQN'),
@@ -65,6 +67,8 @@ HOST_KNOBS: KnobMap = {
     "so_priority": _flag("--so_priority"),
     "tos": _flag("--tos"),
     "busy_poll_us": _flag("--busy_poll_us"),
+    "tcp_congestion": Setter('nvmf-perf `--tcp_congestion` (none for "system")',
+                             lambda v, _k: [] if v == "system" else ["--tcp_congestion", v]),
     "hdr_digest": _switch("--hdr_digest"),
     "data_digest": _switch("--data_digest"),
     "tls": Setter("nvmf-perf `--tls --tls-key KEY --hostnqn NQN` (the target's key)"),
@@ -96,7 +100,7 @@ def target_values(setup: TargetSetup) -> dict[str, Any]:
     """The target-side knob values a setup carries (the setup names `target_mode` `mode`)."""
     return {"target_mode": setup.mode, "idle_poll_us": setup.idle_poll_us, "so_priority": setup.so_priority,
             "in_capsule_data_size": setup.in_capsule_data_size, "tos": setup.tos,
-            "busy_poll_us": setup.busy_poll_us}
+            "busy_poll_us": setup.busy_poll_us, "tcp_congestion": setup.tcp_congestion}
 
 
 def render_config(setup: TargetSetup, port: int, stats_port: int) -> str:

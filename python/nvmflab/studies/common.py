@@ -307,7 +307,7 @@ def target_setup(ctx: Context, knobs: dict[str, Any], subsystems: list[Subsystem
                        subsystems=tuple(subsystems), netns=netns, listen_ip=listen_ip or ctx.listen_ip,
                        allowed_hosts=(ctx.spec.stack.hostnqn,) if ctx.spec.stack.hostnqn else (),
                        tls=knobs["tls"], tls_key=ctx.tls_key() if knobs["tls"] == "on" else None,
-                       transport=knobs["transport"],
+                       transport=knobs["transport"], tcp_congestion=knobs["tcp_congestion"],
                        dhchap=knobs["dhchap"], dhchap_key=ctx.dhchap_key() if knobs["dhchap"] != "off" else None)
 
 

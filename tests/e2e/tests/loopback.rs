@@ -241,6 +241,17 @@ fn poll_and_event_modes_both_complete_io() {
 }
 
 #[test]
+fn both_sides_verify_under_the_congestion_control_they_are_given() {
+    // reno is built into every kernel and always allowed; the options echo names it.
+    let t = Target::start(&["--nqn", NQN, "--ns", "ram:16MiB", "--tcp-congestion", "reno"]);
+    let extra = ["--rw", "randrw", "--bs", "128k", "--iodepth", "8", "--size", "8MiB", "--verify", "--runtime", "1", "--tcp_congestion", "reno"];
+    let doc = perf_json(&run_args(&t, &extra));
+    assert!(total_ios(&doc, "read") > 0 && total_ios(&doc, "write") > 0, "{doc}");
+    assert_eq!(doc["nvmflab"]["knobs"]["tcp_congestion"], "reno", "{doc}");
+    assert!(!t.log().contains("WARN"), "target warned:\n{}", t.log());
+}
+
+#[test]
 fn a_polling_target_verifies_with_few_and_many_connections() {
     // A polling reactor reads up to 4 connections directly every turn and asks epoll beyond
     // that: both ways must deliver every byte, R2T writes and 1 MiB reads included.

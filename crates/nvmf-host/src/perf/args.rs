@@ -74,6 +74,10 @@ pub struct TargetArgs {
     /// SO_BUSY_POLL in microseconds on every socket.
     #[arg(long = "busy_poll_us")]
     pub busy_poll_us: Option<u32>,
+    /// TCP congestion control of every socket (TCP_CONGESTION, e.g. cubic); default: the
+    /// system's (net.ipv4.tcp_congestion_control).
+    #[arg(long = "tcp_congestion", value_parser = parse_congestion_name)]
+    pub tcp_congestion: Option<String>,
     /// Ask the controller to disable SQ flow control (Connect CATTR bit 2): one that grants it may
     /// end each read with its last C2HData PDU instead of a separate response.
     #[arg(long = "disable-sqflow")]
@@ -255,6 +259,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
     };
     Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+}
+
+/// Checks a TCP congestion control name (`cubic`, `bbr`, ...): what the kernel takes is up to
+/// 15 bytes; whether this machine has it is known only when a socket is set.
+pub fn parse_congestion_name(s: &str) -> Result<String, String> {
+    let fits = !s.is_empty() && s.len() <= 15 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if fits {
+        Ok(s.to_string())
+    } else {
+        Err(format!("invalid congestion control {s:?}: a kernel name such as cubic or bbr (1-15 of a-z, 0-9, _)"))
+    }
 }
 
 #[cfg(test)]

@@ -68,6 +68,7 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
     o.so_priority = t.so_priority;
     o.tos = t.tos;
     o.busy_poll_us = t.busy_poll_us;
+    o.tcp_congestion = t.tcp_congestion.clone();
     o.disable_sqflow = t.disable_sqflow;
     let secret = |flag: &str, text: &Option<String>| {
         text.as_deref().map(nvmf_proto::auth::Secret::parse).transpose().map_err(|e| usage(format!("{flag}: {e}")))
@@ -90,8 +91,8 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
         (None, false) => None,
     };
     if t.transport == "rdma" {
-        if o.tls.is_some() || o.hdr_digest || o.data_digest {
-            return Err(usage("--tls, --hdr_digest and --data_digest are NVMe/TCP only: not with -t rdma"));
+        if o.tls.is_some() || o.hdr_digest || o.data_digest || o.tcp_congestion.is_some() {
+            return Err(usage("--tls, --hdr_digest, --data_digest and --tcp_congestion are NVMe/TCP only: not with -t rdma"));
         }
         if !cfg!(feature = "rdma") {
             return Err(usage(format!("-t rdma: {}", crate::connection::NO_RDMA)));
@@ -182,6 +183,7 @@ pub(crate) fn knobs(a: &RunArgs, plan: &Plan, extra: &[(&str, Value)]) -> Map<St
     put("so_priority", json!(t.so_priority));
     put("tos", json!(t.tos));
     put("busy_poll_us", json!(t.busy_poll_us));
+    put("tcp_congestion", json!(t.tcp_congestion));
     put("kato", json!(t.kato));
     put("reconnect_delay", json!(a.reconnect_delay.as_secs_f64()));
     put("ctrl_loss_tmo", json!(a.ctrl_loss_tmo.0.map_or(-1.0, |d| d.as_secs_f64())));
@@ -409,8 +411,10 @@ mod tests {
                 assert!(e.exit_code() == 2 && e.to_string().contains("--features rdma"), "{e}");
             }
         }
-        let e = rdma(&["--hdr_digest"]).unwrap_err();
-        assert!(e.to_string().contains("NVMe/TCP only"), "{e}");
+        for tcp_only in [&["--hdr_digest"][..], &["--tcp_congestion", "cubic"]] {
+            let e = rdma(tcp_only).unwrap_err();
+            assert!(e.to_string().contains("NVMe/TCP only"), "{tcp_only:?}: {e}");
+        }
         assert!(args::Cli::try_parse_from(["nvmf-perf", "discover", "-t", "fc", "-a", "x"]).is_err());
     }
 
@@ -425,6 +429,23 @@ mod tests {
         };
         assert!(!opts(&[]).disable_sqflow, "nvme-cli connects with SQ flow control unless told");
         assert!(opts(&["--disable-sqflow"]).disable_sqflow);
+    }
+
+    #[test]
+    fn tcp_congestion_reaches_the_connect_options_and_bad_names_are_refused() {
+        let parse = |extra: &[&str]| {
+            let argv = ["nvmf-perf", "discover", "-a", "127.0.0.1"].into_iter().chain(extra.iter().copied());
+            args::Cli::try_parse_from(argv).map(|cli| match cli.command {
+                args::Command::Discover(d) => connect_options(&d.target).unwrap().tcp_congestion,
+                _ => unreachable!("parsed a discover command"),
+            })
+        };
+        assert_eq!(parse(&[]).unwrap(), None, "the system's congestion control unless told");
+        assert_eq!(parse(&["--tcp_congestion", "cubic"]).unwrap().as_deref(), Some("cubic"));
+        for bad in ["", "Cubic", "cubic;reno", "a_name_of_16_byt"] {
+            let e = parse(&["--tcp_congestion", bad]).unwrap_err();
+            assert!(e.to_string().contains("invalid congestion control"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

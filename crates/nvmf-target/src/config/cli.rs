@@ -51,6 +51,9 @@ pub struct Cli {
     pub tos: Option<u32>,
     #[arg(long = "busy-poll-us")]
     pub busy_poll_us: Option<u32>,
+    /// TCP congestion control of every connection (e.g. cubic); default: the system's
+    #[arg(long = "tcp-congestion")]
+    pub tcp_congestion: Option<String>,
     /// Stats HTTP endpoint ADDR:PORT, or PORT alone for loopback (unauthenticated: bind a
     /// non-loopback address only on a trusted network)
     #[arg(long)]
@@ -120,6 +123,9 @@ impl Cli {
         }
         take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us);
         take!(max_connections, max_controllers, stall_timeout_ms, ram_limit_percent);
+        if let Some(name) = &self.tcp_congestion {
+            t.tcp_congestion = Some(name.clone());
+        }
         if let Some(s) = &self.stats {
             let parsed = super::parse_stats_addr(s);
             t.stats = Some(parsed.ok_or_else(|| bad(format!("--stats {s:?}: expected ADDR:PORT or PORT (loopback)")))?);
@@ -232,6 +238,16 @@ mod tests {
         assert!(cli(&["--tls-key", key]).unwrap_err().to_string().contains("HOSTNQN="));
         let e = cli(&["--tls-key", "nqn.h=NVMeTLSkey-1:01:AAAA:"]).unwrap_err().to_string();
         assert!(e.contains("--tls-key nqn.h=") && !e.contains("AAAA"), "{e}");
+    }
+
+    #[test]
+    fn tcp_congestion_is_taken_and_its_name_checked() {
+        assert_eq!(cli(&[]).unwrap().target.tcp_congestion, None, "the machine's unless told");
+        assert_eq!(cli(&["--tcp-congestion", "cubic"]).unwrap().target.tcp_congestion.as_deref(), Some("cubic"));
+        for bad in ["Cubic", "cubic reno", "", "a_name_of_16_byt"] {
+            let e = cli(&["--tcp-congestion", bad]).unwrap_err().to_string();
+            assert!(e.contains("target.tcp_congestion") && e.contains("kernel name"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -117,6 +117,9 @@ pub struct TargetSettings {
     pub so_priority: u32,
     pub tos: u32,
     pub busy_poll_us: u32,
+    /// TCP congestion control of every connection (`TCP_CONGESTION`, e.g. "cubic"); None: the
+    /// system's. It governs how the target sends read data.
+    pub tcp_congestion: Option<String>,
     pub stats: Option<SocketAddr>,
     /// Unix socket of the runtime control surface (control.rs, docs/control.md); none: off.
     pub control: Option<PathBuf>,
@@ -220,6 +223,12 @@ fn human_bytes(n: u64) -> String {
     if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
+/// A name the kernel could know as a TCP congestion control (whether this machine has it is
+/// known only when the listening socket is set up).
+fn is_congestion_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 15 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 impl Default for TargetSettings {
     fn default() -> Self {
         TargetSettings {
@@ -231,6 +240,7 @@ impl Default for TargetSettings {
             so_priority: 0,
             tos: 0,
             busy_poll_us: 0,
+            tcp_congestion: None,
             stats: None,
             control: None,
             kato_default_ms: 120_000,
@@ -416,6 +426,13 @@ impl TargetConfig {
                 "target.maxh2cdata = {}: must be at least 4096 and a multiple of 4 (Linux hosts refuse less)",
                 t.maxh2cdata
             ));
+        }
+        if let Some(name) = &t.tcp_congestion {
+            if !is_congestion_name(name) {
+                return bad(format!(
+                    "target.tcp_congestion = {name:?}: expected a kernel name such as \"cubic\" or \"bbr\" (1-15 of a-z, 0-9, _)"
+                ));
+            }
         }
         if t.so_priority > i32::MAX as u32 || t.tos > 255 {
             return bad("target.tos must be 0..=255 and so_priority a non-negative i32".into());

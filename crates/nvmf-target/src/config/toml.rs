@@ -47,6 +47,7 @@ struct RawTarget {
     so_priority: Option<u32>,
     tos: Option<u32>,
     busy_poll_us: Option<u32>,
+    tcp_congestion: Option<String>,
     stats: Option<Spanned<String>>,
     control: Option<PathBuf>,
     kato_default_ms: Option<u32>,
@@ -159,6 +160,9 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
     }
     take!(idle_poll_us, in_capsule_data_size, maxh2cdata, so_priority, tos, busy_poll_us, kato_default_ms);
     take!(max_connections, max_controllers, stall_timeout_ms, ram_limit_percent);
+    if t.tcp_congestion.is_some() {
+        target.tcp_congestion = t.tcp_congestion;
+    }
     if let Some(s) = t.stats {
         target.stats = Some(super::parse_stats_addr(s.get_ref()).ok_or_else(|| {
             bad_at(s.span(), format!("target.stats = {:?}: expected ADDR:PORT or PORT (loopback)", s.get_ref()))
@@ -313,6 +317,10 @@ mod tests {
         assert_eq!(t.buffer_memory, Some(64 << 20));
         let e = parse("[target]\nbuffer_memory = \"lots\"\n", Path::new("l.toml")).unwrap_err().to_string();
         assert!(e.contains("l.toml:2") && e.contains("buffer_memory"), "{e}");
+        assert_eq!(t.tcp_congestion, None);
+        let text = "[target]\ntcp_congestion = \"bbr\"\n[[port]]\naddr = \"127.0.0.1:4420\"\n";
+        let t = parse(text, Path::new("c.toml")).unwrap().target;
+        assert_eq!(t.tcp_congestion.as_deref(), Some("bbr"));
     }
 
     const EXAMPLE: &str = r#"

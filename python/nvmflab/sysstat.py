@@ -39,6 +39,9 @@ LIMIT_ENV = "NVMFLAB_NOISE_LIMIT_PCT"
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 PF_KTHREAD = 0x00200000
 SYSFS_CPU = "/sys/devices/system/cpu"
+# The congestion control every socket gets unless it sets its own (knob tcp_congestion): a pacing
+# one (bbr) changes large-I/O results (bench/README.md), so each point records it per machine.
+CONGESTION = "/proc/sys/net/ipv4/tcp_congestion_control"
 THROTTLE_FILES = ("core_throttle_count", "package_throttle_count")
 
 
@@ -109,6 +112,7 @@ class Snapshot:
     clk_tck: int = 100
     at: float = 0.0  # time.monotonic() of this machine's clock, here
     self_cpu_s: float = 0.0  # CPU of the harness itself (this machine only; 0 for remote hosts)
+    tcp_congestion: str | None = None  # the machine's default TCP congestion control
 
 
 def _self_cpu() -> float:
@@ -148,7 +152,8 @@ def local_snapshot(cores: list[int] | None) -> Snapshot:
     wanted = cores if cores is not None else [int(k[3:]) for k in stat if k != "cpu"]
     governors = {c: g.strip() for c in wanted if (g := _read(f"{SYSFS_CPU}/cpu{c}/cpufreq/scaling_governor"))}
     throttle = {c: v for c in wanted if (v := _throttle_value(c, _read)) is not None}
-    return Snapshot(stat, kthreads, governors, throttle, os.sysconf("SC_CLK_TCK"), at, self_cpu)
+    return Snapshot(stat, kthreads, governors, throttle, os.sysconf("SC_CLK_TCK"), at, self_cpu,
+                    (_read(CONGESTION) or "").strip() or None)
 
 
 def _remote_script(cores: list[int] | None) -> str:
@@ -160,7 +165,8 @@ def _remote_script(cores: list[int] | None) -> str:
             f"echo '## throttle'; for c in {loop}; do "
             f"echo cpu$c $(cat {SYSFS_CPU}/cpu$c/thermal_throttle/core_throttle_count "
             f"{SYSFS_CPU}/cpu$c/thermal_throttle/package_throttle_count 2>/dev/null | "
-            "awk '{s+=$1} END {if (NR) print s}'); done")
+            "awk '{s+=$1} END {if (NR) print s}'); done; "
+            f"echo '## tcp_congestion'; cat {CONGESTION} 2>/dev/null")
 
 
 def sections(text: str) -> dict[str, str]:
@@ -184,7 +190,8 @@ def remote_snapshot(host, cores: list[int] | None) -> Snapshot:
     tck = parts.get("tck", "").strip()
     throttle = {c: int(v) for c, v in parse_per_core(parts.get("throttle", "")).items() if v.isdigit()}
     return Snapshot(stat, parse_kthreads(parts.get("kthreads", "")), parse_per_core(parts.get("governor", "")),
-                    throttle, int(tck) if tck.isdigit() else 100, time.monotonic(), 0.0)
+                    throttle, int(tck) if tck.isdigit() else 100, time.monotonic(), 0.0,
+                    parts.get("tcp_congestion", "").strip() or None)
 
 
 def snapshot(host, cores: list[int] | None) -> Snapshot:
@@ -235,6 +242,7 @@ class MachineWindow:
     wall_s: float
     governors: dict[int, str]
     throttle_events: int | None
+    tcp_congestion: str | None = None
 
 
 def window(before: Snapshot, after: Snapshot, involved: list[int] | None, experiment_cpu_s: float) -> MachineWindow:
@@ -256,7 +264,8 @@ def window(before: Snapshot, after: Snapshot, involved: list[int] | None, experi
         kernel_threads_s=sum(kthreads.get(c, 0.0) for c in mine),
         wall_s=max(0.0, after.at - before.at),
         governors={c: after.governors[c] for c in mine if c in after.governors},
-        throttle_events=sum(max(0, n) for n in counts) if counts else None)
+        throttle_events=sum(max(0, n) for n in counts) if counts else None,
+        tcp_congestion=after.tcp_congestion)
 
 
 def governor_text(governors: dict[int, str]) -> str | None:
@@ -291,7 +300,8 @@ def summarize(windows: dict[str, MachineWindow], limit_pct: float | None,
     detail = {m: {"involved": w.involved, "wall_s": round(w.wall_s, 3), "outside_s": round(w.outside_s, 3),
                   "outside_all_s": round(w.outside_all_s, 3), "kernel_threads_s": round(w.kernel_threads_s, 3),
                   "steal_s": round(w.steal_s, 3), "governor": governor_text(w.governors),
-                  "throttle_events": w.throttle_events, "roles": (roles or {}).get(m, {}),
+                  "throttle_events": w.throttle_events, "tcp_congestion": w.tcp_congestion,
+                  "roles": (roles or {}).get(m, {}),
                   "cores": {str(c): {k: round(v, 3) for k, v in s.items()} for c, s in sorted(w.cores.items())}}
               | ({"perf_stat": (perf or {})[m]} if (perf or {}).get(m) else {})
               for m, w in windows.items()}
@@ -322,6 +332,11 @@ def machine_warnings(host=None, cores_wanted: int | None = None, sample_s: float
         ticks = sum(total.values()) - total["guest"] - total["guest_nice"]
         warnings.append(f"steal time since boot is {100 * total['steal'] / max(ticks, 1):.2f} % of CPU time: "
                         "this is a VM sharing its physical cores, its points may be marked noisy")
+    if (first.tcp_congestion or "").startswith("bbr"):
+        warnings.append(f"TCP congestion control is {first.tcp_congestion}: the kernel paces every socket, which "
+                        "changes large-I/O results (128 KiB writes ran 1.4x faster under cubic on the development "
+                        "VM, bench/README.md); each point records it, and knob tcp_congestion sets it per socket "
+                        "on our stack")
     if sum(first.throttle.values()) > 0:
         warnings.append(f"thermal throttling happened {sum(first.throttle.values())} time(s) since boot")
     time.sleep(sample_s)

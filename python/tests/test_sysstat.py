@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import nvmflab
@@ -60,9 +61,10 @@ def test_parse_kthreads_keeps_kernel_threads_only_and_survives_odd_names():
     assert sysstat.parse_kthreads(text) == {15: (1, 43), 77: (0, 12)}
 
 
-def snap(c0, c1, kthreads=None, at=0.0, self_cpu=0.0, governors=None, throttle=None) -> sysstat.Snapshot:
+def snap(c0, c1, kthreads=None, at=0.0, self_cpu=0.0, governors=None, throttle=None,
+         congestion=None) -> sysstat.Snapshot:
     return sysstat.Snapshot(sysstat.parse_proc_stat(stat_text(c0, c1)), kthreads or {}, governors or {},
-                            throttle or {}, 100, at, self_cpu)
+                            throttle or {}, 100, at, self_cpu, congestion)
 
 
 Z = [0] * 10
@@ -139,13 +141,31 @@ class FakeRemote:
 
 def test_remote_snapshot_reads_through_the_host_interface():
     out = "\n".join(["## tck", "250", "## kthreads", kthread_line(15, "ksoftirqd/1", sysstat.PF_KTHREAD, 1, 2, 1),
-                     "## governor", "cpu0 schedutil", "cpu1", "## throttle", "cpu0 3", "cpu1"])
+                     "## governor", "cpu0 schedutil", "cpu1", "## throttle", "cpu0 3", "cpu1",
+                     "## tcp_congestion", "cubic"])
     host = FakeRemote(stat_text([1] * 10, [2] * 10), out)
     shot = sysstat.snapshot(host, [0, 1])
     assert shot.clk_tck == 250 and shot.kthreads == {15: (1, 3)}
-    assert shot.governors == {0: "schedutil"} and shot.throttle == {0: 3}
+    assert shot.governors == {0: "schedutil"} and shot.throttle == {0: 3} and shot.tcp_congestion == "cubic"
     assert shot.stat["cpu1"]["user"] == 2 and "for c in 0 1" in host.argv[-1]
     assert sysstat.machine_key(host) == "web1"
+
+
+def test_each_point_records_every_machines_congestion_control():
+    here = sysstat.local_snapshot([0])
+    assert here.tcp_congestion == Path(sysstat.CONGESTION).read_text().strip()
+    windows = {"local": sysstat.window(snap(Z, Z, congestion="bbr"), snap(Z, Z, at=1.0, congestion="bbr"), [0], 0.0),
+               "web1": sysstat.window(snap(Z, Z), snap(Z, Z, at=1.0, congestion="cubic"), [0], 0.0)}
+    detail = json.loads(sysstat.summarize(windows, limit_pct=None)["cpu_cores_json"])
+    assert (detail["local"]["tcp_congestion"], detail["web1"]["tcp_congestion"]) == ("bbr", "cubic")
+
+
+def test_a_pacing_congestion_control_is_named_in_the_env_warnings(monkeypatch):
+    for congestion, warned in (("bbr", True), ("cubic", False), (None, False)):
+        shots = iter([snap(Z, Z, at=0.0, congestion=congestion), snap(Z, Z, at=0.5, congestion=congestion)])
+        monkeypatch.setattr(sysstat, "local_snapshot", lambda cores, shots=shots: next(shots))
+        text = " ".join(sysstat.machine_warnings(sample_s=0))
+        assert ("TCP congestion control is bbr: the kernel paces every socket" in text) == warned, congestion
 
 
 def test_env_warnings_from_synthetic_snapshots(monkeypatch):

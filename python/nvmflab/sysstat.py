@@ -335,8 +335,7 @@ def machine_warnings(host=None, cores_wanted: int | None = None, sample_s: float
     if (first.tcp_congestion or "").startswith("bbr"):
         warnings.append(f"TCP congestion control is {first.tcp_congestion}: the kernel paces every socket, which "
                         "changes large-I/O results (128 KiB writes ran 1.4x faster under cubic on the development "
-                        "VM, bench/README.md); each point records it, and knob tcp_congestion sets it per socket "
-                        "on our stack")
+                        "VM); each point records it, and knob tcp_congestion sets it per socket on our stack")
     if sum(first.throttle.values()) > 0:
         warnings.append(f"thermal throttling happened {sum(first.throttle.values())} time(s) since boot")
     time.sleep(sample_s)

@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nvmflab.sysstat import CONGESTION
+
 from . import goals, speed, stats
 from .matrix import EVENT, EVENT_WORK
 from .stacks import SPDK_SPEC
@@ -48,7 +50,7 @@ def machine(cpuinfo: str | None = None, congestion: str | None = None) -> dict[s
     if cpuinfo is None:
         cpuinfo = _read("/proc/cpuinfo") or ""
     if congestion is None:
-        congestion = (_read("/proc/sys/net/ipv4/tcp_congestion_control") or "unknown").strip()
+        congestion = (_read(CONGESTION) or "unknown").strip()
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")

@@ -419,7 +419,7 @@ def test_the_cpu_model_and_vendor_come_from_cpuinfo():
 
 def test_the_report_names_the_congestion_control_every_socket_got():
     assert report.machine("", congestion="bbr")["tcp_congestion"] == "bbr"
-    assert report.machine("")["tcp_congestion"] == Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    assert report.machine("")["tcp_congestion"] == Path(report.CONGESTION).read_text().strip()
     results = {"machine": report.machine("model name : X\n", congestion="cubic"), "when": "now", "spdk": "none",
                "config": {"rounds": 1, "seconds": 3, "ramp": 1, "target_core": 0, "host_core": 1},
                "noise": {"limit_pct": None, "failed": 0}}

@@ -11,7 +11,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional  # List, Optional: Typer reads the annotations by name
 
 import typer
 from rich.console import Console
@@ -420,9 +420,40 @@ def _report_by_us(page: Path) -> bool:
         return False
 
 
-from .compare import register as _register_compare  # noqa: E402  (issue 24: nvmflab compare)
+@app.command("compare")
+def compare(
+    before: Path = typer.Argument(..., help="results directory measured before the change"),
+    after: Path = typer.Argument(..., help="results directory measured after the change"),
+    study: Optional[str] = typer.Option(None, "--study", help="compare only this study's points"),
+    fail_if_slower: Optional[List[str]] = typer.Option(
+        None, "--fail-if-slower", help="exit 1 when a metric is clearly slower by more than PCT %: "
+        "PCT for every kind, or KIND=PCT (iops, bw, mean, p99); repeatable"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="where compare.html and compare.json go "
+                                           "(default: AFTER/compare)"),
+    as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON instead of the text summary"),
+) -> None:
+    """Before/after: match points on knobs and stacks, judge IOPS, bandwidth, mean and p99 with
+    Welch + Holm (faster / slower / no clear difference), list unmatched points; exit 1 when
+    --fail-if-slower trips."""
+    # Imported here: the statistics stack takes most of a second to load, which every other
+    # command (and every one-line refusal) would otherwise pay.
+    from .compare import CompareError, run as run_compare, text_summary
 
-_register_compare(app, fail)
+    try:
+        c, written = run_compare(before, after, study, fail_if_slower, out_dir or Path(after) / "compare")
+    except CompareError as error:
+        fail(str(error))
+        return
+    except OSError as error:
+        fail(f"cannot write the comparison ({error})")
+        return
+    if as_json:
+        print(written["json"].read_text(encoding="utf-8"), end="", flush=True)
+    else:
+        print(text_summary(c))
+        print(written["html"], flush=True)
+    if c.gate_failures:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from io import BytesIO
 from pathlib import Path
-from typing import Any, List, Optional  # List, Optional: the CLI signature (Typer reads the names)
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -464,40 +464,3 @@ def run(before: Path, after: Path, study: str | None = None, fail_if_slower: lis
         if html:
             written["html"] = write_html(c, out_dir)
     return c, written
-
-
-def register(app, fail) -> None:
-    """Add `nvmflab compare` to the CLI's Typer app (`fail(message, code)` ends with one line)."""
-
-    import typer
-
-    @app.command("compare")
-    def compare_command(
-        before: Path = typer.Argument(..., help="results directory measured before the change"),
-        after: Path = typer.Argument(..., help="results directory measured after the change"),
-        study: Optional[str] = typer.Option(None, "--study", help="compare only this study's points"),
-        fail_if_slower: Optional[List[str]] = typer.Option(
-            None, "--fail-if-slower", help="exit 1 when a metric is clearly slower by more than PCT %: "
-            "PCT for every kind, or KIND=PCT (iops, bw, mean, p99); repeatable"),
-        out_dir: Optional[Path] = typer.Option(None, "--out", help="where compare.html and compare.json go "
-                                               "(default: AFTER/compare)"),
-        as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON instead of the text summary"),
-    ) -> None:
-        """Before/after: match points on knobs and stacks, judge IOPS, bandwidth, mean and p99 with
-        Welch + Holm (faster / slower / no clear difference), list unmatched points; exit 1 when
-        --fail-if-slower trips."""
-        try:
-            c, written = run(before, after, study, fail_if_slower, out_dir or Path(after) / "compare")
-        except CompareError as error:
-            fail(str(error))
-            return
-        except OSError as error:
-            fail(f"cannot write the comparison ({error})")
-            return
-        if as_json:
-            print(written["json"].read_text(encoding="utf-8"), end="", flush=True)
-        else:
-            print(text_summary(c))
-            print(written["html"], flush=True)
-        if c.gate_failures:
-            raise typer.Exit(1)

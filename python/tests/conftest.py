@@ -11,6 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FAKEBIN = Path(__file__).resolve().parent / "fakebin"
+# programs found on PATH (iperf3) that a test may put first
+FAKEPATH = Path(__file__).resolve().parent / "fakepath"
 NVMFLAB = [sys.executable, "-c", "from nvmflab.cli import main; main()"]
 # Points are not re-run for noise in tests (a busy test machine would change how often the fakes run);
 # the noise is still recorded. test_sysstat.py sets its own limit.

@@ -1,7 +1,9 @@
 """CLI: one-line errors, results list/show/export, env, studies end to end on the fakes."""
 
+import os
+
 import pandas as pd
-from conftest import nvmflab
+from conftest import FAKEPATH, nvmflab
 
 from nvmflab.store import ResultsStore
 
@@ -80,9 +82,12 @@ def test_quick_studies_run_every_leg(tmp_path, fake_env):
     # would (rightly) make the run exit 1. The stacks study skips SPDK's pairs with the reason.
     no_spdk = tmp_path / "no-spdk"
     no_spdk.mkdir()
-    env = fake_env | {"FAKE_PERF_SLEEP": "0", "NVMFLAB_SPDK_DIR": str(no_spdk)}
+    # The contention study's flows come from a fake iperf3 too: real ones would run for seconds
+    # beside each point (they are tested with real iperf3 in test_contention_layout.py).
+    env = fake_env | {"FAKE_PERF_SLEEP": "0", "NVMFLAB_SPDK_DIR": str(no_spdk),
+                      "PATH": f"{FAKEPATH}{os.pathsep}{os.environ['PATH']}"}
     results = tmp_path / "r"
-    # three repeats per quick comparison: about 4 minutes on a busy 2-core machine
+    # three repeats per quick comparison: about a minute and a half on a busy 2-core machine
     done = nvmflab("study", "all", "--quick", "--results", str(results), env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1].endswith("report.html")
@@ -91,7 +96,10 @@ def test_quick_studies_run_every_leg(tmp_path, fake_env):
     assert {("polling", "completion"), ("polling", "idle_poll"), ("polling", "matrix"), ("overhead", "local"),
             ("overhead", "loopback"), ("overhead", "netns"), ("saturation", "initiator"), ("saturation", "target"),
             ("interference", "calibrate_initiator"), ("interference", "initiator"),
-            ("interference", "target")} <= legs
+            ("interference", "target"), ("contention", "isolated"), ("contention", "same_core"),
+            ("contention", "lapps_flows")} <= legs
+    flows = frame[(frame["study"] == "contention") & (frame["engine"] == "iperf3")]
+    assert len(flows) > 0 and (flows["bw_bytes"] > 0).all()
     inter = frame[(frame["study"] == "interference") & frame["bg_load_pct"].notna()]
     assert set(inter["role"]) == {"fg", "bg"} and inter["invariant_ok"].all()
     capped = inter[(inter["role"] == "bg") & (inter["bg_load_pct"] == 50)]

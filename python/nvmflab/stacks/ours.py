@@ -184,7 +184,7 @@ class OurTarget(RunningTarget):
                 raise StackError(f"nvmf-target printed {line!r} instead of its ready line")
             if not self.proc.alive():
                 raise StackError(f"nvmf-target exited: {self._log_tail()}")
-            time.sleep(0.05)
+            time.sleep(0.01)  # a target is ready within tens of ms: a point waits little
         raise StackError(f"nvmf-target not ready after {READY_TIMEOUT_S:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:

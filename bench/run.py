@@ -24,7 +24,7 @@ a build its pairs are skipped with the reason.
 
 Usage: bench/run.py [--quick] [--seconds 3] [--ramp 1] [--rounds 3] [--stacks ours,spdk,spdk-spec]
                     [--works all] [--suites matrix,scaling,memory] [--out bench/results.json]
-                    [--readme | --no-readme] [--tls | --no-tls]
+                    [--readme | --no-readme] [--tls | --no-tls] [--tcp-congestion NAME]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nvmflab import cores as core_lists  # noqa: E402
 from nvmflab import sysstat  # noqa: E402
-from nvmfbench import floor, matrix, memory, report, scaling, speed  # noqa: E402
+from nvmfbench import congestion, floor, matrix, memory, report, scaling, speed  # noqa: E402
 from nvmfbench.stacks import (MATRIX_WORKS, SPDK_SPEC, TLS_WORKS, Bench, BenchError, bench_binary,  # noqa: E402
                                spdk_missing)
 
@@ -74,12 +74,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--readme", action=argparse.BooleanOptionalAction, default=None,
                     help="put the tables in bench/README.md as the latest figures for this CPU vendor (one block "
                          "per vendor); default on, off with --quick")
+    ap.add_argument("--tcp-congestion", dest="tcp_congestion", metavar="NAME",
+                    help="set the machine's TCP congestion control (net.ipv4.tcp_congestion_control; root) to NAME "
+                         "for the run and put the old one back after it, so that every stack, SPDK's too, runs under "
+                         "it; default: the machine's own. The report names it; bench/README.md is left alone unless "
+                         "--readme is given")
     a = ap.parse_args(argv)
     a.seconds = a.seconds if a.seconds is not None else (1 if a.quick else 3)
     a.ramp = a.ramp if a.ramp is not None else (0 if a.quick else 1)
     a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
     a.wait_for_fast = a.wait_for_fast if a.wait_for_fast is not None else (0.0 if a.quick else 600.0)
-    a.readme = a.readme if a.readme is not None else not a.quick
+    a.readme = a.readme if a.readme is not None else not a.quick and a.tcp_congestion is None
     counts = a.memory_counts or ("1,10" if a.quick else ",".join(str(c) for c in memory.COUNTS))
     suites = SUITES if a.suites == "all" else tuple(s.strip() for s in a.suites.split(",") if s.strip())
     stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
@@ -102,6 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             raise ValueError
     except ValueError:
         problems.append(f"--memory-counts {counts!r}: comma list of 1..10000")
+    if a.tcp_congestion is not None:
+        try:
+            congestion.check_name(a.tcp_congestion)
+        except congestion.CongestionError as err:
+            problems.append(str(err))
     if problems:
         ap.error("; ".join(problems))
     a.suites, a.stacks = suites, stacks
@@ -111,6 +121,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    try:
+        with congestion.set_for_run(a.tcp_congestion) as machine_congestion:
+            return bench_run(a, machine_congestion)
+    except congestion.CongestionError as err:
+        print(f"bench: {err}", file=sys.stderr)
+        return 2
+
+
+def bench_run(a: argparse.Namespace, machine_congestion: str) -> int:
+    """The suites, the report and its files; the congestion control is set by then."""
     for tool in ("nvmf-target", "nvmf-perf", "nvmf-bench"):
         try:
             bench_binary(tool)
@@ -182,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     config = {"seconds": a.seconds, "ramp": a.ramp, "rounds": a.rounds, "target_core": a.target_core,
               "host_core": a.host_core, "stacks": stacks, "suites": list(a.suites), "tls": a.tls,
               "works": [w.name for w in cfg.works], "floor": floor_missing or "nvmf-bench pingpong",
-              "waited_for_fast_phase_s": round(waited, 1)}
+              "waited_for_fast_phase_s": round(waited, 1), "tcp_congestion_set": a.tcp_congestion,
+              "tcp_congestion_machine": machine_congestion}
     results = report.assemble(runs, floors, config["works"], config, missing, scaled, mem, limit)
     if classic:
         results["classic"] = classic

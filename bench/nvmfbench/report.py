@@ -184,10 +184,16 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
+def _set_for_run(cfg: dict[str, Any]) -> str:
+    """What --tcp-congestion changed: the machine's own setting is another one."""
+    chosen, own = cfg.get("tcp_congestion_set"), cfg.get("tcp_congestion_machine")
+    return f" set for this run with --tcp-congestion; the machine's own is {own}" if chosen and own != chosen else ""
+
+
 def _header(results: dict[str, Any]) -> str:
     m, cfg, noise = results["machine"], results["config"], results["noise"]
     text = (f"Measured {results['when']} on {m['cpu']} ({m.get('vendor', 'unknown')}, {m['cores']} cores, "
-            f"Linux {m['kernel']}, TCP congestion control {m.get('tcp_congestion', 'unknown')}); "
+            f"Linux {m['kernel']}, TCP congestion control {m.get('tcp_congestion', 'unknown')}{_set_for_run(cfg)}); "
             f"{cfg['rounds']} interleaved rounds of {cfg['seconds']} s (+{cfg['ramp']} s ramp), target busy-polling "
             f"on core {cfg['target_core']}, host on core {cfg['host_core']}, null namespace. SPDK: {results['spdk']}.\n\n")
     if noise["limit_pct"] is None:

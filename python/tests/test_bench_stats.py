@@ -424,6 +424,75 @@ def test_the_report_names_the_congestion_control_every_socket_got():
                "config": {"rounds": 1, "seconds": 3, "ramp": 1, "target_core": 0, "host_core": 1},
                "noise": {"limit_pct": None, "failed": 0}}
     assert "TCP congestion control cubic" in report._header(results)
+    results["config"] |= {"tcp_congestion_set": "cubic", "tcp_congestion_machine": "bbr"}
+    assert ("TCP congestion control cubic set for this run with --tcp-congestion; the machine's own is bbr"
+            in report._header(results))
+
+
+def _congestion_files(tmp_path: Path, now: str = "bbr") -> tuple[str, str]:
+    setting, offered = tmp_path / "tcp_congestion_control", tmp_path / "tcp_available_congestion_control"
+    setting.write_text(now + "\n")
+    offered.write_text("reno cubic bbr\n")
+    return str(setting), str(offered)
+
+
+def test_a_congestion_control_set_for_the_run_is_put_back_after_it_even_when_the_run_fails(tmp_path):
+    from nvmfbench import congestion
+
+    setting, offered = _congestion_files(tmp_path)
+    with congestion.set_for_run("cubic", setting, offered) as before:
+        assert before == "bbr" and Path(setting).read_text() == "cubic\n"
+    assert Path(setting).read_text() == "bbr\n"
+    with pytest.raises(RuntimeError):
+        with congestion.set_for_run("reno", setting, offered):
+            assert Path(setting).read_text() == "reno\n"
+            raise RuntimeError("a suite failed")
+    assert Path(setting).read_text() == "bbr\n"
+    with congestion.set_for_run(None, setting, offered) as before:  # the default changes nothing
+        assert before == "bbr"
+    assert Path(setting).read_text() == "bbr\n"
+
+
+def test_sigterm_during_a_run_with_a_congestion_control_set_puts_the_old_one_back(tmp_path):
+    import os
+    import signal
+
+    from nvmfbench import congestion
+
+    setting, offered = _congestion_files(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        with congestion.set_for_run("cubic", setting, offered):
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert Path(setting).read_text() == "bbr\n"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_congestion_control_that_cannot_be_set_is_one_line_naming_what_the_kernel_offers(tmp_path):
+    from nvmfbench import congestion
+
+    _, offered = _congestion_files(tmp_path)
+    # A file anyone can read and nobody, root included, can write.
+    with pytest.raises(congestion.CongestionError) as err:
+        with congestion.set_for_run("cubic", "/proc/version", offered):
+            raise AssertionError("the block must not run")
+    assert "cannot set the TCP congestion control to 'cubic'" in str(err.value)
+    assert "this kernel offers reno, cubic, bbr" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(congestion.CongestionError, match="a-z, 0-9 and _"):
+        congestion.check_name("Cubic!")
+
+
+def test_the_command_line_refuses_a_congestion_name_the_kernel_could_not_have(capsys):
+    spec = importlib.util.spec_from_file_location("bench_run", Path(__file__).resolve().parents[2] / "bench" / "run.py")
+    run_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_py)
+    with pytest.raises(SystemExit):
+        run_py.parse_args(["--tcp-congestion", "no such"])
+    assert "--tcp-congestion 'no such'" in capsys.readouterr().err
+    a = run_py.parse_args(["--tcp-congestion", "cubic"])
+    assert a.tcp_congestion == "cubic" and a.readme is False, "a run under another setting keeps the README's block"
+    assert run_py.parse_args(["--tcp-congestion", "cubic", "--readme"]).readme is True
+    assert run_py.parse_args([]).readme is True and run_py.parse_args([]).tcp_congestion is None
 
 
 def test_the_readme_keeps_the_latest_figures_of_each_cpu_vendor():

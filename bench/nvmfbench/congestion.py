@@ -7,27 +7,27 @@ one than the machine's needs the sysctl itself (root). On the 2-core AMD VM the 
 
 from __future__ import annotations
 
-import re
 import signal
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from nvmflab.spec import check_congestion
 from nvmflab.sysstat import CONGESTION
 
 AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
-# The kernel's names: TCP_CA_NAME_MAX is 16 with the terminating NUL.
-NAME = re.compile(r"[a-z0-9_]{1,15}")
 
 
 class CongestionError(Exception):
     """The congestion control could not be set; the message says why, in one line."""
 
 
-def check_name(name: str) -> str:
-    if not NAME.fullmatch(name):
-        raise CongestionError(f"--tcp-congestion {name!r}: a kernel name is 1-15 of a-z, 0-9 and _ (cubic, reno, bbr)")
-    return name
+def check_name(name: str) -> str | None:
+    """The name to set, or None for `system` (the machine's own), as the knob tcp_congestion reads it."""
+    try:
+        return None if check_congestion(name) == "system" else name
+    except ValueError as err:
+        raise CongestionError(f"--tcp-congestion: {err}") from None
 
 
 @contextmanager
@@ -39,10 +39,10 @@ def set_for_run(name: str | None, path: str = CONGESTION, available: str = AVAIL
         before = Path(path).read_text().strip()
     except OSError as err:
         raise CongestionError(f"cannot read {path} ({err.strerror})") from None
+    name = None if name is None else check_name(name)
     if name is None or name == before:
         yield before
         return
-    check_name(name)
     try:
         offered = Path(available).read_text().split()
     except OSError:

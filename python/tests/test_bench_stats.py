@@ -478,8 +478,9 @@ def test_a_congestion_control_that_cannot_be_set_is_one_line_naming_what_the_ker
             raise AssertionError("the block must not run")
     assert "cannot set the TCP congestion control to 'cubic'" in str(err.value)
     assert "this kernel offers reno, cubic, bbr" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(congestion.CongestionError, match="a-z, 0-9 and _"):
+    with pytest.raises(congestion.CongestionError, match="1-15 of a-z, 0-9, _"):
         congestion.check_name("Cubic!")
+    assert congestion.check_name("system") is None and congestion.check_name("cubic") == "cubic"
 
 
 def test_the_command_line_refuses_a_congestion_name_the_kernel_could_not_have(capsys):
@@ -488,11 +489,13 @@ def test_the_command_line_refuses_a_congestion_name_the_kernel_could_not_have(ca
     spec.loader.exec_module(run_py)
     with pytest.raises(SystemExit):
         run_py.parse_args(["--tcp-congestion", "no such"])
-    assert "--tcp-congestion 'no such'" in capsys.readouterr().err
+    assert "--tcp-congestion: expected \"system\" or a kernel congestion control" in capsys.readouterr().err
     a = run_py.parse_args(["--tcp-congestion", "cubic"])
     assert a.tcp_congestion == "cubic" and a.readme is False, "a run under another setting keeps the README's block"
     assert run_py.parse_args(["--tcp-congestion", "cubic", "--readme"]).readme is True
     assert run_py.parse_args([]).readme is True and run_py.parse_args([]).tcp_congestion is None
+    system = run_py.parse_args(["--tcp-congestion", "system"])
+    assert system.tcp_congestion is None and system.readme is True, "system is the machine's own, as for the knob"
 
 
 def test_the_readme_keeps_the_latest_figures_of_each_cpu_vendor():

@@ -3,9 +3,12 @@ the goals do not move. Pure functions on the cells of stats.cells()."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .stats import ratio
+from nvmflab.analysis.decide import ratio_to_constant
+
+from .stats import ratio, usable
 
 QD1, QD32, LARGE = "4k randread QD1", "4k randread QD32", "128k randread QD32"
 LARGE_WRITE = "128k randwrite QD32"
@@ -26,24 +29,57 @@ def verdict(value: float | None, op: str, limit: float) -> str:
 NOISY = "from noisy runs only"
 
 
+def per_round(runs: list[dict[str, Any]], subject: tuple[str, str], baseline: tuple[str, str], work: str,
+              key: str) -> tuple[float, float, float, int] | None:
+    """The geometric mean of the per-round ratios subject / baseline of `key` and its 95 % t
+    interval, with the number of rounds it took: each round ran both pairs back to back, so a
+    drift of the machine between rounds cancels out. Rounds where either run failed or was noisy
+    are left out. None with fewer than two usable rounds or where a value is not positive."""
+    def by_round(pair: tuple[str, str]) -> dict[Any, float]:
+        return {r["round"]: float(r[key]) for r in usable(runs)
+                if (r["target"], r["host"]) == pair and r["work"] == work and not r.get("noisy")
+                and r.get(key) is not None and "round" in r}
+
+    a, b = by_round(subject), by_round(baseline)
+    rounds = sorted(set(a) & set(b), key=str)
+    if len(rounds) < 2 or any(a[r] <= 0 or b[r] <= 0 for r in rounds):
+        return None
+    logs = [math.log(a[r] / b[r]) for r in rounds]
+    mean, low, high = (float(v) for v in ratio_to_constant(logs, 1.0))
+    if math.isnan(low):  # equal ratios in every round: no spread to make an interval of
+        return None
+    return math.exp(mean), math.exp(low), math.exp(high), len(rounds)
+
+
 def _row(goal: str, value: float | None, op: str, limit: float, inputs: list[dict[str, Any] | None],
-         why_missing: str = "") -> dict[str, Any]:
+         why_missing: str = "", rounds: tuple[float, float, float, int] | None = None) -> dict[str, Any]:
     """One goal; `inputs` are the cells (or floor summaries) the value came from: when any of
-    them had only noisy runs the verdict says so."""
+    them had only noisy runs the verdict says so. `rounds` is the per-round interval where the
+    goal compares two pairs (per_round); the verdict stays the ratio of the medians, and the
+    interval says whether the rounds agree on which side of the limit it lies."""
     status = verdict(value, op, limit)
     if status == "not measured" and why_missing:
         status += f" ({why_missing})"
     elif value is not None and any(c and str(c.get("note", "")).startswith("all ") for c in inputs):
         status += f" ({NOISY})"
-    return {"goal": goal, "value": None if value is None else round(value, 3), "op": op, "limit": limit,
-            "status": status}
+    row = {"goal": goal, "value": None if value is None else round(value, 3), "op": op, "limit": limit,
+           "status": status, "per_round": None}
+    if rounds is not None:
+        mean, low, high, n = rounds
+        side = "met" if verdict(low if op == ">=" else high, op, limit) == "met" else \
+            "missed" if verdict(high if op == ">=" else low, op, limit) != "met" else "undecided"
+        row["per_round"] = {"mean": round(mean, 3), "low": round(low, 3), "high": round(high, 3), "rounds": n,
+                            "decided": side}
+    return row
 
 
 def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str, dict[str, Any]],
-              event_qd1: dict[str, Any] | None, spdk_missing: str = "") -> list[dict[str, Any]]:
+              event_qd1: dict[str, Any] | None, spdk_missing: str = "",
+              runs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The goals of issue 9 item 2. `floor` maps "busy" and "blocking" to the ping-pong summary
     ({"mean_ns", "note"}); `event_qd1` is the cell of QD1 with our target and host both in event
-    mode."""
+    mode. With the `runs` the cells came from, goals between two pairs carry their per-round
+    interval (not p99.99, which pools every run's samples)."""
     oo, ss, os_, so = ("ours", "ours"), ("spdk", "spdk"), ("ours", "spdk"), ("spdk", "ours")
     c = lambda pair, work: table.get((*pair, work))  # noqa: E731
 
@@ -52,7 +88,8 @@ def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str
 
     def pair_goal(goal: str, subject, baseline, work: str, key: str, op: str, limit: float) -> dict[str, Any]:
         a, b = c(subject, work), c(baseline, work)
-        return _row(goal, ratio_of(a, b, key), op, limit, [a, b], spdk_missing)
+        rounds = per_round(runs, subject, baseline, work, key) if runs and key != "lat_p99_99_ns" else None
+        return _row(goal, ratio_of(a, b, key), op, limit, [a, b], spdk_missing, rounds)
 
     rows = [
         pair_goal("128k randread QD32 bandwidth: ours x ours / SPDK x SPDK >= 1.2", oo, ss, LARGE, "bw_bytes", ">=", 1.2),

@@ -114,6 +114,40 @@ def test_goal_rows_use_the_floor_and_the_pairs():
     assert foreign["value"] is None and foreign["status"] == "not measured"
 
 
+def test_pair_goals_carry_the_per_round_interval_and_which_side_of_the_goal_it_lies_on():
+    large, qd1 = goals.LARGE, goals.QD1
+    runs = []
+    # ours x ours at 1.10-1.30x SPDK x SPDK in four rounds; round 4's SPDK run was noisy and its
+    # pair is left out; p99.99 pools the samples and gets no per-round interval
+    for rnd, (ours, spdk) in enumerate([(6.6, 6.0), (7.2, 6.0), (6.9, 6.0), (7.8, 6.0), (9.0, 6.0)]):
+        runs += [run("ours", "ours", large, 50, 600, bw=ours * 1e9, round=rnd),
+                 run("spdk", "spdk", large, 45, 700, bw=spdk * 1e9, round=rnd, noisy=rnd == 4)]
+        runs += [run("ours", "ours", qd1, 80, 12, p9999_us=50, round=rnd),
+                 run("spdk", "spdk", qd1, 70 + rnd, 14, p9999_us=40, round=rnd)]
+    rows = {r["goal"]: r for r in goals.goal_rows(stats.cells(runs), {}, None, "", runs)}
+    met = rows["128k randread QD32 bandwidth: ours x ours / SPDK x SPDK >= 1.05"]["per_round"]
+    assert met["rounds"] == 4 and met["decided"] == "met"
+    assert met["mean"] == pytest.approx((1.1 * 1.2 * 1.15 * 1.3) ** 0.25, abs=1e-3)
+    assert met["low"] < met["mean"] < met["high"] and met["low"] > 1.05
+    undecided = rows["128k randread QD32 bandwidth: ours x ours / SPDK x SPDK >= 1.2"]
+    # the medians (7.2 / 6.0 GB/s) just meet 1.2; the rounds (1.19x on the geometric mean) cannot tell
+    assert undecided["status"] == "met" and undecided["per_round"]["decided"] == "undecided"
+    assert rows["4k QD1 p99.99 latency: ours x ours / SPDK x SPDK <= 1.0"]["per_round"] is None
+    lower = rows["4k randread QD1 IOPS on SPDK's target: nvmf-perf / spdk_nvme_perf >= 1.0"]["per_round"]
+    assert lower is None, "no such pair ran"
+    text = report._goals({"matrix": [1], "goals": list(rows.values())})
+    assert f"| {met['mean']:.2f}× ({met['low']:.2f}-{met['high']:.2f}, 4 rounds): met |" in text
+    # without rounds (or with one) there is no interval
+    assert goals.per_round([r for r in runs if r["round"] == 0], ("ours", "ours"), ("spdk", "spdk"), large,
+                           "bw_bytes") is None
+    clearly_short = goals.per_round(runs, ("spdk", "spdk"), ("ours", "ours"), large, "bw_bytes")
+    assert clearly_short[2] < 1.0
+    decided = lambda op, interval: goals._row("g", interval[0], op, 1.0, [], "", interval)["per_round"]["decided"]  # noqa: E731
+    assert decided(">=", (0.8, 0.7, 0.9, 3)) == "missed" and decided(">=", (1.1, 1.01, 1.2, 3)) == "met"
+    assert decided("<=", (1.2, 1.1, 1.3, 3)) == "missed" and decided("<=", (0.9, 0.8, 0.95, 3)) == "met"
+    assert decided("<=", (0.9, 0.8, 1.05, 3)) == "undecided"
+
+
 def test_vmrss_parsing_and_bytes_per_queue():
     status = "Name:\tnvmf-target\nVmPeak:\t  9999 kB\nVmRSS:\t    4032 kB\nThreads:\t3\n"
     assert memory.parse_vmrss(status) == 4032 * 1024

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -37,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nvmflab.analysis.decide import fieller, ratio_to_constant, welch  # noqa: E402
-from nvmfbench import speed  # noqa: E402
+from nvmflab.analysis.decide import fieller, welch  # noqa: E402
+from nvmfbench import speed, stats  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -146,10 +145,10 @@ def paired_interval(runs: list[dict], key: str) -> str:
     for x in runs:
         if x["work"] == key and "iops" in x:
             by_round.setdefault(x.get("round", 0), {})[x["side"]] = x["iops"]
-    logs = [math.log(r["B"] / r["A"]) for r in by_round.values() if r.get("A") and r.get("B")]
-    if len(logs) < 2:
+    found = stats.paired_ratio_interval([r["B"] / r["A"] for r in by_round.values() if r.get("A") and r.get("B")])
+    if found is None:
         return f"{'—':>22}"
-    m, lo, hi = (math.exp(float(v)) for v in ratio_to_constant(logs, 1.0))
+    m, lo, hi = found
     return f"{m:.3f} ({lo:.2f}–{hi:.2f})".rjust(22)
 
 

@@ -3,12 +3,9 @@ the goals do not move. Pure functions on the cells of stats.cells()."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from nvmflab.analysis.decide import ratio_to_constant
-
-from .stats import ratio, usable
+from .stats import paired_ratio_interval, ratio, usable
 
 QD1, QD32, LARGE = "4k randread QD1", "4k randread QD32", "128k randread QD32"
 LARGE_WRITE = "128k randwrite QD32"
@@ -42,13 +39,10 @@ def per_round(runs: list[dict[str, Any]], subject: tuple[str, str], baseline: tu
 
     a, b = by_round(subject), by_round(baseline)
     rounds = sorted(set(a) & set(b), key=str)
-    if len(rounds) < 2 or any(a[r] <= 0 or b[r] <= 0 for r in rounds):
+    if any(b[r] <= 0 for r in rounds):
         return None
-    logs = [math.log(a[r] / b[r]) for r in rounds]
-    mean, low, high = (float(v) for v in ratio_to_constant(logs, 1.0))
-    if math.isnan(low):  # equal ratios in every round: no spread to make an interval of
-        return None
-    return math.exp(mean), math.exp(low), math.exp(high), len(rounds)
+    found = paired_ratio_interval([a[r] / b[r] for r in rounds])
+    return None if found is None else (*found, len(rounds))
 
 
 def _row(goal: str, value: float | None, op: str, limit: float, inputs: list[dict[str, Any] | None],

@@ -12,9 +12,11 @@ so a median of those throws most of the tail away and swings from bench to bench
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any, Iterable
 
+from nvmflab.analysis.decide import ratio_to_constant
 from nvmflab.metrics import histogram_percentile, merge_histograms
 
 METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_99_ns")
@@ -132,3 +134,15 @@ def comparison_rows(table: dict[tuple[str, str, str], dict[str, Any]], works: li
 
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def paired_ratio_interval(ratios: list[float]) -> tuple[float, float, float] | None:
+    """The geometric mean of paired ratios (each round's subject / baseline) and its 95 % t
+    interval, taken on their logarithms so that one stalled round's 6x does not outweigh many
+    0.9x. None with fewer than two ratios, a ratio that is not positive, or no spread at all."""
+    if len(ratios) < 2 or any(not r > 0 for r in ratios):
+        return None
+    mean, low, high = (float(v) for v in ratio_to_constant([math.log(r) for r in ratios], 1.0))
+    if math.isnan(low):
+        return None
+    return math.exp(mean), math.exp(low), math.exp(high)

@@ -606,3 +606,11 @@ def test_ab_leaves_out_slow_phase_runs_with_their_pairs():
     assert float(ratio_all) < 0.9 and float(interval_all.strip("()").split("–")[1]) > 1.0, "with it: undecided"
     unprobed = [{k: v for k, v in x.items() if k != "probe_ns"} for x in runs]
     assert len(ab.in_fast_phase(unprobed)) == 10, "runs without probes are all kept"
+
+
+def test_paired_ratio_interval_is_a_geometric_mean_and_none_where_no_interval_exists():
+    mean, low, high = stats.paired_ratio_interval([0.9, 0.9, 0.9, 6.0])
+    assert mean == pytest.approx((0.9 ** 3 * 6.0) ** 0.25) and low < mean < high  # 1.44, not the 2.2 of the plain mean
+    assert stats.paired_ratio_interval([1.1]) is None
+    assert stats.paired_ratio_interval([1.1, 1.1, 1.1]) is None, "no spread, no interval"
+    assert stats.paired_ratio_interval([1.1, 0.0, 1.2]) is None

@@ -15,6 +15,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from . import procs
+
 EVENTS = ("task-clock", "context-switches", "cpu-migrations", "page-faults")
 STOP_TIMEOUT_S = 5.0
 
@@ -28,15 +30,18 @@ class Counting:
     def stop(self) -> dict[str, dict[str, float]] | None:
         """Stop counting (SIGINT makes perf print its counts) and return them per core; None when
         perf ended early, hung or wrote nothing readable."""
-        if self.proc.poll() is not None:
-            return None  # it exited on its own: no permission, unknown event
-        self.proc.send_signal(signal.SIGINT)
         try:
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
+            if self.proc.poll() is not None:
+                return None  # it exited on its own: no permission, unknown event
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        finally:
+            procs.untrack(self.proc)
         try:
             return parse(self.path.read_text(errors="replace")) or None
         except OSError:
@@ -52,8 +57,9 @@ def start(cores: list[int] | None, path: Path) -> Counting | None:
     argv = [perf, "stat", "-x", ",", "-A", "-C", ",".join(str(c) for c in sorted(set(cores))),
             "-e", ",".join(EVENTS), "-o", str(path)]
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        # As every child of the harness: it dies with the harness, even a SIGKILLed one (perf stat
+        # without a command counts until it is told to stop, so an orphan would count forever).
+        proc = procs.spawn(argv, None, subprocess.DEVNULL, subprocess.DEVNULL)
     except OSError:
         return None
     return Counting(proc, path)

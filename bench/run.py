@@ -84,7 +84,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.ramp = a.ramp if a.ramp is not None else (0 if a.quick else 1)
     a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
     a.wait_for_fast = a.wait_for_fast if a.wait_for_fast is not None else (0.0 if a.quick else 600.0)
-    a.readme = a.readme if a.readme is not None else not a.quick and a.tcp_congestion in (None, "system")
     counts = a.memory_counts or ("1,10" if a.quick else ",".join(str(c) for c in memory.COUNTS))
     suites = SUITES if a.suites == "all" else tuple(s.strip() for s in a.suites.split(",") if s.strip())
     stacks = [s.strip() for s in a.stacks.split(",") if s.strip()]
@@ -109,9 +108,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         problems.append(f"--memory-counts {counts!r}: comma list of 1..10000")
     if a.tcp_congestion is not None:
         try:
-            a.tcp_congestion = congestion.check_name(a.tcp_congestion)
+            a.tcp_congestion = congestion.check_name(a.tcp_congestion)  # None for system
         except congestion.CongestionError as err:
             problems.append(str(err))
+    a.readme = a.readme if a.readme is not None else not a.quick and a.tcp_congestion is None
     if problems:
         ap.error("; ".join(problems))
     a.suites, a.stacks = suites, stacks

@@ -60,8 +60,13 @@ def _row(goal: str, value: float | None, op: str, limit: float, inputs: list[dic
            "status": status, "per_round": None}
     if rounds is not None:
         mean, low, high, n = rounds
-        side = "met" if verdict(low if op == ">=" else high, op, limit) == "met" else \
-            "missed" if verdict(high if op == ">=" else low, op, limit) != "met" else "undecided"
+        worst, best = (low, high) if op == ">=" else (high, low)
+        if verdict(worst, op, limit) == "met":
+            side = "met"  # even the interval's worst end meets the goal
+        elif verdict(best, op, limit) != "met":
+            side = "missed"  # even its best end misses it
+        else:
+            side = "undecided"
         row["per_round"] = {"mean": round(mean, 3), "low": round(low, 3), "high": round(high, 3), "rounds": n,
                             "decided": side}
     return row

@@ -208,8 +208,10 @@ nvmet_down() {
 
 ours() {
   say "starting our target"
+  # 4 MiB of command buffers in all: the 1 MiB writes at queue depth 8 (fio's and nvmf-perf's)
+  # must wait for buffer memory, and still verify (/stats shows the waits and the peak).
   /usr/local/bin/nvmf-target --listen rdma:$ADDR:4421 --nqn $NQN_OURS --ns ram:64MiB --control $CTL_SOCK \
-    --stats 127.0.0.1:9100 >$OUT/target.log 2>&1 &
+    --stats 127.0.0.1:9100 --buffer-memory 4MiB >$OUT/target.log 2>&1 &
   local pid=$!
   for i in $(seq 100); do grep -q "^ready" $OUT/target.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if ! grep -q "^ready.* rdma=$ADDR:4421" $OUT/target.log; then

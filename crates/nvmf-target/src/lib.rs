@@ -200,7 +200,12 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     let rdma_stats: Vec<Arc<stats::ReactorStats>> =
         target.ports.iter().filter(|p| p.rdma).enumerate().map(|(i, _)| Arc::new(stats::ReactorStats::rdma(reactor_stats.len() + i))).collect();
     reactor_stats.extend(rdma_stats.iter().cloned());
-    let registry = Arc::new(StatsRegistry { start: Instant::now(), reactors: reactor_stats, ports: target.ports.clone() });
+    let registry = Arc::new(StatsRegistry {
+        start: Instant::now(),
+        reactors: reactor_stats,
+        ports: target.ports.clone(),
+        buffers: target.buffers.clone(),
+    });
     let stats_addr = match t.stats {
         Some(addr) => {
             let server = stats::serve(addr, registry.clone(), stop.clone()).map_err(StartError::Stats)?;

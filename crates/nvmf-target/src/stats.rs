@@ -186,6 +186,8 @@ pub struct StatsRegistry {
     pub reactors: Vec<Arc<ReactorStats>>,
     /// Listening ports: their TLS setting and counters.
     pub ports: Vec<crate::core::Port>,
+    /// The process-wide cap on command data buffers (`buffer_memory`), TCP and RDMA alike.
+    pub buffers: Arc<crate::backend::MemoryBudget>,
 }
 
 impl StatsRegistry {
@@ -238,7 +240,10 @@ impl StatsRegistry {
                 })
             })
             .collect();
-        json!({"version": 1, "uptime_ns": self.start.elapsed().as_nanos() as u64, "reactors": reactors, "ports": ports})
+        let b = &self.buffers;
+        let buffers = json!({"limit": b.limit(), "used": b.used(), "peak": b.peak(), "refusals": b.refusals()});
+        json!({"version": 1, "uptime_ns": self.start.elapsed().as_nanos() as u64, "reactors": reactors, "ports": ports,
+               "buffer_memory": buffers})
     }
 
     pub fn prometheus(&self) -> String {
@@ -250,6 +255,11 @@ impl StatsRegistry {
             }
         };
         metric("uptime_ns", "gauge", "Time since start.", vec![(String::new(), self.start.elapsed().as_nanos() as u64)]);
+        let b = &self.buffers;
+        metric("buffer_memory_limit_bytes", "gauge", "Cap on command data buffers (buffer_memory).", vec![(String::new(), b.limit() as u64)]);
+        metric("buffer_memory_used_bytes", "gauge", "Command data buffers held now.", vec![(String::new(), b.used() as u64)]);
+        metric("buffer_memory_peak_bytes", "gauge", "Most command data buffers held at once.", vec![(String::new(), b.peak() as u64)]);
+        metric("buffer_memory_refusals_total", "counter", "Buffer requests that met the cap and waited.", vec![(String::new(), b.refusals())]);
         let per_reactor = |f: fn(&ReactorStats) -> u64| {
             self.reactors.iter().map(|r| (format!("reactor=\"{}\"", r.index), f(r))).collect::<Vec<_>>()
         };
@@ -374,9 +384,12 @@ mod tests {
         r.namespace("nqn.s", 1).reads.add(1);
         let rdma = Arc::new(ReactorStats::rdma(1));
         rdma.add_queue(Arc::new(QueueStats::new("nqn.s", "nqn.h", 2, 0)));
-        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r, rdma], ports: Vec::new() };
+        let buffers = Arc::new(crate::backend::MemoryBudget::new(1 << 20));
+        assert!(buffers.try_take(4096, false) && !buffers.try_take(1 << 20, false));
+        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r, rdma], ports: Vec::new(), buffers };
         let j = reg.json();
         assert_eq!(j["version"], 1);
+        assert_eq!(j["buffer_memory"], json!({"limit": 1 << 20, "used": 4096, "peak": 4096, "refusals": 1}));
         let r1 = &j["reactors"][1];
         assert_eq!((r1["index"].as_u64(), r1["core"].is_null(), &r1["transport"]), (Some(1), true, &json!("rdma")), "{r1}");
         assert_eq!(r1["queues"][0]["cntlid"], 2);
@@ -392,5 +405,6 @@ mod tests {
         let p = reg.prometheus();
         assert!(p.contains("nvmf_target_queue_read_total{reactor=\"0\",subnqn=\"nqn.s\",hostnqn=\"nqn.h\",cntlid=\"1\",qid=\"1\"} 1"), "{p}");
         assert!(p.contains("nvmf_target_namespace_reads_total{reactor=\"0\",subnqn=\"nqn.s\",nsid=\"1\"} 1"), "{p}");
+        assert!(p.contains("nvmf_target_buffer_memory_refusals_total{} 1\n") && p.contains("nvmf_target_buffer_memory_peak_bytes{} 4096\n"), "{p}");
     }
 }

@@ -121,6 +121,7 @@ fn commands_wait_for_the_process_buffer_cap_then_run() {
     assert!(t.buffers.used() < big as usize, "A's buffer went back to the process (it was under pressure)");
     b.advance(20 * MS);
     assert!(matches!(b.recv(), Some(PduHeader::R2T(_))), "B's write got its memory on the next tick");
+    assert_eq!(t.buffers.peak(), big as usize, "the cap held: B waited instead of adding to A's 2 MiB");
 }
 
 /// A 4 KiB read at LBA 0.

@@ -4,18 +4,21 @@
 //! buffer that grows, nothing for buffers reused at their size.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct MemoryBudget {
     limit: usize,
     used: AtomicUsize,
+    /// The most `used` has been since start (`/stats`: whether the cap held).
+    peak: AtomicUsize,
     /// Times a buffer had to wait because the process was at its cap (diagnostics, tests).
     refusals: AtomicU64,
 }
 
 impl MemoryBudget {
     pub fn new(limit: usize) -> MemoryBudget {
-        MemoryBudget { limit, used: AtomicUsize::new(0), refusals: AtomicU64::new(0) }
+        MemoryBudget { limit, used: AtomicUsize::new(0), peak: AtomicUsize::new(0), refusals: AtomicU64::new(0) }
     }
 
     pub fn limit(&self) -> usize {
@@ -27,6 +30,10 @@ impl MemoryBudget {
         self.used.load(Relaxed)
     }
 
+    pub fn peak(&self) -> usize {
+        self.peak.load(Relaxed)
+    }
+
     pub fn refusals(&self) -> u64 {
         self.refusals.load(Relaxed)
     }
@@ -35,14 +42,26 @@ impl MemoryBudget {
     /// already arrived in a capsule).
     pub fn try_take(&self, n: usize, force: bool) -> bool {
         if force {
-            self.used.fetch_add(n, Relaxed);
+            let before = self.used.fetch_add(n, Relaxed);
+            self.peak.fetch_max(before + n, Relaxed);
             return true;
         }
-        let taken = self.used.fetch_update(Relaxed, Relaxed, |u| u.checked_add(n).filter(|t| *t <= self.limit));
-        if taken.is_err() {
-            self.refusals.fetch_add(1, Relaxed);
+        match self.used.fetch_update(Relaxed, Relaxed, |u| u.checked_add(n).filter(|t| *t <= self.limit)) {
+            Ok(before) => {
+                self.peak.fetch_max(before + n, Relaxed);
+                true
+            }
+            Err(_) => {
+                self.refusals.fetch_add(1, Relaxed);
+                false
+            }
         }
-        taken.is_ok()
+    }
+
+    /// [`try_take`](Self::try_take) as a [`Charge`] that gives the bytes back when dropped, for
+    /// buffers whose owner has no single place where they are freed (an RDMA queue's).
+    pub fn charge(self: &Arc<Self>, n: usize, force: bool) -> Option<Charge> {
+        self.try_take(n, force).then(|| Charge { budget: self.clone(), bytes: n })
     }
 
     pub fn give_back(&self, n: usize) {
@@ -59,6 +78,25 @@ impl MemoryBudget {
     /// caching them, so memory flows to the connections that wait for it.
     pub fn under_pressure(&self) -> bool {
         self.used() > self.limit / 2
+    }
+}
+
+/// Bytes taken from a [`MemoryBudget`], given back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Charge {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.give_back(self.bytes);
     }
 }
 
@@ -79,5 +117,21 @@ mod tests {
         b.give_back(110);
         assert_eq!(b.used(), 0);
         assert!(!b.under_pressure());
+        assert_eq!(b.peak(), 110, "the peak stays after the bytes go back");
+    }
+
+    #[test]
+    fn a_charge_gives_its_bytes_back_when_dropped() {
+        let b = Arc::new(MemoryBudget::new(100));
+        let first = b.charge(70, false).expect("fits");
+        assert!(b.charge(31, false).is_none(), "over the cap");
+        assert_eq!(b.refusals(), 1);
+        let forced = b.charge(50, true).expect("forced");
+        assert_eq!((b.used(), first.bytes(), forced.bytes()), (120, 70, 50));
+        drop(first);
+        assert_eq!(b.used(), 50);
+        let again = b.charge(50, false).expect("room again");
+        drop((forced, again));
+        assert_eq!((b.used(), b.peak()), (0, 120));
     }
 }

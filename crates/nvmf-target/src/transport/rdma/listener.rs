@@ -4,8 +4,7 @@
 //! io_uring engine. It sleeps in poll(2) on the CM channel, each queue's completion channel and
 //! the ring.
 
-use super::queue::Queue;
-use super::queue::receive_memory;
+use super::queue::{receive_memory, Queue, WAIT_RETRY};
 use super::{cm_reject, cm_reply, cm_status, CmRequest};
 use crate::transport::BUFFER_BUDGET;
 use crate::backend::{IoCompletion, IoEngine};
@@ -103,8 +102,9 @@ impl Loop {
         self.queues.clear();
     }
 
-    /// Waits for a CM event, a completion or a backend completion, at most one tick; false when
-    /// backend completions are there already and it did not sleep.
+    /// Waits for a CM event, a completion or a backend completion, at most one tick
+    /// ([`WAIT_RETRY`] while a command waits for buffer memory); false when backend completions
+    /// are there already and it did not sleep.
     fn sleep(&mut self) -> bool {
         if self.engine.has_completions() {
             return false;
@@ -114,8 +114,10 @@ impl Loop {
         if let Some(fd) = self.engine.ring_fd().filter(|_| self.engine.in_flight() > 0) {
             fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
         }
+        // A command waiting for buffer memory that another thread frees has nothing to wake it.
+        let wait = if self.queues.iter().flatten().any(|q| q.is_waiting()) { WAIT_RETRY } else { TICK };
         // SAFETY: fds is a valid array of fds.len() entries.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, TICK.as_millis() as i32) };
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32) };
         true
     }
 

@@ -2,19 +2,26 @@
 //! outstanding; a command keeps its buffer until its response has been sent, as nvmet does),
 //! response buffers, command data buffers, and the command layer behind it.
 //!
+//! Command data buffers count against the process's `buffer_memory`, as a TCP connection's do,
+//! and against the same per-connection budget ([`BUFFER_BUDGET`]). A command whose buffer does
+//! not fit waits, in arrival order, until buffers are freed: by this queue's own completions,
+//! or by other queues and connections (the listener retries every [`WAIT_RETRY`]).
+//!
 //! Work request ids say what completed: kind in the high 32 bits, command slot (= receive
 //! buffer index) in the low. RDMA WRITEs are unsignaled: the SEND after them on the same queue
 //! pair completes after them.
 
 use super::{is_identify_controller, mark_keyed_sgls, normalize_sqe, KeyedSgl, TRANSFER_SGL};
-use crate::backend::{AlignedBuf, IoCompletion, IoEngine};
+use crate::backend::{AlignedBuf, Charge, IoCompletion, IoEngine};
 use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
 use crate::stats::ReactorStats;
+use crate::transport::BUFFER_BUDGET;
 use nvmf_proto::{Cqe, Sqe, Status};
 use nvmf_rdma::{Connection, MemoryRegion, SendOp, WorkCompletion};
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const WR_RECV: u64 = 1;
 const WR_RESPONSE: u64 = 2;
@@ -24,6 +31,9 @@ const SQE_LEN: usize = 64;
 const CQE_LEN: usize = 16;
 /// Data buffers kept for reuse per queue; more are freed when their command completes.
 const KEEP_BUFFERS: usize = 16;
+/// How often a command that waits for buffer memory tries again while nothing else wakes its
+/// queue (memory freed by another thread), as a TCP reactor does.
+pub const WAIT_RETRY: Duration = Duration::from_millis(20);
 
 /// The receive buffer size of a queue: an SQE and the in-capsule data it may carry. Admin queues
 /// (and Connect) may carry up to 8 KiB in the capsule, as on TCP; I/O queues what IOCCSZ
@@ -47,6 +57,16 @@ fn wr_id(kind: u64, slot: usize) -> u64 {
 struct DataBuf {
     mr: MemoryRegion,
     buf: AlignedBuf,
+    /// The buffer's capacity, counted against `buffer_memory` until it is freed.
+    charge: Charge,
+}
+
+/// Why no data buffer came.
+enum NoBuffer {
+    /// The queue's or the process's budget is full: the command waits.
+    Wait,
+    /// Allocating or registering failed: the command fails.
+    Failed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +75,8 @@ enum SlotState {
     Posted,
     /// A command is being served (its data read, its backend requests run).
     Busy,
+    /// A command waits for buffer memory (in `Queue::waiting`, oldest first).
+    AwaitBuffer,
     /// An Asynchronous Event Request, held until an event completes it (see `tick`).
     Held,
     /// The response SEND is posted; the buffer is reposted when it completes.
@@ -67,6 +89,8 @@ struct Slot {
     sgl: Option<KeyedSgl>,
     work: Option<Work>,
     data: Option<DataBuf>,
+    /// The buffer length a command waiting for memory needs.
+    want: u32,
     pending: u32,
     status: Status,
 }
@@ -80,6 +104,10 @@ pub struct Queue {
     capsule_len: usize,
     slots: Vec<Slot>,
     spare: Vec<DataBuf>,
+    /// Commands waiting for buffer memory, oldest first: a small command does not pass a large one.
+    waiting: VecDeque<usize>,
+    /// Capacity of this queue's data buffers (spares included), at most BUFFER_BUDGET.
+    data_bytes: usize,
     recv_mr: MemoryRegion,
     recv_mem: AlignedBuf,
     rsp_mr: MemoryRegion,
@@ -116,7 +144,7 @@ impl Queue {
         let recv_mr = unsafe { conn.register(recv_mem.as_mut_ptr(), recv_mem.len())? };
         let rsp_mr = unsafe { conn.register(rsp_mem.as_mut_ptr(), rsp_mem.len())? };
         let slots = (0..depth)
-            .map(|_| Slot { state: SlotState::Posted, cid: 0, sgl: None, work: None, data: None, pending: 0, status: Status::SUCCESS })
+            .map(|_| Slot { state: SlotState::Posted, cid: 0, sgl: None, work: None, data: None, want: 0, pending: 0, status: Status::SUCCESS })
             .collect();
         let now = Instant::now();
         let mut q = Queue {
@@ -127,6 +155,8 @@ impl Queue {
             capsule_len,
             slots,
             spare: Vec::new(),
+            waiting: VecDeque::new(),
+            data_bytes: 0,
             recv_mr,
             recv_mem,
             rsp_mr,
@@ -157,6 +187,7 @@ impl Queue {
         if !self.closing {
             tracing::info!(why, "closing NVMe/RDMA queue");
             self.closing = true;
+            self.waiting.clear();
             self.cmd.release();
             let _ = self.conn.disconnect();
         }
@@ -176,6 +207,7 @@ impl Queue {
             for wc in &wcs[..n] {
                 self.completion(wc, now);
             }
+            self.serve_waiting();
             self.submit(engine);
             if n < wcs.len() {
                 return;
@@ -255,40 +287,130 @@ impl Queue {
         }
     }
 
-    /// A registered buffer of `len` bytes (0: none needed).
-    fn data_buf(&mut self, len: usize) -> Option<DataBuf> {
+    /// A registered buffer of `len` bytes, counted against the budgets; `force` takes it beyond
+    /// them (data that arrived already, small admin data).
+    fn data_buf(&mut self, len: usize, force: bool) -> Result<DataBuf, NoBuffer> {
         if let Some(i) = self.spare.iter().position(|d| d.buf.capacity() >= len) {
             let mut d = self.spare.swap_remove(i);
-            d.buf.try_resize(len).ok()?;
-            return Some(d);
+            d.buf.try_resize(len).map_err(|_| NoBuffer::Failed)?;
+            return Ok(d);
         }
+        let want = len.max(4096).next_power_of_two();
+        let cap = AlignedBuf::capacity_for(want);
+        let charge = match self.charge(cap, force) {
+            Some(c) => c,
+            None => {
+                // Our idle buffers first: they may be what keeps the budget full.
+                self.drop_spares();
+                self.charge(cap, force).ok_or(NoBuffer::Wait)?
+            }
+        };
         let mut buf = AlignedBuf::with_align(self.target.buffer_align);
-        buf.try_resize(len.max(4096).next_power_of_two()).ok()?;
+        buf.try_resize(want).map_err(|_| NoBuffer::Failed)?;
         // SAFETY: the region is dropped before the buffer (DataBuf's field order) and the buffer's
         // memory does not move while its length stays within capacity.
-        let mr = unsafe { self.conn.register(buf.as_mut_ptr(), buf.capacity()) }.ok()?;
-        buf.try_resize(len).ok()?;
-        Some(DataBuf { mr, buf })
+        let mr = unsafe { self.conn.register(buf.as_mut_ptr(), buf.capacity()) }.map_err(|_| NoBuffer::Failed)?;
+        buf.try_resize(len).map_err(|_| NoBuffer::Failed)?;
+        self.data_bytes += charge.bytes();
+        Ok(DataBuf { mr, buf, charge })
     }
 
+    /// `cap` bytes of both budgets (this queue's and the process's), or `None` when either is full.
+    fn charge(&self, cap: usize, force: bool) -> Option<Charge> {
+        if !force && self.data_bytes + cap > BUFFER_BUDGET {
+            return None;
+        }
+        self.target.buffers.charge(cap, force)
+    }
+
+    fn free_buf(&mut self, d: DataBuf) {
+        self.data_bytes -= d.charge.bytes();
+    }
+
+    /// Frees the idle buffers kept for reuse.
+    fn drop_spares(&mut self) {
+        for d in std::mem::take(&mut self.spare) {
+            self.free_buf(d);
+        }
+    }
+
+    /// The slot's buffer is kept for reuse, or freed when enough are kept or the process is
+    /// short of buffer memory (others may wait for it).
     fn release_buf(&mut self, slot: usize) {
         if let Some(d) = self.slots[slot].data.take() {
-            if self.spare.len() < KEEP_BUFFERS {
+            if self.spare.len() < KEEP_BUFFERS && !self.target.buffers.under_pressure() {
                 self.spare.push(d);
+            } else {
+                self.free_buf(d);
             }
         }
     }
 
     fn buffer(&mut self, slot: usize, work: Work, len: u32, in_capsule: Option<&[u8]>) {
-        let Some(mut data) = self.data_buf(len as usize) else {
-            tracing::warn!(len, "no memory for a command buffer");
-            return self.respond(slot, Status::INTERNAL_ERROR, 0);
-        };
+        // In-capsule data has arrived already and admin data is small: both are taken beyond
+        // the budgets, as on TCP, so that Connect and authentication never wait.
+        let force = in_capsule.is_some() || !matches!(work, Work::Io(_));
+        if !force && !self.waiting.is_empty() {
+            return self.hold(slot, work, len);
+        }
+        match self.data_buf(len as usize, force) {
+            Ok(data) => self.transfer(slot, work, data, in_capsule),
+            Err(NoBuffer::Wait) => self.hold(slot, work, len),
+            Err(NoBuffer::Failed) => {
+                tracing::warn!(len, "no memory for a command buffer");
+                self.respond(slot, Status::INTERNAL_ERROR, 0)
+            }
+        }
+    }
+
+    /// The command in `slot` waits for buffer memory, behind those that wait already.
+    fn hold(&mut self, slot: usize, work: Work, len: u32) {
+        let s = &mut self.slots[slot];
+        (s.state, s.work, s.want) = (SlotState::AwaitBuffer, Some(work), len);
+        self.waiting.push_back(slot);
+    }
+
+    /// Commands waiting for buffer memory: true while any does.
+    pub fn is_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Serves the commands that wait for buffer memory, oldest first, while their buffers fit.
+    pub fn serve_waiting(&mut self) {
+        if self.target.buffers.under_pressure() {
+            self.drop_spares();
+        }
+        while let Some(&slot) = self.waiting.front() {
+            let (len, work) = (self.slots[slot].want, self.slots[slot].work);
+            let Some(work) = work else {
+                self.waiting.pop_front();
+                continue;
+            };
+            match self.data_buf(len as usize, false) {
+                Err(NoBuffer::Wait) => return,
+                Ok(data) => {
+                    self.waiting.pop_front();
+                    self.slots[slot].state = SlotState::Busy;
+                    self.transfer(slot, work, data, None);
+                }
+                Err(NoBuffer::Failed) => {
+                    self.waiting.pop_front();
+                    tracing::warn!(len, "no memory for a command buffer");
+                    self.respond(slot, Status::INTERNAL_ERROR, 0);
+                }
+            }
+        }
+    }
+
+    /// The command in `slot` has its buffer: the host's data is fetched into it (or copied from
+    /// the capsule), then the command runs.
+    fn transfer(&mut self, slot: usize, work: Work, mut data: DataBuf, in_capsule: Option<&[u8]>) {
         if let Some(d) = in_capsule {
             data.buf.as_mut_slice().copy_from_slice(d);
         }
         let s = &mut self.slots[slot];
         s.work = Some(work);
+        let len = data.buf.len() as u32;
         let fetch = in_capsule.is_none()
             && match work {
                 Work::Io(plan) => plan.host_data_len() > 0,
@@ -388,7 +510,7 @@ impl Queue {
     /// Data the command layer produced (Identify, log pages...): RDMA WRITE, then success.
     fn send_data(&mut self, slot: usize, data: &[u8]) {
         if !data.is_empty() {
-            let Some(mut d) = self.data_buf(data.len()) else { return self.respond(slot, Status::INTERNAL_ERROR, 0) };
+            let Ok(mut d) = self.data_buf(data.len(), true) else { return self.respond(slot, Status::INTERNAL_ERROR, 0) };
             d.buf.as_mut_slice().copy_from_slice(data);
             self.slots[slot].data = Some(d);
             if let Err(e) = self.write_to_host(slot, Some(data.len())) {

@@ -109,6 +109,17 @@ pub struct TargetArgs {
     pub ktls: Option<String>,
 }
 
+impl TargetArgs {
+    /// The report's engine: the fabric the run used (its text header and `nvmflab.engine`).
+    pub fn engine(&self) -> &'static str {
+        if self.transport == "rdma" {
+            "rdma"
+        } else {
+            "tcp"
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -332,6 +343,18 @@ mod tests {
         assert!(r.target.hdr_digest && r.target.data_digest && r.verify);
         assert_eq!(r.output_format, OutputFormat::Json);
         assert_eq!(r.size, Some(1 << 30));
+    }
+
+    #[test]
+    fn the_report_engine_names_the_transport() {
+        let engine = |t: &[&str]| {
+            let Command::Run(r) = parse(&[&["run", "-a", "10.0.0.1", "-n", "nqn.x"], t].concat()).unwrap().command else {
+                panic!("not run")
+            };
+            r.target.engine()
+        };
+        assert_eq!(engine(&[]), "tcp");
+        assert_eq!(engine(&["-t", "rdma"]), "rdma", "an RDMA run was reported as tcp");
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub fn run(a: &RunArgs) -> Result<Report, PerfError> {
     let specs = job_specs(a, &plan);
     let jobs = run_jobs(a, &specs, |spec| connect_loop(a, &opts, nqn, spec))?;
     let extra = [("connects", serde_json::json!(true))];
-    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new(), start: None })
+    Ok(Report { engine: a.target.engine(), knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new(), start: None })
 }
 
 /// Connects and disconnects through the ramp (unmeasured), then for `--runtime` (at least once),

@@ -329,7 +329,7 @@ fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
         }
     }
     let start = gate.to_json();
-    Ok(Report { engine: "tcp", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs?, outages, start })
+    Ok(Report { engine: a.target.engine(), knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs?, outages, start })
 }
 
 /// The controller under `--reconnect-delay` / `--ctrl-loss-tmo`; after a reconnect it must

@@ -376,7 +376,7 @@ impl Queue {
     }
 
     /// Serves the commands that wait for buffer memory, oldest first, while their buffers fit.
-    pub fn serve_waiting(&mut self) {
+    fn serve_waiting(&mut self) {
         if self.target.buffers.under_pressure() {
             self.drop_spares();
         }

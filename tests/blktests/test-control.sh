@@ -82,8 +82,13 @@ printf '%s' "$key2" >"$hostdir/dhchap_ctrl_key"   # first, so the old controller
 printf '%s' "$key2" >"$hostdir/dhchap_key"
 printf '%s' "hmac(sha512)" >"$hostdir/dhchap_hash"
 printf '%s' "ffdhe2048" >"$hostdir/dhchap_dhgroup"
+# The shim sends one request per file, in its own order (dhchap_key last), and logs each once
+# the target took it: wait for both keys' requests too, not only for the hash and group to show
+# (a connect between the group's request and the key's met the old key under CI load).
+shim_took() { grep -qF "\"$1\":\"$key2\"" "$NVMFLAB_CONTROL_DIR/configfs-shim.log"; }
 for ((i = 0; i < 50; i++)); do
-    show | grep -q '"dhchap_dhgroup":"ffdhe2048","dhchap_hash":"hmac(sha512)"' && break
+    show | grep -q '"dhchap_dhgroup":"ffdhe2048","dhchap_hash":"hmac(sha512)"' &&
+        shim_took dhchap_key && shim_took dhchap_ctrl_key && break
     sleep 0.1
 done
 "${id[@]}" --dhchap-secret "$key2" | grep -q "subnqn *: blktests-subsystem-1" || fail "a key written to the shim did not reach the target"

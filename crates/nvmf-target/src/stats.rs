@@ -186,7 +186,8 @@ pub struct StatsRegistry {
     pub reactors: Vec<Arc<ReactorStats>>,
     /// Listening ports: their TLS setting and counters.
     pub ports: Vec<crate::core::Port>,
-    /// The process-wide cap on command data buffers (`buffer_memory`), TCP and RDMA alike.
+    /// The process-wide cap on command data buffers (`buffer_memory`), TCP and RDMA alike, which
+    /// a TCP connection's queued output beyond 64 KiB also counts against.
     pub buffers: Arc<crate::backend::MemoryBudget>,
 }
 
@@ -257,7 +258,7 @@ impl StatsRegistry {
         metric("uptime_ns", "gauge", "Time since start.", vec![(String::new(), self.start.elapsed().as_nanos() as u64)]);
         let b = &self.buffers;
         metric("buffer_memory_limit_bytes", "gauge", "Cap on command data buffers (buffer_memory).", vec![(String::new(), b.limit() as u64)]);
-        metric("buffer_memory_used_bytes", "gauge", "Command data buffers held now.", vec![(String::new(), b.used() as u64)]);
+        metric("buffer_memory_used_bytes", "gauge", "Command data buffers (and queued output beyond 64 KiB a connection) held now.", vec![(String::new(), b.used() as u64)]);
         metric("buffer_memory_peak_bytes", "gauge", "Most command data buffers held at once.", vec![(String::new(), b.peak() as u64)]);
         metric("buffer_memory_refusals_total", "counter", "Buffer requests that met the cap and waited.", vec![(String::new(), b.refusals())]);
         let per_reactor = |f: fn(&ReactorStats) -> u64| {

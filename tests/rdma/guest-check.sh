@@ -46,14 +46,18 @@ secs() { printf "%d.%02d" $(($1 / 100)) $(($1 % 100)); }
 
 # The block device of namespace $2 (default 1) of subsystem $1, if there is one now, in NS_DEV:
 # under native multipath its head nvmeXnN sits in the subsystem's sysfs directory; without it,
-# nvmeYnN sits in the controller's.
+# nvmeYnN sits in the controller's. A controller's nvmeXcYnN is a multipath path, hidden (no
+# /dev node), and can appear before its head: it is not the device.
 ns_dev() {
   local nqn=$1 nsid=${2:-1} d b n
   NS_DEV=
   for d in /sys/class/nvme-subsystem/nvme-subsys* /sys/class/nvme/nvme*; do
     { read -r n <$d/subsysnqn; } 2>/dev/null || continue
     [ "$n" = "$nqn" ] || continue
-    for b in $d/nvme*n$nsid; do [ -e "$b" ] && { NS_DEV=/dev/${b##*/}; return 0; }; done
+    for b in $d/nvme*n$nsid; do
+      [[ ${b##*/} == nvme*c*n* ]] && continue
+      [ -e "$b" ] && { NS_DEV=/dev/${b##*/}; return 0; }
+    done
   done
   return 1
 }

@@ -57,6 +57,12 @@ def perf_steps(tag: str) -> list[str]:
     return [f"{tag} discover", f"{tag} identify"] + [f"{tag} write+verify {s}" for s in SIZES]
 
 
+def ours_stats(run) -> dict:
+    """Our target's /stats as the guest read it (the HTTP response, header first)."""
+    _, body = (run.out / "stats-ours.txt").read_bytes().split(b"\r\n\r\n", 1)
+    return json.loads(body)
+
+
 def passed(results: dict[str, str], step: str) -> bool:
     return results.get(step, f"MISSING {step}").startswith("PASS")
 
@@ -119,8 +125,7 @@ def test_stats_list_the_rdma_port_thread_and_its_queues(guest):
     the counters of the queues it served: the kernel host's fio and nvmf-perf wrote 14 MiB each."""
     run, results, _ = guest
     assert passed(results, "ours stats"), results.get("ours stats")
-    _, body = (run.out / "stats-ours.txt").read_bytes().split(b"\r\n\r\n", 1)  # after the HTTP header
-    stats = json.loads(body)
+    stats = ours_stats(run)
     (rdma,) = [r for r in stats["reactors"] if r["transport"] == "rdma"]
     assert rdma["core"] is None and rdma["busy_ns"] > 0 and rdma["idle_ns"] > 0 and rdma["wakeups"] > 0, rdma
     queues = rdma["queues"]
@@ -137,8 +142,7 @@ def test_rdma_buffers_count_against_buffer_memory(guest):
     stayed within the cap, beyond it only by forced takes (in-capsule and admin data, a few KiB)."""
     run, results, _ = guest
     assert passed(results, "ours stats"), results.get("ours stats")
-    _, body = (run.out / "stats-ours.txt").read_bytes().split(b"\r\n\r\n", 1)
-    buffers = json.loads(body)["buffer_memory"]
+    buffers = ours_stats(run)["buffer_memory"]
     assert buffers["limit"] == 4 << 20, buffers
     assert buffers["refusals"] > 0, f"no command waited for buffer memory: {buffers}"
     assert 2 << 20 <= buffers["peak"] <= buffers["limit"] + (256 << 10), buffers

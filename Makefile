@@ -40,7 +40,12 @@ $(VENV)/.installed: pyproject.toml | deps
 	  | sed -u -n -E '/^(Collecting|Successfully installed)/s/^/  pip: /p'
 	@touch $@
 
-test: deps-test build venv spdk test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-guest test-tls-interop test-conformance test-rdma-quick
+# Every part of `make test`, in order; scripts/timed-parts.sh runs them one after another and prints
+# the seconds each took at the end (CI's breakdown), stopping at the first that fails.
+TEST_PARTS := test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-guest \
+              test-tls-interop test-conformance test-rdma-quick
+test: deps-test build venv spdk
+	@bash scripts/timed-parts.sh $(TEST_PARTS)
 
 # The workspace must build with Debian 12's own Rust (rustc-web at the workspace's rust-version,
 # which install-deps --for test puts in /usr/bin beside rustup's), as on a fresh machine without
@@ -62,7 +67,7 @@ test-rust: build
 
 # Tests marked `long` (minutes each; see pyproject.toml) run in `make test-long`, not in `make test`.
 test-python: deps-test build venv spdk
-	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q -m "not long" python/tests
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q --durations=15 -m "not long" python/tests
 
 .PHONY: test-long
 test-long: deps-test build venv spdk

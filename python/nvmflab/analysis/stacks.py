@@ -1,12 +1,13 @@
 """The `stacks` study: target stack × host stack pairs side by side, as ratios to a baseline pair.
 
 The L-app is 4 KiB random read at QD1 (latency), the T-app the same over queue depths (IOPS), the
-B-app large random reads (bandwidth). Ratios are of medians over the interleaved repeats, which a
-noisy repeat moves less than a mean. Whether two pairs differ is decided on the means of the
-per-repeat IOPS with Welch's interval (cannot decide below two repeats a side or without spread),
-Holm-corrected over the pairs compared with the baseline, and over every pair that shares a host
-(or a target) when telling which side limits: with the host fixed, a faster pair has the faster
-target.
+B-app large random reads (bandwidth). One statistic for the ratio and its test: the mean over the
+interleaved repeats. A ratio to the baseline pair is the ratio of the means with Fieller's 95 %
+interval (decide.fieller); whether two pairs differ is decided on the same means with Welch's
+interval (cannot decide below two repeats a side or without spread), Holm-corrected over the pairs
+compared with the baseline (one family per app: the T-app's IOPS, the L-app's mean latency, the
+B-app's bandwidth), and over every pair that shares a host (or a target) when telling which side
+limits: with the host fixed, a faster pair has the faster target.
 
 Each pair's modes (the target's reactor mode `target_mode` and the host's `completion`, as its
 points recorded them) are shown beside it, and a finding about which side limits names them and
@@ -24,6 +25,7 @@ import pandas as pd
 
 from .. import plots
 from .common import Difference, compare_values, corrected, excluded_points, study_rows
+from .decide import fieller
 from .cores_used import cores_text
 from .result import Figure, StudyResult, Table
 from .stats import collapse_jobs, usable
@@ -49,12 +51,13 @@ def baseline_of(runs: pd.DataFrame) -> str:
     return "spdk/spdk"
 
 
-def medians(data: pd.DataFrame) -> pd.DataFrame:
-    """Median over repeats per pair, app, block size and queue depth."""
+def means(data: pd.DataFrame) -> pd.DataFrame:
+    """Mean over repeats per pair, app, block size and queue depth: the statistic the Welch tests
+    and Fieller ratios use, so a table's ratio and its finding's test cannot disagree."""
     collapsed = collapse_jobs(data)
     metrics = ["iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"]
     grouped = collapsed.groupby(["leg", "app", "bs", "iodepth"], as_index=False)
-    out = grouped[metrics].median()
+    out = grouped[metrics].mean()
     out["repeats"] = grouped.size()["size"].values
     return out
 
@@ -91,7 +94,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         _skipped_pairs(rows, data, out)
         return out
     data = data.assign(app=[_app(k) for k in data["knobs_json"]])
-    med = medians(data)
+    med = means(data)
     pairs = list(dict.fromkeys(med["leg"]))
     asked = baseline_of(runs)
     baseline = asked if asked in pairs else ("ours/ours" if "ours/ours" in pairs else pairs[0])
@@ -104,7 +107,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     samples = _samples(data, ref_qd)
     modes = pair_modes(data)
     _side_by_side(med, pairs, baseline, ref_qd, samples, out, modes,
-                  {leg: cores_text(data[data["leg"] == leg]) for leg in pairs})
+                  {leg: cores_text(data[data["leg"] == leg]) for leg in pairs}, data)
     if ref_qd is not None:
         _matrix(tapp, pairs, baseline, ref_qd, out)
         _bottleneck(tapp, pairs, ref_qd, samples, out, modes)
@@ -112,10 +115,10 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.figures.append(Figure(
             "stacks_iops_vs_qd",
             plots.iops_vs_qd(tapp.rename(columns={"leg": "pair"}).groupby(["pair", "iodepth"], as_index=False)
-                             .agg(iops_mean=("iops", "median"), iops_ci95=("iops", lambda _: math.nan)),
+                             .agg(iops_mean=("iops", "mean"), iops_ci95=("iops", lambda _: math.nan)),
                              "pair", "T-app: IOPS vs queue depth per target × host pair (4 KiB random read)",
                              label=lambda leg: pair_label(str(leg))),
-            "Median IOPS over the interleaved repeats per pair and queue depth."))
+            "Mean IOPS over the interleaved repeats per pair and queue depth."))
     _bars(med, pairs, out)
     _skipped_pairs(rows, data, out)
     return out
@@ -165,9 +168,42 @@ def _tapp_iops(tapp: pd.DataFrame, leg: str, qd: int) -> float:
     return float(sel["iops"].max()) if len(sel) else math.nan
 
 
+def _app_samples(data: pd.DataFrame, app: str, metric: str) -> dict[str, list[float]]:
+    """Per pair, `metric` of every repeat of one app (the L-app at QD1, the B-app at its size)."""
+    collapsed = collapse_jobs(data)
+    sel = collapsed[collapsed["app"] == app]
+    return {leg: [float(v) for v in pd.to_numeric(group[metric], errors="coerce").dropna()]
+            for leg, group in sel.groupby("leg")}
+
+
+def ratio_text(base: list[float], other: list[float]) -> str:
+    """'1.10× (Fieller's 95 % interval 1.07× to 1.13×)': mean(other) / mean(base), the same means
+    the Welch test compares."""
+    r, low, high = (float(v) for v in fieller(base or [math.nan], other or [math.nan]))
+    if math.isnan(r):
+        return "n/a"
+    if math.isnan(low):
+        return times(r)  # the clause says why there is no interval
+    if math.isinf(high) or math.isinf(low):
+        return f"{times(r)} (interval unbounded: the baseline's mean is not clearly above zero)"
+    return f"{times(r)} (Fieller's 95 % interval {times(low)} to {times(high)})"
+
+
+def _said(d: Difference, fmt, effect: str, what: str, detail: str) -> str:
+    """One comparison as a clause that starts with its decision: `effect` when clear, 'no clear
+    difference in …' or 'cannot tell whether … changed' otherwise, then the detail and interval."""
+    if d.clear:
+        return f"{effect} ({detail}; {d.interval(fmt)})"
+    if d.decidable:
+        return f"no clear difference in {what} ({detail}; {d.interval(fmt)})"
+    why = "fewer than two repeats on a side" if d.n < 2 else "repeats without spread"
+    return f"cannot tell whether {what} changed ({detail}; {why}, so no interval)"
+
+
 def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,
                   samples: dict[str, list[float]], out: StudyResult,
-                  modes: dict[str, dict[str, str]] | None = None, cores: dict[str, str] | None = None) -> None:
+                  modes: dict[str, dict[str, str]] | None = None, cores: dict[str, str] | None = None,
+                  data: pd.DataFrame | None = None) -> None:
     modes, cores = modes or {}, cores or {}
     unknown = {"target": "not recorded", "host": "not recorded"}
     records = []
@@ -176,42 +212,62 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
     tapp = med[med["bs"] == 4096]
     b_iops = _tapp_iops(tapp, baseline, ref_qd) if ref_qd else math.nan
     others = [leg for leg in pairs if leg != baseline]
-    # Every pair against the baseline: one family, Holm over the pairs.
-    family = dict(zip(others, corrected([welch_difference(samples.get(baseline, []), samples.get(leg, []))
+    lat = _app_samples(data, "L-app", "lat_mean_ns") if data is not None else {}
+    bw = _app_samples(data, "B-app", "bw_bytes") if data is not None else {}
+
+    def family(values: dict[str, list[float]], metric: str) -> dict[str, Difference]:
+        """Every pair against the baseline on one metric: one family, Holm over the pairs."""
+        diffs = [replace(compare_values(values.get(baseline, []), values.get(leg, [])),
+                         source={"a": values.get(baseline, []), "b": values.get(leg, []), "metric": metric})
+                 for leg in others]
+        return dict(zip(others, corrected(diffs)))
+
+    iops_d = dict(zip(others, corrected([welch_difference(samples.get(baseline, []), samples.get(leg, []))
                                          for leg in others])))
+    lat_d, bw_d = family(lat, "lat_mean_ns"), family(bw, "bw_bytes")
     for leg in pairs:
-        lat = _value(med, leg, "L-app", "lat_mean_ns")
+        lat_m = _value(med, leg, "L-app", "lat_mean_ns")
         iops = _tapp_iops(tapp, leg, ref_qd) if ref_qd else math.nan
-        bw = _value(med, leg, "B-app", "bw_bytes")
+        bw_m = _value(med, leg, "B-app", "bw_bytes")
         records.append({
             "target × host": pair_label(leg), "modes": modes_text(modes.get(leg, unknown)),
-            "L-app mean (µs)": round(lat / 1e3, 1), "L-app p99 (µs)": round(_value(med, leg, "L-app", "lat_p99_ns") / 1e3, 1),
-            f"T-app QD{ref_qd} KIOPS": round(iops / 1e3, 1), "B-app MB/s": round(bw / 1e6, 0),
-            "L-app latency ÷ baseline": round(lat / b_lat, 2), f"QD{ref_qd} IOPS ÷ baseline": round(iops / b_iops, 2),
-            "B-app ÷ baseline": round(bw / b_bw, 2),
+            "L-app mean (µs)": round(lat_m / 1e3, 1),
+            "L-app p99 (µs)": round(_value(med, leg, "L-app", "lat_p99_ns") / 1e3, 1),
+            f"T-app QD{ref_qd} KIOPS": round(iops / 1e3, 1), "B-app MB/s": round(bw_m / 1e6, 0),
+            "L-app latency ÷ baseline": round(lat_m / b_lat, 2), f"QD{ref_qd} IOPS ÷ baseline": round(iops / b_iops, 2),
+            "B-app ÷ baseline": round(bw_m / b_bw, 2),
             "repeats": int(med[med["leg"] == leg]["repeats"].min()),
             "cores used": cores.get(leg, "—"),
         })
-        if leg != baseline and not math.isnan(iops / b_iops):
-            significant, words = _difference_text(family[leg])
-            if significant is False:
-                head = (f"{pair_label(leg)}: no significant difference in IOPS from {pair_label(baseline)} at "
-                        f"QD{ref_qd} ({kiops(iops)} vs {kiops(b_iops)}; {words})")
-            else:
-                head = (f"{pair_label(leg)}: {times(iops / b_iops)} the IOPS of {pair_label(baseline)} at QD{ref_qd} "
-                        f"({kiops(iops)} vs {kiops(b_iops)}; {words})")
-            mine, theirs = modes.get(leg, unknown), modes.get(baseline, unknown)
-            unlike = (f" The two ran in different modes ({modes_text(mine)} against {modes_text(theirs)}), so "
-                      "this compares the modes as much as the stacks." if mine != theirs else "")
-            out.findings.append(
-                f"{head}; L-app mean latency {us(lat)} vs {us(b_lat)}"
-                + (f"; B-app {mbps(bw)} vs {mbps(b_bw)} ({times(bw / b_bw)})" if not math.isnan(bw / b_bw) else "")
-                + "." + unlike)
+        if leg == baseline or math.isnan(iops / b_iops):
+            continue
+        parts = [_said(iops_d[leg], _kiops_delta,
+                       f"{times(iops / b_iops)} the IOPS of {pair_label(baseline)} at QD{ref_qd}",
+                       f"IOPS from {pair_label(baseline)} at QD{ref_qd}",
+                       f"{kiops(iops)} vs {kiops(b_iops)}; ratio of means "
+                       + ratio_text(samples.get(baseline, []), samples.get(leg, [])))]
+        if lat.get(leg) and lat.get(baseline):
+            parts.append(_said(lat_d[leg], us, f"L-app mean latency {times(lat_m / b_lat)} the baseline's",
+                               "L-app mean latency", f"{us(lat_m)} vs {us(b_lat)}; ratio of means "
+                               + ratio_text(lat[baseline], lat[leg])))
+        if bw.get(leg) and bw.get(baseline):
+            parts.append(_said(bw_d[leg], mbps, f"B-app bandwidth {times(bw_m / b_bw)} the baseline's",
+                               "B-app bandwidth", f"{mbps(bw_m)} vs {mbps(b_bw)}; ratio of means "
+                               + ratio_text(bw[baseline], bw[leg])))
+        mine, theirs = modes.get(leg, unknown), modes.get(baseline, unknown)
+        unlike = (f" The two ran in different modes ({modes_text(mine)} against {modes_text(theirs)}), so "
+                  "this compares the modes as much as the stacks." if mine != theirs else "")
+        out.findings.append(f"{pair_label(leg)}: " + "; ".join(parts) + "." + unlike)
     bapp = med[med["app"] == "B-app"]
     bapp_note = f" B-app: {size(bapp['bs'].iloc[0])} random read at QD{int(bapp['iodepth'].iloc[0])}." if len(bapp) else ""
     out.tables.append(Table("Pairs side by side", pd.DataFrame(records),
-                            f"Medians over interleaved repeats; ratios against {pair_label(baseline)} "
-                            f"(latency: lower is better, IOPS and bandwidth: higher is better).{bapp_note}"))
+                            f"Means over interleaved repeats (the statistic the findings test); ratios against "
+                            f"{pair_label(baseline)} (latency: lower is better, IOPS and bandwidth: higher is "
+                            f"better).{bapp_note}"))
+
+
+def _kiops_delta(iops: float) -> str:
+    return f"{iops / 1e3:.1f} KIOPS"
 
 
 def _matrix(tapp: pd.DataFrame, pairs: list[str], baseline: str, qd: int, out: StudyResult) -> None:
@@ -263,7 +319,7 @@ def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, samples: dict[str
                 out.findings.append(f"With the {fixed} {side}, cannot decide whether the {a} or the {b} {other} "
                                     f"limits at QD{qd} ({kiops(top)} vs {kiops(low)}; {words})." + named)
             elif significant is False:
-                out.findings.append(f"With the {fixed} {side}, no significant difference between the {a} and {b} "
+                out.findings.append(f"With the {fixed} {side}, no clear difference between the {a} and {b} "
                                     f"{other}s at QD{qd} ({words})." + named)
             else:
                 out.findings.append(f"With the {fixed} {side}, the {a} {other} gives {times(top / low)} the QD{qd} "
@@ -272,10 +328,10 @@ def _bottleneck(tapp: pd.DataFrame, pairs: list[str], qd: int, samples: dict[str
 
 def _bars(med: pd.DataFrame, pairs: list[str], out: StudyResult) -> None:
     charts = (("B-app", "bw_bytes", 1e6, "stacks_bapp_bandwidth", "B-app bandwidth per target × host pair", "MB/s",
-               "Median bandwidth of large random reads per pair."),
+               "Mean bandwidth of large random reads per pair over the repeats."),
               ("L-app", "lat_mean_ns", 1e3, "stacks_lapp_latency",
                "L-app mean latency per target × host pair (4 KiB, QD1)", "mean latency (µs)",
-               "Median of the mean completion latency at QD1 per pair."))
+               "Mean over the repeats of the mean completion latency at QD1 per pair."))
     for app, column, scale, name, title, ylabel, caption in charts:
         values = [(leg, _value(med, leg, app, column)) for leg in pairs]
         values = [(leg, v) for leg, v in values if not math.isnan(v)]

@@ -1,11 +1,15 @@
-"""The `transports` study (commodity-networks paper, Table 3 and Figs 5-8): per stack and link,
-NVMe/TCP against NVMe over RDMA and against NVMe/TCP with TLS.
+"""The `transports` study (the commodity-networks paper of Kashyap et al.: Table 3; Fig. 3
+bandwidth per I/O size, Fig. 4 throughput per core count, Figs. 6-7 latency CDFs, Fig. 8 client
+CPU, Figs. 9-10 IOPS over queue depth as concurrency): per stack and link, NVMe/TCP against NVMe
+over RDMA and against NVMe/TCP with TLS.
 
 Every comparison is a configuration against `tcp` of the same stack on the same link, from points
 measured in the same interleaved rounds, with the 95 % interval of the difference. Where one
-finding tests several cells (the T-app's queue depths, the B-app's sizes) Holm's correction runs
-over them. The cores needed to saturate are saturation's rule (decide.fewest_not_below_summary):
-the fewest cores whose IOPS is not clearly below the best count's.
+finding tests several cells (the L-app's mean and p99, the T-app's queue depths, the B-app's sizes,
+CPU per I/O on each side) Holm's correction runs over them. The cores needed to saturate are
+saturation's rule (decide.fewest_not_below_summary): the fewest cores whose IOPS is not clearly
+below the best count's, over points whose host and target had cores of their own (a point where
+they shared a core measures the sharing, not the count).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pandas as pd
 from .. import plots, plots_extra
 from .common import (Difference, compare_frames, corrected, excluded_points, missing_leg, repeat_values, stated,
                      study_rows)
-from .cores_used import with_cores
+from .cores_used import shared, with_cores
 from .decide import fewest_not_below_summary
 from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
@@ -116,7 +120,8 @@ def _figures(data: pd.DataFrame, link: str, out: StudyResult) -> None:
         hists = {_label(s, c): merge_histograms(g["histogram_json"]) for (s, c), g in lapp.groupby(["stack", "config"])}
         out.figures.append(Figure(f"transports_lapp_cdf_{tag}", plots.latency_cdf(
             hists, title=f"L-app latency CDF (4 KiB random read, QD1; {link})"),
-            "Fig. 5's shape: histograms merged over repeats, one line per stack and transport."))
+            "The shape of the paper's Figs. 6-7 (latency CDFs): histograms merged over repeats, one line per "
+            "stack and transport."))
     for app, x, metric, scale, ylabel, name in (("T-app", "iodepth", "iops", 1e3, "KIOPS", "tapp_iops"),
                                                 ("B-app", "bs", "bw_bytes", 1e6, "MB/s", "bapp_bandwidth")):
         mine = data[data["app"] == app]
@@ -130,7 +135,8 @@ def _figures(data: pd.DataFrame, link: str, out: StudyResult) -> None:
         out.figures.append(Figure(f"transports_{name}_{tag}", plots_extra.lines(
             series, title=f"{app}: {ylabel} vs {'queue depth' if x == 'iodepth' else 'I/O size'} ({link})",
             xlabel="Queue depth" if x == "iodepth" else "I/O size", ylabel=ylabel, log2_x=True, xticklabels=ticks),
-            "Figs. 6-7's shape: means over repeats."))
+            ("The shape of the paper's Figs. 9-10 (there as concurrency: IOPS over local QD1)" if x == "iodepth"
+             else "The shape of the paper's Fig. 3 (bandwidth per I/O size)") + ": means over repeats."))
     tapp = data[data["app"] == "T-app"]
     if not tapp.empty:
         deepest = tapp[tapp["iodepth"] == tapp["iodepth"].max()]
@@ -143,7 +149,8 @@ def _figures(data: pd.DataFrame, link: str, out: StudyResult) -> None:
         out.figures.append(Figure(f"transports_cpu_per_io_{tag}", plots_extra.grouped_bars(
             groups, {"host cores": host, "target cores": target},
             title=f"CPU per I/O at QD{int(tapp['iodepth'].max())} ({link})", ylabel="µs of CPU per I/O"),
-            "Fig. 8's shape: user + system + softirq of each side's cores per I/O."))
+            "After the paper's Fig. 8 (client CPU utilization at 1 MB random reads); here user + system + softirq "
+            "of each side's cores per I/O at the T-app's deepest queue."))
 
 
 def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyResult) -> None:
@@ -153,12 +160,13 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
     name = f"{stack} on {link}: {LABEL[config]} vs TCP"
     lapp_a, lapp_b = base[base["app"] == "L-app"], other[other["app"] == "L-app"]
     if not lapp_a.empty and not lapp_b.empty:
+        metrics = (("lat_mean_ns", "mean"), ("lat_p99_ns", "p99"))
+        family = corrected([compare_frames(lapp_a, lapp_b, metric) for metric, _ in metrics])  # Holm over both
         parts = []
-        for metric, what in (("lat_mean_ns", "mean"), ("lat_p99_ns", "p99")):
-            d = compare_frames(lapp_a, lapp_b, metric)
+        for (metric, what), d in zip(metrics, family):
             a, b = _mean(lapp_a, metric), _mean(lapp_b, metric)
             parts.append(f"{what} " + stated(d, us, f"{pct(100 * (ratio(b, a) - 1))}", f"{us(b)} vs {us(a)}"))
-        out.findings.append(f"{name}: L-app latency {'; '.join(parts)}.")
+        out.findings.append(f"{name}: L-app latency {'; '.join(parts)} (Holm over the {len(metrics)}).")
     for app, column, metric, fmt, what in (("T-app", "iodepth", "iops", kiops, "IOPS"),
                                            ("B-app", "bs", "bw_bytes", mbps, "bandwidth")):
         a_rows, b_rows = base[base["app"] == app], other[other["app"] == app]
@@ -173,15 +181,19 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
     if deep:
         qd = deep[-1]
         a, b = tapp_a[tapp_a["iodepth"] == qd], tapp_b[tapp_b["iodepth"] == qd]
+        sides = [(metric, side) for metric, side in (("host_cpu_us_per_io", "host"), ("target_cpu_us_per_io", "target"))
+                 if repeat_values(a, metric) and repeat_values(b, metric)]
+        family = dict(zip(sides, corrected([compare_frames(a, b, metric) for metric, _ in sides])))  # Holm over sides
         parts = []
         for metric, side in (("host_cpu_us_per_io", "host"), ("target_cpu_us_per_io", "target")):
-            if not repeat_values(a, metric) or not repeat_values(b, metric):
+            if (metric, side) not in family:
                 parts.append(f"{side} cores: no figure (not recorded, or the sides shared a core)")
                 continue
-            d = compare_frames(a, b, metric)
             ma, mb = _mean(a, metric), _mean(b, metric)
-            parts.append(f"{side} cores " + stated(d, _cpu, pct(100 * (ratio(mb, ma) - 1)), f"{_cpu(mb)} vs {_cpu(ma)}"))
-        out.findings.append(f"{name}: CPU per I/O at QD{int(qd)}: {'; '.join(parts)}.")
+            parts.append(f"{side} cores " + stated(family[(metric, side)], _cpu, pct(100 * (ratio(mb, ma) - 1)),
+                                                   f"{_cpu(mb)} vs {_cpu(ma)}"))
+        held = f" (Holm over the {len(family)} sides)" if len(family) > 1 else ""
+        out.findings.append(f"{name}: CPU per I/O at QD{int(qd)}: {'; '.join(parts)}{held}.")
 
 
 def _cpu(value: float) -> str:
@@ -210,6 +222,16 @@ def _cores(data: pd.DataFrame, out: StudyResult) -> None:
     if data.empty:
         return
     data = data.assign(cores=pd.to_numeric(data["cores"]))
+    flagged = data[shared(data)]
+    if len(flagged):
+        points = flagged.drop_duplicates("point_key") if "point_key" in flagged else flagged
+        counts = ", ".join(str(int(n)) for n in sorted(set(points["cores"])))
+        out.findings.append(f"Cores to saturate: {len(points)} point(s) where the host and the target shared a core "
+                            f"(core counts {counts}) are left out of the pick: they measure the sharing, not the "
+                            "count.")
+        data = data[~shared(data)]
+        if data.empty:
+            return
     records = []
     for (stack, config), mine in data.groupby(["stack", "config"], sort=False):
         counts = sorted(set(mine["cores"]))
@@ -228,7 +250,8 @@ def _cores(data: pd.DataFrame, out: StudyResult) -> None:
                                 f"below the best count's ({kiops(stats[0][best])} with {int(counts[best])}; Welch "
                                 "against the best, Holm over the counts).")
     out.tables.append(Table("Cores to saturate (4 KiB random read, N host jobs against N target reactors)",
-                            pd.DataFrame(records), "Means over repeats."))
+                            pd.DataFrame(records), "Means over repeats of the points whose host and target had "
+                            "cores of their own (the paper's Fig. 4 varies the cores the same way)."))
 
 
 def _summary(values: list[float]) -> tuple[float, float, float]:

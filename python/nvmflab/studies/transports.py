@@ -1,4 +1,4 @@
-"""`transports` (the commodity-networks paper, Table 3 and Figs 5-8): NVMe/TCP against NVMe over
+"""`transports` (the commodity-networks paper, Table 3 and Figs. 3, 4, 6-10): NVMe/TCP against NVMe over
 RDMA, and NVMe/TCP with TLS, for every stack that has them.
 
 Each stack runs as its own target and host (ours/ours, kernel/kernel, spdk/spdk) in each

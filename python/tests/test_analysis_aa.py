@@ -98,7 +98,7 @@ def test_holm_steps_down_and_ignores_missing_tests():
     raw = compare_values([1.0, 1.1, 0.9], [1.25, 1.3, 1.2])
     assert raw.clear and 0.05 > raw.p > 0.05 / 9  # clear alone, but not against 0.05 / 9 after the first
     assert diffs[0].clear and not diffs[1].clear and diffs[1].lost_to_holm
-    assert "Holm's correction over 10 comparisons" in diffs[1].interval(lambda v: f"{v:g}")
+    assert "excludes zero alone, not after Holm over 10 comparisons" in diffs[1].interval(lambda v: f"{v:g}")
 
 
 def test_fieller_includes_the_baseline_variance_and_is_unbounded_when_it_is_unsure():

@@ -6,6 +6,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_analysis_fixtures import (frame, interference_measurements, polling_measurements, rows,
@@ -332,3 +333,100 @@ def test_interference_table_shows_the_interval_the_guideline_is_judged_on():
     single = interference_measurements()
     t1 = table(interference.analyze(single[single["repeat"] == 0], runs_frame([])), "Interference per background load")
     assert set(t1["95 % interval (×)"]) == {"no interval"}
+
+
+# -- issue 37: detectable effect, the pick among k, undecided reads as undecided -------------------
+
+def test_detectable_is_the_power_formula_and_nan_without_an_interval():
+    from scipy.stats import t
+
+    from nvmflab.analysis import decide
+
+    # se = sqrt(2/3), Welch dof = 4
+    expected = (t.ppf(0.975, 4) + t.ppf(0.8, 4)) * math.sqrt(2 / 3)
+    assert float(decide.detectable_summary(1.0, 3, 1.0, 3)) == pytest.approx(expected)
+    wider = decide.detectable_summary([1.0, 1.0, 1.0, 0.0], [3, 3, 1, 3], [1.0] * 4, [3] * 4, family=[3, 1, 1, 1])
+    assert wider[0] > expected and math.isnan(wider[2]) and math.isnan(wider[3])
+    a, b = [10.0, 11.0, 12.0], [10.5, 12.0, 13.0]
+    assert float(decide.detectable(a, b)) == pytest.approx(float(decide.detectable_summary(1.0, 3, 1.25, 3)),
+                                                           rel=1e-2)
+
+
+def test_detectable_effect_is_found_about_80_percent_of_the_time():
+    from nvmflab.analysis import decide
+
+    rng = np.random.default_rng(37)
+    shift = float(decide.detectable_summary(1.0, 5, 1.0, 5))
+    a = rng.normal(0.0, 1.0, size=(4000, 5))
+    b = rng.normal(shift, 1.0, size=(4000, 5))
+    power = float(decide.clear(decide.welch(a, b)[2]).mean())
+    assert 0.7 <= power <= 0.9
+
+
+def test_pick_best_needs_a_clear_win_over_every_other():
+    from nvmflab.analysis import decide
+
+    low, high, near = [1.0, 1.1, 0.9], [5.0, 5.1, 4.9], [2.0, 2.1, 1.9]
+    assert int(decide.pick_best([low, high, near])) == 1
+    assert int(decide.pick_best([low, high, near], higher_is_better=False)) == 0
+    assert int(decide.pick_best([low, high, [5.0, 5.2, 4.8]])) == -1  # a tie for best
+    assert int(decide.pick_best([low, high, [9.0, np.nan, np.nan]])) == -1  # one repeat: best unknown
+    assert int(decide.pick_best([low, high, [np.nan] * 3])) == 1  # not measured: no part
+    assert int(decide.pick_best([[np.nan] * 3] * 2)) == -1
+    # A/A: k equal configurations, a pick is a false positive; Holm keeps them at most 5 %
+    rng = np.random.default_rng(1)
+    picks = decide.pick_best(rng.normal(size=(3000, 4, 3)))
+    assert picks.shape == (3000,) and float((picks >= 0).mean()) <= 0.05
+
+
+def test_difference_carries_se_dof_and_its_detectable_effect():
+    from nvmflab.analysis import decide
+    from nvmflab.analysis.common import compare_values, corrected
+
+    a, b = [10.0, 11.0, 12.0], [10.5, 12.0, 13.0]
+    d = compare_values(a, b)
+    assert d.detectable == pytest.approx(float(decide.detectable(a, b)))
+    family = corrected([d, compare_values(a, [20.0, 21.0, 23.0])])
+    assert family[0].se == d.se and family[0].dof == d.dof and family[0].detectable > d.detectable
+    assert math.isnan(compare_values([10.0], b).detectable)
+    row_a = {"iops_mean": 100.0, "iops_std": 2.0, "iops_n": 3}
+    row_b = {"iops_mean": 103.0, "iops_std": 2.0, "iops_n": 3}
+    assert compare(row_a, row_b, "iops").detectable == pytest.approx(float(decide.detectable_summary(2, 3, 2, 3)))
+
+
+def _us(v):
+    return f"{v:.1f} µs"
+
+
+def test_undecided_reads_as_undecided():
+    from nvmflab.analysis.common import claim, compare_values, corrected, descriptive, stated
+
+    same = compare_values([10.0, 11.0, 12.0], [10.5, 12.0, 13.0])
+    text = stated(same, _us, "raised by 8 %", "11.8 vs 11.0 µs")
+    assert text.startswith("no clear difference (11.8 vs 11.0 µs; 95 % interval of the difference −1.8 to +3.5 µs; ")
+    assert "an effect larger than ±3.5 µs (±32 % of 11.0 µs) would have been seen with 80 % power at these 3 repeats" in text
+    assert "raised" not in text
+    sentence = claim(same, _us, "Polling raised p99 by 8 %", "p99 latency", "11.8 vs 11.0 µs")
+    assert sentence.startswith("No clear difference in p99 latency (11.8 vs 11.0 µs; 95 %") and "±3.5 µs" in sentence
+    one = compare_values([10.0], [12.0, 13.0])
+    assert one.verdict("raised") == "cannot decide (only one repeat on a side)"
+    assert stated(one, _us, "raised", "12.5 vs 10.0 µs") == "cannot decide (only one repeat on a side; 12.5 vs 10.0 µs)"
+    assert claim(one, _us, "raised", "p99 latency") == "Cannot tell whether p99 latency changed (only one repeat on a side)"
+    up = compare_values([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])
+    assert claim(up, _us, "Polling raised p99", "p99 latency") == (
+        "Polling raised p99 (95 % interval of the difference +7.7 to +12.3 µs)")
+    assert descriptive("Peak 3 µs.") == "Peak 3 µs (descriptive, not tested)."
+
+
+def test_lost_to_holm_says_so_with_the_family_size():
+    from nvmflab.analysis.common import compare_values, corrected, stated
+
+    base = [10.0, 11.0, 12.0]
+    family = corrected([compare_values(base, [12.6, 13.6, 14.6])] +
+                       [compare_values(base, [10.0, 11.0, 12.1]) for _ in range(5)])
+    lost = family[0]
+    assert lost.lost_to_holm and lost.family == 6
+    text = stated(lost, _us, "raised")
+    assert text.startswith("no clear difference (95 % interval of the difference +0.")
+    assert "which excludes zero alone, not after Holm over 6 comparisons" in text
+    assert "would have been seen with 80 % power" in text

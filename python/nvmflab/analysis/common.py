@@ -8,8 +8,15 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from .decide import holm
-from .stats import collapse_jobs, contrast_test, diff_test, usable, usable_mask
+from scipy.stats import t as _student_t
+
+from .decide import ALPHA, holm
+from .stats import collapse_jobs, contrast_stats, usable, usable_mask, welch_stats
+
+# The power at which a "no clear difference" states the smallest effect it could have seen.
+POWER = 0.8
+# What a finding that passed no test carries in its text (findings_data reads it back).
+DESCRIPTIVE = "(descriptive, not tested)"
 
 
 def study_rows(measurements: pd.DataFrame, study: str) -> pd.DataFrame:
@@ -71,6 +78,55 @@ class Difference:
     holm: bool = True  # False when Holm's correction over the family does not reject this one
     # What the comparison was made from (metric, values or rows), for findings as data (findings_data.py).
     source: dict | None = field(default=None, compare=False, repr=False)
+    se: float = math.nan  # the difference's standard error (NaN where no interval)
+    dof: float = math.nan  # its Welch–Satterthwaite degrees of freedom
+
+    @property
+    def detectable(self) -> float:
+        """The smallest |difference| this comparison would have found clear with 80 % power, at its
+        standard error and its family's alpha (Bonferroni's first Holm step): decide.detectable's
+        rule. NaN where unknown (no interval, or a Difference built without se/dof)."""
+        if not self.decidable or math.isnan(self.se) or math.isnan(self.dof):
+            return math.nan
+        family = max(int(self.family or 1), 1)
+        dof = max(self.dof, 1.0)
+        quantiles = _student_t.ppf(1 - ALPHA / (2 * family), dof) + _student_t.ppf(POWER, dof)
+        return float(quantiles * self.se)
+
+    @property
+    def baseline(self) -> float:
+        """Side A's mean where the source says it (values or an aggregate row); NaN otherwise."""
+        source = self.source or {}
+        if source.get("a"):
+            mean, _, _ = _summary(source["a"])
+            return mean
+        rows, metric = source.get("rows"), source.get("metric")
+        if rows and metric and rows[0] is not None and hasattr(rows[0], "get"):
+            value = rows[0].get(f"{metric}_mean", math.nan)
+            return math.nan if value is None else float(value)
+        return math.nan
+
+    @property
+    def why_undecided(self) -> str:
+        """Why no interval could be formed, in a few words ('' when one was)."""
+        if math.isnan(self.diff):
+            return "no difference could be formed: a side has no usable value"
+        if self.decidable:
+            return ""
+        if self.n < 2:
+            return "only one repeat on a side" if self.n == 1 else "no repeats on a side"
+        return f"{self.n} repeats without spread: no interval"
+
+    def detectable_clause(self, fmt: Callable[[float], str]) -> str:
+        """'an effect larger than ±X (±Y % of A) would have been seen with 80 % power at these N
+        repeats', or '' where the detectable effect is unknown."""
+        x = self.detectable
+        if math.isnan(x):
+            return ""
+        base = self.baseline
+        relative = f" (±{100 * x / abs(base):.0f} % of {fmt(abs(base))})" if base and not math.isnan(base) else ""
+        return (f"an effect larger than ±{fmt(x)}{relative} would have been seen with "
+                f"{100 * POWER:.0f} % power at these {_repeats(self.n)}")
 
     @property
     def decidable(self) -> bool:
@@ -95,7 +151,7 @@ class Difference:
         if not self.decidable:
             why = f"{self.n} repeat(s)" if self.n < 2 else "no spread over the repeats"
             return f"{sign}{fmt(abs(self.diff))} (no interval: {why})"
-        held = " (not clear after Holm)" if self.lost_to_holm else ""
+        held = f" (excludes zero alone, not after Holm over {self.family})" if self.lost_to_holm else ""
         return _noted(self, f"{sign}{fmt(abs(self.diff))} ± {fmt(self.half)}{held}")
 
     def interval(self, fmt: Callable[[float], str]) -> str:
@@ -113,15 +169,17 @@ class Difference:
         return _noted(self, f"95 % interval of the difference {low} to {high}{self.holm_note()}")
 
     def holm_note(self) -> str:
-        """', not clear after Holm's correction over N comparisons' where that applies."""
+        """', which excludes zero alone, not after Holm over N comparisons' where that applies."""
         if self.lost_to_holm:
-            return f", not clear after Holm's correction over {self.family} comparisons"
+            return f", which excludes zero alone, not after Holm over {self.family} comparisons"
         return ""
 
-    def verdict(self, effect: str, same: str = "no significant difference") -> str:
-        """`effect` (a ratio or percentage) when the interval excludes zero or none could be formed
-        (fewer than two repeats, which interval() then says); `same` when it includes zero."""
-        return same if self.decidable and not self.clear else effect
+    def verdict(self, effect: str, same: str = "no clear difference") -> str:
+        """`effect` (a ratio or percentage) when the difference is clear; `same` when the interval
+        includes zero (or Holm drops it); 'cannot decide (why)' when no interval could be formed."""
+        if self.clear:
+            return effect
+        return same if self.decidable else f"cannot decide ({self.why_undecided})"
 
 
 def _noted(d: Difference, text: str) -> str:
@@ -140,12 +198,41 @@ def _repeats(n: int) -> str:
     return "one repeat" if n <= 1 else f"{n} repeats"
 
 
+def _parts(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
 def stated(d: Difference, fmt: Callable[[float], str], effect: str, detail: str = "",
-           same: str = "no significant difference") -> str:
-    """A comparison as a finding states it: the effect (or 'no significant difference' when the 95 %
-    interval of the difference includes zero), then in parentheses `detail` and the interval."""
-    inner = f"{detail}; {d.interval(fmt)}" if detail else d.interval(fmt)
-    return f"{d.verdict(effect, same)} ({inner})"
+           same: str = "no clear difference") -> str:
+    """A comparison as a finding states it: `effect` when the difference is clear, else `same` (the
+    interval includes zero or Holm drops it) with the smallest effect the run could have seen, else
+    'cannot decide (why)'; then in parentheses `detail` and the interval."""
+    if d.clear:
+        return f"{effect} ({_parts(detail, d.interval(fmt))})"
+    if d.decidable:
+        return f"{same} ({_parts(detail, d.interval(fmt), d.detectable_clause(fmt))})"
+    return _noted(d, f"cannot decide ({_parts(d.why_undecided, detail)})")
+
+
+def claim(d: Difference, fmt: Callable[[float], str], effect: str, what: str, detail: str = "") -> str:
+    """A whole sentence (no final period) that starts with its verdict: `effect` (detail; interval)
+    when the difference is clear; 'No clear difference in {what} (detail; interval; the smallest
+    effect it could have seen)' when the interval includes zero or Holm drops it; 'Cannot tell
+    whether {what} changed (why; detail)' when no interval could be formed."""
+    if d.clear:
+        return f"{effect} ({_parts(detail, d.interval(fmt))})"
+    if d.decidable:
+        return f"No clear difference in {what} ({_parts(detail, d.interval(fmt), d.detectable_clause(fmt))})"
+    return _noted(d, f"Cannot tell whether {what} changed ({_parts(d.why_undecided, detail)})")
+
+
+def descriptive(text: str) -> str:
+    """A sentence that passed no test, marked so (before a final period, if any): the report and
+    findings.json list it as descriptive, never as decided."""
+    text = str(text)
+    if text.endswith("."):
+        return f"{text[:-1]} {DESCRIPTIVE}."
+    return f"{text} {DESCRIPTIVE}"
 
 
 def repeat_values(frame: pd.DataFrame, metric: str) -> list[float]:
@@ -167,8 +254,8 @@ def _summary(values: Sequence[float]) -> tuple[float, float, int]:
 def compare_values(a: Sequence[float], b: Sequence[float]) -> Difference:
     """Difference mean(b) − mean(a) of two samples over repeats, with its 95 % Welch interval."""
     (ma, sa, na), (mb, sb, nb) = _summary(a), _summary(b)
-    diff, half, p = diff_test(ma, sa, na, mb, sb, nb)
-    return Difference(diff, half, min(na, nb), p, source={"a": list(a), "b": list(b)})
+    diff, half, p, se, dof = welch_stats(ma, sa, na, mb, sb, nb)
+    return Difference(diff, half, min(na, nb), p, source={"a": list(a), "b": list(b)}, se=se, dof=dof)
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> Difference:
@@ -184,9 +271,9 @@ def contrast(terms: Sequence[tuple[float, pd.Series | dict]], metric: str) -> Di
         return math.nan if value is None else float(value)
 
     rows = [(c, get(r, "mean"), get(r, "std"), get(r, "n")) for c, r in terms]
-    value, half, p = contrast_test(rows)
+    value, half, p, se, dof = contrast_stats(rows)
     n = int(min((0 if math.isnan(n) else n) for _, _, _, n in rows)) if rows else 0
-    return Difference(value, half, n, p, source={"metric": metric, "terms": list(terms)})
+    return Difference(value, half, n, p, source={"metric": metric, "terms": list(terms)}, se=se, dof=dof)
 
 
 def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference:
@@ -196,9 +283,9 @@ def compare(a: pd.Series | dict, b: pd.Series | dict, metric: str) -> Difference
         return math.nan if value is None else float(value)
 
     n_a, n_b = get(a, "n"), get(b, "n")
-    diff, half, p = diff_test(get(a, "mean"), get(a, "std"), n_a, get(b, "mean"), get(b, "std"), n_b)
+    diff, half, p, se, dof = welch_stats(get(a, "mean"), get(a, "std"), n_a, get(b, "mean"), get(b, "std"), n_b)
     n = int(min(n_a if not math.isnan(n_a) else 0, n_b if not math.isnan(n_b) else 0))
-    return Difference(diff, half, n, p, source={"metric": metric, "rows": (a, b)})
+    return Difference(diff, half, n, p, source={"metric": metric, "rows": (a, b)}, se=se, dof=dof)
 
 
 def corrected(diffs: Sequence[Difference]) -> list[Difference]:
@@ -209,8 +296,7 @@ def corrected(diffs: Sequence[Difference]) -> list[Difference]:
         return []
     rejected = holm([d.p for d in diffs])
     family = sum(1 for d in diffs if d.decidable)
-    return [Difference(d.diff, d.half, d.n, d.p, family=family, holm=bool(keep), source=d.source)
-            if d.decidable else d
+    return [replace(d, family=family, holm=bool(keep)) if d.decidable else d
             for d, keep in zip(diffs, rejected)]
 
 

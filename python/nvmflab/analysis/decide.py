@@ -29,6 +29,11 @@ same code.
   limits).
 - `family_clear`: whether Holm over a family of p values rejects any (the interference cells, the
   completion leg's p99-then-peak rule, the control's p99 and IOPS).
+- `detectable`: the smallest |difference of means| that Welch's test (at 5 % / family) would find
+  with 80 % power at the observed spreads and repeat counts: what a "no clear difference" could
+  have seen (docs/analysis.md, "Detectable effect").
+- `pick_best`: the best configuration of several, only when it is clearly better than every other
+  one (Holm over the k − 1 comparisons with it); −1 otherwise. Every "lowest"/"highest"/"best".
 """
 
 from __future__ import annotations
@@ -242,6 +247,56 @@ def pairwise(samples) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, l
 def family_clear(p) -> np.ndarray:
     """True where Holm over the family (last axis) rejects at least one hypothesis."""
     return holm(p).any(axis=-1)
+
+
+def detectable_summary(std_a, n_a, std_b, n_b, power: float = 0.8, family=1) -> np.ndarray:
+    """The smallest |mean_b − mean_a| that a two-sided Welch test at ALPHA / family detects with
+    probability `power`, at these spreads and repeat counts, vectorised:
+    (t_{1 − α/(2·family), dof} + t_{power, dof}) · se, with Welch–Satterthwaite's dof and
+    se = sqrt(s_a²/n_a + s_b²/n_b) (the usual normal-shift approximation with t quantiles).
+    NaN where no interval can be formed (fewer than two repeats or zero spread on a side)."""
+    sa, na, sb, nb, fam = (np.asarray(v, dtype=float) for v in (std_a, n_a, std_b, n_b, family))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        va, vb = sa ** 2 / na, sb ** 2 / nb
+        formed = (na >= 2) & (nb >= 2) & (va > 0) & (vb > 0) & (fam >= 1)
+        se2 = va + vb
+        dof = se2 ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+        dof = np.where(formed, np.maximum(dof, 1.0), 1.0)
+        fam = np.where(formed, fam, 1.0)
+        quantiles = _student_t.ppf(1 - ALPHA / (2 * fam), dof) + _student_t.ppf(power, dof)
+        return np.where(formed, quantiles * np.sqrt(se2), np.nan)
+
+
+def detectable(a, b, power: float = 0.8, family=1) -> np.ndarray:
+    """detectable_summary of two samples (repeats on the last axis)."""
+    _, sa, na = summary(a)
+    _, sb, nb = summary(b)
+    return detectable_summary(sa, na, sb, nb, power=power, family=family)
+
+
+def pick_best_summary(configs, higher_is_better: bool = True) -> np.ndarray:
+    """The index of the configuration with the best mean ((mean, std, n) arrays, configurations on
+    the last axis) when Welch finds it clearly better than every other measured one, Holm over the
+    k − 1 comparisons with it; −1 when it is not (or nothing was measured). A configuration without
+    a mean (not measured) takes no part; one without an interval can never be beaten clearly, so
+    its presence makes the pick −1 unless it is itself the best and the rest are beaten."""
+    m, s, n = (np.asarray(v, dtype=float) for v in configs)
+    if m.ndim == 0:
+        m, s, n = m.reshape(1), s.reshape(1), n.reshape(1)
+    measured = ~np.isnan(m)
+    filled = np.where(measured, m, -np.inf if higher_is_better else np.inf)
+    top = (np.argmax(filled, axis=-1) if higher_is_better else np.argmin(filled, axis=-1))[..., None]
+    tm, ts, tn = (np.take_along_axis(v, top, axis=-1) for v in (m, s, n))
+    diff, _, p, _ = welch_summary(tm, ts, tn, m, s, n)  # configuration − best
+    others = measured & (np.arange(m.shape[-1]) != top)
+    rejected = holm(np.where(others, p, np.nan)) & ((diff < 0) if higher_is_better else (diff > 0))
+    beaten = np.where(others, rejected, True).all(axis=-1)
+    return np.where(measured.any(axis=-1) & beaten, top[..., 0], -1)
+
+
+def pick_best(samples, higher_is_better: bool = True) -> np.ndarray:
+    """pick_best_summary on samples (configurations on axis −2, repeats on the last)."""
+    return pick_best_summary(summary(samples), higher_is_better)
 
 
 def values(xs: Sequence[float]) -> list[float]:

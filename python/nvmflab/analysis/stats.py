@@ -231,6 +231,18 @@ def diff_test(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b: flo
     return diff, float(half), float(p)
 
 
+def welch_stats(mean_a: float, std_a: float, n_a: float, mean_b: float, std_b: float,
+                n_b: float) -> tuple[float, float, float, float, float]:
+    """diff_test plus the difference's standard error and Welch–Satterthwaite dof (NaN where no
+    interval): what Difference.detectable needs."""
+    diff, half, p = diff_test(mean_a, std_a, n_a, mean_b, std_b, n_b)
+    if math.isnan(half):
+        return diff, half, p, math.nan, math.nan
+    va, vb = float(std_a) ** 2 / float(n_a), float(std_b) ** 2 / float(n_b)
+    dof = max(1.0, (va + vb) ** 2 / (va ** 2 / (float(n_a) - 1) + vb ** 2 / (float(n_b) - 1)))
+    return diff, half, p, math.sqrt(va + vb), dof
+
+
 def contrast_interval(terms: Sequence[tuple[float, float, float, float]]) -> tuple[float, float]:
     """(Σ cᵢ·meanᵢ, half-width of its 95 % interval) for terms (cᵢ, meanᵢ, stdᵢ, nᵢ) of independent
     summaries over repeats: a linear contrast such as (netns − loopback) − (loopback − local).
@@ -245,16 +257,24 @@ def contrast_interval(terms: Sequence[tuple[float, float, float, float]]) -> tup
 
 def contrast_test(terms: Sequence[tuple[float, float, float, float]]) -> tuple[float, float, float]:
     """contrast_interval plus the two-sided p value of the contrast (NaN where no interval)."""
+    return contrast_stats(terms)[:3]
+
+
+def contrast_stats(terms: Sequence[tuple[float, float, float, float]]) -> tuple[float, float, float, float, float]:
+    """contrast_test plus the contrast's standard error and Welch–Satterthwaite degrees of freedom
+    (value, half, p, se, dof; all but the value NaN where no interval)."""
+    nan5 = (math.nan,) * 5
     if not terms or any(_missing(mean) for _, mean, _, _ in terms):
-        return math.nan, math.nan, math.nan
+        return nan5
     value = float(sum(float(c) * float(mean) for c, mean, _, _ in terms))
+    undecided = (value,) + nan5[1:]
     if any(_missing(std) or _missing(n) or n < 2 or (float(c) != 0 and float(std) == 0)
            for c, _, std, n in terms):
-        return value, math.nan, math.nan
+        return undecided
     parts = [(float(c) ** 2 * float(std) ** 2 / n, n) for c, _, std, n in terms]
     se2 = sum(v for v, _ in parts)
     if se2 == 0:
-        return value, math.nan, math.nan
+        return undecided
     dof = max(1.0, se2 ** 2 / sum(v ** 2 / (n - 1) for v, n in parts if v))
     se = math.sqrt(se2)
-    return value, t95(dof) * se, float(2 * _student_t.sf(abs(value) / se, dof))
+    return value, t95(dof) * se, float(2 * _student_t.sf(abs(value) / se, dof)), se, dof

@@ -17,11 +17,13 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import compare, contrast, excluded_points, leg_rows, missing_leg, stated, study_rows
+from .common import (claim, compare, contrast, corrected, excluded_points, leg_rows, missing_leg, stated,
+                     study_rows)
+from .conditions import conditions_text
 from .cores_used import cores_text
 from .overhead_device import device_section
 from .formulas import concurrency, overhead_decomposition, peak_ratio
-from .plateau import find_plateau, plateau_confirmed
+from .decide import fewest_not_below_summary
 from .result import Figure, StudyResult, Table
 from .stats import aggregate
 from .text import kiops, mbps, pct, size, times, us
@@ -140,35 +142,36 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
         "software = loopback − local, network = netns − loopback, total = netns − local; "
         "p99 at QD1 (thesis ch. 5.1)." + (f" The netns leg ran over a {PLAIN_VETH}: network is the cost of a "
                                           "veth hop, not of an emulated link." if veth else "")))
-    sentences = []
     network_name = "veth-hop overhead (no emulated link)" if veth else "network overhead"
     ends = {"software": ("local", "loopback"), "network": ("loopback", "netns"), "total": ("local", "netns")}
-    for part, what in zip(parts, ("software overhead", network_name, "total overhead")):
-        if not math.isnan(part.delta_us):
-            base, leg = ends[part.name]
-            d = compare(qd1.loc[base], qd1.loc[leg], "lat_p99_ns")
-            if d.decidable and not d.clear:
-                sentences.append(f"the {what} shows no significant difference from {part.baseline} "
-                                 f"({d.interval(_us2)})")
-            else:
-                sentences.append(f"the {what} is {part.delta_us:+.2f} µs ({pct(part.pct)} over "
-                                 f"{part.baseline}; {d.interval(_us2)})")
+    measured = [(part, what) for part, what in zip(parts, ("software overhead", network_name, "total overhead"))
+                if not math.isnan(part.delta_us)]
+    software, network = parts[0].delta_us, parts[1].delta_us
+    both = not math.isnan(software) and not math.isnan(network)
+    # The decomposition's comparisons are one family (each part, and network − software): Holm
+    # over them, so one of several that clears 5 % by chance is not reported as an overhead.
+    diffs = [compare(qd1.loc[ends[part.name][0]], qd1.loc[ends[part.name][1]], "lat_p99_ns") for part, _ in measured]
+    if both:
+        # network − software = (netns − loopback) − (loopback − local), over independent legs
+        diffs.append(contrast([(1, qd1.loc["netns"]), (-2, qd1.loc["loopback"]), (1, qd1.loc["local"])],
+                              "lat_p99_ns"))
+    diffs = corrected(diffs)
+    sentences = []
+    for (part, what), d in zip(measured, diffs):
+        sentences.append(stated(d, _us2, f"the {what} is {part.delta_us:+.2f} µs, {pct(part.pct)} over {part.baseline}",
+                                "", f"no clear {what} over {part.baseline}"))
     if sentences:
         out.findings.append(f"L-app p99 at QD1: {', '.join(us(p99[leg]) + ' ' + _name(leg, veth) for leg in legs)}; "
-                            + "; ".join(sentences) + ".")
-    software, network = parts[0].delta_us, parts[1].delta_us
-    if not math.isnan(software) and not math.isnan(network):
+                            + "; ".join(sentences) + f" (Holm over the decomposition's {len(diffs)} comparisons).")
+    if both:
         hop = "veth hop between the namespaces" if veth else "network"
-        # network − software = (netns − loopback) − (loopback − local), over independent legs
-        d = contrast([(1, qd1.loc["netns"]), (-2, qd1.loc["loopback"]), (1, qd1.loc["local"])], "lat_p99_ns")
+        d = diffs[-1]
         if network > software:
             verdict = f"The {hop} adds more to the tail latency than the NVMe/TCP software stack"
         else:
             verdict = f"The NVMe/TCP software stack adds more to the tail latency than the {hop}"
-        same = (f"The {hop} and the NVMe/TCP software stack add to the tail latency with no significant "
-                "difference between them")
-        out.findings.append(stated(d, _us2, verdict, f"{network:.2f} vs {software:.2f} µs; network − software",
-                                   same) + ".")
+        out.findings.append(claim(d, _us2, verdict, f"what the {hop} and the NVMe/TCP software stack add to the tail "
+                                  "latency", f"{network:.2f} vs {software:.2f} µs; network − software") + ".")
     for leg in LEGS:
         if leg not in present:
             what = {"netns": "the network share of the overhead (and the total) is unknown",
@@ -177,21 +180,25 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
             out.findings.append(missing_leg(rows, leg, what))
 
 
-def _peaks(agg: pd.DataFrame, out: StudyResult, veth: bool) -> None:
+def _peaks(agg: pd.DataFrame, out: StudyResult, veth: bool, data: pd.DataFrame) -> None:
     peaks = {}
     for leg, group in agg.groupby("leg"):
         group = group.sort_values("iodepth").reset_index(drop=True)
         if group["iops_mean"].notna().any():
-            index = find_plateau(group["iodepth"].tolist(), group["iops_mean"].tolist())
-            confirmed = plateau_confirmed(group["iodepth"].tolist(), group["iops_mean"].tolist())
-            top = group["iops_mean"].idxmax()
-            peaks[leg] = (group.at[index, "iodepth"], group.at[index, "iops_mean"], confirmed,
-                          group.at[top, "iodepth"], group.at[top, "iops_mean"])
+            # The first depth whose IOPS is not clearly below the best depth's (Welch, Holm over the
+            # depths): saturation's rule, a decision rather than a 5 % threshold on means.
+            stats = tuple(group[f"iops_{k}"].to_numpy(dtype=float) for k in ("mean", "std", "n"))
+            index = int(fewest_not_below_summary(stats))
+            top = int(group["iops_mean"].idxmax())
+            peaks[leg] = (group.at[index, "iodepth"], group.at[index, "iops_mean"], index < len(group) - 1,
+                          group.at[top, "iodepth"], group.at[top, "iops_mean"], len(group))
     for leg in (leg for leg in LEGS if leg in peaks):
-        qd, iops, confirmed, top_qd, top = peaks[leg]
-        state = (f"saturates at QD{qd:g} with {kiops(iops)} (peak {kiops(top)} at QD{top_qd:g})"
-                 if confirmed else
-                 f"was still rising at the deepest queue tried (QD{qd:g}, {kiops(iops)})")
+        qd, iops, inside, top_qd, top, depths = peaks[leg]
+        state = (f"reaches its peak from QD{qd:g} on: {kiops(iops)}, the first queue depth whose IOPS is not "
+                 f"clearly below the best depth's (peak {kiops(top)} at QD{top_qd:g}; Welch against the best, Holm "
+                 f"over the {depths} depths)" if inside else
+                 f"was still clearly rising at the deepest queue tried (QD{qd:g}, {kiops(iops)}: every shallower "
+                 f"depth is clearly below it; Welch, Holm over the {depths} depths)")
         out.findings.append(f"T-app, {_name(leg, veth)}: a single job {state}.")
     remote = "netns" if "netns" in peaks else "loopback" if "loopback" in peaks else None
     if "local" in peaks and remote:
@@ -199,12 +206,13 @@ def _peaks(agg: pd.DataFrame, out: StudyResult, veth: bool) -> None:
             return agg[(agg["leg"] == leg) & (agg["iodepth"] == peaks[leg][3])].iloc[0]
 
         d = compare(top_row(remote), top_row("local"), "iops")
-        out.findings.append(
-            f"One local job delivers {times(peak_ratio(peaks['local'][4], peaks[remote][4]))} the peak IOPS of one "
-            f"NVMe/TCP ({_name(remote, veth)}) job ({kiops(peaks['local'][4])} vs {kiops(peaks[remote][4])}; "
-            f"{d.interval(kiops)})." if d.verdict("x") == "x" else
-            f"One local job and one NVMe/TCP ({_name(remote, veth)}) job reach their peak IOPS with no significant "
-            f"difference ({kiops(peaks['local'][4])} vs {kiops(peaks[remote][4])}; {d.interval(kiops)}).")
+        where = conditions_text(data[data["leg"] == remote], _name(remote, veth))
+        out.findings.append(claim(
+            d, kiops, f"One local job delivers {times(peak_ratio(peaks['local'][4], peaks[remote][4]))} the peak IOPS "
+            f"of one NVMe/TCP ({_name(remote, veth)}) job", f"peak IOPS between one local job and one NVMe/TCP "
+            f"({_name(remote, veth)}) job", f"{kiops(peaks['local'][4])} vs {kiops(peaks[remote][4])}")
+            + f". The NVMe/TCP job ran with {where}: one job at its best queue depth, so its IOPS is not a "
+            "stack's capacity (the stacks study's pairs may run other modes, jobs and cores).")
 
 
 def _concurrency_table(agg: pd.DataFrame, veth: bool) -> pd.DataFrame:
@@ -242,16 +250,26 @@ def _b_app(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
         share = wide[remote] / wide["local"] * 100
         table[f"{_name(remote, veth)} / local (%)"] = share.round(1).values
         low, high = share.idxmin(), share.idxmax()
+        sizes = [bs for bs in share.index if not math.isnan(share[bs])]
+
+        def pair(bs: float) -> pd.DataFrame:
+            return best[best["bs"] == bs].set_index("leg")
+
+        # every size against local is one family: Holm over the sizes
+        family = dict(zip(sizes, corrected([compare(pair(bs).loc["local"], pair(bs).loc[remote], "bw_bytes")
+                                            for bs in sizes])))
 
         def at(bs: float, gap: str, what: str) -> str:
-            pick = best[best["bs"] == bs].set_index("leg")
-            d = compare(pick.loc["local"], pick.loc[remote], "bw_bytes")
-            return stated(d, mbps, f"{share[bs]:.1f} %{' ' + what if what else ''} at {size(bs)}",
+            return stated(family[bs], mbps, f"{share[bs]:.1f} %{' ' + what if what else ''} at {size(bs)}",
                           f"{gap}; {mbps(wide.at[bs, remote])} vs {mbps(wide.at[bs, 'local'])}",
-                          f"no significant difference from local bandwidth at {size(bs)}")
+                          f"no clear difference from local bandwidth at {size(bs)}")
 
-        out.findings.append(f"B-app: NVMe/TCP ({_name(remote, veth)}) reaches {at(low, 'largest gap', 'of local bandwidth')}"
-                            + (f" and {at(high, 'smallest gap', '')}" if high != low else "") + ".")
+        if low in family:
+            out.findings.append(
+                f"B-app: NVMe/TCP ({_name(remote, veth)}) reaches {at(low, 'lowest share by the means', 'of local bandwidth')}"
+                + (f" and {at(high, 'highest share by the means', '')}" if high != low and high in family else "")
+                + f" (Holm over the {len(sizes)} sizes; which size has the lowest share is read from the means, "
+                "not tested).")
     out.tables.append(Table("B-app bandwidth per block size", table,
                             "Best bandwidth over queue depths per block size and path."))
 
@@ -386,7 +404,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         out.tables.append(Table("T-app throughput and concurrency per queue depth",
                                 _concurrency_table(agg, veth),
                                 "concurrency = IOPS(path, QD) / IOPS(local, QD1)."))
-        _peaks(agg, out, veth)
+        _peaks(agg, out, veth, data)
     else:
         out.findings.append("Only one queue depth was measured, so the T-app (IOPS vs queue "
                             "depth) comparison is missing.")

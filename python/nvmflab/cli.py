@@ -60,6 +60,9 @@ KNOBS_FROM_OPT = typer.Option(None, "--knobs-from", help="results directory whos
 FORCE_MIX_OPT = typer.Option(False, "--force-mix", help="store points of a spec that differs from the one that "
                              "filled --results beside its points (default: refused, saying what differs)")
 FORCE_OPT = typer.Option(False, "--force", help="overwrite a file nvmflab did not write")
+ORDER_SEED_OPT = typer.Option(None, "--order-seed", min=0, max=2**63 - 1,
+                              help="seed of the order of legs and points within each round (default: the spec's "
+                                   "order_seed, else a new one; every run records its own)")
 
 
 @app.command()
@@ -69,7 +72,8 @@ def study(name: StudyName = typer.Argument(..., help=f"a study of studies/ ({', 
           results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
           stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
           host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
-          knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT) -> None:
+          knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT,
+          order_seed: Optional[int] = ORDER_SEED_OPT) -> None:
     """Run a built-in study (STUDIES.md) and write its report. Exit code 1 when a point failed,
     2 when nothing could run."""
     names = list(IN_ALL) if name is StudyName.all else [name.value]
@@ -79,7 +83,8 @@ def study(name: StudyName = typer.Argument(..., help=f"a study of studies/ ({', 
     specs = []
     for study_name in names:
         path = spec or STUDIES_DIR / f"{study_name}.toml"
-        loaded = _with_stacks(_load(path, quick, study_name), stack, target_stack, host_stack)
+        loaded = _with_order_seed(_with_stacks(_load(path, quick, study_name), stack, target_stack, host_stack),
+                                  order_seed)
         specs.append((study_name, path, loaded))
     summaries = []
     for study_name, path, loaded in specs:
@@ -98,11 +103,12 @@ def run(spec: Path = typer.Argument(..., help="spec file: any sweep"),
         results: Path = typer.Option(Path("results"), "--results", help="results directory (resumable)"),
         stack: Optional[StackOption] = STACK_OPT, target_stack: Optional[StackOption] = TARGET_STACK_OPT,
         host_stack: Optional[StackOption] = HOST_STACK_OPT, plan: bool = PLAN_OPT,
-        knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT) -> None:
+        knobs_from: Optional[Path] = KNOBS_FROM_OPT, force_mix: bool = FORCE_MIX_OPT,
+        order_seed: Optional[int] = ORDER_SEED_OPT) -> None:
     """Run any spec: its study when it names one, else the cross product of its sweep table. Exit
     code 1 when a point failed, 2 when nothing could run."""
     _check_knobs_from(knobs_from)
-    loaded = _with_stacks(_load(spec, quick), stack, target_stack, host_stack)
+    loaded = _with_order_seed(_with_stacks(_load(spec, quick), stack, target_stack, host_stack), order_seed)
     loaded = _carry_over(loaded, loaded.study or "", knobs_from)
     summary = _execute(loaded, spec, loaded.study or loaded.name, results, quick, plan, force_mix)
     if not plan:
@@ -358,6 +364,11 @@ def _with_stacks(spec: Spec, both: Optional[StackOption], target: Optional[Stack
     if host is not None:
         choice["host"] = host.value
     return spec.model_copy(update={"stack": type(spec.stack).model_validate(choice)})
+
+
+def _with_order_seed(spec: Spec, seed: Optional[int]) -> Spec:
+    """--order-seed replaces the spec's order_seed (order.py)."""
+    return spec if seed is None else spec.model_copy(update={"order_seed": seed})
 
 
 def _carry_over(spec: Spec, study_name: str, source: Optional[Path]) -> Spec:

@@ -16,6 +16,7 @@ from typing import Any
 from . import counters, perfstat, probes, procs, spread, sysstat
 from .files import place_file
 from .metrics import summarize
+from .order import in_round_order
 from .plan import PerfJob, Point, TargetSetup
 from .progress import Tracker
 from .stacks import RunningTarget, Stack, StackError
@@ -42,8 +43,9 @@ class Outcome:
 class Runner:
     planning = False
     def __init__(self, store: ResultsStore, run_id: int, target_stack: Stack, host_stack: Stack | None = None,
-                 hosts: Hosts | None = None, progress: Tracker | None = None):
+                 hosts: Hosts | None = None, progress: Tracker | None = None, order_seed: int | None = None):
         self.store = store
+        self.order_seed = order_seed  # shuffles each round (order.py); None: the order given
         self.run_id = run_id
         self.target_stack = target_stack
         self.host_stack = host_stack or target_stack
@@ -109,6 +111,7 @@ class Runner:
             return None
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
+        points = in_round_order(points, self.order_seed, description)
         done = self.reusable(points)
         leg = self.progress.leg(description, points, done) if self.progress else None
         stored = [p for p in points if p.key in done]
@@ -423,11 +426,13 @@ class PlanningRunner(Runner):
 
     planning = True
 
-    def __init__(self, store: ResultsStore, target_stack: Stack, host_stack: Stack, hosts: Hosts):
-        super().__init__(store, 0, target_stack, host_stack, hosts)
+    def __init__(self, store: ResultsStore, target_stack: Stack, host_stack: Stack, hosts: Hosts,
+                 order_seed: int | None = None):
+        super().__init__(store, 0, target_stack, host_stack, hosts, order_seed=order_seed)
         self.planned: list[tuple[str, Point]] = []
 
     def run(self, points: list[Point], description: str) -> list[Outcome]:
+        points = in_round_order(points, self.order_seed, description)
         self.planned += [(description, p) for p in points]
         return [Outcome(p, "planned") for p in points]
 

@@ -20,6 +20,7 @@ from typing import Any
 from . import procs
 from .cores import available_cores
 from .env import collect
+from .order import new_seed
 from .plan import Point
 from .runner import PlanningRunner, Runner, make_progress
 from .spec import Knobs, Spec
@@ -53,7 +54,7 @@ class Summary:
 # Spec fields that choose how many times points run, or only describe them: a directory filled by
 # one value takes more rounds or another description without mixing different measurements.
 SPEC_FIELDS_NOT_COMPARED = ("name", "description", "repeats", "min_repeats", "max_repeats", "ci_within_pct",
-                            "quick")
+                            "quick", "order_seed")
 
 
 def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool, plan: bool = False,
@@ -65,6 +66,8 @@ def run_spec(spec: Spec, path: Path, study_name: str, results: Path, quick: bool
     except StackError as error:
         raise SessionError(str(error)) from None
     spec = with_stack_defaults(spec, target_stack, host_stack)
+    if spec.order_seed is None:  # drawn once, so the plan shows the order the run takes; recorded with the run
+        spec = spec.model_copy(update={"order_seed": new_seed()})
     if plan and not (Path(results) / ResultsStore.FILENAME).is_file():
         results = Path(tempfile.mkdtemp(prefix="nvmflab-plan-"))  # a plan leaves nothing behind
     hosts = open_hosts(spec, path, Path(results) / "work")
@@ -101,7 +104,7 @@ def _session(spec, path, study_name, results, quick, plan, force_mix, target_sta
         if not force_mix:
             check_same_spec(store, spec, study_name, results)
         params = study_params(spec.study, spec.params) if spec.study else None
-        planner = PlanningRunner(store, target_stack, host_stack, hosts)
+        planner = PlanningRunner(store, target_stack, host_stack, hosts, order_seed=spec.order_seed)
         _study(Context(spec=spec, study=study_name, runner=planner, store=store), params)
         check_points(planner.planned, planner)
         check_capacity(planner.planned, planner, path)
@@ -117,12 +120,13 @@ def _session(spec, path, study_name, results, quick, plan, force_mix, target_sta
 def _execute(spec, path, study_name, results, quick, params, store, target_stack, host_stack, hosts,
              planned: list[Point]) -> str:
     env = collect(hosts) | {"spec_effective": spec.model_dump(mode="json"), "quick": quick, "spec_path": str(path),
-                       "stacks": {"target": target_stack.name, "host": host_stack.name}}
+                       "stacks": {"target": target_stack.name, "host": host_stack.name},
+                       "order_seed": spec.order_seed}
     run_id = store.start_run(study_name, Path(path).read_bytes().decode("utf-8", "replace"), env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with make_progress() as progress:
-            runner = Runner(store, run_id, target_stack, host_stack, hosts, progress)
+            runner = Runner(store, run_id, target_stack, host_stack, hosts, progress, order_seed=spec.order_seed)
             reused = runner.reusable(planned)
             # Stored points measured again (another stack version or host) are not done for studies
             # that ask the store directly (contention starts its network apps for them too).

@@ -207,6 +207,9 @@ class Spec(_Strict):
     ramp_time: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     runtime: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     quick: dict[str, Any] = {}
+    # Shuffles the order of legs and points within each round (order.py); unset, a run draws one
+    # and records it in its spec_effective, so giving it again repeats the order.
+    order_seed: int | None = Field(default=None, ge=0, lt=2**63)
     _auto_repeats: bool = PrivateAttr(default=False)
 
     @property

@@ -14,10 +14,15 @@ Read before and after the load generators, like /proc/stat for the noise (syssta
 - the link's speed (`/sys/class/net/IF/speed`, Mb/s; virtual links have none) and from it the link
   utilisation of the data interface: the busier direction's bits over speed × seconds.
 
-The data interface is the interface that carried the most bytes during the point (on a local
-topology `lo`, on netns the veth, on SSH hosts the NIC of the data address). A locally read machine
-reads the files; an SSH host answers one shell command. NVMFLAB_NET_ROOT prefixes /proc and /sys
-(tests use a fake tree).
+The data interface is the one the point's traffic takes (`link`, issue 37 item 8): on the machine
+of a load generator the interface `ip route get TARGET` names (loopback: `lo`; a netns leg: the
+leg's own veth; SSH hosts: the NIC toward the data address), on a machine that only serves the
+target the interface holding the target's address. It is recorded per machine with its kind
+(loopback, veth or nic) and where it came from; a veth or `lo` has no line rate (a veth reports a
+nominal 10 Gb/s), so no link utilisation is given for them. Only where the route cannot be read is
+the busiest interface taken, and then named as such: on a shared machine that may be another
+tenant's traffic. A locally read machine reads the files; an SSH host answers one shell command.
+NVMFLAB_NET_ROOT prefixes /proc and /sys (tests use a fake tree).
 """
 
 from __future__ import annotations
@@ -138,6 +143,54 @@ def parse_remote(text: str) -> dict[str, Any]:
     return out
 
 
+# -- the interface a point's traffic takes ---------------------------------------------------------
+
+LINK_KINDS = ("loopback", "veth", "nic")
+
+
+def link(host: Any, address: str, serves_only: bool, netns_leg: bool) -> dict[str, str] | None:
+    """{"interface", "kind", "from"} of the machine `host` for traffic to the target's `address`:
+    the route's device (`ip -o route get`), or on a machine that only serves the target the device
+    holding the address (`ip -o addr show to`); None when `ip` cannot say."""
+    argv = ["ip", "-o", "addr", "show", "to", address] if serves_only else ["ip", "-o", "route", "get", address]
+    try:
+        done = host.run(argv, check=False, timeout=10)
+    except Exception:  # a host that cannot answer costs the interface, never the point
+        return None
+    name = parse_addr_dev(done.stdout) if serves_only else parse_route_dev(done.stdout)
+    if not name:
+        return None
+    kind = "loopback" if name == "lo" else "veth" if netns_leg else "nic"
+    return {"interface": name, "kind": kind, "from": " ".join(argv[1:])}
+
+
+def parse_route_dev(text: str) -> str | None:
+    """The device of `ip -o route get ADDR` ('local 127.0.0.1 dev lo src ...')."""
+    words = (text or "").split()
+    return words[words.index("dev") + 1] if "dev" in words[:-1] else None
+
+
+def parse_addr_dev(text: str) -> str | None:
+    """The device of the first line of `ip -o addr show to ADDR` ('3: eth1    inet 10.0.0.2/24 ...');
+    a VLAN or veth peer suffix ('eth1@if5') is not part of the name /proc/net/dev shows."""
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].endswith(":"):
+            return fields[1].split("@", 1)[0]
+    return None
+
+
+# A point without a target (a local job on a file) sends nothing over the network.
+NO_NETWORK = {"interface": None, "kind": "none", "from": "no target: the point uses no network"}
+
+
+def with_link(snap: dict[str, Any] | None, found: dict[str, str] | None) -> dict[str, Any] | None:
+    """The snapshot carrying the interface the point's traffic took on its machine (read by window)."""
+    if snap is not None and found is not None:
+        snap["link"] = found
+    return snap
+
+
 def snapshot(host: Any = None) -> dict[str, Any] | None:
     """Counters of the machine `host` runs on; None when they cannot be read (never fails a point)."""
     if host is not None and getattr(host, "remote", False):
@@ -252,7 +305,17 @@ def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[
         d["util_pct"] = (100.0 * max(d["rx_bytes"], d["tx_bytes"]) * 8 / (speed * 1e6 * wall)
                          if speed else None)
         interfaces[name] = d
-    data = max(interfaces, key=lambda n: interfaces[n]["rx_bytes"] + interfaces[n]["tx_bytes"]) if interfaces else None
+    found = after.get("link") or before.get("link")
+    if found and found["interface"] is None:  # NO_NETWORK
+        data, data_from, data_kind = None, found["from"], found["kind"]
+    elif found:  # the interface the point's traffic took (link); lo and a veth have no line rate
+        data, data_from, data_kind = found["interface"], found.get("from", "route"), found.get("kind")
+        if data in interfaces and data_kind in ("loopback", "veth"):
+            interfaces[data]["util_pct"] = None
+    else:
+        data = max(interfaces, key=lambda n: interfaces[n]["rx_bytes"] + interfaces[n]["tx_bytes"]) \
+            if interfaces else None
+        data_from, data_kind = "busiest interface (route unknown)", None
     sn_b, sn_a = parse_softnet(before["softnet"]), parse_softnet(after["softnet"])
     softnet = {cpu: {k: end[k] - sn_b[cpu][k] for k in end} for cpu, end in sn_a.items() if cpu in sn_b}
     cpus, irq_b = parse_interrupts(before["interrupts"])
@@ -269,7 +332,8 @@ def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[
     ethtool = {k: v - eb[k] for k, v in ea.items() if k in eb and v != eb[k]}
     return {
         "ethtool": ethtool if ea else None,  # the data interface's `ethtool -S` counters that moved
-        "wall_s": wall, "interfaces": interfaces, "data_interface": data,
+        "wall_s": wall, "interfaces": interfaces, "data_interface": data, "data_interface_kind": data_kind,
+        "data_interface_from": data_from,
         "softnet": {str(c): v for c, v in sorted(softnet.items())},
         "data_irqs": irqs, "interrupts": {str(c): v for c, v in sorted(interrupts.items())},
         "tcp_retrans": None if rb is None or ra is None else ra - rb,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import counters, perfstat, probes, procs, spread, sysstat
+from . import counters, netcounters, perfstat, probes, procs, spread, sysstat
 from .files import place_file
 from .metrics import summarize
 from .order import in_round_order
@@ -46,6 +46,7 @@ class Runner:
                  hosts: Hosts | None = None, progress: Tracker | None = None, order_seed: int | None = None):
         self.store = store
         self.order_seed = order_seed  # shuffles each round (order.py); None: the order given
+        self._link_cache: dict[tuple, dict] = {}  # (machine, host, address, serves only) -> netcounters.link
         self.run_id = run_id
         self.target_stack = target_stack
         self.host_stack = host_stack or target_stack
@@ -185,6 +186,9 @@ class Runner:
             perf_counts = counting.stop() if counting is not None else None
         sys_after = self._snapshots(machines)
         probes_after = probes.take(machines)
+        for key, found in self._links(point, machines).items():  # the interface each machine's traffic took
+            if key in probes_after:
+                netcounters.with_link(probes_after[key].get("net"), found)
         after = target.stats() if target else None
         cpu_after = target.cpu_seconds() if target else None
         noise = self._noise(point, machines, sys_before, sys_after, outputs,
@@ -329,6 +333,28 @@ class Runner:
                 add(self.hosts.initiator(part.host), part.cpus)
         if point.target:
             add(self._target_host(point.target), point.target.cores)
+        return out
+
+    def _links(self, point: Point, machines: dict[str, tuple[Host, list[int] | None]]) -> dict[str, dict | None]:
+        """Per machine, the interface the point's traffic to its target takes (netcounters.link):
+        lo on loopback, the leg's veth on a netns leg, the data NIC on SSH hosts; looked up once."""
+        if point.target is None:
+            return {key: netcounters.NO_NETWORK for key in machines}
+        target_host = self._target_host(point.target)
+        loaders = {sysstat.machine_key(self.hosts.initiator(part.host))
+                   for job in point.jobs for part in self.parts(job)}
+        out = {}
+        for key, (host, _) in machines.items():
+            serves_only = key not in loaders
+            asked = (key, target_host.name if serves_only else host.name, point.target.listen_ip, serves_only)
+            if asked not in self._link_cache:
+                found = netcounters.link(target_host if serves_only else host, point.target.listen_ip, serves_only,
+                                         bool(point.target.netns))
+                if found is None:
+                    out[key] = None
+                    continue  # not kept: asked again at the next point
+                self._link_cache[asked] = found
+            out[key] = self._link_cache[asked]
         return out
 
     def _snapshots(self, machines: dict[str, tuple[Host, list[int] | None]]) -> dict[str, sysstat.Snapshot]:

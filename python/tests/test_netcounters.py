@@ -174,3 +174,60 @@ def test_ethtool_counters_of_the_data_interface_that_moved(tmp_path):
     assert w["data_interface"] == "eth0" and w["ethtool"] == {"rx_packets": 50, "rx_missed_errors": 4}
     assert nc.window(nc.collect_local(tmp_path), nc.collect_local(tmp_path))["ethtool"] is None  # no ethtool read
     assert nc.parse_ethtool("NIC statistics:\n     a: 1\n     b.c: 22\n  bad line\n") == {"a": 1, "b.c": 22}
+
+
+# -- the interface of the leg (issue 37 item 8) ------------------------------------------------------
+
+class _Answers:
+    """A host that answers `ip` as a machine with a data NIC eth1 at 10.0.0.2 would."""
+
+    remote = True
+
+    def __init__(self):
+        self.asked = []
+
+    def run(self, argv, check=True, timeout=60):
+        import subprocess
+
+        self.asked.append(argv)
+        out = {"route": "10.0.0.2 dev eth1 src 10.0.0.1 uid 0 \\    cache \n",
+               "addr": "3: eth1@if7    inet 10.0.0.2/24 brd 10.0.0.255 scope global eth1\\       valid_lft forever\n"}
+        return subprocess.CompletedProcess(argv, 0, out["addr" if "addr" in argv else "route"], "")
+
+
+def test_link_names_the_interface_each_leg_kind_takes():
+    host = _Answers()
+    assert nc.link(host, "10.0.0.2", serves_only=False, netns_leg=False) == {
+        "interface": "eth1", "kind": "nic", "from": "-o route get 10.0.0.2"}  # a load generator's machine
+    assert nc.link(host, "10.0.0.2", serves_only=True, netns_leg=False)["interface"] == "eth1"  # the target's
+    assert host.asked[-1] == ["ip", "-o", "addr", "show", "to", "10.0.0.2"]
+    assert nc.parse_route_dev("local 127.0.0.1 dev lo src 127.0.0.1 uid 0") == "lo"
+    assert nc.parse_route_dev("10.200.1.2 dev nvfh4242 src 10.200.1.1 uid 0") == "nvfh4242"
+    assert nc.parse_route_dev("RTNETLINK answers: Network is unreachable") is None
+    assert nc.parse_addr_dev("") is None
+
+    class Silent(_Answers):
+        def run(self, argv, check=True, timeout=60):
+            raise OSError("no ip here")
+
+    assert nc.link(Silent(), "10.0.0.2", serves_only=False, netns_leg=False) is None
+
+
+def test_window_reads_the_leg_interface_not_the_busiest(tmp_path):
+    # another tenant moves 1 GB over eth0 while the leg's own traffic takes lo: lo is the data interface
+    write(tmp_path, lo=0, rx=0)
+    before = nc.collect_local(tmp_path)
+    write(tmp_path, lo=5000, rx=1_000_000_000)
+    after = nc.with_link(nc.collect_local(tmp_path), {"interface": "lo", "kind": "loopback",
+                                                      "from": "-o route get 127.0.0.1"})
+    w = nc.window(before, after)
+    assert (w["data_interface"], w["data_interface_kind"]) == ("lo", "loopback")
+    cols = nc.summarize({"local": w})
+    assert cols["net_rx_bytes"] == 5000 and cols["link_util_pct"] is None
+    # a veth reports a nominal speed: no utilisation is made of it
+    (tmp_path / "sys/class/net/eth0/speed").write_text("10000\n")
+    after = nc.with_link(nc.collect_local(tmp_path), {"interface": "eth0", "kind": "veth", "from": "route"})
+    assert nc.window(before, after)["interfaces"]["eth0"]["util_pct"] is None
+    # without a route the busiest is taken, and said to be
+    w = nc.window(before, nc.collect_local(tmp_path))
+    assert w["data_interface"] == "eth0" and w["data_interface_from"].startswith("busiest")

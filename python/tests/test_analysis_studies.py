@@ -23,11 +23,12 @@ def test_polling_findings_tables_and_recommendations():
     modes = table(result, "completion mode").set_index("completion")
     assert modes.at["poll", "peak KIOPS"] == pytest.approx(130.73)
     assert modes.at["event", "p99 at lowest iodepth (µs)"] == pytest.approx(127.14)
-    assert ("lowered the p99 latency at QD1 by 9.4 % (127.1 µs → 115.2 µs) and raised the peak "
-            "IOPS by 14.5 %") in result.findings[0]
-    assert "lowered the load generator's context switches by 99.0 %" in result.findings[1]
-    assert "-10.6 to -7.9 %" in result.findings[2]
-    assert "no clear throughput change" in result.findings[3]
+    assert result.findings[0].startswith("Host completion polling (completion = poll) lowered the p99 latency at "
+                                         "QD1 by 9.4 % (127.1 µs → 115.2 µs; Holm over p99 and peak IOPS; 95 % interval")
+    assert result.findings[1].startswith("Host completion polling raised the peak IOPS by 14.5 %")
+    assert "lowered the load generator's context switches by 99.0 %" in result.findings[2]
+    assert "at 40 µs with completion = event lowered p99 at QD1 by 10.6 %" in result.findings[5]
+    assert result.findings[8].startswith("No clear difference in IOPS at QD128")
     matrix = table(result, "Interaction").set_index("p99 µs (QD1) / KIOPS (QD128)")
     assert matrix.shape == (2, 2)
     assert matrix.at["completion = poll", "target_mode = event"] == "102.22 / 124.38"
@@ -47,7 +48,7 @@ def test_polling_says_when_polling_hurts_and_when_legs_are_missing():
     poll = data["completion"] == "poll"
     data.loc[poll, "lat_p99_ns"] *= 1.2
     result = polling.analyze(data, runs_frame(["polling"]))
-    assert "raised the p99 latency at QD1 by" in result.findings[0]
+    assert result.findings[0].startswith("Host completion polling (completion = poll) raised the p99 latency at QD1 by")
     assert result.recommendations.set_index("leg").at["completion", "suggested value"] == "event"
     assert any("idle_poll leg was not measured" in f for f in result.findings)
     assert any("matrix leg was not measured" in f for f in result.findings)
@@ -57,8 +58,10 @@ def test_polling_names_a_single_idle_poll_period_without_a_range():
     data = polling_measurements()
     data = data[(data["leg"] != "idle_poll") | data["idle_poll_us"].isin([0, 40])]
     findings = polling.analyze(data, runs_frame(["polling"])).findings
-    assert "changed p99 at QD1 by -10.6 % at 40 µs (baseline" in findings[2], findings[2]
-    assert "(+0.0 % vs 0 µs)" in findings[3], findings[3]
+    assert "Target idle polling at 40 µs with completion = event lowered p99 at QD1 by 10.6 %" in findings[3], findings[3]
+    assert "Holm over 1 period;" in findings[3], findings[3]
+    assert findings[4].startswith("No clear difference in IOPS at QD128 between target idle polling with "
+                                  "completion = event at 40 µs and none"), findings[4]
 
 
 def test_overhead_decomposition_peaks_and_bandwidth():

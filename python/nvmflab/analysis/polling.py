@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from .. import plots
-from .common import Difference, compare, corrected, excluded_points, first, leg_rows, missing_leg, study_rows
+from .common import (Difference, claim, compare, corrected, descriptive, excluded_points, first, leg_rows, missing_leg,
+                     study_rows)
 from .cores_used import cores_text
-from .decide import pick_shortest_summary
+from .decide import pick_best_summary, pick_shortest_summary
 from .polling_rx import analyze_rx
 from .formulas import change_pct
 from .result import Figure, StudyResult, Table
@@ -49,15 +50,6 @@ def _us(ns: float) -> str:
 
 def _kiops(iops: float) -> str:
     return f"{iops / 1e3:.2f} KIOPS"
-
-
-def _note(d: Difference) -> str:
-    """What a finding adds after a difference: nothing when its interval excludes zero."""
-    if not d.decidable:
-        return " (fewer than two repeats or repeats without spread, so no interval: not a decision)"
-    if d.clear:
-        return ""
-    return (f" (difference {d.text(_us)}: the 95 % interval includes zero, so not a clear effect)")
 
 
 def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
@@ -108,30 +100,26 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
                             "completion cannot be compared.")
         return
     event, poll = by_mode["event"], by_mode["poll"]
-    p99_change = change_pct(event["_p99"], poll["_p99"])
-    peak_change = change_pct(event["_peak"], poll["_peak"])
-    out.findings.append(
-        f"Host completion polling (completion = poll) "
-        f"{changed('the p99 latency at QD' + str(poll['lowest iodepth']), p99_change)} "
-        f"({us(event['_p99'])} → {us(poll['_p99'])})"
-        f"{_note(compare(event['_qd1'], poll['_qd1'], 'lat_p99_ns'))} and "
-        f"{changed('the peak IOPS', peak_change)} ({kiops(event['_peak'])} at QD"
-        f"{event['peak at iodepth']} → {kiops(poll['_peak'])} at QD{poll['peak at iodepth']})."
-    )
-    deepest = agg[agg["iodepth"] == agg["iodepth"].max()].set_index("completion")["ctx_mean"]
-    if {"poll", "event"} <= set(deepest.index) and not deepest.isna().any():
-        what = "the load generator's context switches"
-        out.findings.append(
-            f"At QD{int(agg['iodepth'].max())} polling "
-            f"{changed(what, change_pct(deepest['event'], deepest['poll']))} "
-            f"({deepest['event']:,.0f} → {deepest['poll']:,.0f})."
-        )
     # Lower p99 for the L-app decides; when its interval includes zero, a clear peak IOPS gain does;
     # otherwise nothing is recommended and the default stays. The two tests are one family (Holm),
-    # so the rule declares a winner in at most 5 % of runs where the modes do not differ.
+    # so the rule declares a winner in at most 5 % of runs where the modes do not differ, and the
+    # findings state the very same two corrected differences.
     p99, peak = corrected([compare(event["_qd1"], poll["_qd1"], "lat_p99_ns"),
                            compare(event["_peak_row"], poll["_peak_row"], "iops")])
     qd = f"QD{poll['lowest iodepth']}"
+    out.findings.append(claim(
+        p99, _us, f"Host completion polling (completion = poll) "
+                  f"{changed('the p99 latency at ' + qd, change_pct(event['_p99'], poll['_p99']))}",
+        f"the p99 latency at {qd} between completion = poll and event",
+        f"{us(event['_p99'])} → {us(poll['_p99'])}; Holm over p99 and peak IOPS") + ".")
+    # Each mode's peak is read at the queue depth where its mean IOPS is highest; the test compares
+    # the repeats at those two queue depths (the thesis's table 4.1 compares the same two numbers).
+    peaks = (f"{kiops(event['_peak'])} at QD{event['peak at iodepth']} → {kiops(poll['_peak'])} at "
+             f"QD{poll['peak at iodepth']}, each mode's repeats at its own peak queue depth; Holm over p99 and peak IOPS")
+    out.findings.append(claim(
+        peak, _kiops, f"Host completion polling {changed('the peak IOPS', change_pct(event['_peak'], poll['_peak']))}",
+        "the peak IOPS between completion = poll and event", peaks) + ".")
+    _context_switches(agg, out)
     evidence = (f"p99 at {qd}: poll − event = {p99.text(_us)}; peak IOPS: poll − event = {peak.text(_kiops)}")
     choice, decision = completion_choice(p99, peak)
     if decision == CHOSEN:
@@ -140,6 +128,20 @@ def _completion(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> 
     recommend.append({"knob": "completion (host completion polling)", "suggested value": choice,
                       "decision": decision, "evidence": evidence, "leg": "completion",
                       "_knob": "completion", "_value": choice, "_decided": decision.startswith(CHOSEN)})
+
+
+def _context_switches(agg: pd.DataFrame, out: StudyResult) -> None:
+    """The load generator's context switches at the deepest queue depth, poll against event."""
+    deepest = agg[agg["iodepth"] == agg["iodepth"].max()]
+    if not {"poll", "event"} <= set(deepest["completion"]) or deepest["ctx_mean"].isna().any():
+        return
+    event, poll = (deepest[deepest["completion"] == mode].iloc[0] for mode in ("event", "poll"))
+    qd = f"QD{int(agg['iodepth'].max())}"
+    d, what = compare(event, poll, "ctx"), "the load generator's context switches"
+    out.findings.append(claim(
+        d, lambda v: f"{v:,.0f}", f"At {qd} polling {changed(what, change_pct(event['ctx_mean'], poll['ctx_mean']))}",
+        f"{what} at {qd} between completion = poll and event",
+        f"{event['ctx_mean']:,.0f} → {poll['ctx_mean']:,.0f}") + ".")
 
 
 def completion_choice(p99: Difference, peak: Difference) -> tuple[str, str]:
@@ -202,57 +204,57 @@ def _idle_poll(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> N
                             "of idle polling cannot be expressed as a change and no period is recommended.")
         decision = "cannot decide (no 0 µs baseline): keep the default"
     else:
-        changes = {p: change_pct(base_p99, v) for p, v in low["lat_p99_ns_mean"].items() if p != 0}
-        if changes:
-            lo, hi = min(changes.values()), max(changes.values())
-            periods = sorted(changes)
-            effect = (f"by {lo:+.1f} % at {periods[0]:g} µs" if len(periods) == 1
-                      else f"by {lo:+.1f} to {hi:+.1f} % across {periods[0]:g}–{periods[-1]:g} µs")
-            out.findings.append(
-                f"Target idle polling{under} changed p99 at QD{low_qd} {effect} (baseline {us(base_p99)} at 0 µs)."
-            )
         # A period is a candidate when its p99 is clearly below no idle polling (interval of the
         # difference excludes zero); of the candidates, the shortest one not clearly worse than the
         # best candidate wins, since a longer period costs target CPU for nothing.
         base = low.loc[0]
-        diffs = {p: compare(base, low.loc[p], "lat_p99_ns") for p in low.index if p != 0}
+        periods = [p for p in low.index if p != 0]
+        diffs = dict(zip(periods, corrected([compare(base, low.loc[p], "lat_p99_ns") for p in periods])))
+        _period_findings(out, diffs, low["lat_p99_ns_mean"], _us, f"p99 at QD{low_qd}", under)
         if diffs and all(d.decidable for d in diffs.values()):
-            periods = sorted(diffs)
             pick = idle_poll_choice(base, [low.loc[p] for p in periods])
-            diffs = dict(zip(periods, corrected([diffs[p] for p in periods])))
             if pick >= 0:
                 best = periods[pick]
                 decision = CHOSEN + " (shortest period whose p99 is not clearly worse than the best)"
             else:
                 decision = NO_WINNER
-            evidence = "; ".join(f"{p:g} µs − 0 µs = {d.text(_us)}" for p, d in sorted(diffs.items()))
-        elif diffs:
-            evidence = "; ".join(f"{p:g} µs − 0 µs = {d.text(_us)}" for p, d in sorted(diffs.items()))
-        else:
+        elif not diffs:
             decision = "cannot decide (only 0 µs measured): keep the default"
+        evidence = "; ".join(f"{p:g} µs − 0 µs = {d.text(_us)}" for p, d in sorted(diffs.items()))
     if high_qd != low_qd and not math.isnan(base_iops):
         periods = [p for p in high.index if p != 0]
         iops_diffs = dict(zip(periods, corrected([compare(high.loc[0], high.loc[p], "iops") for p in periods])))
-        iops_changes = [change_pct(base_iops, v) for p, v in high["iops_mean"].items() if p != 0]
-        if iops_changes:
-            clear = [p for p, d in iops_diffs.items() if d.clear]
-            spread = max(abs(c) for c in iops_changes)
-            if not all(d.decidable for d in iops_diffs.values()):
-                verdict = f"throughput changes of up to {spread:.1f} % (fewer than two repeats or no spread, so no interval)"
-            elif not clear:
-                verdict = "no clear throughput change (every difference within its 95 % interval)"
-            else:
-                verdict = (f"a clear throughput change at {', '.join(f'{p:g}' for p in sorted(clear))} µs "
-                           f"(up to {spread:.1f} %)")
-            span = (f"{iops_changes[0]:+.1f} %" if len(iops_changes) == 1
-                    else f"{min(iops_changes):+.1f} to {max(iops_changes):+.1f} %")
-            out.findings.append(f"At QD{high_qd} idle polling showed {verdict} ({span} vs 0 µs).")
+        _period_findings(out, iops_diffs, high["iops_mean"], _kiops, f"IOPS at QD{high_qd}", under)
     p99_text = us(low["lat_p99_ns_mean"].get(best, math.nan))
     recommend.append({"knob": "idle_poll_us (target idle polling)",
                       "suggested value": f"{best:g} µs", "decision": decision,
                       "evidence": f"p99 at QD{low_qd}{under}: {p99_text}" + (f"; {evidence}" if evidence else ""),
                       "leg": "idle_poll", "_knob": "idle_poll_us", "_value": int(best),
                       "_decided": decision.startswith(CHOSEN)})
+
+
+def _period_findings(out: StudyResult, diffs: dict, means: pd.Series, fmt: Callable[[float], str], what: str,
+                     under: str) -> None:
+    """Each idle poll period against none (0 µs), Holm over the periods: every clear change in a
+    sentence of its own; the periods without one together, shown by the closest call (smallest p)."""
+    if not diffs:
+        return
+    family = f"Holm over {len(diffs)} period{'s' if len(diffs) != 1 else ''}"
+    base = means.get(0, math.nan)
+    for period, d in sorted(diffs.items()):
+        if d.clear:
+            out.findings.append(claim(
+                d, fmt, f"Target idle polling at {period:g} µs{under} {changed(what, change_pct(base, means[period]))}",
+                f"{what} between idle polling at {period:g} µs and none",
+                f"{fmt(base)} at 0 µs → {fmt(means[period])}; {family}") + ".")
+    rest = {p: d for p, d in diffs.items() if not d.clear}
+    if not rest:
+        return
+    shown = min(rest, key=lambda p: (math.isnan(rest[p].p), rest[p].p if not math.isnan(rest[p].p) else 0, p))
+    names = ", ".join(f"{p:g}" for p in sorted(rest))
+    out.findings.append(claim(
+        rest[shown], fmt, "", f"{what} between target idle polling{under} at {names} µs and none",
+        f"{family}; the closest call, {shown:g} µs: {fmt(base)} at 0 µs → {fmt(means[shown])}") + ".")
 
 
 def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None:
@@ -296,9 +298,9 @@ def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None
     if best is None:
         return
     a_on, b_on, p99, iops = best
-    out.findings.append(f"Of the {len(cells)} combinations, {name[a][a_on]} with "
-                        f"{name[b][b_on]} had the lowest p99 ({us(p99)}) with {kiops(iops)} at "
-                        f"QD{high_qd:g}.")
+    candidates = [k for k in sorted(low_rows, reverse=True) if low_rows[k] is not None and not _redundant({a: k[0], b: k[1]})]
+    cell_name = {k: f"{name[a][k[0]]} with {name[b][k[1]]}" for k in candidates}
+    out.findings.append(matrix_pick(candidates, low_rows, cell_name, f"QD{low_qd:g}", len(cells)) + ".")
     chosen_on = {a: bool(a_on), b: bool(b_on)}
     for knob, other in ((a, b), (b, a)):
         if any(r.get("_knob") == knob for r in recommend):
@@ -325,6 +327,38 @@ def _matrix(rows: pd.DataFrame, out: StudyResult, recommend: list[dict]) -> None
         recommend.append({"knob": knob, "suggested value": str(value), "decision": decision,
                           "evidence": evidence, "leg": "matrix", "_knob": knob, "_value": value,
                           "_decided": decision.startswith(CHOSEN)})
+
+
+def matrix_pick(candidates: list, low_rows: dict, cell_name: dict, qd: str, cells: int) -> str:
+    """The matrix's lowest p99 at `qd` among the cells that are not redundant, as a decision:
+    `decide.pick_best_summary` (clearly below every other cell, Holm over the k − 1 comparisons with
+    it), stated with the interval against the runner-up; else no clear best, shown by the comparison
+    that stopped it (the largest p)."""
+    k = len(candidates)
+    left = f" ({cells - k} redundant or missing left out)" if cells > k else ""
+    if k < 2:
+        return descriptive(f"Only {k} of the {cells} combinations could be compared{left}, so none is picked")
+    summary = tuple(np.array([float(low_rows[c].get(f"lat_p99_ns_{s}", math.nan)) for c in candidates])
+                    for s in ("mean", "std", "n"))
+    pick = int(pick_best_summary(summary, higher_is_better=False))
+    top = pick if pick >= 0 else int(np.nanargmin(summary[0]))
+    others = [i for i in range(k) if i != top]
+    diffs = corrected([compare(low_rows[candidates[top]], low_rows[candidates[i]], "lat_p99_ns") for i in others])
+    family = f"Holm over the {k - 1} comparisons with it"
+    best = candidates[top]
+    if pick >= 0:
+        runner = min(range(len(others)), key=lambda j: summary[0][others[j]])
+        d = diffs[runner]
+        return claim(d, _us, f"Of the {k} combinations{left}, {cell_name[best]} had the lowest p99 at {qd} "
+                             f"({us(summary[0][top])}), clearly below every other",
+                     "", f"{family}; against the runner-up, {cell_name[candidates[others[runner]]]} "
+                         f"({us(summary[0][others[runner]])}): other − best")
+    weakest = max(range(len(others)), key=lambda j: (diffs[j].p if not math.isnan(diffs[j].p) else math.inf))
+    d = diffs[weakest]
+    return claim(d, _us, "", f"p99 at {qd} between {cell_name[best]} (the lowest mean, {us(summary[0][top])}) and "
+                             f"{cell_name[candidates[others[weakest]]]} ({us(summary[0][others[weakest]])}), so no "
+                             f"clear best among the {k} combinations{left}",
+                 f"{family}: other − best")
 
 
 def _redundant(state: dict[str, bool]) -> bool:
@@ -395,15 +429,11 @@ def _io_queues(rows: pd.DataFrame, out: StudyResult) -> None:
     # One comparison per queue depth: a family, so Holm's correction over the depths.
     diffs = corrected([compare(low, high, "iops") for _, low, high in cells])
     for (qd, low, high), d in zip(cells, diffs):
-        what = f"At QD{int(qd)}, {int(high['io_queues'])} I/O queues vs {int(low['io_queues'])}"
-        if not d.decidable:
-            out.findings.append(f"{what}: {d.text(_kiops)} (fewer than two repeats or no spread, so no interval: not a decision).")
-        elif not d.clear:
-            out.findings.append(f"{what}: no significant difference in IOPS ({d.text(_kiops)}, the 95 % interval "
-                                f"of the difference includes zero).")
-        else:
-            out.findings.append(f"{what} {changed('IOPS', change_pct(low['iops_mean'], high['iops_mean']))} "
-                                f"({d.text(_kiops)}, 95 % interval of the difference).")
+        pair = f"{int(high['io_queues'])} I/O queues vs {int(low['io_queues'])}"
+        out.findings.append(claim(
+            d, _kiops, f"At QD{int(qd)}, {pair} {changed('IOPS', change_pct(low['iops_mean'], high['iops_mean']))}",
+            f"IOPS at QD{int(qd)} between {pair}",
+            f"{kiops(low['iops_mean'])} → {kiops(high['iops_mean'])}; Holm over {len(cells)} queue depths") + ".")
 
 
 def _recommend(rows: pd.DataFrame, out: StudyResult) -> list[dict]:

@@ -69,7 +69,7 @@ def analyze_rx(rows: pd.DataFrame, out: StudyResult) -> None:
         out.findings.append(
             f"Receive steering {mode} against none (completion = {cell[0]}, target_mode = {cell[1]}): {name} at "
             f"QD{qd} " + stated(diff, fmt, f"{'lower' if b < a else 'higher'} ({fmt(b)} vs {fmt(a)})",
-                                same="no significant difference") + ".")
+                                same="no clear difference") + ".")
     if data["rps_on_role_core"].map(lambda v: v is True or v == 1).any():
         out.findings.append(f"rps handed packets to {cores}, a core the host or the target already runs on: this "
                             "machine has no other, so rps here measures moving receive work onto a role's core, not "

@@ -24,7 +24,8 @@ import tomllib
 import pandas as pd
 
 from .. import plots
-from .common import Difference, compare_values, corrected, excluded_points, study_rows
+from .common import Difference, claim, compare_values, corrected, excluded_points, study_rows
+from .conditions import conditions_text
 from .decide import fieller
 from .cores_used import cores_text
 from .result import Figure, StudyResult, Table
@@ -77,10 +78,9 @@ def _difference_text(d: Difference) -> tuple[bool | None, str]:
             return None, "no repeats to compare"
         why = "fewer than two repeats on a side" if d.n < 2 else "repeats without spread"
         return None, f"difference {d.diff / 1e3:+.1f} KIOPS; cannot decide ({why}, so no interval)"
-    low, high = d.diff - d.half, d.diff + d.half
-    text = (f"difference {d.diff / 1e3:+.1f} KIOPS, Welch's 95 % interval {low / 1e3:+.1f} to {high / 1e3:+.1f}"
-            + d.holm_note())
-    return d.clear, text
+    text = f"Welch's {d.interval(_kiops_delta)}"
+    seen = d.detectable_clause(_kiops_delta) if not d.clear else ""
+    return d.clear, text + (f"; {seen}" if seen else "")
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -190,14 +190,10 @@ def ratio_text(base: list[float], other: list[float]) -> str:
 
 
 def _said(d: Difference, fmt, effect: str, what: str, detail: str) -> str:
-    """One comparison as a clause that starts with its decision: `effect` when clear, 'no clear
-    difference in …' or 'cannot tell whether … changed' otherwise, then the detail and interval."""
-    if d.clear:
-        return f"{effect} ({detail}; {d.interval(fmt)})"
-    if d.decidable:
-        return f"no clear difference in {what} ({detail}; {d.interval(fmt)})"
-    why = "fewer than two repeats on a side" if d.n < 2 else "repeats without spread"
-    return f"cannot tell whether {what} changed ({detail}; {why}, so no interval)"
+    """common.claim as a clause after the pair's name: its decision first ('no clear difference in …',
+    'cannot tell whether … changed' or the effect), then the detail and the interval."""
+    text = claim(d, fmt, effect, what, detail)
+    return text[:1].lower() + text[1:] if not d.clear else text
 
 
 def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,
@@ -257,7 +253,9 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
         mine, theirs = modes.get(leg, unknown), modes.get(baseline, unknown)
         unlike = (f" The two ran in different modes ({modes_text(mine)} against {modes_text(theirs)}), so "
                   "this compares the modes as much as the stacks." if mine != theirs else "")
-        out.findings.append(f"{pair_label(leg)}: " + "; ".join(parts) + "." + unlike)
+        where = conditions_text(data[data["leg"] == leg]) if data is not None else ""
+        out.findings.append(f"{pair_label(leg)}: " + "; ".join(parts) + "." + unlike
+                            + (f" Measured with {where}." if where else ""))
     bapp = med[med["app"] == "B-app"]
     bapp_note = f" B-app: {size(bapp['bs'].iloc[0])} random read at QD{int(bapp['iodepth'].iloc[0])}." if len(bapp) else ""
     out.tables.append(Table("Pairs side by side", pd.DataFrame(records),

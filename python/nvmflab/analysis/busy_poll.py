@@ -1,19 +1,27 @@
 """The `busy-poll` study (ADQ brief): p99.99, mean latency and IOPS vs number of target cores with
 busy polling and queue-to-core placement on and off, and how many target cores each needs to
-reach its highest throughput (the first core count within 5 % of its best)."""
+reach its highest throughput.
+
+Decisions: at each core count, busy polling only, placement only and both (`on`) are each compared
+with `off` on IOPS, mean latency and p99.99 (Welch; Holm per metric over every configuration and
+core count), so the two changes are told apart. The cores to reach the highest throughput are
+`decide.fewest_not_below_summary`'s: the fewest cores whose IOPS is not clearly below the best core
+count's (Holm over the comparisons with the best)."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from .. import plots_extra
 from ..topology import napi
-from .common import corrected, compare_frames, excluded_points, missing_leg, stated, study_rows
+from .common import claim, compare_frames, corrected, descriptive, excluded_points, missing_leg, repeat_values, stated, study_rows
+from .decide import fewest_not_below_summary
 from .cores_used import shared as shared_core, used_text, with_cores
-from .extra import means, r1, ratio, spread, with_knobs
+from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
 from .stats import merge_generators, usable
 from .text import kiops, pct, us
@@ -21,16 +29,29 @@ from .text import kiops, pct, us
 STUDY = "busy-poll"
 LABEL = {"off": "busy polling and placement off", "on": "busy polling and placement on",
          "busy_only": "busy polling only", "placement_only": "placement only"}
-NEAR_BEST = 0.95
+CONTRASTS = ("busy_only", "placement_only", "on")  # each against off
+METRICS = (("iops", "IOPS", kiops), ("lat_mean_ns", "mean latency", us), ("lat_p99_99_ns", "p99.99", us))
 
 
-def cores_to_best(frame: pd.DataFrame) -> tuple[int | None, float]:
-    """Fewest target cores whose IOPS is within 5 % of the configuration's best, and that best."""
-    if frame.empty:
-        return None, math.nan
-    best = frame["iops"].max()
-    enough = frame[frame["iops"] >= NEAR_BEST * best].sort_values("target_cpus")
-    return int(enough["target_cpus"].iloc[0]), float(best)
+def cores_to_best(data: pd.DataFrame, config: str) -> tuple[int | None, int | None, list[int]]:
+    """(fewest target cores not clearly below the best, the core count with the best mean IOPS,
+    the core counts in order) of one configuration: `decide.fewest_not_below_summary` over the
+    per-repeat IOPS (the load generators of a point summed)."""
+    mine = data[data["config"] == config]
+    counts = sorted({int(n) for n in mine["target_cpus"]})
+    if not counts:
+        return None, None, []
+    summaries = [_summary(repeat_values(mine[mine["target_cpus"] == n], "iops")) for n in counts]
+    arrays = tuple(np.array([s[i] for s in summaries], dtype=float) for i in range(3))
+    pick = int(fewest_not_below_summary(arrays, higher_is_better=True))
+    top = int(np.nanargmax(np.where(np.isnan(arrays[0]), -np.inf, arrays[0])))
+    return counts[pick], counts[top], counts
+
+
+def _summary(values: list[float]) -> tuple[float, float, int]:
+    data = np.array(values, dtype=float)
+    n = len(data)
+    return (float(data.mean()) if n else math.nan, float(data.std(ddof=1)) if n > 1 else math.nan, n)
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -69,11 +90,16 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
                                   "3 connections per target core by default; QD32 per connection."))
     summary = []
     for config in configs:
-        cores, best = cores_to_best(med[med["config"] == config])
-        summary.append({"configuration": LABEL[config], "highest KIOPS": r1(best, 1e3),
-                        "target cores to reach it (within 5 %)": cores})
-        out.findings.append(_near_best(data, med, config, cores, best))
-    out.tables.append(Table("Target cores needed for the highest throughput", pd.DataFrame(summary)))
+        cores, top, counts = cores_to_best(data, config)
+        mine = med[med["config"] == config].set_index("target_cpus")
+        summary.append({"configuration": LABEL[config],
+                        "highest mean KIOPS": r1(mine.at[top, "iops"], 1e3) if top is not None else math.nan,
+                        "with target cores": top,
+                        "fewest target cores not clearly below it": cores})
+        out.findings.append(_near_best(data, mine, config, cores, top, counts))
+    out.tables.append(Table("Target cores needed for the highest throughput", pd.DataFrame(summary),
+                            "Fewest target cores whose IOPS is not clearly below the best core count's (Welch, Holm "
+                            "over the comparisons with the best: decide.fewest_not_below)."))
     _compare(data, med, out)
     overlap = data[data["shares_host_cores"].map(lambda v: v is True or v == 1) | shared_core(data)]
     shared = sorted({int(n) for n in overlap["target_cpus"]})
@@ -114,41 +140,62 @@ def data_path(runs: pd.DataFrame) -> dict | None:
     return None
 
 
-def _near_best(data: pd.DataFrame, med: pd.DataFrame, config: str, cores: int, best: float) -> str:
-    """The fewest target cores within 5 % of the best, with the interval of the two throughputs' difference."""
-    mine = med[med["config"] == config]
-    top = int(mine.loc[mine["iops"].idxmax(), "target_cpus"])
-    plural = "s" if cores != 1 else ""
-    if top == cores:
-        return f"With {LABEL[config]}, {cores} target core{plural} reached {kiops(best)}, its highest throughput."
-    reached = float(mine.loc[mine["target_cpus"] == cores, "iops"].iloc[0])
+def _near_best(data: pd.DataFrame, mine: pd.DataFrame, config: str, cores: int | None, top: int | None,
+               counts: list[int]) -> str:
+    """The fewest target cores not clearly below the best core count, with the interval of the
+    difference that decided it (Holm over the comparisons with the best)."""
+    label = LABEL[config]
+    if cores is None or top is None:
+        return f"With {label}, no core count has IOPS to compare."
+    if len(counts) < 2:
+        return descriptive(f"With {label}, only {counts[0]} target core{'s' if counts[0] != 1 else ''} was measured "
+                           f"({kiops(mine.at[counts[0], 'iops'])}), so no core count is picked") + "."
     rows = data[data["config"] == config]
-    diff = compare_frames(rows[rows["target_cpus"] == top], rows[rows["target_cpus"] == cores], "iops")
-    return (f"With {LABEL[config]}, {cores} target core{plural} reached {kiops(reached)}, within 5 % of its highest "
-            f"throughput ({kiops(best)} with {top}): "
-            + stated(diff, kiops, f"{100 * (1 - ratio(reached, best)):.1f} % below it",
-                     same="no significant difference from it") + ".")
+    others = [n for n in counts if n != top]
+    diffs = dict(zip(others, corrected([compare_frames(rows[rows["target_cpus"] == top],
+                                                       rows[rows["target_cpus"] == n], "iops") for n in others])))
+    family = f"Holm over the {len(others)} comparison{'s' if len(others) != 1 else ''} with the best"
+    plural = "s" if cores != 1 else ""
+    if cores == top:
+        fewer = [n for n in others if n < top]
+        if not fewer:
+            return descriptive(f"With {label}, the fewest target cores measured ({top}) gave the highest mean "
+                               f"throughput ({kiops(mine.at[top, 'iops'])})") + "."
+        shown = fewer[-1]
+        return claim(diffs[shown], kiops,
+                     f"With {label}, {top} target core{plural} were needed for its highest throughput "
+                     f"({kiops(mine.at[top, 'iops'])}): fewer were clearly below it",
+                     f"IOPS between {shown} and {top} target cores with {label}", f"{family}; {shown} vs {top}: {kiops(mine.at[shown, 'iops'])} vs "
+                         f"{kiops(mine.at[top, 'iops'])}") + "."
+    d = diffs[cores]
+    enough = f", so {cores} target core{plural} were enough for its highest throughput" if d.decidable else ""
+    return claim(d, kiops,
+                 f"With {label}, {cores} target core{plural} fell clearly below its highest throughput",
+                 f"IOPS between {cores} and {top} target cores with {label}{enough}",
+                 f"{family}; {kiops(mine.at[cores, 'iops'])} vs {kiops(mine.at[top, 'iops'])} with {top}") + "."
 
 
 def _compare(data: pd.DataFrame, med: pd.DataFrame, out: StudyResult) -> None:
-    on, off = med[med["config"] == "on"], med[med["config"] == "off"]
-    common = sorted(set(on["target_cpus"]) & set(off["target_cpus"]))
-
+    """Busy polling only, placement only and both against off at every core count, on IOPS, mean
+    latency and p99.99: one family per metric over every configuration and core count (Holm)."""
     def rows_of(config, n):
         return data[(data["config"] == config) & (data["target_cpus"] == n)]
 
-    # One comparison per core count and metric: Holm over the core counts, per metric.
-    iops_d = corrected([compare_frames(rows_of("off", n), rows_of("on", n), "iops") for n in common])
-    mean_d = corrected([compare_frames(rows_of("off", n), rows_of("on", n), "lat_mean_ns") for n in common])
-    for n, d_iops, d_mean in zip(common, iops_d, mean_d):
-        a, b = on[on["target_cpus"] == n].iloc[0], off[off["target_cpus"] == n].iloc[0]
-        gain = 100 * (ratio(a["iops"], b["iops"]) - 1)
-        lat = 100 * (ratio(a["lat_mean_ns"], b["lat_mean_ns"]) - 1)
-        iops = stated(d_iops, kiops, f"IOPS {pct(gain)}",
-                      f"{kiops(a['iops'])} vs {kiops(b['iops'])}",
-                      "no significant difference in IOPS")
-        mean = stated(d_mean, us, f"mean latency {pct(lat)}",
-                      f"{us(a['lat_mean_ns'])} vs {us(b['lat_mean_ns'])}",
-                      "no significant difference in mean latency")
-        out.findings.append(f"{int(n)} target core{'s' if n != 1 else ''}: on vs off: {iops}, {mean}, "
-                            f"p99.99 {us(a['lat_p99_99_ns'])} vs {us(b['lat_p99_99_ns'])}.")
+    def mean_of(config, n, metric):
+        row = med[(med["config"] == config) & (med["target_cpus"] == n)]
+        return float(row[metric].iloc[0]) if len(row) else math.nan
+
+    counts = sorted(set(med.loc[med["config"] == "off", "target_cpus"]))
+    pairs = [(config, n) for n in counts for config in CONTRASTS if len(rows_of(config, n))]
+    if not pairs:
+        return
+    family = {metric: corrected([compare_frames(rows_of("off", n), rows_of(config, n), metric) for config, n in pairs])
+              for metric, _, _ in METRICS}
+    for index, (config, n) in enumerate(pairs):
+        parts = []
+        for metric, name, fmt in METRICS:
+            a, b = mean_of(config, n, metric), mean_of("off", n, metric)
+            parts.append(f"{name} " + stated(family[metric][index], fmt, pct(100 * (ratio(a, b) - 1)),
+                                             f"{fmt(a)} vs {fmt(b)}; Holm over {len(pairs)}", "no clear difference"))
+        out.findings.append(f"{int(n)} target core{'s' if n != 1 else ''}, {LABEL[config]} vs off: "
+                            + ", ".join(parts) + ".")

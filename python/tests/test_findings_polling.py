@@ -73,5 +73,7 @@ def test_near_equal_matrix_cells_give_no_clear_best():
     pick = next(f for f in findings if "combinations" in f)
     assert pick.startswith("No clear difference in p99 at QD1 between completion = poll with target_mode = poll "
                            "(the lowest mean, 110.0 µs) and "), pick
-    assert "so no clear best among the 4 combinations (Holm over the 3 comparisons with it" in pick
+    assert "(Holm over the 3 comparisons with it: other − best; 95 % interval of the difference" in pick
+    assert pick.endswith("would have been seen with 80 % power at these 3 repeats), so no clear best among the 4 "
+                         "combinations."), pick
     assert "had the lowest p99" not in "\n".join(findings)

@@ -43,9 +43,9 @@ def test_contention_findings_from_the_numbers(tmp_path):
                  {"role": "bg", "engine": "cpu:target:0", "usr_cpu": 5.0, "sys_cpu": 60.0}])
     result = contention.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
-    assert ("A T-app with 4 iperf3 flows on same core kept 15 % of its throughput (197 vs 1311 MB/s; "
-            "2 repeats without spread: no interval).") in text  # identical repeats are no certainty
-    assert "Alone, 4 iperf3 flows reached 8.00 Gbit/s per flow." in text
+    assert ("Cannot tell whether throughput between a T-app with 4 iperf3 flows on same core and alone changed "
+            "(2 repeats without spread: no interval; 197 vs 1311 MB/s).") in text  # identical repeats are no certainty
+    assert "Alone, 4 iperf3 flows reached 8.00 Gbit/s per flow (descriptive, not tested)." in text
     network = next(t for t in result.tables if t.title.startswith("Network apps")).frame
     assert list(network["per flow % of alone"]) == [100.0, 50.0]
     assert {f.name for f in result.figures} >= {"contention_storage_vs_flows", "contention_cpu_per_core"}
@@ -78,8 +78,11 @@ def test_dimensions_concurrency_and_missing_legs(tmp_path):
           status="skipped", error="no RDMA transport")
     result = dimensions.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
-    assert "NVMe/TCP matched local QD1 throughput (50.0 KIOPS) from QD32; at QD32 concurrency is 2.00." in text
-    assert "At 4k, randread reached 100.0 KIOPS and randwrite 50.0 KIOPS: 2.00× the IOPS (one repeat: no interval)." in text
+    # one repeat: no interval, so neither the match nor the pattern difference is decided
+    assert ("Cannot tell whether NVMe/TCP matched local QD1 throughput (50.0 KIOPS) at any queue depth (fewer than two "
+            "repeats a side or no spread: no interval); at QD32 concurrency is 2.00 (no interval).") in text
+    assert ("At 4k, randread reached 100.0 KIOPS and randwrite 50.0 KIOPS: cannot decide (only one repeat on a side; "
+            "Holm over 1 pair).") in text
     assert "The pattern_rdma leg was skipped (no RDMA transport), so RDMA is not compared with TCP." in text
     assert "The cores leg was not measured" in text
     conc = next(t for t in result.tables if t.title.startswith("Concurrency")).frame
@@ -100,9 +103,10 @@ def test_busy_poll_cores_to_best_and_comparison(tmp_path):
     text = "\n".join(result.findings)
     assert ("With busy polling and placement off, 3 target cores were needed for its highest throughput (200.0 "
             "KIOPS): fewer were clearly below it (Holm over the 2 comparisons with the best; 2 vs 3") in text
-    assert ("No clear difference in IOPS between 2 and 3 target cores with busy polling and placement on, so 2 target "
-            "cores were enough for its highest throughput (Holm over the 2 comparisons with the best; 195.0 KIOPS vs "
-            "196.0 KIOPS with 3; 95 % interval of the difference −12.9 to +10.9 KIOPS; an effect larger") in text
+    assert ("No clear difference in IOPS between 2 and 3 target cores with busy polling and placement on (Holm over the "
+            "2 comparisons with the best; 195.0 KIOPS vs 196.0 KIOPS with 3; 95 % interval of the difference −12.9 to "
+            "+10.9 KIOPS; an effect larger") in text
+    assert "at these 2 repeats), so 2 target cores were enough for its highest throughput." in text
     assert ("1 target core, busy polling and placement on vs off: IOPS +50.0 % (150.0 KIOPS vs 100.0 KIOPS; Holm over "
             "3; 95 % interval of the difference +41.0 to +59.0 KIOPS)") in text
     assert ("3 target cores, busy polling and placement on vs off: IOPS no clear difference (196.0 KIOPS vs 200.0 "
@@ -161,8 +165,8 @@ def test_contention_noisy_reads_no_significant_difference_and_clear_states_inter
         _save(store, run, "contention", "same_core", lapp | {"net_flows": 1, "placement": "same"}, r,
               [_row(8_000, lat=300_000 * (1 + r / 100))])
     text = "\n".join(contention.analyze(store.measurements(), store.runs()).findings)
-    assert ("A T-app with 1 iperf3 flow on same core showed no significant difference in throughput from running "
-            "alone (1333 vs 1311 MB/s; 95 % interval of the difference −1108 to +1152 MB/s).") in text
+    assert ("No clear difference in throughput between a T-app with 1 iperf3 flow on same core and alone (1333 vs "
+            "1311 MB/s; 95 % interval of the difference −1108 to +1152 MB/s; an effect larger than") in text
     assert "kept 102 %" not in text
     assert ("An L-app with 1 iperf3 flow on same core: mean latency 3.00× its latency alone (303.0 µs vs 101.0 µs; "
             "95 % interval of the difference +") in text
@@ -179,11 +183,13 @@ def test_dimensions_noisy_pattern_and_clear_cores(tmp_path):
             _save(store, run, "dimensions", "cores", base | {"iodepth": 32, "cores": cores, "host_cpus": cores}, r,
                   [_row(iops * (1 + r / 100), lat=100_000 * (1 + r / 100))])
     text = "\n".join(dimensions.analyze(store.measurements(), store.runs()).findings)
-    assert ("At 4k, randwrite reached 106.7 KIOPS and randread 100.0 KIOPS: no significant difference in IOPS "
-            "(95 % interval of the difference −89.5 to +102.8 KIOPS).") in text
+    assert ("At 4k, randwrite reached 106.7 KIOPS and randread 100.0 KIOPS: no clear difference in IOPS "
+            "(Holm over 1 pair; 95 % interval of the difference −89.5 to +102.8 KIOPS; an effect larger") in text
     assert "1.07×" not in text
-    assert ("2 cores gave 2.00× the IOPS of 1 (101.0 KIOPS vs 50.5 KIOPS; 95 % interval of the difference +") in text
-    assert "p99 no significant difference (202.0 µs vs 202.0 µs; 95 % interval of the difference −4.5 to +4.5 µs)" in text
+    assert ("2 cores gave 2.00× the IOPS of 1 (101.0 KIOPS vs 50.5 KIOPS; Holm over 2; 95 % interval of the "
+            "difference +") in text
+    assert ("p99 no clear difference (202.0 µs vs 202.0 µs; Holm over 2; 95 % interval of the difference −4.5 to "
+            "+4.5 µs; an effect larger") in text
 
 
 def test_busy_poll_near_best_states_the_interval(tmp_path):
@@ -258,7 +264,7 @@ def test_contention_many_apps_throughput_latency_and_network(tmp_path):
     result = contention.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
     assert "With 8 T-apps, the T-app sharing its core with a network app kept 88 % of its throughput without it" in text
-    assert "the T-apps on other cores showed no significant difference" in text
+    assert "the T-apps on other cores showed no clear difference" in text
     assert "1 L-app sharing a core with a network app: mean latency 3.00× that of 1 L-app alone" in text
     assert "The network app sharing a core with T-apps (8 in all) kept 75 % of its throughput alone" in text
     table = next(t for t in result.tables if t.title.startswith("Several storage apps")).frame

@@ -171,8 +171,8 @@ def _near_best(data: pd.DataFrame, mine: pd.DataFrame, config: str, cores: int |
     enough = f", so {cores} target core{plural} were enough for its highest throughput" if d.decidable else ""
     return claim(d, kiops,
                  f"With {label}, {cores} target core{plural} fell clearly below its highest throughput",
-                 f"IOPS between {cores} and {top} target cores with {label}{enough}",
-                 f"{family}; {kiops(mine.at[cores, 'iops'])} vs {kiops(mine.at[top, 'iops'])} with {top}") + "."
+                 f"IOPS between {cores} and {top} target cores with {label}",
+                 f"{family}; {kiops(mine.at[cores, 'iops'])} vs {kiops(mine.at[top, 'iops'])} with {top}") + enough + "."
 
 
 def _compare(data: pd.DataFrame, med: pd.DataFrame, out: StudyResult) -> None:

@@ -344,7 +344,7 @@ def matrix_pick(candidates: list, low_rows: dict, cell_name: dict, qd: str, cell
     top = pick if pick >= 0 else int(np.nanargmin(summary[0]))
     others = [i for i in range(k) if i != top]
     diffs = corrected([compare(low_rows[candidates[top]], low_rows[candidates[i]], "lat_p99_ns") for i in others])
-    family = f"Holm over the {k - 1} comparisons with it"
+    family = f"Holm over the {k - 1} comparison{'s' if k > 2 else ''} with it"
     best = candidates[top]
     if pick >= 0:
         runner = min(range(len(others)), key=lambda j: summary[0][others[j]])
@@ -355,10 +355,9 @@ def matrix_pick(candidates: list, low_rows: dict, cell_name: dict, qd: str, cell
                          f"({us(summary[0][others[runner]])}): other − best")
     weakest = max(range(len(others)), key=lambda j: (diffs[j].p if not math.isnan(diffs[j].p) else math.inf))
     d = diffs[weakest]
-    return claim(d, _us, "", f"p99 at {qd} between {cell_name[best]} (the lowest mean, {us(summary[0][top])}) and "
-                             f"{cell_name[candidates[others[weakest]]]} ({us(summary[0][others[weakest]])}), so no "
-                             f"clear best among the {k} combinations{left}",
-                 f"{family}: other − best")
+    return (claim(d, _us, "", f"p99 at {qd} between {cell_name[best]} (the lowest mean, {us(summary[0][top])}) and "
+                              f"{cell_name[candidates[others[weakest]]]} ({us(summary[0][others[weakest]])})",
+                  f"{family}: other − best") + f", so no clear best among the {k} combinations{left}")
 
 
 def _redundant(state: dict[str, bool]) -> bool:

@@ -171,19 +171,22 @@ def results_list(results: Path = typer.Argument(..., help="results directory")) 
         finished = row.finished_at if isinstance(row.finished_at, str) else "(interrupted)"  # NULL reads as NaN
         table.add_row(str(row.run_id), _cell(row.study), _cell(row.started_at), finished,
                       *(str(mine.get(s, 0)) for s in ("ok", "failed", "invalid", "skipped")))
-    out.print(table)
+    _show(table)
 
 
 @results_app.command("show")
 def results_show(results: Path = typer.Argument(..., help="results directory"),
                  study_name: Optional[str] = typer.Option(None, "--study", help="only this study"),
                  leg: Optional[str] = typer.Option(None, "--leg", help="only this leg")) -> None:
-    """The measurements, one line per point and role."""
+    """The measurements, one line per point and role. A --study or --leg not stored there is refused,
+    naming those that are."""
     store = _require_store(results)
     frame = _read(results, store.measurements)
-    if study_name:
+    if study_name is not None:
+        _check_filter(results, "study", study_name, frame["study"], "")
         frame = frame[frame["study"] == study_name]
-    if leg:
+    if leg is not None:
+        _check_filter(results, "leg", leg, frame["leg"], f" of study {study_name}" if study_name is not None else "")
         frame = frame[frame["leg"] == leg]
     table = Table("study", "leg", "role", "rw", "bs", "iodepth", "numjobs", "repeat", "status", "iops",
                   "p99 µs", "error")
@@ -191,22 +194,33 @@ def results_show(results: Path = typer.Argument(..., help="results directory"),
         table.add_row(_cell(row.study), _cell(row.leg), _cell(row.role), _cell(row.rw), _cell(row.bs),
                       _cell(row.iodepth), _cell(row.numjobs), _cell(row.repeat), _cell(row.status),
                       _number(row.iops, 1, "{:,.0f}"), _number(row.lat_p99_ns, 1000, "{:.1f}"), _cell(row.error))
-    out.print(table)
-    if frame.empty:
-        out.print("(no points stored" + (" for that --study/--leg)" if study_name or leg else ")"))
+    _show(table, *(["(no points stored)"] if frame.empty else []))
+
+
+def _check_filter(results: Path, what: str, wanted: str, stored, scope: str) -> None:
+    """Exit 2 when `wanted` is not among the stored values, naming those that are."""
+    have = sorted({str(v) for v in stored.dropna()})
+    if wanted not in have:
+        fail(f"{results}: no {what} {wanted!r}{scope} is stored here; "
+             + (f"{'studies' if what == 'study' else what + 's'} stored: {', '.join(have)}" if have
+                else "no points are stored"))
 
 
 @results_app.command("export")
 def results_export(results: Path = typer.Argument(..., help="results directory"),
-                   out_file: Path = typer.Option(..., "--out", help="file to write, or a directory to write "
-                                                                   "measurements.csv|parquet into"),
+                   out_arg: str = typer.Option(..., "--out", help="FILE.csv or FILE.parquet, or a directory "
+                                               "(existing, ending in /, or a name without a suffix; made when "
+                                               "missing) to write measurements.csv (or .parquet) into"),
                    fmt: Optional[Format] = typer.Option(None, "--format", help="csv or parquet (default: from --out; "
-                                                        "a file name must end in .csv or .parquet)"),
+                                                        "csv into a directory)"),
                    force: bool = FORCE_OPT) -> None:
     """Export measurements() as CSV or Parquet (the format the file name says)."""
     store = _require_store(results)
     frame = _read(results, store.measurements)
-    if out_file.is_dir():
+    if not out_arg.strip():
+        fail("--out is empty: give a file (.csv or .parquet) or a directory")
+    out_file = Path(out_arg)
+    if out_arg.endswith(os.sep) or out_file.is_dir() or not out_file.suffix:
         out_file = out_file / f"measurements.{fmt.value if fmt else 'csv'}"
     suffix = out_file.suffix.lower().lstrip(".")
     if suffix not in ("csv", "parquet"):
@@ -224,15 +238,17 @@ def results_export(results: Path = typer.Argument(..., help="results directory")
         else:
             frame.to_csv(out_file, index=False)
     except OSError as error:
-        fail(f"{out_file}: cannot write ({error})")
-    out.print(f"{len(frame)} rows written to {out_file}")
+        fail(_os_error(error, out_file))
+    _print(f"{len(frame)} rows written to {out_file}")
 
 
 @app.command()
 def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
         topology: Optional[Path] = typer.Option(None, "--topology", help="an inventory, or a spec with an ssh "
                                                 "[topology]: describe each of its hosts instead")) -> None:
-    """Cores, CPU model, kernel, memory and the tools nvmflab can drive, with versions."""
+    """Cores, CPU model, kernel, memory, the tools nvmflab can drive (with versions), the stacks this
+    machine can run (ours, the kernel's, SPDK's and its build), TLS (userspace, kTLS), RDMA devices,
+    and what will make results unreliable here."""
     from .env import collect
 
     if topology is not None:
@@ -244,17 +260,18 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
         except (HostError, SpecError) as error:
             fail(str(error))
         if as_json:
-            out.print_json(json.dumps(reports))
+            _print(json.dumps(reports, indent=1))
         else:
-            for table in topology_tables(reports):
-                out.print(table)
+            _show(*topology_tables(reports))
         return
-    from .env import reliability_warnings
+    from .env import capabilities, capability_rows, reliability_warnings
+    from .topology.local import LocalHost
 
     info = collect()
+    can = capabilities(LocalHost())
     warnings = reliability_warnings()
     if as_json:
-        out.print_json(json.dumps(info | {"warnings": warnings}))
+        _print(json.dumps(info | can | {"warnings": warnings}, indent=1))
         return
     table = Table("item", "value", show_header=False)
     table.add_row("cpu model", info["cpu_model"])
@@ -264,11 +281,11 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON"),
     table.add_row("git revision", info["git_rev"] or "(not a checkout)")
     for name, tool in info["tools"].items():
         table.add_row(name, f"{tool['version'] or '(no version)'}  {tool['path']}" if tool["path"] else "not found")
-    out.print(table)
-    for warning in warnings:  # what will make results here unreliable (sysstat.machine_warnings)
-        out.print(f"[yellow]warning:[/yellow] {warning}")
-    if not warnings:
-        out.print("No noise source found: governor, steal, throttling and other processes look quiet.")
+    for item, value in capability_rows(can):
+        table.add_row(item, value)
+    # what will make results here unreliable (sysstat.machine_warnings)
+    _show(table, *(f"[yellow]warning:[/yellow] {warning}" for warning in warnings), *([] if warnings else [
+        "No noise source found: governor, steal, throttling and other processes look quiet."]))
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -286,7 +303,7 @@ def _require_store(results: Path):
     if not (results / ResultsStore.FILENAME).is_file():
         fail(f"{results}: no {ResultsStore.FILENAME} here (run `nvmflab study` or `nvmflab run` first)")
     try:
-        return ResultsStore(results)
+        return ResultsStore(results, read_only=True)  # every caller only reads
     except StoreError as error:
         fail(str(error))
     except OSError as error:
@@ -303,6 +320,42 @@ def _read(results: Path, reader):
         return reader()
     except (sqlite3.Error, pd.errors.DatabaseError) as error:
         fail(f"{results / 'results.sqlite'}: the results database is damaged ({' '.join(str(error).split())})")
+
+
+def _os_error(error: OSError, target: object, what: str = "cannot write") -> str:
+    """`TARGET: cannot write (what the OS said: 'the file it said it of')` for a failed write."""
+    said = error.strerror or " ".join(str(error).split()) or type(error).__name__
+    if error.filename is not None and str(error.filename) != str(target):
+        said += f": '{error.filename}'"
+    return f"{target}: {what} ({said})"
+
+
+def _stdout_failed(error: OSError) -> None:
+    """A full disk or closed pipe behind stdout ends the command with a named error (exit 2); stdout
+    goes to /dev/null first, so the interpreter's own flush at exit does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    fail(f"cannot write to stdout: {error.strerror or error}")
+
+
+def _print(text: str, end: str = "\n") -> None:
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+    except OSError as error:
+        _stdout_failed(error)
+
+
+def _show(*renderables) -> None:
+    """Rich output to stdout, with _print's handling of a failed write."""
+    try:
+        for renderable in renderables:
+            out.print(renderable)
+        out.file.flush()
+    except OSError as error:
+        _stdout_failed(error)
 
 
 def _cell(value) -> str:
@@ -409,6 +462,7 @@ def _report(results: Path, out_dir: Optional[Path] = None, force: bool = False, 
         from .report import write_report
     except ImportError as error:
         fail(f"the report module is not available ({error})")
+    default_place = out_dir is None
     out_dir = out_dir or results / "report"
     page = out_dir / "report.html"
     if not force and page.exists() and not _report_by_us(page):
@@ -418,9 +472,25 @@ def _report(results: Path, out_dir: Optional[Path] = None, force: bool = False, 
     try:
         path = write_report(results, out_dir)
     except OSError as error:
-        fail(f"{out_dir}: cannot write the report ({error})")
-    print((path.parent / "findings.json").read_text(encoding="utf-8") if as_json else path, end="" if as_json else "\n",
-          flush=True)
+        if not (as_json and default_place):
+            fail(_os_error(error, out_dir, "cannot write the report"))
+        # `--json` asks for stdout only: a results directory that cannot take the report (a
+        # read-only mount, another user's) still gives the findings.
+        import tempfile
+
+        err.print(f"nvmflab: note: {_os_error(error, out_dir, 'cannot write the report')}; the findings are "
+                  "printed, the report is not kept (give --out DIR to keep it)", markup=False, highlight=False)
+        with tempfile.TemporaryDirectory(prefix="nvmflab-report-") as scratch:
+            try:
+                findings = (write_report(results, Path(scratch)).parent / "findings.json").read_text(encoding="utf-8")
+            except OSError as again:
+                fail(_os_error(again, scratch, "cannot write the report"))
+        _print(findings, end="")
+        return
+    if as_json:
+        _print((path.parent / "findings.json").read_text(encoding="utf-8"), end="")
+    else:
+        _print(str(path))
 
 
 def _report_by_us(page: Path) -> bool:

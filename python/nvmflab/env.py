@@ -165,15 +165,68 @@ def host_report(host) -> dict[str, Any]:
         if name in OUR_BINARIES and host.remote:  # the `ours` stack line says whether they run there
             tools[name] = {"path": None, "version": None, "note": "copied from this machine at run time"}
             continue
-        path = host.which(name)
+        path = tool_path(host, name)
         version = probe([path, flag]) if path else None
         tools[name] = {"path": path, "version": version.splitlines()[0] if version else None}
     report["tools"] = tools
-    report["stacks"] = stack_availability(host)
-    report["rdma"] = rdma_report(host)
-    report["tls"] = tls_report(host)
+    report |= capabilities(host)
     report["warnings"] = reliability_warnings(host)
     return report
+
+
+def capabilities(host, root: str = "") -> dict[str, Any]:
+    """What `host` can run: each stack per side, the SPDK build found (or None), NVMe over RDMA
+    (its devices) and TLS (userspace in ours and SPDK; the kernel's, kTLS, from its facts).
+    `root`: a fake tree for the sysfs and /boot the RDMA and TLS probes read (tests)."""
+    from .stacks.spdk import spdk_dir
+
+    return {"stacks": stack_availability(host), "spdk_build": spdk_dir(host), "rdma": rdma_report(host, root),
+            "tls": tls_report(host, root)}
+
+
+def ktls_state(facts: dict[str, Any]) -> str:
+    """Whether the kernel can do TLS records (kTLS): CONFIG_TLS=y, or the tls module loaded or loadable."""
+    if facts.get("options", {}).get("CONFIG_TLS") == "y":
+        return "yes: built into the kernel (CONFIG_TLS=y)"
+    return {"loaded": "yes: the tls module is loaded",
+            "available": "yes: the tls module is installed, not loaded (modprobe tls loads it)"}.get(
+        facts.get("tls_module"), "no: no tls module (loaded or installed) and CONFIG_TLS is not y")
+
+
+USERSPACE_TLS = "always: ours and SPDK do TLS 1.3 in the process, needing nothing of the kernel"
+
+
+def capability_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """(item, value) rows of capabilities(), the same for `env` and each host of `env --topology`."""
+    rows = [(f"stack {stack} {side}", "usable" if why is None else f"missing: {why}")
+            for stack, sides in r["stacks"].items() for side, why in sides.items()]
+    if "spdk_build" in r:
+        rows.append(("spdk build", r["spdk_build"] or "not found (make spdk builds it; NVMFLAB_SPDK_DIR names "
+                                                     "another)"))
+    if "rdma" in r:
+        rows.append(("rdma devices", r["rdma"]["summary"]))
+        rows += [(f"rdma {stack} {side}", "usable" if why is None else f"no: {why}")
+                 for stack, sides in r["rdma"]["stacks"].items() for side, why in sides.items()]
+    if "tls" in r:
+        rows.append(("tls userspace", USERSPACE_TLS))
+        rows.append(("ktls", ktls_state(r["tls"]["facts"])))
+        rows.append(("tls (kernel)", r["tls"]["summary"]))
+        rows += [(f"tls {stack} {side}", "usable" if why is None else f"no: {why}")
+                 for stack, sides in r["tls"]["stacks"].items() for side, why in sides.items()]
+    return rows
+
+
+def tool_path(host, name: str) -> str | None:
+    """Where `host` runs `name` from: our binaries as the stacks find them (Host.binary: on this
+    machine NVMFLAB_BIN_DIR, then target/release, then PATH), other tools on its PATH."""
+    from .topology.base import HostError
+
+    if name not in OUR_BINARIES:
+        return host.which(name)
+    try:
+        return host.binary(name)
+    except HostError:
+        return None
 
 
 def nic_for(host, probe) -> tuple[str | None, str | None]:
@@ -294,19 +347,8 @@ def topology_tables(reports: list[dict[str, Any]]) -> list:
         table.add_row("kernel", r["kernel"])
         driver = f" (driver {r['nic_driver']})" if r["nic_driver"] else ""
         table.add_row("nic", (r["nic"] or "no interface holds the data address") + driver)
-        for stack, sides in r["stacks"].items():
-            for side, why in sides.items():
-                table.add_row(f"stack {stack} {side}", "usable" if why is None else f"missing: {why}")
-        if "rdma" in r:
-            table.add_row("rdma devices", r["rdma"]["summary"])
-            for stack, sides in r["rdma"]["stacks"].items():
-                for side, why in sides.items():
-                    table.add_row(f"rdma {stack} {side}", "usable" if why is None else f"no: {why}")
-        if "tls" in r:
-            table.add_row("tls (kernel)", r["tls"]["summary"])
-            for stack, sides in r["tls"]["stacks"].items():
-                for side, why in sides.items():
-                    table.add_row(f"tls {stack} {side}", "usable" if why is None else f"no: {why}")
+        for item, value in capability_rows(r):
+            table.add_row(item, value)
         for warning in r.get("warnings", []):
             table.add_row("[yellow]warning[/yellow]", warning)
         for name, tool in r["tools"].items():

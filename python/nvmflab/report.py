@@ -52,7 +52,7 @@ def load(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.DataFrame(), pd.DataFrame()
     from .store import ResultsStore
 
-    with ResultsStore(results_dir) as store:
+    with ResultsStore(results_dir, read_only=True) as store:  # a report writes nothing into the store
         return store.measurements(), store.runs()
 
 

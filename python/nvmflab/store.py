@@ -128,7 +128,10 @@ class ResultsStore:
     FILENAME = "results.sqlite"
     LOCKNAME = "results.lock"
 
-    def __init__(self, directory: Path | str):
+    def __init__(self, directory: Path | str, read_only: bool = False):
+        """`read_only`: for commands that only read (report, results, compare): the database is opened
+        without writing, so a directory on a read-only mount or owned by another user works; only a
+        database an older nvmflab wrote is opened for writing, to add the columns it lacks."""
         self.dir = Path(directory)
         self.path = self.dir / self.FILENAME
         self._lock_file = None
@@ -136,6 +139,8 @@ class ResultsStore:
         self.stale: set[str] = set()
         if self.path.exists():
             check_database(self.path)  # before anything is written into a file that may be another's
+        if read_only and self._open_read_only():
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         self.raw_dir = self.dir / "raw"
         self.raw_dir.mkdir(exist_ok=True)
@@ -148,6 +153,27 @@ class ResultsStore:
         except sqlite3.Error as error:
             self._db.close()
             raise StoreError(f"{self.path}: cannot use this results database ({error})") from None
+
+    def _open_read_only(self) -> bool:
+        """Open without writing; False when the schema must be made or upgraded first."""
+        self.raw_dir = self.dir / "raw"
+        try:
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)  # quotes odd names
+        except sqlite3.Error as error:
+            raise StoreError(f"{self.path}: cannot open the results database ({error})") from None
+        try:
+            tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            current = {"runs", "points", "measurements"} <= tables
+            for table, columns in LATER_COLUMNS.items() if current else ():
+                have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                current = current and all(column.split()[0] in have for column in columns)
+        except sqlite3.Error as error:
+            self._db.close()
+            raise StoreError(f"{self.path}: not a usable results database ({error})") from None
+        if current:
+            return True
+        self._db.close()  # empty or made by an older nvmflab: the writable open makes or upgrades it
+        return False
 
     def lock(self) -> None:
         """Hold the directory for this run (flock on results.lock, released on close or exit): a

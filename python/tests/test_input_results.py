@@ -317,8 +317,8 @@ def test_results_show_list_and_export_handle_every_status(tmp_path, fake_env):
     frame = pd.read_csv(tmp_path / "m.csv")
     assert sorted(frame["status"]) == ["failed", "invalid", "ok", "skipped"]
     assert frame.set_index("status").loc["failed", "error"] == "nvmf-perf exited 1: boom"
-    none = nvmflab("results", "show", str(results), "--study", "other", env=fake_env)
-    assert none.returncode == 0 and "no points stored" in none.stdout
+    none = nvmflab("results", "show", str(results), "--study", "other", env=fake_env)  # issue 41: refused
+    one_line_error(none, "no study 'other'", "studies stored: mixed")
 
 
 def test_corrupt_and_foreign_databases_are_named_not_internal_errors(tmp_path, fake_env):

@@ -10,7 +10,8 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import compare_frames, compare_values, corrected, excluded_points, missing_leg, stated, study_rows
+from .common import (claim, compare_frames, compare_values, corrected, descriptive, excluded_points, missing_leg,
+                     stated, study_rows)
 from .contention_grid import LEG as GRID, analyze_grid, flow_totals
 from .contention_many import LEG as MANY, analyze_many_apps
 from .cores_used import used_text, with_cores
@@ -153,17 +154,17 @@ def _storage(rows: pd.DataFrame, storage: pd.DataFrame, out: StudyResult,
     for rec, diff in zip(records, diffs):
         flows = f"{rec['iperf3 flows']} iperf3 flow{'s' if rec['iperf3 flows'] > 1 else ''} on {rec['network apps on']}"
         if rec["storage app"] == "T-app":
-            kept = stated(diff["bw_bytes"], mbps, f"kept {rec['throughput kept %']:.0f} % of its throughput",
-                          f"{rec['MB/s']:.0f} vs {alone.at['T-app', 'bw_bytes'] / 1e6:.0f} MB/s",
-                          "showed no significant difference in throughput from running alone")
-            out.findings.append(f"A T-app with {flows} {kept}.")
+            out.findings.append(claim(
+                diff["bw_bytes"], mbps, f"A T-app with {flows} kept {rec['throughput kept %']:.0f} % of its throughput",
+                f"throughput between a T-app with {flows} and alone",
+                f"{rec['MB/s']:.0f} vs {alone.at['T-app', 'bw_bytes'] / 1e6:.0f} MB/s") + ".")
         else:
             mean = stated(diff["lat_mean_ns"], us, f"{times(rec['mean × alone'])} its latency alone",
                           f"{rec['mean (µs)']} µs vs {alone.at['L-app', 'lat_mean_ns'] / 1e3:.1f} µs",
-                          "no significant difference from alone")
+                          "no clear difference from alone")
             p99 = stated(diff["lat_p99_ns"], us, f"{times(rec['p99 × alone'])} its p99 alone",
                          f"{rec['p99 (µs)']} µs vs {alone.at['L-app', 'lat_p99_ns'] / 1e3:.1f} µs",
-                         "no significant difference from alone")
+                         "no clear difference from alone")
             out.findings.append(f"An L-app with {flows}: mean latency {mean}; p99 {p99}.")
 
 def _network(rows: pd.DataFrame, network: pd.DataFrame, out: StudyResult) -> None:
@@ -207,11 +208,10 @@ def _network(rows: pd.DataFrame, network: pd.DataFrame, out: StudyResult) -> Non
         series[label] = (xs + [n], ys + [mean * 8 / 1e9])
         if diff is not None:
             kept = 100 * ratio(mean, base)
-            out.findings.append(
-                f"{n} iperf3 flow{'s' if n > 1 else ''} on {PLACE.get(layout, layout)} beside the {app}: per-flow "
-                "throughput " + stated(diff, gbit, f"kept {kept:.0f} % of the same flows alone",
-                                       f"{gbit(mean)} vs {gbit(base)}", "showed no significant difference from alone")
-                + ".")
+            who = f"{n} iperf3 flow{'s' if n > 1 else ''} on {PLACE.get(layout, layout)} beside the {app}"
+            out.findings.append(claim(diff, gbit, f"{who}: per-flow throughput kept {kept:.0f} % of the same flows alone",
+                                      f"per-flow throughput between {who} and the same flows alone",
+                                      f"{gbit(mean)} vs {gbit(base)}") + ".")
     out.tables.append(Table("Network apps (iperf3) alone and beside storage apps", pd.DataFrame(records),
                             "Throughput per flow over the storage app's measured window (iperf3 interval records "
                             "cut to it); alone = the same flows in the same layout without a storage app, in the "
@@ -233,8 +233,9 @@ def _network(rows: pd.DataFrame, network: pd.DataFrame, out: StudyResult) -> Non
         med = group.groupby("net_flows")["per_flow"].mean().sort_index()
         where = "" if layout == "same_core" else f" ({PLACE.get(layout, layout)})"
         lo, hi = int(med.index[0]), int(med.index[-1])
-        out.findings.append(f"Alone, {lo} iperf3 flow{'s' if lo > 1 else ''}{where} reached {gbit(med.iloc[0])} per flow"
-                            + (f"; {hi} flows {gbit(med.iloc[-1])} per flow." if len(med) > 1 else "."))
+        out.findings.append(descriptive(
+            f"Alone, {lo} iperf3 flow{'s' if lo > 1 else ''}{where} reached {gbit(med.iloc[0])} per flow"
+            + (f"; {hi} flows {gbit(med.iloc[-1])} per flow." if len(med) > 1 else ".")))
 
 
 def _cpu(network: pd.DataFrame, out: StudyResult) -> None:

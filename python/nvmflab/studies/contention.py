@@ -20,7 +20,9 @@ core. Legs:
   generator (roles `main`, `lg1`, ...), with one network app and without it. T-apps run one per
   host core (one-to-one, wrapping on small machines: knob `apps_share_cores`), L-apps all on the
   first host core; the network app (one flow) shares the first host core and the first target core
-  with the `main` app, as in the source's "multiple T-apps (L-apps) and a network app".
+  with the `main` app, as in the source's "multiple T-apps (L-apps) and a network app". Each round
+  also measures that network app alone (knob `storage_apps = 0`, `part = "network"`), its baseline
+  in the same rounds and layout.
 - `lapps_flows` (when `grid_lapps` is not empty): the grid of the source's figures 11-12, N L-apps
   on the first host core beside M network apps one per core (`one_per_core`: flow 0 on the L-apps'
   cores), for every N in `grid_lapps` and M in 0 + `grid_flows`, and the M flows alone in the same
@@ -145,6 +147,11 @@ def _many_apps(ctx: Context, params: Params, missing: str | None, app_knobs, sto
     skip = f"network apps skipped: {missing}" if missing else None
     runs = []
     for r in range(ctx.spec.repeats):  # without and with the network app, in the same rounds
+        if params.storage_apps:  # the network app alone, its baseline, in the same rounds and layout
+            layout = _layout(ctx, 1, "same")
+            knobs = app_knobs(None, 1, "same") | {"part": "network", "storage_apps": 0,
+                                                   "net_shares_storage_core": layout["shares"]}
+            runs.append(("many_apps", knobs, r, None, layout))
         for app in params.apps:
             for n in params.storage_apps:
                 knobs = knobs_for(app, n, 0)

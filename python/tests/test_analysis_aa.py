@@ -223,4 +223,4 @@ def test_dimensions_with_every_pattern_at_the_same_iops_says_no_difference(tmp_p
                                "histogram_json": json.dumps([[100_000, 1]])}])
     text = "\n".join(dimensions.analyze(store.measurements(), store.runs()).findings)
     finding = next(f for f in text.splitlines() if f.startswith("At 4k,"))
-    assert "no significant difference in IOPS" in finding and "95 % interval of the difference" in finding
+    assert "no clear difference in IOPS" in finding and "95 % interval of the difference" in finding

@@ -113,6 +113,13 @@ def _pairwise(rng, dist, n, k):
     return float(((best == 2) & clear[np.arange(TRIALS), col]).mean())
 
 
+def _best_of_four(rng, dist, n, k):
+    configs, sd = draw(rng, dist, (TRIALS, 4, n))
+    configs[:, 2] -= k * sd  # one of four combinations has the lower p99
+    pick = decide.pick_best(configs, higher_is_better=False)
+    return float((pick >= 0).mean() if k == 0 else (pick == 2).mean())
+
+
 def _safe_load(rng, dist, n, k):
     base, _ = draw(rng, dist, (TRIALS, n))
     loaded, sd = draw(rng, dist, (TRIALS, n))
@@ -177,6 +184,10 @@ RULES = (
     Rule("converged to the device, counted", "the same with the bandwidth counted in whole I/Os (a step of one sd "
          "of a repeat, rounded up): the interval widened by one step, equal repeats judged by that step from "
          f"{decide.MIN_TIED_REPEATS} repeats on", _converged_to_ceiling_counted),
+    Rule("best of four pick", "polling matrix: the lowest p99 of the four completion × target_mode combinations; "
+         "dimensions: the highest bandwidth among the I/O patterns (`pick_best`: the best mean only when clearly "
+         "better than every other, Holm over the k − 1 comparisons with it)", _best_of_four),
+    Rule("three tests, Holm", "busy-poll: busy polling only, placement only and both, each against off", _family(3)),
 )
 
 

@@ -182,6 +182,72 @@ fn the_ctl_client_exits_by_reply() {
     assert!(err.contains("c.sock"), "{err}");
 }
 
+fn ctl_stdin(sock: &Path, input: &[u8]) -> (i32, String, String) {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvmf-target-ctl"))
+        .arg("--socket")
+        .arg(sock)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// Issue 41: a non-UTF-8 stdin line stopped the input silently (exit 0, later requests never
+/// sent); an empty argument waited 5 s for a reply and exited as if the socket were unreachable.
+#[test]
+fn the_ctl_client_refuses_bad_input_by_name_and_sends_the_rest() {
+    let (t, sock, _dir) = start_with_socket();
+    let disable = format!(r#"{{"op":"disable_namespace","subsystem":"{SUB}","nsid":1}}"#);
+    let input = [b"{\"op\":\"show\"}\n\xff\xfe\n".as_slice(), disable.as_bytes(), b"\n"].concat();
+    let (rc, out, err) = ctl_stdin(&sock, &input);
+    assert_eq!(rc, 2, "bad input: {out} {err}");
+    assert!(err.contains("stdin line 2: not UTF-8"), "{err}");
+    assert_eq!(out.lines().count(), 2, "both good lines sent: {out}");
+    let shown = t.control().handle_json(r#"{"op":"show"}"#);
+    assert_eq!(shown["subsystems"][0]["namespaces"][0]["enabled"], false, "the line after the bad one took effect: {shown}");
+
+    let started = std::time::Instant::now();
+    let (rc, out, err) = ctl(&sock, &[r#"{"op":"show"}"#, " "]);
+    assert_eq!(rc, 2, "{out} {err}");
+    assert!(err.contains("request 2 is empty"), "{err}");
+    assert!(out.is_empty(), "nothing sent: {out}");
+    // The old client waited for the server's 5 s read timeout; this one never connects.
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "{:?}", started.elapsed());
+
+    let (rc, out, _) = ctl(&sock, &[r#"{"op":"show","extra":1}"#]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("unknown field `extra`"), "{out}");
+    t.shutdown();
+}
+
+/// Issue 41: add_namespace exported /etc/shadow to any allowed host. Only files under the
+/// configured directories (by default those of the configured file namespaces) are opened.
+#[test]
+fn add_namespace_opens_only_files_under_the_allowed_directories() {
+    let dir = tempfile::Builder::new().prefix("nvmflab-ctl-").tempdir().unwrap();
+    let img = dir.path().join("ns1.img");
+    std::fs::File::create(&img).unwrap().set_len(1 << 20).unwrap();
+    std::fs::File::create(dir.path().join("ns2.img")).unwrap().set_len(1 << 20).unwrap();
+    let mut c = config();
+    c.subsystems[0].namespaces[0].backend = nvmf_target::config::BackendConfig::File { path: img };
+    let t = Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).unwrap());
+    let ctl = Control::new(t, c);
+    let add = |nsid: u32, path: &str| format!(r#"{{"op":"add_namespace","subsystem":"{SUB}","nsid":{nsid},"backend":"file","path":"{path}"}}"#);
+    let before = ctl.handle_json(r#"{"op":"show"}"#);
+    let e = err(&ctl, &add(2, "/etc/shadow"));
+    assert!(e.contains("/etc/shadow is outside the directories allowed"), "{e}");
+    let e = err(&ctl, &add(2, &format!("{}/../../../etc/passwd", dir.path().display())));
+    assert!(e.contains("outside"), "{e}");
+    assert_eq!(ctl.handle_json(r#"{"op":"show"}"#), before, "refusals change nothing");
+    let r = ctl.handle_json(&add(2, &dir.path().join("ns2.img").display().to_string()));
+    assert_eq!(r["ok"], true, "a file beside the configured one: {r}");
+}
+
 /// Found by blktests' bed: a target started with no namespace chose 64-byte buffer alignment, so
 /// the first O_DIRECT file namespace added at run time was refused. With `control` set, buffers
 /// are page aligned from the start.
@@ -194,6 +260,7 @@ fn a_file_namespace_can_be_added_to_a_target_started_without_one() {
     let mut c = TargetConfig::empty();
     c.ports.push(PortConfig { addr: "127.0.0.1:0".parse().unwrap(), portid: None, subsystems: None, tls: Default::default() });
     c.target.control = Some(dir.join("c.sock"));
+    c.target.control_allow_paths = Some(vec![dir.clone()]);
     let t = nvmf_target::start(c).expect("start with no subsystem");
     let ctl = t.control();
     assert_eq!(ctl.handle_json(&format!(r#"{{"op":"add_subsystem","nqn":"{SUB}"}}"#))["ok"], true);

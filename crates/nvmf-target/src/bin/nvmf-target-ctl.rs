@@ -4,8 +4,10 @@
 //!     nvmf-target-ctl --socket S '{"op":"set_host","nqn":"H","dhchap_key":"DHHC-1:00:..."}'
 //!
 //! Each REQUEST (or, without any, each line of stdin) is sent as one line; each reply is printed
-//! as one line. Exit status 0 when every reply has "ok": true, 1 when one does not, 2 when the
-//! socket cannot be reached or the target closes it early.
+//! as one line. Exit status (docs/control.md): 0 every reply has "ok": true; 1 the target refused
+//! a request; 2 bad input (an empty request, a stdin line that is not UTF-8: named on stderr, the
+//! other lines are still sent) or the socket cannot be reached or the target closes it early.
+//! Bad input wins over a refusal.
 
 use clap::Parser;
 use std::io::{BufRead, BufReader, Write};
@@ -25,16 +27,44 @@ struct Args {
     requests: Vec<String>,
 }
 
+/// Exit statuses (docs/control.md).
+const REFUSED: i32 = 1;
+const BAD_INPUT_OR_UNREACHABLE: i32 = 2;
+
+fn fail(msg: String) -> ! {
+    eprintln!("nvmf-target-ctl: {msg}");
+    std::process::exit(BAD_INPUT_OR_UNREACHABLE)
+}
+
+/// The requests of stdin, one a line (blank lines skipped). A line that is not UTF-8 is named on
+/// stderr and left out; the others are kept. Returns them and whether one was left out.
+fn stdin_requests(input: impl BufRead) -> (Vec<String>, bool) {
+    let mut requests = Vec::new();
+    let mut bad = false;
+    for (i, line) in input.split(b'\n').enumerate() {
+        let line = line.unwrap_or_else(|e| fail(format!("reading stdin: {e}")));
+        match String::from_utf8(line) {
+            Ok(t) if t.trim().is_empty() => {}
+            Ok(t) => requests.push(t),
+            Err(_) => {
+                eprintln!("nvmf-target-ctl: stdin line {}: not UTF-8: not sent", i + 1);
+                bad = true;
+            }
+        }
+    }
+    (requests, bad)
+}
+
 fn main() {
     let a = Args::parse();
-    let requests: Vec<String> = if a.requests.is_empty() {
-        std::io::stdin().lock().lines().map_while(Result::ok).filter(|l| !l.trim().is_empty()).collect()
+    let (requests, bad_input) = if a.requests.is_empty() {
+        stdin_requests(std::io::stdin().lock())
     } else {
-        a.requests
-    };
-    let fail = |msg: String| -> ! {
-        eprintln!("nvmf-target-ctl: {msg}");
-        std::process::exit(2)
+        // All arguments are there at once: an empty one is a usage error, before anything is sent.
+        if let Some(i) = a.requests.iter().position(|r| r.trim().is_empty()) {
+            fail(format!("request {} is empty: expected a JSON object such as '{{\"op\":\"show\"}}'", i + 1));
+        }
+        (a.requests, false)
     };
     let stream = UnixStream::connect(&a.socket).unwrap_or_else(|e| fail(format!("{}: {e}", a.socket.display())));
     let _ = stream.set_read_timeout(Some(Duration::from_secs(a.timeout.max(1))));
@@ -57,5 +87,12 @@ fn main() {
         all_ok &= ok;
         print!("{reply}");
     }
-    std::process::exit(if all_ok { 0 } else { 1 });
+    let _ = std::io::stdout().flush();
+    std::process::exit(if bad_input {
+        BAD_INPUT_OR_UNREACHABLE
+    } else if all_ok {
+        0
+    } else {
+        REFUSED
+    });
 }

@@ -61,6 +61,10 @@ pub struct Cli {
     /// Unix socket for runtime changes (hosts, keys, subsystems, namespaces): docs/control.md
     #[arg(long)]
     pub control: Option<std::path::PathBuf>,
+    /// A directory whose files add_namespace may open, repeatable (default: the directories of
+    /// the configured file namespaces); overrides the config file's [control] allow_paths
+    #[arg(long = "control-allow-path")]
+    pub control_allow_path: Vec<std::path::PathBuf>,
     /// Most TCP connections open at once; one more is closed as soon as it is accepted
     #[arg(long = "max-connections")]
     pub max_connections: Option<u32>,
@@ -129,6 +133,9 @@ impl Cli {
         if let Some(s) = &self.stats {
             let parsed = super::parse_stats_addr(s);
             t.stats = Some(parsed.ok_or_else(|| bad(format!("--stats {s:?}: expected ADDR:PORT or PORT (loopback)")))?);
+        }
+        if !self.control_allow_path.is_empty() {
+            t.control_allow_paths = Some(self.control_allow_path.clone());
         }
         if let Some(p) = &self.control {
             t.control = Some(p.clone());

@@ -123,6 +123,9 @@ pub struct TargetSettings {
     pub stats: Option<SocketAddr>,
     /// Unix socket of the runtime control surface (control.rs, docs/control.md); none: off.
     pub control: Option<PathBuf>,
+    /// Directories whose files (and devices) `add_namespace` may open (`[control] allow_paths`,
+    /// `--control-allow-path`); `None`: the directories of the configured file namespaces.
+    pub control_allow_paths: Option<Vec<PathBuf>>,
     /// KATO used when a host connects with kato = 0 is *not* overridden; this only applies to
     /// hosts that ask for the default (Linux always sends its own value).
     pub kato_default_ms: u32,
@@ -243,6 +246,7 @@ impl Default for TargetSettings {
             tcp_congestion: None,
             stats: None,
             control: None,
+            control_allow_paths: None,
             kato_default_ms: 120_000,
             max_connections: 4096,
             max_controllers: 1024,

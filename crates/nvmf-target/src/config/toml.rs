@@ -22,6 +22,15 @@ struct RawConfig {
     /// Per-host DH-HMAC-CHAP keys (nvmet's `hosts/<nqn>/dhchap_*`).
     #[serde(default)]
     host: Vec<RawHost>,
+    /// The runtime control surface's limits (docs/control.md).
+    control: Option<RawControl>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    /// Directories whose files `add_namespace` may open.
+    allow_paths: Option<Vec<PathBuf>>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +178,7 @@ pub fn parse(text: &str, path: &Path) -> Result<TargetConfig, ConfigError> {
         })?);
     }
     target.control = t.control;
+    target.control_allow_paths = raw.control.and_then(|c| c.allow_paths);
     if let Some(k) = t.ktls {
         target.ktls = nvmf_tls::KtlsMode::parse(k.get_ref())
             .ok_or_else(|| bad_at(k.span(), format!("target.ktls = {:?}: expected \"auto\", \"on\" or \"off\"", k.get_ref())))?;
@@ -307,6 +317,16 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_allow_paths() {
+        let text = "[control]\nallow_paths = [\"/srv/img\", \"/data\"]\n[[port]]\naddr = \"127.0.0.1:4420\"\n";
+        let t = parse(text, Path::new("a.toml")).unwrap().target;
+        assert_eq!(t.control_allow_paths, Some(vec![PathBuf::from("/srv/img"), PathBuf::from("/data")]));
+        assert_eq!(parse("[[port]]\naddr = \"127.0.0.1:4420\"\n", Path::new("a.toml")).unwrap().target.control_allow_paths, None);
+        let e = parse("[control]\nallow_path = [\"/x\"]\n", Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("allow_path"), "a misspelt key is refused: {e}");
+    }
 
     #[test]
     fn limits_keys() {

@@ -19,11 +19,12 @@
 //! - qid_max: the subsystem's controllers end, as nvmet's, and their hosts reconnect and are
 //!   granted at most that many I/O queues.
 
+pub mod paths;
 pub mod request;
 pub mod socket;
 
 use crate::config::host_auth::RawHostAuth;
-use crate::config::{HostAuthConfig, NamespaceConfig, SubsystemConfig, TargetConfig};
+use crate::config::{BackendConfig, HostAuthConfig, NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::core::{Namespace, Subsystem, Target, MAX_IO_QUEUES};
 use request::{NamespaceSpec, Request};
 use serde_json::{json, Value};
@@ -73,13 +74,16 @@ struct State {
 pub struct Control {
     target: Arc<Target>,
     state: Mutex<State>,
+    /// Directories `add_namespace` may open files under (paths.rs), fixed at start.
+    allowed_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Control {
     /// `config` is what the target was started with.
     pub fn new(target: Arc<Target>, config: TargetConfig) -> Control {
         let hosts = config.hosts.iter().map(|h| (h.nqn.clone(), HostFields::from_config(h))).collect();
-        Control { target, state: Mutex::new(State { config, hosts }) }
+        let allowed_dirs = paths::allowed_dirs(&config);
+        Control { target, state: Mutex::new(State { config, hosts }), allowed_dirs }
     }
 
     /// Parses and applies one request (a JSON text); the reply is a JSON object with `ok`.
@@ -95,7 +99,7 @@ impl Control {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let done = json!({ "ok": true });
         match req {
-            Request::Show => Ok(self.show(&st)),
+            Request::Show {} => Ok(self.show(&st)),
             Request::SetHost { nqn, dhchap_key, dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup } => {
                 request::check_nqn("nqn", &nqn)?;
                 let mut f = st.hosts.get(&nqn).cloned().unwrap_or_default();
@@ -240,7 +244,11 @@ impl Control {
     fn add_namespace(&self, st: &mut State, spec: NamespaceSpec) -> Result<Value, String> {
         let subsystem = spec.subsystem.clone();
         let enabled = spec.enabled;
-        let n: NamespaceConfig = spec.into_config()?;
+        let mut n: NamespaceConfig = spec.into_config()?;
+        if let BackendConfig::File { path } = &n.backend {
+            let real = paths::check(path, &self.allowed_dirs).map_err(|e| format!("namespace {}: {e}", n.nsid))?;
+            n.backend = BackendConfig::File { path: real };
+        }
         let (i, live) = Self::find(st, &self.target, &subsystem)?;
         let mut next = st.config.clone();
         next.subsystems[i].namespaces.push(n.clone());

@@ -18,8 +18,9 @@ fn yes() -> bool {
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Subsystems, namespaces and hosts as they are now.
-    Show,
+    /// Subsystems, namespaces and hosts as they are now. A struct variant, not a unit one: serde
+    /// ignores unknown fields of a unit variant in an internally tagged enum.
+    Show {},
     /// Sets the given DH-HMAC-CHAP fields of a host (absent: unchanged; "": cleared). A host
     /// with a key must authenticate; without one it need not.
     SetHost {
@@ -141,7 +142,7 @@ mod tests {
 
     #[test]
     fn requests_parse_by_op() {
-        assert_eq!(parse(r#"{"op":"show"}"#), Ok(Request::Show));
+        assert_eq!(parse(r#"{"op":"show"}"#), Ok(Request::Show {}));
         assert_eq!(
             parse(r#"{"op":"set_host","nqn":"h","dhchap_hash":"hmac(sha384)"}"#),
             Ok(Request::SetHost {
@@ -163,6 +164,10 @@ mod tests {
         let err = |t: &str| parse(t).unwrap_err();
         assert!(err(r#"{"op":"format_disk"}"#).contains("unknown variant `format_disk`"), "{}", err(r#"{"op":"format_disk"}"#));
         assert!(err(r#"{"op":"remove_host","nqn":"h","extra":1}"#).contains("unknown field `extra`"));
+        // Every op, those without fields too.
+        assert!(err(r#"{"op":"show","extra":1}"#).contains("unknown field `extra`"), "{}", err(r#"{"op":"show","extra":1}"#));
+        let spec = r#"{"op":"add_namespace","subsystem":"s","nsid":1,"backend":"ram","size":4096,"extra":1}"#;
+        assert!(err(spec).contains("unknown field `extra`"), "{}", err(spec));
         assert!(err(r#"{"op":"remove_host"}"#).contains("missing field `nqn`"));
         assert!(err(r#"{"nqn":"h"}"#).contains("missing field `op`"));
         assert!(err(r#"{"op":"enable_namespace","subsystem":"s","nsid":-1}"#).contains("invalid value"));

@@ -249,6 +249,13 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
 /// whether the kernel has kTLS. None when no port allows TLS.
 fn tls_server_config(config: &TargetConfig, ports: &[core::Port]) -> Result<Option<wire::TlsSetup>, StartError> {
     if config.ports.iter().all(|p| p.tls == config::PortTls::None) {
+        if !config.tls_keys.is_empty() {
+            // A key does not turn TLS on (docs/tls.md): say so, rather than leave it unused unseen.
+            tracing::warn!(
+                "TLS keys are configured for {} host(s) but no port takes TLS, so they are not used: add --tls allowed or required ([[port]] tls)",
+                config.tls_keys.len()
+            );
+        }
         return Ok(None);
     }
     let ktls = match (config.target.ktls, nvmf_tls::ktls::probe()) {

@@ -52,11 +52,12 @@ pub enum KtlsMode {
 }
 
 impl KtlsMode {
+    /// Exactly the documented words (docs/tls.md): `auto`, `on`, `off`; no aliases.
     pub fn parse(s: &str) -> Option<KtlsMode> {
-        match s.trim().to_ascii_lowercase().as_str() {
+        match s {
             "auto" => Some(KtlsMode::Auto),
-            "on" | "yes" | "true" => Some(KtlsMode::On),
-            "off" | "no" | "false" => Some(KtlsMode::Off),
+            "on" => Some(KtlsMode::On),
+            "off" => Some(KtlsMode::Off),
             _ => None,
         }
     }
@@ -395,9 +396,12 @@ mod tests {
     #[test]
     fn modes_parse() {
         assert_eq!(KtlsMode::parse("auto"), Some(KtlsMode::Auto));
-        assert_eq!(KtlsMode::parse(" ON "), Some(KtlsMode::On));
+        assert_eq!(KtlsMode::parse("on"), Some(KtlsMode::On));
         assert_eq!(KtlsMode::parse("off"), Some(KtlsMode::Off));
-        assert_eq!(KtlsMode::parse("kernel"), None);
+        // Issue 41: undocumented aliases were taken; only the documented words are.
+        for word in ["kernel", "yes", "true", "no", "false", " ON ", "On", ""] {
+            assert_eq!(KtlsMode::parse(word), None, "{word:?}");
+        }
         assert_eq!(KtlsMode::default(), KtlsMode::Auto);
     }
 

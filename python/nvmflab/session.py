@@ -386,6 +386,9 @@ def render_plan(planner: PlanningRunner) -> str:
                 steps = host_stack.plan_host(part, address, 4420, host, runtime=point.runtime,
                                              ramp_time=point.ramp_time)
                 lines += [f"  {line}" for line in steps]
+    if lines and planner.order_seed is not None:  # a run draws its own seed unless given this one
+        lines.append(f"(points in each round in the order of seed {planner.order_seed}: "
+                     f"--order-seed {planner.order_seed} runs them so)")
     return "\n".join(lines) if lines else "(no points)"
 
 

@@ -73,6 +73,8 @@ def _plan(tmp_path, env, *extra: str) -> list[str]:
     spec.write_text(SPEC)
     done = nvmflab("run", str(spec), "--plan", *extra, env=env)
     assert done.returncode == 0, done.stderr
+    seed = extra[extra.index("--order-seed") + 1]
+    assert done.stdout.strip().splitlines()[-1].endswith(f"--order-seed {seed} runs them so)")  # says how to rerun
     return [line for line in done.stdout.splitlines() if line.startswith("# ")]
 
 

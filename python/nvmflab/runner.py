@@ -217,6 +217,9 @@ class Runner:
             if delta is not None:
                 row["target_counters_json"] = json.dumps(delta, sort_keys=True)
             row |= noise
+            if (point.knobs | job.knobs).get("tls") == "on":  # which layer made the records (issue 37)
+                row["host_tls_records"] = host_stack.host_tls_records(
+                    "\n".join(_text(part["log"]) for part in output.get("parts", []) if "log" in part))
             rows.append(row)
         point_probes = probes.columns(probes_before, probes_after, sum(r.get("total_ios") or 0 for r in rows))
         for row in rows:

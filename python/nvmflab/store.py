@@ -91,6 +91,9 @@ LATER_COLUMNS = {"measurements": ["target_stack_version TEXT", "host_stack_versi
 # Energy and network counters per point (probes.py, issue 24), appended after the noise columns.
 METRIC_COLUMNS += PROBE_NAMES
 LATER_COLUMNS["measurements"] += PROBE_COLUMNS
+# Who made a TLS point's records on the host side (Stack.host_tls_records, issue 37), after those.
+METRIC_COLUMNS += ["host_tls_records"]
+LATER_COLUMNS["measurements"] += ["host_tls_records TEXT"]
 # Knob columns of measurements(): spec names, in the order of docs/results-schema.md.
 KNOB_COLUMNS = [
     "rw", "bs", "iodepth", "numjobs", "rwmixread", "rate_iops", "completion", "target_mode",
@@ -98,7 +101,7 @@ KNOB_COLUMNS = [
     "in_capsule_data_size", "io_queues", "backend", "backend_size", "bg_load_pct", "target_stack", "host_stack",
 ]
 # Columns appended after fg_bg_shared_core, so the earlier ones keep their places.
-APPENDED_COLUMNS = ["intervals_json"] + [c.split()[0] for c in NOISE_COLUMNS] + PROBE_NAMES
+APPENDED_COLUMNS = ["intervals_json"] + [c.split()[0] for c in NOISE_COLUMNS] + PROBE_NAMES + ["host_tls_records"]
 FRAME_COLUMNS = (
     ["run_id", "study", "leg", "point_id", "point_key", "repeat", "role", "status", "error"]
     + ["engine"] + KNOB_COLUMNS + ["knobs_json"]

@@ -11,12 +11,13 @@ metrics), over its CPU comparisons, and over its connect comparisons.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 
 from .. import plots_extra
-from .common import compare_frames, corrected, excluded_points, stated, study_rows
+from .common import claim, compare_frames, corrected, excluded_points, stated, study_rows
 from .cores_used import with_cores
 from .extra import r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
@@ -120,9 +121,57 @@ def _data_path(pair: str, data: pd.DataFrame, out: StudyResult) -> None:
         out.figures.append(Figure(
             f"security_{_file(pair)}_ratio", plots_extra.grouped_bars(
                 labels, {m: v for m, v in ratios.items()}, title=f"{title}: each mode ÷ plain",
-                ylabel="metric ÷ plain (L-app: latency; others: IOPS or MB/s)"),
+                ylabel="metric ÷ plain (L-app: latency; others: IOPS or MB/s)",
+                better=["lower" if str(label).startswith("L-app") else "higher" for label in labels]),
             "1.0 is plain's value; below 1 for IOPS/bandwidth and above 1 for latency is a cost."))
     _findings(title, data, labels, modes, out)
+
+
+# What the stacks that cannot say per point make of TLS records (stacks/*.py, host_tls_records).
+FIXED_RECORDS = {"kernel": "ktls (handshake by tlshd)", "spdk": "userspace (SPDK ssl sock)"}
+
+
+def _target_records(stack: object, counters: object) -> str:
+    """One TLS point's target-side record layer: ours from its /stats delta (ports[].tls_records and
+    the connections kTLS took), the other stacks by what they always do."""
+    if stack in FIXED_RECORDS:
+        return FIXED_RECORDS[str(stack)]
+    try:
+        ports = json.loads(counters).get("ports") or [] if isinstance(counters, str) else []
+    except ValueError:
+        ports = []
+    ports = [p for p in ports if isinstance(p, dict) and p.get("tls_records")]
+    if not ports:
+        return "not recorded"
+    chosen = "/".join(sorted({str(p["tls_records"]) for p in ports}))
+    fallbacks = sum(int(p.get("ktls_fallbacks") or 0) for p in ports)
+    return chosen + (f" ({fallbacks} connection(s) fell back to userspace)" if fallbacks else "")
+
+
+def records_text(rows: pd.DataFrame) -> str:
+    """'records: target ktls, host userspace' over TLS rows; ours runs --ktls auto, so the text says
+    what auto became there instead of leaving the fallback silent."""
+    if rows.empty:
+        return "records: not recorded"
+    target = sorted({_target_records(s, c) for s, c in zip(rows.get("target_stack", pd.Series(dtype=object)),
+                                                           rows.get("target_counters_json", pd.Series(dtype=object)))})
+    hosts = rows.get("host_tls_records", pd.Series(dtype=object))
+    host = sorted({str(v) for v in hosts.dropna()}) or [FIXED_RECORDS.get(str(s), "not recorded")
+                                                      for s in sorted(set(rows.get("host_stack", ["?"])))]
+    auto = [side for side, stack in (("target", "target_stack"), ("host", "host_stack"))
+            if "ours" in set(rows.get(stack, []))]
+    note = f"; ours' --ktls auto chose this on the {' and '.join(auto)}" if auto else ""
+    return f"records: target {' or '.join(target)}, host {' or '.join(host)}{note}"
+
+
+def busy_loop_note(rows: pd.DataFrame) -> str:
+    """Where a side is SPDK, its CPU per I/O is reactor polling time, not work done."""
+    sides = [side for side, stack in (("target", "target_stack"), ("host", "host_stack"))
+             if "spdk" in set(rows.get(stack, []))]
+    if not sides:
+        return ""
+    return (f" On the SPDK {' and '.join(sides)} side CPU per I/O is busy-loop time: the reactor polls its core "
+            "flat out whatever it serves, so it falls as throughput rises and is not the CPU TLS costs.")
 
 
 def _findings(title: str, data: pd.DataFrame, labels: list[str], modes: list[str], out: StudyResult) -> None:
@@ -151,17 +200,20 @@ def _findings(title: str, data: pd.DataFrame, labels: list[str], modes: list[str
             continue
         cpu_text.setdefault((mode, label), []).append(
             f"{side} CPU per I/O " + stated(d, _cpu_us, f"{pct(100 * (ratio(mean_b, mean_a) - 1))}",
-                                            f"{mean_b:.2f} vs {mean_a:.2f} µs", "no significant difference"))
+                                            f"{mean_b:.2f} vs {mean_a:.2f} µs", "no clear difference"))
     said: dict[tuple[str, str], list[str]] = {}
     for (mode, label, column, name, fmt, a, b, _), d in zip(cells, main):
         mean_a, mean_b = _mean(a, column), _mean(b, column)
         said.setdefault((mode, label), []).append(
             f"{name} " + stated(d, fmt, pct(100 * (ratio(mean_b, mean_a) - 1)), f"{fmt(mean_b)} vs {fmt(mean_a)}",
-                                "no significant difference"))
+                                "no clear difference"))
     for key, parts in said.items():
         mode, label = key
         extra = cpu_text.get(key, [])
-        out.findings.append(f"{title}, {label}: {mode} vs plain: " + "; ".join(parts + extra) + ".")
+        tls = data[(data["label"] == label) & (data["mode"] == mode)]
+        records = f" ({records_text(tls)})" if mode.startswith("tls") else ""
+        out.findings.append(f"{title}, {label}: {mode} vs plain{records}: " + "; ".join(parts + extra) + "."
+                            + (busy_loop_note(data) if extra else ""))
 
 
 def _connects(pair: str, data: pd.DataFrame, out: StudyResult) -> None:
@@ -197,12 +249,15 @@ def _connects(pair: str, data: pd.DataFrame, out: StudyResult) -> None:
     others = [s for s in settings if s != "plain"]
     diffs = corrected([compare_frames(plain, data[data["setting"] == s], "lat_mean_ns") for s in others])
     base = _mean(plain, "lat_mean_ns")
+    held = f"; Holm over the {len(others)} settings" if len(others) > 1 else ""
     for setting, d in zip(others, diffs):
-        mean = _mean(data[data["setting"] == setting], "lat_mean_ns")
-        out.findings.append(f"{title}: a connect with {setting} takes "
-                            + stated(d, _ms, f"{_ms(mean)}, {ratio(mean, base):.2f}× a plain connect",
-                                     f"{_ms(mean)} vs {_ms(base)} plain",
-                                     "not significantly longer than a plain one") + ".")
+        mine = data[data["setting"] == setting]
+        mean = _mean(mine, "lat_mean_ns")
+        records = f"; {records_text(mine)}" if setting.startswith("TLS") else ""
+        out.findings.append(f"{title}: " + claim(
+            d, _ms, f"A connect with {setting} takes {_ms(mean)}, {ratio(mean, base):.2f}× a plain connect",
+            f"connect time with {setting} against a plain connect",
+            f"{_ms(mean)} vs {_ms(base)} plain{records}{held}") + ".")
 
 
 def _setting(mode: str, group: str) -> str:

@@ -149,6 +149,12 @@ class Stack(ABC):
         Default: TLS in userspace (OpenSSL), which needs nothing of the host's kernel."""
         return None
 
+    def host_tls_records(self, log: str) -> str | None:
+        """Who made the TLS records of a host run whose load generator's output (stdout and stderr)
+        is `log`: "ktls" (the kernel), "userspace" (the stack's process), a mix, or None where the
+        stack does not say. Stored with every TLS point (runner, `host_tls_records`)."""
+        return None
+
     @abstractmethod
     def versions(self, host: Host) -> dict[str, str | None]: ...
 

@@ -530,6 +530,11 @@ class KernelStack(Stack):
     # The 6.12 host offers version 1 identities; nvmet finds either in the keyring (both inserted).
     tls_identities = frozenset({1})
 
+    def host_tls_records(self, log: str) -> str | None:
+        """nvme_tcp hands only the handshake to tlshd, which gives the keys back to the socket: the
+        records are always the kernel's."""
+        return "ktls (handshake by tlshd)"
+
     def tls_unavailable(self, host: Host, side) -> str | None:
         """What the host lacks for kernel NVMe/TCP over TLS (topology/tls.py), or None."""
         why = tls_facts.kernel_unavailable(tls_facts.probe(host, self.path("")), side)

@@ -6,6 +6,7 @@ line of the target's config, an option of nvmf-perf; both are made by the setter
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -230,6 +231,22 @@ class OurSession(HostSession):
         return argv
 
 
+# nvmf-perf's line after a TLS run (docs/tls.md, "Saying which").
+_RECORDS = re.compile(r"TLS records: ktls on (\d+) connection\(s\), userspace on (\d+)")
+
+
+def records_of_log(log: str) -> str | None:
+    """"ktls", "userspace" or "mixed (ktls on N connections, userspace on M)" from nvmf-perf's
+    TLS records line; None without one (a run without TLS, or an nvmf-perf before the line)."""
+    found = _RECORDS.findall(log or "")
+    if not found:
+        return None
+    ktls, userspace = (sum(int(f[i]) for f in found) for i in (0, 1))
+    if ktls and userspace:
+        return f"mixed (ktls on {ktls} connections, userspace on {userspace})"
+    return "ktls" if ktls else "userspace"
+
+
 class OurStack(Stack):
     name = "ours"
     backends = ("null", "ram", "file", "model")
@@ -285,6 +302,11 @@ class OurStack(Stack):
             return argv + ["--hostnqn", job.hostnqn or TLS_HOSTNQN]
         argv += ["--hostnqn", job.hostnqn] if job.hostnqn else []
         return argv
+
+    def host_tls_records(self, log: str) -> str | None:
+        """nvmf-perf says which layer made each connection's records (--ktls auto: kTLS where the
+        socket takes the TLS ULP, else userspace)."""
+        return records_of_log(log)
 
     def versions(self, host: Host) -> dict[str, str | None]:
         out: dict[str, str | None] = {}

@@ -552,6 +552,11 @@ class SpdkStack(Stack):
                 "build it again with scripts/build-spdk.sh, which configures --with-rdma (it needs "
                 "librdmacm-dev and libibverbs-dev)")
 
+    def host_tls_records(self, log: str) -> str | None:
+        """spdk_nvme_perf -S ssl: SPDK's ssl sock layer makes the records through OpenSSL in the
+        process (its enable_ktls option is not set)."""
+        return "userspace (SPDK ssl sock)"
+
     def versions(self, host: Host) -> dict[str, str | None]:
         root = spdk_dir(host)
         if root is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import re
 from collections.abc import Iterable
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -166,6 +167,7 @@ def evidence(d: Any, text: str, rows: pd.DataFrame) -> dict:
         side["points"] = _points_of_row(row, metric, rows)
         terms.append(side)
     diff, half = _num(getattr(d, "diff", None)), _num(getattr(d, "half", None))
+    detectable = getattr(d, "detectable", None)
     interval = None
     if diff is not None and half is not None:
         interval = {"difference": diff, "low": diff - half, "high": diff + half, "confidence": 0.95}
@@ -177,6 +179,9 @@ def evidence(d: Any, text: str, rows: pd.DataFrame) -> dict:
         "p": _num(getattr(d, "p", None)),
         "holm_family": int(getattr(d, "family", 1) or 1),
         "decision": decision_of(d),
+        # the smallest |difference| this comparison would have found with 80 % power (common.POWER)
+        "detectable": _num(detectable),
+        "why_undecided": getattr(d, "why_undecided", "") or None,
         "n": _num(getattr(d, "n", None)),
         "a": a, "b": b,
     }
@@ -215,10 +220,37 @@ class Finding(str):
         return next((e["metric"] for e in self.evidence if e.get("metric")), None)
 
     @property
+    def descriptive(self) -> bool:
+        """The analysis marked the sentence as passing no test (common.descriptive)."""
+        from .analysis.common import DESCRIPTIVE
+
+        return DESCRIPTIVE in self.text
+
+    @property
+    def is_decided(self) -> bool:
+        """What the summary lists as decided and findings.json marks `"decided": true`: a clear
+        comparison behind the sentence, or a statement the analysis decided by a test of its own;
+        never a descriptive one."""
+        if self.descriptive:
+            return False
+        return self.decided or any(e["decision"] in CLEAR for e in self.evidence)
+
+    @property
+    def is_undecided(self) -> bool:
+        """A test was tried and decided nothing: comparisons none of which is clear, or a sentence
+        that says it cannot decide or tell."""
+        if self.is_decided or self.descriptive:
+            return False
+        return bool(self.evidence) or any(m in self.text for m in UNDECIDED_WORDS)
+
+    @property
     def decision(self) -> str:
+        if self.descriptive:
+            return "descriptive"
         if not self.evidence:
             return "decided statement" if self.decided else "statement"
-        return self.evidence[0]["decision"]
+        clear = next((e["decision"] for e in self.evidence if e["decision"] in CLEAR), None)
+        return clear or self.evidence[0]["decision"]
 
     def as_dict(self) -> dict:
         first = self.evidence[0] if self.evidence else {}
@@ -231,6 +263,8 @@ class Finding(str):
                        if first else None),
             "interval": first.get("interval") if first else None,
             "decision": self.decision,
+            "decided": self.is_decided,
+            "descriptive": self.descriptive,
             "points": self.points,
             "points_scope": "comparison" if self.evidence else "study",
             "evidence": self.evidence,
@@ -250,11 +284,10 @@ def structure(study: str, findings: Iterable[str], notes: list, measurements: pd
             out.append(text)
             continue
         found = []
-        seen: set[tuple[int, str]] = set()
+        seen: set[int] = set()
         for d, written in notes:
-            key = (id(d), written)
-            if written in text and key not in seen:
-                seen.add(key)
+            if written in text and id(d) not in seen:  # one evidence per comparison
+                seen.add(id(d))
                 found.append(evidence(d, written, rows))
         points: list[str] = []
         for e in found:
@@ -301,23 +334,30 @@ def read(path: Path) -> list[dict]:
 
 CLEAR = ("clear increase", "clear decrease")
 UNDECIDED = ("cannot decide", "no difference could be formed")
+# How a sentence that tried a test and decided nothing says so (common.stated / common.claim).
+UNDECIDED_WORDS = ("cannot decide", "Cannot tell whether", "No clear difference", "no clear difference",
+                   "no clear best", "no clear winner")
 
 
 def summary(studies: Iterable[Any]) -> dict:
-    """The report's opening page: per study, what was decided (a clear difference, or a
+    """The report's opening page: per study, what was decided (a clear difference, a pick or a
     recommendation chosen from the measurements), each with the anchor of its finding, then what
-    could not be decided and why (the finding's or recommendation's own words)."""
+    could not be decided, why, and the smallest effect it could have seen. A recommendation that
+    keeps the default because nothing was decided is listed as undecided. `decided` holds exactly
+    the findings that findings.json marks `"decided": true` (plus chosen recommendations)."""
     decided, undecided = [], []
+    names, descriptive = [], 0
     for study in studies:
         result = study["result"] if isinstance(study, dict) else study
+        names.append(result.study)
         for index, f in enumerate(result.findings, start=1):
             f = f if isinstance(f, Finding) else Finding(f, result.study)
             item = {"study": result.study, "anchor": f"{result.study}-f{index}", "text": f.text}
-            decisions = {e["decision"] for e in f.evidence}
-            if decisions & set(CLEAR) or f.decided:
+            descriptive += f.descriptive
+            if f.is_decided:
                 decided.append(item)
-            elif (decisions and decisions <= set(UNDECIDED)) or "cannot decide" in f.text:
-                undecided.append(item | {"why": _why(f)})
+            elif f.is_undecided:
+                undecided.append(item | {"why": _why(f), "detectable": _detectable(f)})
         recommendations = getattr(result, "recommendations", None)
         if recommendations is None or recommendations.empty or "decision" not in recommendations:
             continue
@@ -328,11 +368,29 @@ def summary(studies: Iterable[Any]) -> dict:
                     "text": f"{what}: {decision}" if what else decision}
             if decision.startswith("chosen"):
                 decided.append(item)
-            elif decision.startswith("cannot decide") or decision.startswith("no clear winner"):
+            else:  # "keep the default" because nothing was decided, redundant, cannot decide
                 evidence = row.get("evidence") if "evidence" in row else None
                 why = str(evidence) if evidence is not None and pd.notna(evidence) and str(evidence) else decision
                 undecided.append(item | {"why": why})
-    return {"decided": decided, "undecided": undecided, "noise": None}
+    unsettled = {item["study"] for item in undecided}
+    return {"decided": decided, "undecided": undecided, "noise": None, "headline": "",
+            "settled": [n for n in names if n not in unsettled], "descriptive": descriptive}
+
+
+# A number that a finding states with its unit: digits followed by %, ×, a time, a rate or a size.
+_MEASURED = re.compile(r"\d(?:[\d,.]*\d)?\s*(?:%|×|[µmn]s\b|[KM]?IOPS\b|[KMG]B/s|[GM]bit/s|[KMG]iB\b|B\b|"
+                       r"bytes\b|W\b|J\b)")
+
+
+def untested(f: Finding) -> bool:
+    """The gate of issue 37 item 1: True for a finding that states a measured number (digits with a
+    unit, %, ×) but carries no decision: no comparison behind it, no decision of its own, no words
+    saying that nothing could be decided, and no descriptive marker."""
+    if f.descriptive or f.is_decided or f.evidence:
+        return False
+    if any(word in f.text for word in UNDECIDED_WORDS):
+        return False
+    return bool(_MEASURED.search(f.text))
 
 
 def noise_sentence(measurements: pd.DataFrame, limit_pct: float = 10.0) -> str | None:
@@ -351,14 +409,42 @@ def noise_sentence(measurements: pd.DataFrame, limit_pct: float = 10.0) -> str |
 
 
 def _why(f: Finding) -> str:
-    """Why a finding could not decide: its comparisons' own reasons, else its sentence."""
-    text = f.text
-    start = text.find("cannot decide (")
-    if start >= 0:  # the analysis said why in its own words
-        end = text.find(")", start)
-        if end > start:
-            return text[start + len("cannot decide ("):end]
+    """Why a finding could not decide: its comparisons' own reasons, else its sentence's."""
+    for e in f.evidence:
+        if e.get("why_undecided"):
+            return e["why_undecided"]
     for e in f.evidence:
         if e.get("interval") is None:
             return "no interval: fewer than two usable repeats on a side, or repeats without spread"
+    if f.evidence and all(e["decision"] == "not clear after Holm" for e in f.evidence):
+        return f"the interval excludes zero alone, not after Holm over {f.evidence[0]['holm_family']} comparisons"
+    if f.evidence:
+        return "every 95 % interval includes zero"
+    text = f.text
+    for marker in ("cannot decide (", "Cannot tell whether "):
+        start = text.find(marker)
+        if start >= 0:  # the analysis said why in its own words: up to the matching parenthesis
+            return _bracketed(text, text.find("(", start)) or "the finding says"
     return "the finding says"
+
+
+def _bracketed(text: str, start: int) -> str:
+    """The text inside the parenthesis that opens at `start`, nested ones included."""
+    if start < 0:
+        return ""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1:i]
+    return text[start + 1:]
+
+
+_DETECTABLE = re.compile(r"an effect larger than ±.*? would have been seen with \d+ % power at these [^;)]*")
+
+
+def _detectable(f: Finding) -> str | None:
+    """The smallest effect the finding could have seen, in its own words ('an effect larger than
+    ±3.5 µs (±32 % of 11 µs) would have been seen …'), None where it states none."""
+    match = _DETECTABLE.search(f.text)
+    return match.group(0) if match else None

@@ -12,21 +12,24 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from io import BytesIO
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from .analysis import sweep
-from .analysis.common import study_rows
+from .analysis.common import descriptive, study_rows
 from .analysis.cores_used import cores_note
 from .analysis.result import StudyResult
 from .analysis.stability import stability_note
 from .analysis.stats import usable
+from .analysis.text import size
 from .analysis.timeline import timeline_figures
 from . import findings_data, probes
 from .names import STUDY_NAMES, module_name
@@ -56,8 +59,43 @@ def load(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         return store.measurements(), store.runs()
 
 
+_LABEL_BOOL = re.compile(r"=(True|False)\b")
+_LABEL_BS = re.compile(r"\b(bs=)(\d+)\b")
+
+
+def _readable(value: object, column: str = "") -> object:
+    """A cell or environment value as a reader reads it: yes/no for booleans, byte counts with
+    their binary unit, block sizes as fio writes them (issue 37 item 6)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, str):  # point labels such as 'bs=131072, net_shares_storage_core=True'
+        value = _LABEL_BOOL.sub(lambda m: "=" + ("yes" if m.group(1) == "True" else "no"), value)
+        return _LABEL_BS.sub(lambda m: m.group(1) + size(float(m.group(2))), value)
+    name = str(column).lower()
+    if isinstance(value, (int, float, np.integer, np.floating)) and not pd.isna(value) and value == int(value):
+        if name in ("bs", "block size", "block_size"):
+            return size(float(value))
+        if name.endswith("bytes") and not name.startswith("bw"):
+            return _binary(float(value))
+    return value
+
+
+def _binary(count: float) -> str:
+    """'16.0 GiB', '512 B': a byte count in its largest binary unit."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if abs(count) >= 1 << shift:
+            return f"{count / (1 << shift):.1f} {unit}"
+    return f"{count:.0f} B"
+
+
 def _html_table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, na_rep="—", border=0, classes="data", escape=True)
+    readable = frame.copy()
+    for column in readable.columns:
+        named = str(column).lower()
+        if (not pd.api.types.is_numeric_dtype(readable[column]) or pd.api.types.is_bool_dtype(readable[column])
+                or named in ("bs", "block size", "block_size") or named.endswith("bytes")):
+            readable[column] = readable[column].map(lambda v, c=column: _readable(v, c)).astype(object)
+    return readable.to_html(index=False, na_rep="—", border=0, classes="data", escape=True)
 
 
 def _save(result: StudyResult, figures_dir: Path) -> list[RenderedFigure]:
@@ -91,7 +129,8 @@ def _runs(runs: pd.DataFrame) -> list[dict]:
             "run_id": run["run_id"], "study": run["study"], "git_rev": _text(run.get("git_rev")),
             "started_at": _text(run.get("started_at")),
             "finished_at": _text(run.get("finished_at")) or "not finished (interrupted or running)",
-            "env": {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
+            "env": {k: (json.dumps(v, sort_keys=True, ensure_ascii=False) if isinstance(v, (dict, list))
+                        else _readable(v, k))
                     for k, v in sorted(env.items())},
             "spec_toml": _text(run.get("spec_toml")) or "",
         })
@@ -124,10 +163,82 @@ def _add_noise(result: StudyResult, noisy: pd.DataFrame) -> None:
         return
     points = noisy["point_id"].nunique()
     worst = noisy["noise_pct"].max()
-    result.findings.append(
+    result.findings.append(descriptive(
         f"{points} point(s) stayed noisy after their re-runs (other processes or steal took up to {worst:.1f} % "
         "of the cores the experiment ran on, or the CPU throttled): they are kept in the numbers above and "
-        "listed under \"noisy points\"; read their differences with care.")
+        "listed under \"noisy points\"; read their differences with care."))
+
+
+def _machine(runs: pd.DataFrame) -> str:
+    """'lab (Synthetic CPU, 4 cores, kernel 6.1.0)' from the runs' recorded environment."""
+    seen = []
+    for _, run in runs.iterrows():
+        try:
+            env = json.loads(_text(run.get("env_json")) or "{}")
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(env, dict) or not env.get("hostname"):
+            continue
+        detail = ", ".join(x for x in (env.get("cpu_model"), f"{env['cores']} cores" if env.get("cores") else None,
+                                       f"kernel {env['kernel']}" if env.get("kernel") else None) if x)
+        text = f"{env['hostname']} ({detail})" if detail else str(env["hostname"])
+        if text not in seen:
+            seen.append(text)
+    return " and ".join(seen) if seen else "a machine whose environment was not recorded"
+
+
+def _stacks(measurements: pd.DataFrame) -> str:
+    """'target stacks ours, spdk; host stacks ours' of the usable rows."""
+    rows = usable(measurements)
+    parts = []
+    for column, side in (("target_stack", "target"), ("host_stack", "host")):
+        if column in rows and rows[column].notna().any():
+            parts.append(f"{side} stack(s) {', '.join(sorted(str(v) for v in rows[column].dropna().unique()))}")
+    return "; ".join(parts) if parts else "stacks not recorded"
+
+
+def _skipped(measurements: pd.DataFrame) -> str:
+    """The legs skipped, per study with its first reason shortened: 'saturation: initiator, target
+    (too few cores to isolate the initiator core: the leg needs at least …)'."""
+    if measurements.empty or "status" not in measurements:
+        return ""
+    skipped = measurements[measurements["status"] == "skipped"]
+    items = []
+    for study, rows in skipped.groupby("study", sort=True):
+        legs = list(dict.fromkeys(str(v) for v in rows["leg"]))
+        reason = rows["error"].dropna()
+        why = f" ({_shortened(str(reason.iloc[0]))})" if len(reason) else ""
+        shown = ", ".join(legs[:4]) + (f" and {len(legs) - 4} more" if len(legs) > 4 else "")
+        items.append(f"{study}: {shown}{why}")
+    return "; ".join(items)
+
+
+def _shortened(text: str, limit: int = 70) -> str:
+    """`text` cut at a word boundary before `limit` characters, with ' …' where it was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + " …"
+
+
+def _busy(measurements: pd.DataFrame) -> str:
+    """How much of the experiment's cores other processes took, from noise_pct."""
+    if measurements.empty or "noise_pct" not in measurements:
+        return "how busy the machine was is not recorded"
+    points = measurements.drop_duplicates("point_key") if "point_key" in measurements else measurements
+    noise = pd.to_numeric(points["noise_pct"], errors="coerce").dropna()
+    if noise.empty:
+        return "how busy the machine was is not recorded"
+    return (f"other processes (or steal) took a median {noise.median():.0f} % of the experiment's cores during "
+            f"the points (up to {noise.max():.0f} %)")
+
+
+def headline(measurements: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """What ran where, in one or two sentences: the machine, the stacks run and the legs skipped,
+    and how busy the machine was (issue 37 item 5)."""
+    skipped = _skipped(measurements)
+    return (f"Measured on {_machine(runs)} with {_stacks(measurements)}"
+            + (f"; skipped: {skipped}" if skipped else "; nothing skipped")
+            + f". During the run {_busy(measurements)}.")
 
 
 def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
@@ -171,6 +282,7 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     unmeasured = sorted(recorded - measured - set(ANALYZERS))
     summary = findings_data.summary(studies)
     summary["noise"] = findings_data.noise_sentence(measurements)
+    summary["headline"] = headline(measurements, runs)
     template = Environment(loader=FileSystemLoader(TEMPLATES),
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     page = template.render(

@@ -1,8 +1,11 @@
 """Figures of the studies, drawn from aggregated measurements (analysis.stats.aggregate).
 
 Each function returns a matplotlib Figure with a title, axis labels carrying units, a legend
-naming the knob values as the spec names them (e.g. "completion = poll"), and 95 % confidence
-error bars from the repeats. Figures are built on the Agg backend and never shown.
+naming the knob values as the spec names them (e.g. "completion = poll"), and, where the data
+carries them, 95 % confidence error bars from the repeats (nonnegative_yerr: never below zero).
+Figures are built on the Agg backend and never shown. What a reader must know to not over-read a
+figure (an interval cut at zero, loads past saturation, a sweep with one value) is added as a note
+(add_note) that analysis.result.Figure appends to the caption.
 """
 
 from __future__ import annotations
@@ -27,6 +30,69 @@ QD_LABEL = "Queue depth (iodepth, outstanding I/Os per job)"
 P99_LABEL = "p99 latency (µs)"
 KIOPS_LABEL = "Throughput (KIOPS)"
 LOAD_LABEL = "Background load (bg_load_pct, % of the resource's saturation point)"
+
+CLIPPED_NOTE = ("Error bars: 95 % t intervals over the repeats; where one would reach below zero it is cut "
+                "at zero, since the quantity cannot be negative.")
+OVER_SATURATION_NOTE = ("Loads above 100 %: 100 % is the saturation point the run calibrated (the IOPS its "
+                        "capped rates are derived from); an uncapped ('max') or faster background can run "
+                        "past it, so those loads are shown as achieved, not capped.")
+LEFT_OUT_STYLE = {"marker": "x", "linestyle": "none", "color": "black", "markersize": 8}
+
+
+def add_note(figure: Figure, text: str) -> None:
+    """Remember a sentence the figure's caption must carry (read back by notes())."""
+    kept = figure.__dict__.setdefault("nvmflab_notes", [])
+    if text not in kept:
+        kept.append(text)
+
+
+def notes(figure: Figure) -> list[str]:
+    return list(getattr(figure, "nvmflab_notes", []))
+
+
+def nonnegative_yerr(figure: Figure, means: Sequence[float], halves: Sequence[float]) -> np.ndarray:
+    """Error bars (2 x n, lower and upper) for a quantity that cannot be negative (latency, IOPS,
+    bandwidth, CPU, their ratios): the 95 % t interval, its lower arm cut at zero, with a caption
+    note when any was cut. A missing interval (NaN) stays missing: no bar is drawn, rather than a
+    zero-length one that would look exact. Every error bar of the report goes through here."""
+    means = np.asarray(means, dtype=float)
+    halves = np.asarray(halves, dtype=float)
+    lower = np.where(np.isnan(halves), np.nan, np.minimum(halves, np.clip(means, 0.0, None)))
+    if (halves > np.clip(means, 0.0, None)).any():  # NaN compares False
+        add_note(figure, CLIPPED_NOTE)
+    return np.vstack([lower, halves])
+
+
+def needs_text(what: str) -> str:
+    """What a sweep axis needs before a line over it means anything."""
+    if "cores" in what.lower():
+        return "needs ≥ 2 core counts (a machine with more cores)"
+    return f"needs ≥ 2 values of {what}"
+
+
+def needs_sweep(figure: Figure, axes, xs: Sequence[float], needs: str,
+                shown: Callable[[float], str] = lambda v: f"{v:g}") -> bool:
+    """True when `xs` has fewer than two distinct values: then the axes says so instead of a line,
+    and the caption gets the same note, since one point on an axis that promises a sweep reads as a
+    trend that was never measured."""
+    distinct = {float(x) for x in xs if x is not None and not math.isnan(float(x))}
+    if len(distinct) >= 2:
+        return False
+    measured = f"this run measured {'only ' + shown(next(iter(distinct))) if distinct else 'none'}"
+    axes.set_xticks([])
+    axes.set_yticks([])
+    axes.grid(False)
+    axes.text(0.5, 0.5, f"Not drawn: {needs}\n({measured})", transform=axes.transAxes, ha="center",
+              va="center", fontsize=11, color="dimgrey")
+    add_note(figure, f"Not drawn: {needs} ({measured}).")
+    return True
+
+
+def mark_left_out(axes, xs: Sequence[float], ys: Sequence[float], label: str) -> None:
+    """Points measured but left out of the findings, drawn as black crosses with a legend entry,
+    so a reader does not take them for the ones the findings rest on."""
+    if len(xs):
+        axes.plot(list(xs), list(ys), label=label, **LEFT_OUT_STYLE)
 
 
 def new_figure(title: str) -> tuple[Figure, object]:
@@ -66,22 +132,25 @@ def series_vs_x(
     log2x: bool = False,
     xformat: Callable[[float], str] = lambda v: f"{v:g}",
     label: Callable[[object], str] | None = None,
+    needs: str | None = None,
 ) -> Figure:
-    """One line per value of `series`: mean of `metric` vs `x`, with 95 % CI error bars."""
+    """One line per value of `series`: mean of `metric` vs `x`, with 95 % CI error bars; with fewer
+    than two values of `x`, no line but `needs` (default: needs_text(x)) in the axes and caption."""
     figure, axes = new_figure(title)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if needs_sweep(figure, axes, agg[x].tolist() if x in agg else [], needs or needs_text(x), xformat):
+        return figure
     groups = [(None, agg)] if series is None else list(agg.groupby(series, dropna=False, sort=True))
     label = label or (knob_label(series) if series else (lambda _v: metric))
     for value, group in groups:
         group = group.sort_values(x)
-        err = group.get(f"{metric}_ci95", pd.Series(np.nan, index=group.index)).fillna(0) * scale
-        axes.errorbar(
-            group[x], group[f"{metric}_mean"] * scale, yerr=err, marker="o", capsize=3,
-            label=label(value),
-        )
+        means = group[f"{metric}_mean"] * scale
+        halves = group.get(f"{metric}_ci95", pd.Series(np.nan, index=group.index)) * scale
+        axes.errorbar(group[x], means, yerr=nonnegative_yerr(figure, means, halves), marker="o", capsize=3,
+                      label=label(value))
     if log2x and not agg.empty:
         _log2_axis(axes, agg[x].tolist(), xformat)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
     if groups and series is not None:
         axes.legend(fontsize=9)
     return figure
@@ -129,6 +198,43 @@ def load_positions(loads: Sequence[float]) -> dict[float, float]:
     return positions
 
 
+def _overlap(boxes) -> bool:
+    """Whether any two of the boxes (display extents) overlap."""
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def fit_x_labels(figure: Figure, axes) -> None:
+    """Make the x tick labels of a category axis stand clear of one another: wrap long ones over
+    more lines, narrower each try, and as a last resort slant them."""
+    texts = [label.get_text() for label in axes.get_xticklabels()]
+    for width in (None, 24, 16, 11):
+        if width is not None:
+            axes.set_xticks(axes.get_xticks(),
+                            [t if "\n" in t else "\n".join(textwrap.wrap(t, width)) or t for t in texts])
+        figure.draw_without_rendering()
+        if not _overlap([label.get_window_extent() for label in axes.get_xticklabels() if label.get_text()]):
+            return
+    for label in axes.get_xticklabels():
+        label.set_rotation(30)
+        label.set_horizontalalignment("right")
+
+
+def fit_value_labels(figure: Figure, axes, texts: Sequence) -> None:
+    """Value labels on bars that would overlap are turned upright, and dropped if even that overlaps
+    (the table beside the figure carries the numbers)."""
+    figure.draw_without_rendering()
+    if not _overlap([t.get_window_extent() for t in texts if t.get_text()]):
+        return
+    for text in texts:
+        text.set_rotation(90)
+        text.set_verticalalignment("bottom")
+    figure.draw_without_rendering()
+    if _overlap([t.get_window_extent() for t in texts if t.get_text()]):
+        for text in texts:
+            text.set_visible(False)
+        add_note(figure, "Bar values are in the table; they did not fit on the bars.")
+
+
 def blank_overlapping_labels(figure: Figure, axes) -> None:
     """Blank each x tick label that would overlap the last one kept (measured on the laid-out
     figure); the last label ('max' on a load axis) is always kept, in place of a neighbour it
@@ -162,9 +268,12 @@ def vs_load(
     positions = load_positions(frame["bg_load_pct"].dropna().tolist())
     for value, group in frame.groupby(series, sort=True):
         group = group.dropna(subset=["bg_load_pct"]).sort_values("bg_load_pct")
-        err = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)).fillna(0) * scale
-        axes.errorbar(group["bg_load_pct"].map(positions), group[y] * scale, yerr=err,
+        halves = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)) * scale
+        axes.errorbar(group["bg_load_pct"].map(positions), group[y] * scale,
+                      yerr=nonnegative_yerr(figure, group[y] * scale, halves),
                       marker="o", capsize=3, label=str(value))
+    if any(100 < v < math.inf for v in positions):
+        add_note(figure, OVER_SATURATION_NOTE)
     axes.axhline(reference * scale, color="grey", linestyle="--", linewidth=1,
                  label="no interference")
     values = frame[y].dropna()
@@ -206,13 +315,15 @@ def bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float]
          title: str, ylabel: str) -> Figure:
     """Bar chart with value labels on top, for a few configurations side by side."""
     figure, axes = new_figure(title)
-    errs = [0 if e is None or math.isnan(e) else e for e in errors]
-    drawn = axes.bar(labels, values, yerr=errs, capsize=4,
+    halves = [math.nan if e is None else e for e in errors]
+    drawn = axes.bar(labels, values, yerr=nonnegative_yerr(figure, values, halves), capsize=4,
                      color=["tab:blue", "tab:orange", "tab:green", "tab:purple"][: len(labels)])
-    axes.bar_label(drawn, labels=[f"{v:.1f}" for v in values], padding=3)
+    texts = axes.bar_label(drawn, labels=[f"{v:.1f}" for v in values], padding=3)
     axes.set_ylabel(ylabel)
     axes.grid(True, axis="y", alpha=0.3)
     axes.grid(False, axis="x")
+    fit_x_labels(figure, axes)
+    fit_value_labels(figure, axes, texts)
     return figure
 
 

@@ -13,24 +13,46 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .plots import new_figure  # noqa: E402  (one figure style for every plot)
+from .plots import (  # noqa: E402  (one figure style and one error-bar rule for every plot)
+    fit_value_labels, fit_x_labels, mark_left_out, needs_sweep, needs_text, new_figure, nonnegative_yerr)
 
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x values, y values)
+LEFT_OUT_LABEL = "left out of the findings"
+BETTER_TITLES = {"lower": "lower is better", "higher": "higher is better"}
 
 
 def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool = False,
-          xticklabels: Mapping[float, str] | None = None) -> Figure:
-    """One marked line per label; x ticks at exactly the values measured."""
+          xticklabels: Mapping[float, str] | None = None,
+          errors: Mapping[str, Sequence[float]] | None = None,
+          left_out: Series | None = None, left_out_label: str = LEFT_OUT_LABEL,
+          needs: str | None = None) -> Figure:
+    """One marked line per label; x ticks at exactly the values measured. `errors` (label -> 95 %
+    half-widths, aligned with its x values) draws error bars; `left_out` draws points measured but
+    left out of the findings as crosses. With fewer than two x values in all, no line: `needs`
+    (default: needs_text(xlabel)) stands in the axes and the caption."""
     figure, axes = new_figure(title)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    every_x = [x for xs, _ in list(series.values()) + list((left_out or {}).values()) for x in xs]
+    if needs_sweep(figure, axes, every_x, needs or needs_text(xlabel),
+                   lambda v: (xticklabels or {}).get(v, f"{v:g}")):
+        return figure
     ticks: set[float] = set()
     for label, (xs, ys) in series.items():
-        pairs = [(float(x), float(y)) for x, y in zip(xs, ys) if not math.isnan(float(y))]
-        if not pairs:
+        halves = list((errors or {}).get(label, [math.nan] * len(xs)))
+        points = sorted((float(x), float(y), float(h)) for x, y, h in zip(xs, ys, halves) if not math.isnan(float(y)))
+        if not points:
             continue
-        pairs.sort()
-        axes.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=label)
-        ticks |= {p[0] for p in pairs}
+        x, y, h = (list(column) for column in zip(*points))
+        if errors and label in errors:
+            axes.errorbar(x, y, yerr=nonnegative_yerr(figure, y, h), marker="o", capsize=3, label=label)
+        else:
+            axes.plot(x, y, marker="o", label=label)
+        ticks |= set(x)
+    for label, (xs, ys) in (left_out or {}).items():
+        mark_left_out(axes, xs, ys, f"{left_out_label} ({label})" if len(left_out) > 1 else left_out_label)
+        ticks |= {float(x) for x in xs}
     if log2_x and ticks and min(ticks) > 0:
         axes.set_xscale("log", base=2)
     if ticks:
@@ -38,28 +60,58 @@ def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool 
         axes.set_xticks(ordered)
         axes.set_xticklabels([(xticklabels or {}).get(t, f"{t:g}") for t in ordered])
         axes.minorticks_off()
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
     if series:
         axes.legend(fontsize=9)
     return figure
 
 
 def grouped_bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str,
-                 ylabel: str) -> Figure:
-    """Bars per group (x) and series (colour), each labelled with its value."""
-    figure, axes = new_figure(title)
+                 ylabel: str, errors: Mapping[str, Sequence[float]] | None = None,
+                 better: Sequence[str] | None = None) -> Figure:
+    """Bars per group (x) and series (colour), each labelled with its value; `errors` (series ->
+    95 % half-widths per group) draws error bars. `better` says per group whether "lower" or
+    "higher" is better: groups of both kinds go to two panels, so a bar that grew is never read as
+    good on one and bad on the next."""
+    kinds = list(dict.fromkeys(better or []))
+    if len(kinds) < 2:
+        figure, axes = new_figure(title)
+        _bars(figure, axes, list(range(len(groups))), groups, series, errors, ylabel)
+        return figure
+    figure, first = new_figure(title)
+    figure.delaxes(first)
+    for i, kind in enumerate(kinds):
+        axes = figure.add_subplot(1, len(kinds), i + 1)
+        axes.set_title(BETTER_TITLES.get(kind, kind), fontsize=10)
+        axes.grid(True, which="major", alpha=0.3)
+        picked = [j for j, k in enumerate(better) if k == kind]
+        _bars(figure, axes, picked, groups, series, errors, ylabel if i == 0 else "")
+    figure.suptitle(first.get_title(), fontsize=11)
+    return figure
+
+
+def _bars(figure: Figure, axes, picked: Sequence[int], groups: Sequence[str], series: Mapping[str, Sequence[float]],
+          errors: Mapping[str, Sequence[float]] | None, ylabel: str) -> None:
+    """The bars of the groups at indices `picked` on one axes."""
     names = list(series)
     width = 0.8 / max(1, len(names))
-    x = np.arange(len(groups))
+    x = np.arange(len(picked))
+    texts = []
     for i, name in enumerate(names):
-        values = [0.0 if v is None or math.isnan(v) else float(v) for v in series[name]]
-        drawn = axes.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=name)
-        axes.bar_label(drawn, labels=[f"{v:.1f}" for v in values], padding=2, fontsize=8)
+        values = [float(series[name][j]) if series[name][j] is not None else math.nan for j in picked]
+        heights = [0.0 if math.isnan(v) else v for v in values]
+        yerr = None
+        if errors and name in errors:
+            halves = [math.nan if errors[name][j] is None else float(errors[name][j]) for j in picked]
+            yerr = nonnegative_yerr(figure, heights, halves)
+        drawn = axes.bar(x + (i - (len(names) - 1) / 2) * width, heights, width, yerr=yerr,
+                         capsize=3 if yerr is not None else 0, label=name)
+        texts += axes.bar_label(drawn, labels=["" if math.isnan(v) else f"{v:.1f}" for v in values],
+                                padding=2, fontsize=8)
     axes.set_xticks(x)
-    axes.set_xticklabels(groups, fontsize=9)
+    axes.set_xticklabels([groups[j] for j in picked], fontsize=9)
     axes.set_ylabel(ylabel)
     axes.grid(False, axis="x")
     if len(names) > 1:
         axes.legend(fontsize=9)
-    return figure
+    fit_x_labels(figure, axes)
+    fit_value_labels(figure, axes, texts)

@@ -92,13 +92,14 @@ def _latency(points: pd.DataFrame, out: StudyResult) -> None:
                             "the L-apps' means, worst L-app's p99; × no network: against the same N L-apps with "
                             "no network app, in the same rounds. Cores shared: the network apps wrapped onto cores "
                             "meant to be apart; such cells make no finding."))
-    series = {}
-    for n, group in med.groupby("storage_apps"):
-        series[f"{int(n)} L-app{'s' if n > 1 else ''}, mean"] = (list(group["net_flows"]), list(group["lat_mean_ns"] / 1e3))
-        series[f"{int(n)} L-app{'s' if n > 1 else ''}, p99"] = (list(group["net_flows"]), list(group["lat_p99_ns"] / 1e3))
+    series, left_out = {}, {}
+    for (n, shared), group in med.groupby(["storage_apps", "shared"]):
+        into = left_out if shared else series  # cells with shared cores make no finding: crosses
+        for stat, column in (("mean", "lat_mean_ns"), ("p99", "lat_p99_ns")):
+            into[f"{int(n)} L-app{'s' if n > 1 else ''}, {stat}"] = (list(group["net_flows"]), list(group[column] / 1e3))
     out.figures.append(Figure("contention_lapps_vs_network_apps", plots_extra.lines(
         series, title="L-app latency vs network apps one per core", xlabel="network apps (0 = none)",
-        ylabel="latency (µs)"), "Means over repeats (the source's figure 11)."))
+        ylabel="latency (µs)", left_out=left_out, left_out_label="left out: network apps wrapped onto shared cores"), "Means over repeats (the source's figure 11)."))
     for r, mean, p99 in zip(cells, diffs["lat_mean_ns"], diffs["lat_p99_ns"]):
         n, m = int(r["storage_apps"]), int(r["net_flows"])
         if n not in base.index:
@@ -127,15 +128,19 @@ def _network(data: pd.DataFrame, out: StudyResult) -> None:
         return [float(v) for v in sel["per_flow"]]
 
     diffs = corrected([compare_values(values(0, m), values(n, m)) for n, m in cells])
-    series = {}
+    series, left_out = {}, {}
     for n in sorted(set(totals["storage_apps"])):
-        ms = sorted(set(totals[totals["storage_apps"] == n]["net_flows"]))
         label = "alone" if n == 0 else f"beside {int(n)} L-app{'s' if n > 1 else ''}"
-        means = [values(int(n), int(m), totals) for m in ms]  # the figure shows flagged cells too
-        series[label] = (ms, [sum(v) / len(v) * 8 / 1e9 if v else math.nan for v in means])
+        for frame, into in ((apart, series), (totals[totals["net_shares_storage_core"]], left_out)):
+            ms = sorted(set(frame[frame["storage_apps"] == n]["net_flows"]))
+            means = [values(int(n), int(m), frame) for m in ms]  # cells with shared cores: crosses
+            if ms:
+                into[label] = (ms, [sum(v) / len(v) * 8 / 1e9 if v else math.nan for v in means])
     out.figures.append(Figure("contention_network_apps_beside_lapps", plots_extra.lines(
         series, title="Throughput per network app beside L-apps", xlabel="network apps (one per core)",
-        ylabel="Gbit/s per flow"), "Means over repeats, over the L-apps' window (the source's figure 12)."))
+        ylabel="Gbit/s per flow", left_out=left_out,
+        left_out_label="left out: flows wrapped onto shared cores"),
+        "Means over repeats, over the L-apps' window (the source's figure 12)."))
     for (n, m), diff in zip(cells, diffs):
         alone, beside = values(0, m), values(n, m)
         if not alone or not beside:

@@ -23,6 +23,13 @@ class Figure:
     figure: MplFigure
     caption: str = ""
 
+    def __post_init__(self) -> None:
+        # What the plot noted about itself (an interval cut at zero, a sweep not drawn): the caption says it.
+        from ..plots import notes
+
+        extra = [n for n in notes(self.figure) if n not in self.caption]
+        self.caption = " ".join([self.caption.strip(), *extra]).strip()
+
 
 @dataclass
 class StudyResult:

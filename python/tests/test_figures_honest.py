@@ -1,0 +1,223 @@
+"""Figures that do not overstate (issue 37 item 7): no error bar below zero for a quantity that
+cannot be negative, no line over a sweep axis with a single value, points left out of the findings
+marked, loads past saturation explained, "lower is better" and "higher is better" never on one
+axis, and no overlapping tick or value labels in any study's figure.
+
+The label check measures matplotlib's own text boxes on every figure the studies draw from the
+findings-gate walk fixture (`nvmflab study all --quick` on the fake binaries, plus the transports
+store). The report embeds each figure as one PNG shown at its natural width (825 px) in a 1400 px
+window and scaled down as a whole (max-width: 100 %) in a 700 px one, so labels that stand clear
+in the PNG stand clear at both widths.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.container import ErrorbarContainer
+
+from nvmflab import plots, plots_extra
+from nvmflab.analysis.result import Figure
+from nvmflab.report import ANALYZERS, load
+
+FIXTURE = Path(__file__).parent / "data" / "walk_results.sqlite.gz"
+SAVED_DPI = 110  # report._save
+
+
+def lowest_error_bar_end(axes) -> float:
+    """The lowest y any error bar of the axes reaches."""
+    ends = [y for c in axes.containers if isinstance(c, ErrorbarContainer)
+            for segments in c.lines[2] for segment in segments.get_segments() for _, y in segment]
+    ends += [y for c in axes.containers if getattr(c, "errorbar", None) is not None
+             for segments in c.errorbar.lines[2] for segment in segments.get_segments() for _, y in segment]
+    assert ends, "no error bar drawn"
+    return min(ends)
+
+
+def test_error_bars_of_nonnegative_quantities_stop_at_zero_and_the_caption_says_so():
+    # 3 repeats of a noisy p99: mean 10 µs, 95 % half-width 25 µs; a symmetric bar would reach -15.
+    agg = pd.DataFrame({"completion": ["poll", "poll"], "iodepth": [1, 2], "lat_p99_ns_mean": [10e3, 50e3],
+                        "lat_p99_ns_ci95": [25e3, 5e3]})
+    made = [
+        plots.p99_vs_qd(agg, "completion", "t"),
+        plots.vs_load(pd.DataFrame({"bg_load_pct": [20.0, 40.0], "lat": [0.5, 3.0], "lat_ci95": [1.5, 0.2],
+                                    "leg": ["target"] * 2}), "lat", series="leg", title="t", ylabel="×",
+                      reference=1.0),
+        plots.bars(["a", "b"], [10.0, 50.0], [25.0, 5.0], title="t", ylabel="µs"),
+        plots_extra.grouped_bars(["a", "b"], {"s": [10.0, 50.0]}, title="t", ylabel="µs",
+                                 errors={"s": [25.0, 5.0]}),
+        plots_extra.lines({"s": ([1, 2], [10.0, 50.0])}, title="t", xlabel="QD", ylabel="µs",
+                          errors={"s": [25.0, 5.0]}),
+    ]
+    for figure in made:
+        assert lowest_error_bar_end(figure.axes[0]) == pytest.approx(0.0, abs=1e-9)
+        caption = Figure("f", figure, "p99 per queue depth.").caption
+        assert caption.startswith("p99 per queue depth.") and "cut at zero" in caption
+
+
+def test_upper_arm_is_kept_and_a_missing_interval_is_not_drawn_as_exact():
+    figure = plots.new_figure("t")[0]
+    yerr = plots.nonnegative_yerr(figure, [10.0, 50.0, 30.0], [25.0, 5.0, math.nan])
+    assert yerr[:, 0].tolist() == [10.0, 25.0] and yerr[:, 1].tolist() == [5.0, 5.0]
+    assert np.isnan(yerr[:, 2]).all()  # no bar, rather than a zero-length one that looks exact
+    assert plots.notes(figure) == [plots.CLIPPED_NOTE]
+    figure = plots.new_figure("t")[0]
+    plots.nonnegative_yerr(figure, [10.0], [5.0])
+    assert plots.notes(figure) == []  # nothing cut, nothing to say
+
+
+def drawn_lines(axes) -> list:
+    return [line for line in axes.lines if len(line.get_xdata())]
+
+
+def test_a_sweep_with_one_value_draws_no_line_and_says_what_it_needs():
+    agg = pd.DataFrame({"series": ["4 KiB"], "target_core_count": [1], "iops_mean": [100e3], "iops_ci95": [5e3]})
+    figure = plots.series_vs_x(agg, "target_core_count", "iops", series="series", title="t",
+                               xlabel="Target cores", ylabel=plots.KIOPS_LABEL)
+    axes = figure.axes[0]
+    assert drawn_lines(axes) == [] and not axes.containers
+    assert any("needs ≥ 2 values of target_core_count" in t.get_text() for t in axes.texts)
+    figure = plots_extra.lines({"busy": ([2], [5.0]), "off": ([2], [4.0])}, title="t",
+                               xlabel="Target cores (reactors)", ylabel="KIOPS")
+    assert drawn_lines(figure.axes[0]) == []
+    assert "needs ≥ 2 core counts" in Figure("f", figure, "").caption and "only 2" in Figure("f", figure, "").caption
+    sizes = plots_extra.lines({"tcp": ([131072], [900.0])}, title="t", xlabel="I/O size", ylabel="MB/s",
+                              xticklabels={131072.0: "128k"})
+    assert "only 128k" in plots.notes(sizes)[0]  # the size as the axis would name it, not a byte count
+    two = plots_extra.lines({"busy": ([1, 2], [5.0, 6.0])}, title="t", xlabel="Target cores", ylabel="KIOPS")
+    assert len(drawn_lines(two.axes[0])) == 1 and plots.notes(two) == []
+
+
+def test_points_left_out_of_the_findings_are_crosses_with_a_legend_entry():
+    figure = plots_extra.lines({"alone": ([1, 2], [9.0, 8.5])}, title="t", xlabel="network apps",
+                               ylabel="Gbit/s", left_out={"alone": ([3], [4.0])},
+                               left_out_label="left out: shared cores")
+    axes = figure.axes[0]
+    crosses = [line for line in axes.lines if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [3] and crosses[0].get_linestyle() == "None"
+    assert "left out: shared cores" in [t.get_text() for t in axes.get_legend().get_texts()]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["1", "2", "3"]
+
+
+def test_loads_above_saturation_are_explained():
+    frame = pd.DataFrame({"bg_load_pct": [50.0, 142.2], "x": [1.1, 1.5], "leg": ["initiator"] * 2})
+    over = plots.vs_load(frame, "x", series="leg", title="t", ylabel="×", reference=1.0)
+    assert plots.OVER_SATURATION_NOTE in Figure("f", over, "c").caption
+    within = plots.vs_load(frame.assign(bg_load_pct=[50.0, 90.0]), "x", series="leg", title="t", ylabel="×",
+                           reference=1.0)
+    assert plots.notes(within) == []
+
+
+def test_lower_and_higher_is_better_go_to_separate_panels():
+    figure = plots_extra.grouped_bars(["L-app", "T-app QD32", "B-app"], {"tls": [1.3, 0.8, 0.9]}, title="t",
+                                      ylabel="÷ plain", better=["lower", "higher", "higher"])
+    assert [a.get_title() for a in figure.axes] == ["lower is better", "higher is better"]
+    assert [[t.get_text() for t in a.get_xticklabels()] for a in figure.axes] == [["L-app"], ["T-app QD32", "B-app"]]
+    one = plots_extra.grouped_bars(["T-app", "B-app"], {"tls": [0.8, 0.9]}, title="t", ylabel="÷ plain",
+                                   better=["higher", "higher"])
+    assert len(one.axes) == 1
+
+
+def overlapping_texts(figure) -> list[tuple[str, str]]:
+    """Pairs of tick labels or value labels (texts in the axes) whose boxes overlap at the saved DPI."""
+    figure.set_dpi(SAVED_DPI)
+    figure.draw_without_rendering()
+    pairs = []
+    for axes in figure.axes:
+        texts = [t for t in axes.get_xticklabels() + axes.get_yticklabels() + list(axes.texts)
+                 if t.get_visible() and t.get_text().strip()]
+        boxes = [t.get_window_extent() for t in texts]
+        pairs += [(texts[i].get_text(), texts[j].get_text()) for i in range(len(texts))
+                  for j in range(i + 1, len(texts)) if boxes[i].overlaps(boxes[j])]
+    return pairs
+
+
+def test_long_bar_labels_are_wrapped_clear_of_one_another():
+    names = ["NVMe/TCP loopback", "NVMe/TCP across netns link [veth, no delay, no rate cap]", "local file"]
+    figure = plots.bars(names, [80.0, 95.0, 20.0], [2.0, 3.0, 1.0], title="t", ylabel="µs")
+    assert overlapping_texts(figure) == []
+    crowded = plots_extra.grouped_bars([f"group {i}" for i in range(8)],
+                                       {s: [1234.5 + i for i in range(8)] for s in "abcd"}, title="t", ylabel="MB/s")
+    assert overlapping_texts(crowded) == []
+
+
+@pytest.fixture(scope="module")
+def study_figures(tmp_path_factory) -> list[tuple[str, Figure]]:
+    from test_study_transports import _store as transports_store
+
+    results = tmp_path_factory.mktemp("walk")
+    with gzip.open(FIXTURE, "rb") as packed, open(results / "results.sqlite", "wb") as out:
+        shutil.copyfileobj(packed, out)
+    measurements, runs = load(results)
+    extra = tmp_path_factory.mktemp("transports")
+    transports_store(extra)
+    t_measurements, t_runs = load(extra / "r")
+    measurements = pd.concat([measurements, t_measurements], ignore_index=True)
+    runs = pd.concat([runs, t_runs], ignore_index=True)
+    return [(name, figure) for name, analyze in ANALYZERS.items() if name in set(measurements["study"])
+            for figure in analyze(measurements, runs).figures]
+
+
+def test_no_study_figure_has_overlapping_tick_or_value_labels(study_figures):
+    assert len(study_figures) > 20
+    crowded = {f.name: overlapping_texts(f.figure) for _, f in study_figures}
+    assert {name: pairs for name, pairs in crowded.items() if pairs} == {}
+
+
+def test_every_figure_whose_caption_claims_an_interval_draws_it(study_figures):
+    claiming = [f for _, f in study_figures if "interval" in f.caption.lower() or "error bar" in f.caption.lower()]
+    assert claiming
+    for figure in claiming:
+        drawn = [a for a in figure.figure.axes if drawn_lines(a) or a.patches]
+        assert all(any(isinstance(c, ErrorbarContainer) or getattr(c, "errorbar", None) is not None
+                       for c in a.containers) for a in drawn), figure.name
+
+
+def test_no_study_draws_a_line_over_a_single_value(study_figures):
+    for _, figure in study_figures:
+        for axes in figure.figure.axes:
+            xs = {float(x) for line in drawn_lines(axes) if line.get_linestyle() not in ("None", "")
+                  for x in line.get_xdata()}
+            if axes.get_xscale() == "log" and axes.get_ylabel().startswith("Fraction"):
+                continue  # a CDF's x is latency, not a sweep
+            assert len(xs) != 1, f"{figure.name}: one x value under a line"
+
+
+def test_the_security_ratio_figure_splits_latency_from_throughput(study_figures):
+    ratio = [f for name, f in study_figures if name == "security" and f.name.endswith("_ratio")]
+    assert ratio
+    for figure in ratio:
+        assert [a.get_title() for a in figure.figure.axes] == ["lower is better", "higher is better"]
+
+
+def test_contention_grid_marks_its_shared_core_cells_as_left_out(tmp_path):
+    from test_contention_layout import _flows, _lapp, _save
+
+    from nvmflab.analysis import contention
+    from nvmflab.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("contention", 'study = "contention"', {})
+    lapps = {"app": "L-app", "part": "storage", "placement": "one_per_core", "storage_apps": 8}
+    for r in range(3):
+        for m, shares in ((0, False), (1, False), (2, False), (3, True)):
+            knobs = lapps | {"net_flows": m, "net_shares_storage_core": shares}
+            _save(store, run, "lapps_flows", knobs, r, [_lapp(100e3 * (1 + m + 0.01 * r), role) for role in ("main", "lg1")])
+            if m:
+                alone = {"app": "net", "part": "network", "placement": "one_per_core", "storage_apps": 0,
+                         "net_flows": m, "net_shares_storage_core": shares}
+                _save(store, run, "lapps_flows", alone, r, _flows(m, 1e9 * (1 + 0.01 * r)))
+                _save(store, run, "lapps_flows", knobs | {"part": "network"}, r, _flows(m, 0.9e9 * (1 + 0.02 * r)))
+    figures = {f.name: f.figure.axes[0] for f in contention.analyze(store.measurements(), store.runs()).figures}
+    for name in ("contention_lapps_vs_network_apps", "contention_network_apps_beside_lapps"):
+        axes = figures[name]
+        crosses = [line for line in axes.lines if line.get_marker() == "x"]
+        assert crosses and {x for line in crosses for x in line.get_xdata()} == {3}, name
+        assert all(3 not in line.get_xdata() for line in axes.lines if line.get_marker() != "x"), name
+        assert any(t.get_text().startswith("left out") for t in axes.get_legend().get_texts()), name

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from . import exits
 from .names import IN_ALL, STACK_NAMES, STUDY_NAMES, module_name
 from .spec import Spec, SpecError
 from .study_spec import load_study_spec
@@ -507,34 +508,53 @@ def compare(
     after: Path = typer.Argument(..., help="results directory measured after the change"),
     study: Optional[str] = typer.Option(None, "--study", help="compare only this study's points"),
     fail_if_slower: Optional[List[str]] = typer.Option(
-        None, "--fail-if-slower", help="exit 1 when a metric is clearly slower by more than PCT %: "
-        "PCT for every kind, or KIND=PCT (iops, bw, mean, p99); repeatable"),
+        None, "--fail-if-slower", help="gate: PCT for every kind, or KIND=PCT (iops, bw, mean, p99; only the "
+        "kinds named are gated); repeatable. Exit 1 when a gated metric is shown slower beyond PCT %, 0 only "
+        "when every one is shown within it, 3 when any is inconclusive"),
+    gate_point: Optional[List[str]] = typer.Option(
+        None, "--gate-point", help="gate only points with every KNOB=VALUE of one of these (e.g. "
+        "iodepth=32,bs=4096; also study=, leg=, role=); repeatable. Default: every matched point"),
+    gate_min_points: int = typer.Option(1, "--gate-min-points", help="exit 2 when fewer gated points than "
+                                        "this have an interval (two repeats a side with spread)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="where compare.html and compare.json go "
-                                           "(default: AFTER/compare)"),
+                                           "(default: AFTER/compare, skipped with a warning when AFTER is read-only)"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON instead of the text summary"),
 ) -> None:
     """Before/after: match points on knobs and stacks, judge IOPS, bandwidth, mean and p99 with
-    Welch + Holm (faster / slower / no clear difference), list unmatched points; exit 1 when
-    --fail-if-slower trips."""
+    Welch + Holm (faster / slower / no clear difference), list unmatched points. With
+    --fail-if-slower: exit 1 slower beyond the threshold, 3 inconclusive, 2 nothing to judge."""
     # Imported here: the statistics stack takes most of a second to load, which every other
     # command (and every one-line refusal) would otherwise pay.
-    from .compare import CompareError, run as run_compare, text_summary
+    from .compare import CompareError, GateError, run as run_compare, text_summary, write
 
     try:
-        c, written = run_compare(before, after, study, fail_if_slower, out_dir or Path(after) / "compare")
-    except CompareError as error:
+        c, written = run_compare(before, after, study, fail_if_slower, out_dir, gate_points=gate_point,
+                                 min_points=gate_min_points)
+        if out_dir is None:
+            try:
+                written = write(c, Path(after) / "compare")
+            except CompareError as error:  # a read-only AFTER: the comparison still goes to stdout
+                err.print(f"nvmflab: warning: {error}; compare.json and compare.html not written "
+                          "(give --out DIR to keep them)", markup=False, highlight=False)
+    except (CompareError, GateError) as error:
         fail(str(error))
         return
+    for warning in c.warnings:
+        err.print(f"nvmflab: warning: {warning}", markup=False, highlight=False)
+    try:
+        if as_json:
+            print(json.dumps(c.as_dict(), indent=1, allow_nan=False), flush=True)
+        else:
+            print(text_summary(c))
+            if "html" in written:
+                print(written["html"])
+            sys.stdout.flush()
     except OSError as error:
-        fail(f"cannot write the comparison ({error})")
-        return
-    if as_json:
-        print(written["json"].read_text(encoding="utf-8"), end="", flush=True)
-    else:
-        print(text_summary(c))
-        print(written["html"], flush=True)
-    if c.gate_failures:
-        raise typer.Exit(1)
+        fail(f"cannot write to stdout ({error.strerror or error})")
+    gate = c.gate_result
+    if gate is not None and gate.exit_status == exits.BAD_INPUT:
+        fail(f"the gate cannot decide: {gate.reason}")
+    raise typer.Exit(c.exit_status())
 
 
 def main() -> None:

@@ -1,10 +1,10 @@
 """`nvmflab compare BEFORE AFTER`: what got faster, what got slower, what did not change (issue 24 item 1).
 
-Each side is a results directory (or one study of it, `--study`). Points are matched on what defines
-them apart from the repeat: study, leg, load-generator role and the point's knobs (`knobs_json`,
-which carries `target_stack` and `host_stack`), so a point measured with another stack or knob value
-is a different point. Points without a partner, and points that did not run cleanly on one side, are
-listed, never dropped.
+Each side is a results directory (or one study of it, `--study`), opened read-only. Points are
+matched on what defines them apart from the repeat: study, leg, load-generator role and the point's
+knobs (`knobs_json`, which carries `target_stack` and `host_stack`), so a point measured with another
+stack or knob value is a different point. Points without a partner, and points that did not run
+cleanly on one side, are listed, never dropped.
 
 For every matched point and metric (IOPS, bandwidth, mean and p99 latency) with repeats, the
 per-repeat values of both sides go through the project's decision functions
@@ -14,9 +14,10 @@ fewer than two repeats a side or repeats without spread) and Holm's correction o
 `slower` (for latency, lower is faster); one it does not keep, or whose interval includes zero, is
 `no clear difference`; one without an interval is `cannot decide`.
 
-`--fail-if-slower PCT` (or `KIND=PCT` for iops, bw, mean, p99) makes the command exit 1 only when a
-metric is clearly slower (after Holm) by more than PCT % of the before mean; otherwise 0. Bad input
-exits 2.
+`--fail-if-slower PCT` (or `KIND=PCT` for iops, bw, mean, p99) gates the metrics it names on the
+points `--gate-point` selects, failing closed (gate.py): exit 1 only for a metric shown slower beyond
+PCT, 0 only when every gated metric is shown within PCT, 3 when any is inconclusive, 2 for input or
+data the gate cannot use.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import gate as gating
 from .analysis.decide import holm, welch
 from .analysis.stats import collapse_jobs, usable_mask
+from .gate import KIND_ALIASES, Gate, GateError
 
 # kind → (column, label, higher is better, unit scale, unit)
 METRICS: dict[str, tuple[str, str, bool, float, str]] = {
@@ -43,15 +46,14 @@ METRICS: dict[str, tuple[str, str, bool, float, str]] = {
     "mean": ("lat_mean_ns", "mean latency", False, 1e3, "µs"),
     "p99": ("lat_p99_ns", "p99 latency", False, 1e3, "µs"),
 }
-KIND_ALIASES = {"iops": "iops", "bw": "bw", "bandwidth": "bw", "mean": "mean", "lat_mean": "mean",
-                "p99": "p99", "lat_p99": "p99"}
 # Point knobs that name where a run kept its files, not what it measured.
 IGNORED_KNOBS = {"file_dir"}
 ENV_KEYS = ["hostname", "kernel", "cpu_model", "cores", "memory_bytes", "nic", "python", "git_rev"]
 
 
 class CompareError(ValueError):
-    """Input compare cannot use (no results, no such study): one line for the CLI."""
+    """Input compare cannot use (no results, no such study, an unreadable or unwritable file): one
+    line for the CLI, exit 2."""
 
 
 @dataclass
@@ -99,7 +101,13 @@ class Comparison:
     not_usable: list[dict] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)
     gate: dict[str, float] = field(default_factory=dict)
-    gate_failures: list[MetricComparison] = field(default_factory=list)
+    gate_failures: list[MetricComparison] = field(default_factory=list)  # slower beyond the threshold
+    gate_result: Gate | None = None  # with --fail-if-slower
+    warnings: list[str] = field(default_factory=list)
+
+    def exit_status(self) -> int:
+        """0, or the gate's: 1 slower beyond a threshold, 2 nothing it can use, 3 inconclusive."""
+        return self.gate_result.exit_status if self.gate_result else gating.EXIT_PASSED
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -117,10 +125,20 @@ class Comparison:
             "unmatched": {"only_before": self.only_before, "only_after": self.only_after},
             "not_usable": self.not_usable,
             "environment": self.environment,
-            "gate": {"fail_if_slower_pct": self.gate,
-                     "failed": bool(self.gate_failures),
-                     "failures": [f"{m.study}/{m.leg} {m.point} {m.kind}" for m in self.gate_failures]},
+            "warnings": self.warnings,
+            "gate": self._gate_dict(),
         }
+
+    def _gate_dict(self) -> dict:
+        g = self.gate_result
+        out = {"fail_if_slower_pct": self.gate, "failed": bool(self.gate_failures),
+               "failures": [f"{m.study}/{m.leg} {m.point} {m.kind}" for m in self.gate_failures]}
+        if g is None:
+            return out
+        return out | {"status": g.status, "exit_status": g.exit_status, "reason": g.reason,
+                      "points": g.points, "min_points": g.min_points, "family": g.family,
+                      "gated_points": g.gated_points, "decided_points": g.decided_points,
+                      "verdicts": [asdict(v) for v in g.verdicts], "missing": g.missing}
 
 
 def _num(v: Any) -> float | None:
@@ -135,11 +153,21 @@ def load_side(path: Path, study: str | None = None) -> Side:
     """The rows and runs of a results directory, or of one study in it."""
     from .store import ResultsStore
 
+    import sqlite3
+
+    from .store import StoreError
+
     path = Path(path)
     if not (path / ResultsStore.FILENAME).is_file():
         raise CompareError(f"{path}: no {ResultsStore.FILENAME} here (not a results directory)")
-    with ResultsStore(path) as store:
-        rows, runs = store.measurements(), store.runs()
+    try:
+        with ResultsStore(path, read_only=True) as store:
+            rows, runs = store.measurements(), store.runs()
+    # pandas' DatabaseError is an OSError: caught here, a damaged page is never called a write error.
+    except (sqlite3.Error, pd.errors.DatabaseError, StoreError, OSError) as error:
+        cause = error.__cause__ if isinstance(error, pd.errors.DatabaseError) and error.__cause__ else error
+        raise CompareError(f"{path / ResultsStore.FILENAME}: cannot read the results "
+                           f"({' '.join(str(cause).split())})") from None
     if study is not None:
         if rows.empty or study not in set(rows["study"]):
             have = ", ".join(sorted(set(rows["study"]))) if not rows.empty else "none"
@@ -253,33 +281,18 @@ def environment(before: Side, after: Side) -> list[dict]:
 
 
 def parse_gate(values: list[str] | None) -> dict[str, float]:
-    """`5` (every kind) or `iops=5`, `p99=10`, … → kind → percent."""
-    gate: dict[str, float] = {}
-    for value in values or []:
-        for part in str(value).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            kind, _, pct = part.rpartition("=")
-            try:
-                number = float(pct)
-            except ValueError:
-                raise CompareError(f"--fail-if-slower {part!r}: give PCT or KIND=PCT (KIND: iops, bw, mean, p99)")
-            if not math.isfinite(number) or number < 0:
-                raise CompareError(f"--fail-if-slower {part!r}: PCT must be a finite number ≥ 0")
-            if kind:
-                if kind.lower() not in KIND_ALIASES:
-                    raise CompareError(f"--fail-if-slower {part!r}: unknown kind {kind!r} (iops, bw, mean, p99)")
-                gate[KIND_ALIASES[kind.lower()]] = number
-            else:
-                for k in METRICS:
-                    gate.setdefault(k, number)
-    return gate
+    """`5` (every kind) or `iops=5`, `p99=10`, … → kind → percent (gate.parse_thresholds)."""
+    return gating.parse_thresholds(values)
 
 
-def compare(before: Side, after: Side, gate: dict[str, float] | None = None) -> Comparison:
-    """Match the points of two sides and judge every metric with repeats (Welch, Holm over all)."""
+def compare(before: Side, after: Side, gate: dict[str, float] | None = None,
+            gate_points: list[dict[str, str]] | None = None, min_points: int = 1) -> Comparison:
+    """Match the points of two sides, judge every metric with repeats (Welch, Holm over all) and,
+    with thresholds, the gated metrics (gate.py)."""
     result = Comparison(before.path, after.path, before.study or after.study, gate=dict(gate or {}))
+    if _same_directory(before.path, after.path):
+        result.warnings.append(f"BEFORE and AFTER are the same directory ({before.path}): every difference "
+                               "is zero by construction; compare two runs")
     cb, ca = _configs(before.rows), _configs(after.rows)
     allb, alla = _all_configs(before.rows), _all_configs(after.rows)
     matched = sorted(set(cb) & set(ca))
@@ -333,11 +346,29 @@ def compare(before: Side, after: Side, gate: dict[str, float] | None = None) -> 
                         else "95 % interval of the difference includes zero")
         result.metrics.append(m)
     result.environment = environment(before, after)
-    for m in result.metrics:
-        limit = result.gate.get(m.kind)
-        if limit is not None and m.verdict == "slower" and m.change_pct is not None and abs(m.change_pct) > limit:
-            result.gate_failures.append(m)
+    if result.gate:
+        _judge_gate(result, gate_points or [], min_points)
     return result
+
+
+def _same_directory(a: str, b: str) -> bool:
+    try:
+        return Path(a).samefile(b)
+    except OSError:
+        return False
+
+
+def _judge_gate(result: Comparison, conditions: list[dict[str, str]], min_points: int) -> None:
+    """The gated metrics' verdicts (gate.py); gated points found on the before side only, or not
+    usable on a side, keep the gate from passing."""
+    points = [vars(m) for m in result.metrics] + result.only_before + result.only_after + result.not_usable
+    gating.check_points(conditions, points)
+    missing = [p for p in result.only_before + result.not_usable if gating.selected(p, conditions)]
+    higher_better = {kind: spec[2] for kind, spec in METRICS.items()}
+    result.gate_result = gating.evaluate(Gate(result.gate, conditions, min_points), result.metrics,
+                                         higher_better, missing)
+    slower = {(v.study, v.leg, v.role, v.point, v.kind) for v in result.gate_result.of(gating.SLOWER)}
+    result.gate_failures = [m for m in result.metrics if (m.study, m.leg, m.role, m.point, m.kind) in slower]
 
 
 def _fmt(m: MetricComparison, value: float | None) -> str:
@@ -358,6 +389,7 @@ def _interval_text(m: MetricComparison) -> str:
 
 def text_summary(c: Comparison) -> str:
     lines = [f"nvmflab compare: before {c.before}  after {c.after}" + (f"  (study {c.study})" if c.study else "")]
+    lines += [f"warning: {w}" for w in c.warnings]
     counts = c.counts()
     lines.append("verdicts: " + (", ".join(f"{counts.get(v, 0)} {v}" for v in
                                            ("faster", "slower", "no clear difference", "cannot decide"))
@@ -369,22 +401,32 @@ def text_summary(c: Comparison) -> str:
     for m in c.metrics:
         lines.append(f"  {m.verdict:<20} {m.study}/{m.leg} [{m.point}] {METRICS[m.kind][1]}: "
                      f"{_fmt(m, m.before_mean)} → {_fmt(m, m.after_mean)}, {_interval_text(m)}"
-                     f" (n {len(m.before)}/{len(m.after)})")
+                     f" (n {len(m.before)}/{len(m.after)}): {m.reason}")
     for title, items in (("only in before", c.only_before), ("only in after", c.only_after),
                          ("not usable", c.not_usable)):
         for p in items:
             extra = f" on {p['unusable_on']} ({p.get('error') or ', '.join(p['statuses'])})" if "unusable_on" in p else ""
             lines.append(f"  {title}: {p['study']}/{p['leg']} role={p['role']} "
                          f"{json.dumps(p['knobs'], sort_keys=True)}{extra}")
-    if c.gate:
-        gate = ", ".join(f"{k} {v:g} %" for k, v in c.gate.items())
-        if c.gate_failures:
-            lines.append(f"REGRESSION: {len(c.gate_failures)} metric(s) clearly slower by more than the limit ({gate}):")
-            for m in c.gate_failures:
-                lines.append(f"  {m.study}/{m.leg} [{m.point}] {METRICS[m.kind][1]} {m.change_pct:+.1f} %")
-        else:
-            lines.append(f"gate passed: nothing clearly slower by more than {gate}")
+    if c.gate_result is not None:
+        lines += gate_summary(c.gate_result)
     return "\n".join(lines)
+
+
+def gate_summary(g: Gate) -> list[str]:
+    """The gate's outcome with its exit status, and every gated metric's verdict and reason."""
+    limits = ", ".join(f"{k} {v:g} %" for k, v in g.thresholds.items())
+    where = " on " + " or ".join(",".join(f"{k}={v}" for k, v in c.items()) for c in g.points) if g.points else ""
+    head = {"passed": "gate passed", "failed": "REGRESSION", "inconclusive": "GATE INCONCLUSIVE",
+            "unusable": "GATE CANNOT DECIDE"}[g.status]
+    lines = [f"{head} (exit {g.exit_status}, --fail-if-slower {limits}{where}): {g.reason}"]
+    for v in sorted(g.verdicts, key=lambda v: (v.verdict != gating.SLOWER, v.verdict != gating.INCONCLUSIVE)):
+        lines.append(f"  {v.verdict:<23} {v.study}/{v.leg} [{v.point}] {METRICS[v.kind][1]}: {v.reason}")
+    for p in g.missing:
+        side = f"not usable on {p['unusable_on']}" if "unusable_on" in p else "only in before"
+        lines.append(f"  {'not measured':<23} {p['study']}/{p['leg']} role={p['role']} "
+                     f"{json.dumps(p['knobs'], sort_keys=True)}: {side}")
+    return lines
 
 
 def figures(c: Comparison, limit: int = 24) -> list[dict]:
@@ -450,17 +492,29 @@ def write_html(c: Comparison, out_dir: Path) -> Path:
 
 
 def run(before: Path, after: Path, study: str | None = None, fail_if_slower: list[str] | None = None,
-        out_dir: Path | None = None, html: bool = True) -> tuple[Comparison, dict[str, Path]]:
+        out_dir: Path | None = None, html: bool = True, gate_points: list[str] | None = None,
+        min_points: int = 1) -> tuple[Comparison, dict[str, Path]]:
     """Everything `nvmflab compare` does: load, compare, write compare.json (+ compare.html)."""
     gate = parse_gate(fail_if_slower)
-    c = compare(load_side(before, study), load_side(after, study), gate)
+    conditions = gating.parse_points(gate_points)
+    if (conditions or min_points != 1) and not gate:
+        raise GateError("--gate-point and --gate-min-points choose what --fail-if-slower gates; give --fail-if-slower too")
+    if min_points < 1:
+        raise GateError(f"--gate-min-points {min_points}: give at least 1")
+    c = compare(load_side(before, study), load_side(after, study), gate, conditions, min_points)
+    return c, (write(c, Path(out_dir), html) if out_dir is not None else {})
+
+
+def write(c: Comparison, out_dir: Path, html: bool = True) -> dict[str, Path]:
+    """compare.json (+ compare.html and its figures) in out_dir; a failure is a CompareError naming it."""
     written: dict[str, Path] = {}
-    if out_dir is not None:
-        out_dir = Path(out_dir)
+    try:
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "compare.json"
         path.write_text(json.dumps(c.as_dict(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
         written["json"] = path
         if html:
             written["html"] = write_html(c, out_dir)
-    return c, written
+    except OSError as error:
+        raise CompareError(f"{out_dir}: cannot write the comparison ({error.strerror or error})") from None
+    return written

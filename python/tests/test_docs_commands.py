@@ -167,7 +167,9 @@ LOCAL = list(BLOCKS.values())
 def test_documented_commands_run_in_order(block, tmp_path, fake_env):
     """Each block's nvmflab commands, in order in one directory, as a reader would type them (a
     later command may read what an earlier one wrote: `report results/quick`)."""
-    env = fake_env | {"FAKE_PERF_SLEEP": "0"}
+    # A small deterministic spread in IOPS and latency, as real repeats have: compare's gate passes
+    # only what an interval shows within its threshold (identical repeats have none).
+    env = fake_env | {"FAKE_PERF_SLEEP": "0", "FAKE_PERF_JITTER": "0.005", "FAKE_PERF_JITTER_LATENCY": "1"}
     for i, command in enumerate(block):
         for name, content in command.files.items():
             (tmp_path / name).write_text(content)

@@ -147,7 +147,7 @@ def soak(minutes: float = typer.Option(2.0, "--minutes", help="how long (0.5 to 
           + ", ".join(f"{k} {v}" for k, v in result.hostile.items()))
     print(f"memory: {result.memory.get('detail')}")
     if result.failures:
-        fail("soak failed: " + "; ".join(result.failures))
+        fail("soak failed: " + "; ".join(result.failures), exits.FAILED)  # measured, not bad input
     print(f"soak passed ({workdir / 'soak.json'})")
 
 
@@ -580,5 +580,5 @@ def main() -> None:
             raise
         err.print(f"nvmflab: internal error: {type(error).__name__}: {error} (NVMFLAB_DEBUG=1 shows the traceback)",
                   markup=False, highlight=False)
-        sys.exit(1)
+        sys.exit(exits.INTERNAL)  # never 1 or 2: those say something about the measurements or the input
     sys.exit(code if isinstance(code, int) else 0)

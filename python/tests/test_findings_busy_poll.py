@@ -1,6 +1,8 @@
 """Issue 37 for the busy-poll study: busy polling only, placement only and both each against off
 (Holm), p99.99 tested, and the cores to reach the highest throughput by decide.fewest_not_below."""
 
+import json
+
 from test_study_extra import _row, _save
 
 from nvmflab.analysis import busy_poll
@@ -46,3 +48,26 @@ def test_cores_to_best_is_the_fewest_not_clearly_below_the_best(tmp_path):
             "2 comparisons with the best; 197.0 KIOPS vs 200.0 KIOPS with 3; 95 % interval of the difference") in text
     assert "at these 3 repeats), so 2 target cores were enough for its highest throughput." in text
     assert "within 5 %" not in text
+
+
+def _napi_store(tmp_path, napi_ids):
+    store = ResultsStore(tmp_path / "n")
+    run = store.start_run("busy-poll", 'study = "busy-poll"', {})
+    for config in ("off", "on"):
+        knobs = {"config": config, "target_cpus": 1, "rw": "randread", "bs": 4096, "iodepth": 32, "numjobs": 3,
+                 "link": "netns veth with NAPI", "napi_id": 263}  # what the probe connection found
+        counters = json.dumps({"ports": [{"portid": 1, "napi_ids": napi_ids}]})
+        _save(store, run, "busy-poll", config, knobs, 0, [_row(100_000, target_counters_json=counters)])
+    return busy_poll.analyze(store.measurements(), store.runs()).findings
+
+
+def test_the_napi_id_is_read_from_the_nvme_connections_own_sockets(tmp_path):
+    # the probe said 263, but the NVMe connections themselves had none: they decide
+    findings = _napi_store(tmp_path, {"0": 3})
+    assert any(f.startswith("Busy polling inert (no NAPI id): all 3 NVMe/TCP connections of the busy-polling points "
+                            "report SO_INCOMING_NAPI_ID 0 on the target's sockets (target /stats; netns veth with NAPI)")
+               for f in findings), findings
+    assert not any("263" in f for f in findings)
+    findings = _napi_store(tmp_path / "b", {"0": 1, "8193": 2})
+    assert any("report NAPI ids 8193 (2) on the target's sockets (target /stats; connections in parentheses; 1 with "
+               "none (0); netns veth with NAPI): busy polling can poll their device queue." in f for f in findings)

@@ -620,6 +620,7 @@ impl Acceptor {
                     let r = self.placement.pick(subnqn, hostnqn);
                     let Some(mut p) = pending[i].take() else { continue };
                     let _ = poll.registry().deregister(&mut p.stream.stream);
+                    p.stream.note_napi_id();
                     let handle = &self.reactors[r];
                     if handle.tx.send(Handoff { stream: p.stream, conn: p.conn, permit: p.permit }).is_ok() {
                         let _ = handle.waker.wake();

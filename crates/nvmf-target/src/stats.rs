@@ -238,6 +238,8 @@ impl StatsRegistry {
                     "tls_handshake_failures": t.handshake_failures.load(Relaxed),
                     "plain_refused": t.plain_refused.load(Relaxed),
                     "tls_identity_mismatches": t.identity_mismatches.load(Relaxed),
+                    "napi_ids": t.napi_ids.lock().unwrap_or_else(|e| e.into_inner()).iter()
+                        .map(|(id, n)| (id.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
                 })
             })
             .collect();

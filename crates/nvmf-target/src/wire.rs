@@ -24,8 +24,9 @@ use nvmf_tls::{PskIdentity, ServerConfig, SessionInfo, TlsSession};
 use std::io::{self, ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// First byte of a TLS handshake record (a ClientHello).
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -63,6 +64,21 @@ pub struct PortTlsStats {
     pub plain_refused: AtomicU64,
     /// Connections closed because Connect named another host or subsystem than the TLS identity.
     pub identity_mismatches: AtomicU64,
+    /// Connections per NAPI id of their socket (SO_INCOMING_NAPI_ID once Connect arrived: the
+    /// device queue busy polling would poll; 0 where there is none, as on loopback).
+    pub napi_ids: Mutex<BTreeMap<u32, u64>>,
+}
+
+/// SO_INCOMING_NAPI_ID (asm-generic's value; the libc crate does not export it).
+const SO_INCOMING_NAPI_ID: libc::c_int = 56;
+
+/// The NAPI id of the queue a socket's packets arrived on, None where the kernel cannot say.
+fn napi_id(fd: std::os::fd::RawFd) -> Option<u32> {
+    let mut id: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: a valid fd, and a u32 of `len` bytes the kernel writes at most `len` of.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_INCOMING_NAPI_ID, (&mut id as *mut u32).cast(), &mut len) };
+    (r == 0).then_some(id)
 }
 
 enum State {
@@ -121,6 +137,14 @@ impl Wire {
             PortTls::Required => State::Sniff { required: true },
         };
         Wire { stream, state, peer, port: port.clone(), tls }
+    }
+
+    /// Counts the connection under its socket's NAPI id in the port's /stats (called once, when
+    /// the connection leaves the acceptor: its Connect has arrived, so the kernel knows the id).
+    pub fn note_napi_id(&self) {
+        if let Some(id) = napi_id(self.stream.as_raw_fd()) {
+            *self.port.tls_stats.napi_ids.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default() += 1;
+        }
     }
 
     /// The connection runs TLS (the handshake may still be going on).

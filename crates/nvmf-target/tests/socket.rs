@@ -145,6 +145,10 @@ fn garbage_on_one_connection_does_not_disturb_another() {
     assert_eq!(q1["by_opcode"]["write"], 1);
     assert_eq!(q1["by_opcode"]["read"], 1);
     assert_eq!(q1["bytes_read"], 4096);
+    // Every connection that got as far as Connect is counted under its socket's NAPI id: on
+    // loopback there is no device queue, so id 0 (the bad one above never sent Connect).
+    let napi = j["ports"][0]["napi_ids"].as_object().expect("napi_ids listed");
+    assert_eq!(napi.get("0").and_then(|n| n.as_u64()), Some(2), "{napi:?}");
     t.shutdown();
 }
 

@@ -6,7 +6,9 @@ Decisions: at each core count, busy polling only, placement only and both (`on`)
 with `off` on IOPS, mean latency and p99.99 (Welch; Holm per metric over every configuration and
 core count), so the two changes are told apart. The cores to reach the highest throughput are
 `decide.fewest_not_below_summary`'s: the fewest cores whose IOPS is not clearly below the best core
-count's (Holm over the comparisons with the best)."""
+count's (Holm over the comparisons with the best). Whether busy polling had a device queue to poll
+is read from the NVMe/TCP connections' own sockets (their NAPI ids in the target's /stats) where
+the target reports them, else from the study's probe connection."""
 
 from __future__ import annotations
 
@@ -111,8 +113,51 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
         if config not in configs:
             out.findings.append(missing_leg(rows, config, "the on/off comparison is incomplete"))
     if set(configs) & {"on", "busy_only"}:
-        out.findings.append(napi.inert_text(point_path(data) or data_path(runs)))
+        polled = usable(rows)
+        ids = connection_napi_ids(polled[polled["leg"].isin(["on", "busy_only"])])  # a leg per configuration
+        out.findings.append(connections_text(ids, _link(data)) if ids
+                            else napi.inert_text(point_path(data) or data_path(runs)))
     return out
+
+
+def connection_napi_ids(rows: pd.DataFrame) -> dict[int, int]:
+    """NVMe/TCP connections per NAPI id of their own target-side sockets, over the given points:
+    the `napi_ids` of each port in the point's /stats difference (`target_counters_json`; our
+    target counts a connection there once its Connect arrived). Empty where no point has them (a
+    target that does not report them, or a run recorded before it did)."""
+    counts: dict[int, int] = {}
+    if rows.empty or "target_counters_json" not in rows:
+        return counts
+    keys = ["run_id", "point_key"] if {"run_id", "point_key"} <= set(rows.columns) else None
+    points = rows.drop_duplicates(keys) if keys else rows
+    for text in points["target_counters_json"]:
+        try:
+            stats = json.loads(text) if isinstance(text, str) and text else {}
+        except ValueError:
+            continue
+        for port in stats.get("ports", []) if isinstance(stats, dict) else []:
+            for key, n in ((port or {}).get("napi_ids") or {}).items():
+                if str(key).isdigit() and isinstance(n, (int, float)) and n > 0:
+                    counts[int(key)] = counts.get(int(key), 0) + int(n)
+    return counts
+
+
+def _link(data: pd.DataFrame) -> str:
+    links = data["link"].dropna().unique() if "link" in data else []
+    return ", ".join(str(v) for v in links) or "the topology's data path"
+
+
+def connections_text(ids: dict[int, int], link: str) -> str:
+    """Whether busy polling had a device queue to poll, from the NVMe/TCP connections' own sockets."""
+    total = sum(ids.values())
+    if set(ids) == {0}:
+        return (f"Busy polling inert (no NAPI id): all {total} NVMe/TCP connections of the busy-polling points report "
+                f"SO_INCOMING_NAPI_ID 0 on the target's sockets (target /stats; {link}), so busy polling had no device "
+                "queue to poll and any difference it shows comes from queue placement and the busy-wait loop itself.")
+    named = ", ".join(f"{i} ({n})" for i, n in sorted(ids.items()) if i)
+    zero = f"; {ids[0]} with none (0)" if ids.get(0) else ""
+    return (f"The NVMe/TCP connections of the busy-polling points report NAPI ids {named} on the target's sockets "
+            f"(target /stats; connections in parentheses{zero}; {link}): busy polling can poll their device queue.")
 
 
 def point_path(data: pd.DataFrame) -> dict | None:

@@ -13,7 +13,9 @@ For each N in `target_cores` (reactors), the T-app (4 KiB random read at `iodept
   placement and busy polling are told apart.
 A stack that cannot busy-poll (the kernel's nvmet target) gets its `on` points stored skipped with
 the stack's own reason. Knobs: `config`, `target_cpus`, `conns` (connections), `link` (the data
-path) and `napi_id` (SO_INCOMING_NAPI_ID of a probe connection on it; 0: busy polling is inert).
+path) and `napi_id` (SO_INCOMING_NAPI_ID of a probe connection on it; 0: busy polling is inert). With
+our target the analysis reads the NVMe/TCP connections' own NAPI ids from each point's /stats
+difference instead (`ports[].napi_ids`); the probe's id stands for targets that report none.
 
 By default (`link = "netns"`) the target runs in a network namespace behind a veth pair whose ends
 have GRO asked for and TSO off, so their receive path runs in NAPI and sockets have a NAPI id (on

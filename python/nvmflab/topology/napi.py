@@ -5,8 +5,10 @@ packets arrived on, named by the socket's NAPI id (SO_INCOMING_NAPI_ID). Loopbac
 a veth has one only with GRO or an XDP program on it: there a socket's NAPI id is 0 and busy
 polling is inert, whatever it is set to.
 
-Our target does not report its sockets' NAPI ids, so the harness measures the data path itself:
-a probe connection made the way NVMe/TCP connects (a listener on the target host's data address, a
+Our target reports its NVMe/TCP connections' own NAPI ids (`/stats` `ports[].napi_ids`; the
+busy-poll analysis reads them from each point's counters). For a target that reports none, and for
+the run record, the harness measures the data path itself: a probe connection made the way NVMe/TCP
+connects (a listener on the target host's data address, a
 client on the initiator host) whose accepted socket reads SO_INCOMING_NAPI_ID after data arrived.
 The probe runs through the `Host` interface (this machine, a namespace, a server over SSH), with
 python3 there, bounded in time; anything it cannot do is a reason, never an exception.

@@ -37,7 +37,7 @@ import pandas as pd
 from . import gate as gating
 from .analysis.decide import holm, welch
 from .analysis.stats import collapse_jobs, usable_mask
-from .gate import KIND_ALIASES, Gate, GateError
+from .gate import Gate, GateError
 
 # kind → (column, label, higher is better, unit scale, unit)
 METRICS: dict[str, tuple[str, str, bool, float, str]] = {
@@ -498,7 +498,8 @@ def run(before: Path, after: Path, study: str | None = None, fail_if_slower: lis
     gate = parse_gate(fail_if_slower)
     conditions = gating.parse_points(gate_points)
     if (conditions or min_points != 1) and not gate:
-        raise GateError("--gate-point and --gate-min-points choose what --fail-if-slower gates; give --fail-if-slower too")
+        raise GateError("--gate-point and --gate-min-points choose what --fail-if-slower gates; "
+                        "give --fail-if-slower too")
     if min_points < 1:
         raise GateError(f"--gate-min-points {min_points}: give at least 1")
     c = compare(load_side(before, study), load_side(after, study), gate, conditions, min_points)

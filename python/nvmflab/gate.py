@@ -31,7 +31,8 @@ from .analysis.decide import ALPHA, summary
 SLOWER = "slower beyond threshold"
 WITHIN = "within threshold"
 INCONCLUSIVE = "inconclusive"
-EXIT_PASSED, EXIT_REGRESSION, EXIT_UNUSABLE, EXIT_INCONCLUSIVE = exits.OK, exits.FAILED, exits.BAD_INPUT, exits.INCONCLUSIVE
+EXIT_PASSED, EXIT_REGRESSION = exits.OK, exits.FAILED
+EXIT_UNUSABLE, EXIT_INCONCLUSIVE = exits.BAD_INPUT, exits.INCONCLUSIVE
 KINDS = ("iops", "bw", "mean", "p99")
 KIND_ALIASES = {"iops": "iops", "bw": "bw", "bandwidth": "bw", "mean": "mean", "lat_mean": "mean",
                 "p99": "p99", "lat_p99": "p99"}
@@ -158,7 +159,8 @@ def check_points(conditions: list[dict[str, str]], points: list[dict]) -> None:
 def repeats_needed(slowdown: float, var_b: float, var_a: float, limit: float, level: float) -> int | None:
     """The fewest repeats a side (n, the same on both) whose one-sided bound at `level` would put the
     threshold on one side of the interval, if the means and spreads stayed as observed:
-    |limit − slowdown| > t(level, ν(n)) · √((s_b² + s_a²) / n), ν(n) = (s_b² + s_a²)² (n − 1) / (s_b⁴ + s_a⁴).
+    |limit − slowdown| > t(level, ν(n)) · √((s_b² + s_a²) / n),
+    ν(n) = (s_b² + s_a²)² (n − 1) / (s_b⁴ + s_a⁴) (Welch's degrees of freedom for n a side).
     None when no n up to MAX_REPEATS does (or the estimate sits on the threshold)."""
     total = var_b + var_a
     gap = abs(limit - slowdown)

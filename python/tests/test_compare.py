@@ -246,7 +246,8 @@ def sides(tmp_path, before: dict, after: dict, seed=1):
     made = []
     for name, points in (("before", before), ("after", after)):
         made.append(write_results(tmp_path / name, [
-            {"knobs": {"iodepth": d}, "repeats": noisy(rng, iops, cv, n, lat)} for d, (iops, lat, cv, n) in points.items()]))
+            {"knobs": {"iodepth": d}, "repeats": noisy(rng, iops, cv, n, lat)}
+            for d, (iops, lat, cv, n) in points.items()]))
     return made
 
 
@@ -285,11 +286,15 @@ def test_a_noisy_pair_of_three_is_inconclusive_with_advice(tmp_path):
     assert v.best_pct <= 10 < v.worst_pct
     assert f"exclude only a slowdown above {v.worst_pct:.1f} %" in v.reason
     # The advice's repeats do decide it at the observed spread, and one fewer does not.
-    sb, sa = np.var(v_b := c.metrics[0].before, ddof=1), np.var(c.metrics[0].after, ddof=1)
-    limit, slow = 10 * np.mean(v_b) / 100, v.slowdown_pct * np.mean(v_b) / 100
+    m = next(m for m in c.metrics if m.kind == "iops")
+    sb, sa = np.var(m.before, ddof=1), np.var(m.after, ddof=1)
+    limit, slow = 10 * np.mean(m.before) / 100, v.slowdown_pct * np.mean(m.before) / 100
     n = v.repeats_needed
     assert n > 3 and f"about {n} repeats a side" in v.reason
-    reach = lambda k: gate.student_t.ppf(v.confidence, (sb + sa) ** 2 * (k - 1) / (sb ** 2 + sa ** 2)) * np.sqrt((sb + sa) / k)
+
+    def reach(k):  # docs/compare.md's formula
+        return gate.student_t.ppf(v.confidence, (sb + sa) ** 2 * (k - 1) / (sb ** 2 + sa ** 2)) * np.sqrt((sb + sa) / k)
+
     assert reach(n) < abs(limit - slow) <= reach(n - 1)
     assert "gate passed" not in cmp.text_summary(c) and "GATE INCONCLUSIVE (exit 3" in cmp.text_summary(c)
 

@@ -139,13 +139,15 @@ def test_bad_input_to_any_command_exits_2_with_one_line(stores):
 
 
 @pytest.mark.parametrize("damage", ["not sqlite", "sqlite header only", "pages after the first"])
-@pytest.mark.parametrize("command", [["report", "{d}", "--json"], ["results", "list", "{d}"], ["results", "show", "{d}"],
-                                     ["compare", "{d}", "{b}"], ["compare", "{b}", "{d}", "--json"]],
+@pytest.mark.parametrize("command", [["report", "{d}", "--json"], ["results", "list", "{d}"],
+                                     ["results", "show", "{d}"], ["compare", "{d}", "{b}"],
+                                     ["compare", "{b}", "{d}", "--json"]],
                          ids=["report", "results list", "results show", "compare before", "compare after"])
 def test_every_reader_of_a_damaged_database_exits_2(stores, damage, command):
     a, b, scratch = stores
     raw = (a / "results.sqlite").read_bytes()
-    head = {"not sqlite": b"", "sqlite header only": b"SQLite format 3\x00", "pages after the first": raw[:4096]}[damage]
+    head = {"not sqlite": b"", "sqlite header only": b"SQLite format 3\x00",
+            "pages after the first": raw[:4096]}[damage]
     d = scratch / f"damaged {damage}"
     d.mkdir(exist_ok=True)
     (d / "results.sqlite").write_bytes(head + b"\xa5" * (len(raw) - len(head)))

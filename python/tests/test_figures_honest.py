@@ -221,3 +221,46 @@ def test_contention_grid_marks_its_shared_core_cells_as_left_out(tmp_path):
         assert crosses and {x for line in crosses for x in line.get_xdata()} == {3}, name
         assert all(3 not in line.get_xdata() for line in axes.lines if line.get_marker() != "x"), name
         assert any(t.get_text().startswith("left out") for t in axes.get_legend().get_texts()), name
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Appended to a copy of the report: after load, the page's width, the window's, the tables that
+# scroll inside themselves and the figures that stick out of the window, as a body attribute.
+PROBE = """<script>window.addEventListener("load", function () {
+  var all = function (q) { return Array.prototype.slice.call(document.querySelectorAll(q)); };
+  var scrolling = all("table.data").filter(function (t) { return t.scrollWidth > t.clientWidth; }).length;
+  var out = all("img[data-figure]").filter(function (i) { return i.getBoundingClientRect().right > window.innerWidth; }).length;
+  document.body.setAttribute("data-probe", [document.documentElement.scrollWidth, window.innerWidth, scrolling, out].join(" "));
+});</script></body>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_wide_tables_scroll_and_figures_fit_at_700_and_1400_px(tmp_path):
+    import re
+    import subprocess
+
+    from test_analysis_fixtures import interference_measurements, polling_measurements
+    from test_report import store_frame
+
+    from nvmflab.report import write_report
+    from nvmflab.store import ResultsStore
+
+    with ResultsStore(tmp_path / "r") as store:
+        store_frame(store, polling_measurements(), "polling")
+        store_frame(store, interference_measurements(), "interference")
+    page = write_report(tmp_path / "r", tmp_path / "out")
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
+    scrolled = {}
+    for width in (700, 1400):
+        dom = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / f'p{width}'}", f"--window-size={width},2000",
+             "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+            capture_output=True, text=True, timeout=120).stdout
+        found = re.search(r'data-probe="(\d+) (\d+) (\d+) (\d+)"', dom)
+        assert found, f"the probe did not run at {width} px"
+        page_width, window, scrolled[width], sticking_out = map(int, found.groups())
+        assert page_width <= window and sticking_out == 0, (width, found.group(0))
+    assert scrolled[700] > scrolled[1400] >= 0  # the narrow window scrolls tables the wide one shows whole

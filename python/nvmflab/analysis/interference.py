@@ -16,7 +16,9 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import Difference, compare, corrected, excluded_points, missing_leg, study_rows, within_spread
+from ..findings_data import Finding
+from .common import (Difference, compare, corrected, descriptive, excluded_points, missing_leg, study_rows,
+                     within_spread)
 from .cores_used import used_text, with_cores
 from .decide import fieller_summary, safe_upto
 from .formulas import latency_interference, throughput_sustained
@@ -345,15 +347,15 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
             base = curve.iloc[0]
             if app == "L-app":
                 metric, limit_value, worse_up = "latency_interference", lat_limit, True
-                out.findings.append(
+                out.findings.append(descriptive(
                     f"{what.capitalize()}, {app} (isolated p99 {us(base['isolated_p99_ns'])}): "
-                    f"latency interference {_describe(curve, metric, '×')}{achieved_text}.")
+                    f"latency interference {_describe(curve, metric, '×')}{achieved_text}."))
                 rule = f"p99 below {lat_limit:g}× isolated"
             else:
                 metric, limit_value, worse_up = "throughput_sustained", sus_limit, False
-                out.findings.append(
+                out.findings.append(descriptive(
                     f"{what.capitalize()}, {app} (isolated {kiops(base['isolated_iops'])}): "
-                    f"throughput sustained {_describe(curve, metric, '%')}{achieved_text}.")
+                    f"throughput sustained {_describe(curve, metric, '%')}{achieved_text}."))
                 rule = f"throughput sustained at least {sus_limit * 100:g} %"
             bound = "latency_interference_high" if metric == "latency_interference" else "throughput_sustained_low"
             safe = highest_safe_load(curve, bound, limit_value, worse_up)
@@ -383,17 +385,20 @@ def _findings(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult,
                                     + (f"; by the means alone it would be {by_mean:.0f} %" if by_mean is not None
                                        else "") + ".")
             elif safe is None:
-                out.findings.append(f"Guideline ({what}, {app}): even the lowest background load "
-                                    f"tried ({lowest}) broke the limit ({rule}); do "
-                                    "not share this resource with a background tenant.")
+                # decided by the lowest load's Fieller interval lying beyond the limit
+                out.findings.append(Finding(f"Guideline ({what}, {app}): even the lowest background load "
+                                            f"tried ({lowest}) broke the limit ({rule}: its 95 % interval of the "
+                                            "ratio is beyond it); do not share this resource with a background "
+                                            "tenant.", STUDY, decided=True))
             else:
                 beyond = (f"; the background reached no more than {reached:.0f} %, so nothing is known "
                           "about higher loads" if measured_all else "")
-                out.findings.append(f"Guideline ({what}, {app}): keep the achieved background load at or "
-                                    f"below {limit} to keep {rule} (the whole 95 % interval of the ratio, "
-                                    f"isolated baseline's variance included){beyond}.")
+                # decided: every load up to it has its whole Fieller interval on the safe side
+                out.findings.append(Finding(f"Guideline ({what}, {app}): keep the achieved background load at or "
+                                            f"below {limit} to keep {rule} (the whole 95 % interval of the ratio, "
+                                            f"isolated baseline's variance included){beyond}.", STUDY, decided=True))
             if jump is not None:
-                out.findings.append(f"Largest jump ({what}, {app}): {_jump_text(jump, metric)}.")
+                out.findings.append(descriptive(f"Largest jump ({what}, {app}): {_jump_text(jump, metric)}."))
 
 
 # -- the thesis's polling hypothesis (§6.3) --------------------------------------------------------
@@ -632,8 +637,9 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     verdict, hypothesis = polling_hypothesis(rows, curves)
     if verdict:
         text = verdict.split(": ", 1)[1]
-        out.findings.append(f"Polling hypothesis ({verdict.split(':')[0]}): {text[0].upper()}{text[1:]}"
-                            + ("" if text.endswith(".") else "."))
+        sentence = (f"Polling hypothesis ({verdict.split(':')[0]}): {text[0].upper()}{text[1:]}"
+                    + ("" if text.endswith(".") else "."))
+        out.findings.append(descriptive(sentence) if verdict.startswith("untested") else sentence)
     if not hypothesis.empty:
         out.tables.append(Table("Initiator interference: completion poll vs event", hypothesis,
                                 "Per application and requested background load (each mode capped at "

@@ -19,6 +19,7 @@ import pandas as pd
 from .. import plots
 from .common import (claim, compare, contrast, corrected, excluded_points, leg_rows, missing_leg, stated,
                      study_rows)
+from ..findings_data import Finding
 from .conditions import conditions_text
 from .cores_used import cores_text
 from .overhead_device import device_section
@@ -199,7 +200,8 @@ def _peaks(agg: pd.DataFrame, out: StudyResult, veth: bool, data: pd.DataFrame) 
                  f"over the {depths} depths)" if inside else
                  f"was still clearly rising at the deepest queue tried (QD{qd:g}, {kiops(iops)}: every shallower "
                  f"depth is clearly below it; Welch, Holm over the {depths} depths)")
-        out.findings.append(f"T-app, {_name(leg, veth)}: a single job {state}.")
+        # decided by fewest_not_below (Welch against the best depth, Holm over the depths)
+        out.findings.append(Finding(f"T-app, {_name(leg, veth)}: a single job {state}.", STUDY, decided=True))
     remote = "netns" if "netns" in peaks else "loopback" if "loopback" in peaks else None
     if "local" in peaks and remote:
         def top_row(leg: str) -> pd.Series:

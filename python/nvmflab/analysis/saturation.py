@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from .. import plots
-from .common import compare, corrected, excluded_points, leg_rows, missing_leg, study_rows
+from ..findings_data import Finding
+from .common import claim, compare, corrected, descriptive, excluded_points, leg_rows, missing_leg, study_rows
 from .cores_used import cores_text
 from .decide import fewest_not_below_summary
 from .plateau import find_plateau, plateau_confirmed
@@ -111,25 +112,21 @@ def order_finding(found: dict[str, dict]) -> str:
                      "iops_n": pa.get("peak_n", math.nan)},
                     {"iops_mean": pb["peak"], "iops_std": pb.get("peak_std", math.nan),
                      "iops_n": pb.get("peak_n", math.nan)}, "iops")
-        if not d.decidable:
-            return (f"The {name_a} saturates first: peak {kiops(pa['peak'])} vs {kiops(pb['peak'])} for the "
-                    f"{name_b} (fewer than two repeats or no spread, so no interval: not a decision).")
-        if not d.clear:
-            return (f"No significant difference between the peaks ({name_a} {kiops(pa['peak'])} ± "
-                    f"{pa['peak_ci95'] / 1e3:.1f}, {name_b} {kiops(pb['peak'])} ± {pb['peak_ci95'] / 1e3:.1f}: "
-                    f"Welch's {d.interval(kiops)} includes zero), so which saturates first is unknown.")
-        return (f"The {name_a} saturates first: peak {kiops(pa['peak'])} ± {pa['peak_ci95'] / 1e3:.1f} vs "
-                f"{kiops(pb['peak'])} ± {pb['peak_ci95'] / 1e3:.1f} for the {name_b} (95 % intervals).")
+        text = claim(d, kiops, f"The {name_a} saturates first: peak {kiops(pa['peak'])} vs {kiops(pb['peak'])} "
+                     f"for the {name_b}", f"peak IOPS between the {name_a} and the {name_b}",
+                     f"{kiops(pa['peak'])} vs {kiops(pb['peak'])}; Welch")
+        return text + ("." if d.clear else ", so which saturates first is unknown.")
     if not pa["confirmed"] and not pb["confirmed"]:
         return ("Neither core reached a plateau within the sweep, so which saturates first is unknown; "
                 "extend numjobs or iodepth.")
     done, rising = (a, b) if pa["confirmed"] else (b, a)
     if found[rising]["peak"] >= found[done]["peak"]:
-        return (f"The {RESOURCES[done].lower()} saturates first: peak {kiops(found[done]['peak'])}, while the "
-                f"{RESOURCES[rising].lower()} was still rising past {kiops(found[rising]['peak'])}.")
-    return (f"The {RESOURCES[done].lower()} saturates at {kiops(found[done]['peak'])}; the "
-            f"{RESOURCES[rising].lower()} was still rising at {kiops(found[rising]['peak'])}, so which "
-            "saturates first is unknown.")
+        return descriptive(f"The {RESOURCES[done].lower()} saturates first: peak {kiops(found[done]['peak'])}, "
+                           f"while the {RESOURCES[rising].lower()} was still rising past "
+                           f"{kiops(found[rising]['peak'])} (by the plateau rule on the means).")
+    return descriptive(f"The {RESOURCES[done].lower()} saturates at {kiops(found[done]['peak'])}; the "
+                       f"{RESOURCES[rising].lower()} was still rising at {kiops(found[rising]['peak'])}, so which "
+                       "saturates first is unknown.")
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -181,21 +178,22 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
             state = (f"peak at {kiops(point['peak'])} with {peak_config} (knee {kiops(point['iops'])} "
                      f"with {config})" if point["confirmed"] else
                      f"were still scaling at the largest load tried ({config}, {kiops(point['iops'])})")
-            out.findings.append(
+            out.findings.append(descriptive(
                 f"This machine has too few cores to give each resource its own leg, so one host core "
                 f"was measured against one target core ({cores_used(data) or 'cores not recorded'}): "
                 f"together they {state}. That is the lower of the two saturation points; which core "
-                "limits is not known.")
+                "limits is not known."))
             continue
         found[leg] = point
         if point["confirmed"]:
-            out.findings.append(f"The {resource.lower()} peaks at {kiops(point['peak'])} with {peak_config}; "
-                                f"its knee (growth below 5 %) is at {kiops(point['iops'])} with {config}. "
-                                f"Utilization confirms it as the limit: {point['limit']}.")
+            out.findings.append(descriptive(
+                f"The {resource.lower()} peaks at {kiops(point['peak'])} with {peak_config}; "
+                f"its knee (growth below 5 %) is at {kiops(point['iops'])} with {config}. "
+                f"Utilization confirms it as the limit: {point['limit']}."))
         else:
-            out.findings.append(f"The {resource.lower()} was still scaling at the largest load "
-                                f"tried ({config}, {kiops(point['iops'])}); its saturation "
-                                "point lies beyond the sweep.")
+            out.findings.append(descriptive(
+                f"The {resource.lower()} was still scaling at the largest load "
+                f"tried ({config}, {kiops(point['iops'])}); its saturation point lies beyond the sweep."))
     if table:
         out.tables.append(Table("Saturation points of compute resources", pd.DataFrame(table),
                                 "Peak: the highest KIOPS measured and the configuration reaching "
@@ -253,8 +251,9 @@ def _target_cores(rows: pd.DataFrame, out: StudyResult) -> None:
     configs = [row for _, row in agg.iterrows()]
     diffs = corrected([compare(row, best, "iops") for row in configs if int(row["target_core_count"]) != best_n])
     if any(not d.decidable for d in diffs):
-        out.findings.append(f"Target cores: {best_n} gave the most IOPS ({kiops(best['iops_mean'])}); fewer "
-                            "than two repeats (or no spread), so no interval decides whether fewer cores would do.")
+        out.findings.append(f"Target cores: cannot decide whether fewer than the {best_n} that gave the most IOPS "
+                            f"({kiops(best['iops_mean'])}) would do: fewer than two repeats (or no spread), so no "
+                            "interval.")
         return
     pick = int(fewest_not_below_summary(tuple(np.array([float(r[f"iops_{k}"]) for r in configs])
                                               for k in ("mean", "std", "n"))))
@@ -263,7 +262,7 @@ def _target_cores(rows: pd.DataFrame, out: StudyResult) -> None:
     d = next((dd for r, dd in zip(others, diffs) if r is enough), None)
     n = int(enough["target_core_count"])
     if n != best_n:
-        tail = (f"; {best_n} cores gave no significant difference ({kiops(best['iops_mean'])}, difference "
+        tail = (f"; {best_n} cores gave no clear difference ({kiops(best['iops_mean'])}, difference "
                 f"{d.text(kiops)}: the 95 % interval includes zero, or Holm over the {len(diffs)} comparisons "
                 "with the best does not exclude it)")
     elif best_n == int(agg["target_core_count"].max()):
@@ -271,5 +270,6 @@ def _target_cores(rows: pd.DataFrame, out: StudyResult) -> None:
     else:
         tail = "; more cores gave no more throughput"
     fewer = "" if n == int(agg["target_core_count"].min()) else "; every smaller count was significantly slower (Holm-corrected)"
-    out.findings.append(f"{n} target core(s) reach the highest throughput measured ({kiops(enough['iops_mean'])} "
-                        f"± {enough['iops_ci95'] / 1e3:.1f}K, 95 % interval){fewer}{tail}.")
+    out.findings.append(Finding(  # decided by fewest_not_below_summary
+        f"{n} target core(s) reach the highest throughput measured ({kiops(enough['iops_mean'])} "
+        f"± {enough['iops_ci95'] / 1e3:.1f}K, 95 % interval){fewer}{tail}.", STUDY, decided=True))

@@ -20,12 +20,14 @@ import numpy as np
 import pandas as pd
 
 from .. import plots, plots_extra
+from ..findings_data import Finding
 from .common import (Difference, compare_frames, corrected, excluded_points, missing_leg, repeat_values, stated,
                      study_rows)
 from .cores_used import shared, with_cores
 from .decide import fewest_not_below_summary
 from .extra import means, r1, ratio, with_knobs
 from .result import Figure, StudyResult, Table
+from .security import records_text
 from .stats import merge_histograms, usable
 from .text import kiops, mbps, pct, size, us
 
@@ -157,7 +159,7 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
     """`config` against tcp for one stack on one link: L-app mean and p99, T-app IOPS per QD and
     B-app bandwidth per size (Holm over the cells of each), CPU per I/O on each side."""
     base, other = data[data["config"] == "tcp"], data[data["config"] == config]
-    name = f"{stack} on {link}: {LABEL[config]} vs TCP"
+    name = f"{stack} on {link}: {LABEL[config]} vs TCP" + (f" ({records_text(other)})" if config == "tls" else "")
     lapp_a, lapp_b = base[base["app"] == "L-app"], other[other["app"] == "L-app"]
     if not lapp_a.empty and not lapp_b.empty:
         metrics = (("lat_mean_ns", "mean"), ("lat_p99_ns", "p99"))
@@ -245,10 +247,11 @@ def _cores(data: pd.DataFrame, out: StudyResult) -> None:
                         "cores to saturate": int(counts[pick])})
         if len(counts) > 1:
             plural = "s" if counts[pick] != 1 else ""
-            out.findings.append(f"{_label(stack, config)}: {int(counts[pick])} core{plural} to saturate (of "
-                                f"{', '.join(str(int(n)) for n in counts)} tried): the fewest whose IOPS is not clearly "
-                                f"below the best count's ({kiops(stats[0][best])} with {int(counts[best])}; Welch "
-                                "against the best, Holm over the counts).")
+            out.findings.append(Finding(  # decided by fewest_not_below_summary
+                f"{_label(stack, config)}: {int(counts[pick])} core{plural} to saturate (of "
+                f"{', '.join(str(int(n)) for n in counts)} tried): the fewest whose IOPS is not clearly "
+                f"below the best count's ({kiops(stats[0][best])} with {int(counts[best])}; Welch "
+                "against the best, Holm over the counts).", STUDY, decided=True))
     out.tables.append(Table("Cores to saturate (4 KiB random read, N host jobs against N target reactors)",
                             pd.DataFrame(records), "Means over repeats of the points whose host and target had "
                             "cores of their own (the paper's Fig. 4 varies the cores the same way)."))

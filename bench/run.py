@@ -6,8 +6,10 @@ Suites (--suites, default matrix,scaling,memory):
             on 4 KiB randread QD1/QD32/QD128, 4 KiB randwrite QD32 and 128 KiB randread and
             randwrite QD32 (null namespace, target busy-polling on one core, host polling on
             another), in interleaved rounds, plus TLS rows (--tls, default on: ours and SPDK with TLS
-            1.3 as targets and hosts at 4 KiB QD1/QD32 and 128 KiB randread); each round adds our stack in event mode at QD1 and
-            at 128 KiB, and the busy and blocking TCP ping-pong floors. Prints ratios of medians,
+            1.3 as targets and hosts at 4 KiB randread QD1/QD32, 4 KiB randwrite QD32 and 128 KiB
+            randread and randwrite, each against the limit AES-GCM puts on it, from its plain row and
+            the cipher's rate measured each round on the target's core); each round adds our stack in
+            event mode at QD1 and at 128 KiB, and the busy and blocking TCP ping-pong floors. Prints ratios of medians,
             each side's user and system CPU per GiB at 128 KiB (polling and event mode), and
             issue 9's goals; the report names the CPU model, and a full run (not --quick) keeps
             its tables in bench/README.md as the latest for its CPU vendor. With SPDK
@@ -163,13 +165,13 @@ def bench_run(a: argparse.Namespace, machine_congestion: str) -> int:
         + (len(target_pool) * a.rounds if "scaling" in a.suites else 0) \
         + (sum(len(memory.counts_for(s, a.memory_counts)) for s in hosts) if "memory" in a.suites else 0)
     progress = matrix.Progress(total)
-    runs, floors, scaled, mem, classic = [], [], [], [], []
+    runs, floors, scaled, mem, classic, ciphers = [], [], [], [], [], []
     waited = 0.0
     with tempfile.TemporaryDirectory(prefix="nvmflab-bench-") as tmp:
         bench = Bench(Path(tmp), limit)
         if "matrix" in a.suites:
             found = matrix.run_matrix(bench, cfg, progress)
-            runs, floors, waited = found["runs"], found["floor"], found["waited_s"]
+            runs, floors, ciphers, waited = found["runs"], found["floor"], found["cipher"], found["waited_s"]
         if "scaling" in a.suites:
             probing = bench.noise_limit_pct is not None
             gate = speed.Gate(max(0.0, a.wait_for_fast - waited)) if probing else None
@@ -204,10 +206,11 @@ def bench_run(a: argparse.Namespace, machine_congestion: str) -> int:
               "works": [w.name for w in cfg.works], "floor": floor_missing or "nvmf-bench pingpong",
               "waited_for_fast_phase_s": round(waited, 1), "tcp_congestion_set": a.tcp_congestion,
               "tcp_congestion_machine": machine_congestion}
-    results = report.assemble(runs, floors, config["works"], config, missing, scaled, mem, limit)
+    results = report.assemble(runs, floors, config["works"], config, missing, scaled, mem, limit, ciphers)
     if classic:
         results["classic"] = classic
     text = report.markdown(results)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(results, indent=2))
     a.out.with_suffix(".md").write_text(text)
     vendor = results["machine"]["vendor"]

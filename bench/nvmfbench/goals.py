@@ -1,14 +1,15 @@
-"""Issue 9's (and issue 26's 128 KiB, issue 20's TLS) performance goals as rows that say "met" or "missed by X %": the numbers speak,
-the goals do not move. Pure functions on the cells of stats.cells()."""
+"""Issue 9's (and issue 26's 128 KiB, issue 20's TLS, issue 40's cipher bound) performance goals as
+rows that say "met" or "missed by X %": the numbers speak, the goals do not move. Pure functions on the cells of stats.cells()."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .stats import paired_ratio_interval, ratio, usable
+from .stats import by_round, paired_ratio_interval, ratio
 
 QD1, QD32, LARGE = "4k randread QD1", "4k randread QD32", "128k randread QD32"
 LARGE_WRITE = "128k randwrite QD32"
+BOUND_GOAL = 0.9  # of the limit AES-GCM puts on a TLS row (nvmfbench.cipher)
 
 
 def verdict(value: float | None, op: str, limit: float) -> str:
@@ -32,12 +33,7 @@ def per_round(runs: list[dict[str, Any]], subject: tuple[str, str], baseline: tu
     interval, with the number of rounds it took: each round ran both pairs back to back, so a
     drift of the machine between rounds cancels out. Rounds where either run failed or was noisy
     are left out. None with fewer than two usable rounds or where a value is not positive."""
-    def by_round(pair: tuple[str, str]) -> dict[Any, float]:
-        return {r["round"]: float(r[key]) for r in usable(runs)
-                if (r["target"], r["host"]) == pair and r["work"] == work and not r.get("noisy")
-                and r.get(key) is not None and "round" in r}
-
-    a, b = by_round(subject), by_round(baseline)
+    a, b = by_round(runs, subject, work, key), by_round(runs, baseline, work, key)
     rounds = sorted(set(a) & set(b), key=str)
     if any(b[r] <= 0 for r in rounds):
         return None
@@ -74,13 +70,15 @@ def _row(goal: str, value: float | None, op: str, limit: float, inputs: list[dic
 
 def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str, dict[str, Any]],
               event_qd1: dict[str, Any] | None, spdk_missing: str = "",
-              runs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+              runs: list[dict[str, Any]] | None = None,
+              bounds: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The goals of issue 9 item 2. `floor` maps "busy" and "blocking" to the ping-pong summary
     ({"mean_ns", "note"}); `event_qd1` is the cell of QD1 with our target and host both in event
     mode. With the `runs` the cells came from, goals between two pairs carry their per-round
     interval. For p99.99 the value is the ratio of the pooled tails (stats.cell) and the interval
     comes from each run's own p99.99: a tail that one round shows and the others do not widens it,
-    which is why that goal's status flips between benches."""
+    which is why that goal's status flips between benches. `bounds` are the TLS rows against their
+    cipher-bound limit (bound.bound_rows)."""
     oo, ss, os_, so = ("ours", "ours"), ("spdk", "spdk"), ("ours", "spdk"), ("spdk", "ours")
     c = lambda pair, work: table.get((*pair, work))  # noqa: E731
 
@@ -119,6 +117,11 @@ def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str
             pair_goal("TLS: 4k randread QD32 IOPS, ours x ours TLS / SPDK x SPDK TLS >= 1.2", tls, stls, QD32, "iops",
                       ">=", 1.2),
         ]
+    # Issue 40: ours x ours, and our target under spdk_nvme_perf, keep 90 % of the cipher-bound limit.
+    for b in bounds or []:
+        if b["tls"] in (tls, ("ours-tls", "spdk-tls")):
+            rows.append(_row(f"TLS: {b['work']}, {b['pair']} / cipher-bound limit >= {BOUND_GOAL}", b["value"], ">=",
+                             BOUND_GOAL, b["cells"], b["why_missing"], b["per_round"]))
     busy, blocking, ours_qd1 = floor.get("busy"), floor.get("blocking"), c(oo, QD1)
     rows += [
         _row("4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1",

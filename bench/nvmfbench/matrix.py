@@ -1,10 +1,11 @@
 """The side-by-side matrix: every target x host pair of {SPDK, ours} on every workload, in
 interleaved rounds (each round visits every pair once, alternating the order, so slow drifts of
 a shared machine fall on all pairs alike). With TLS rows, each round also runs every TLS target x
-TLS host pair (ours and SPDK with TLS 1.3 on, one PSK) on TLS_WORKS among the plain targets. Each round also measures our stack in event mode at
-QD1 and on the 128 KiB workloads (whose CPU per GiB the report gives, in both modes), and the
-two ping-pong floors, so floors and stacks see the same machine. Every run is
-bracketed by speed probes (nvmfbench.speed): runs from a slow phase of the machine are noisy."""
+TLS host pair (ours and SPDK with TLS 1.3 on, one PSK) on TLS_WORKS among the plain targets, after
+measuring on the target's core the AES-GCM rate that bounds them (nvmfbench.cipher). Each round
+also measures our stack in event mode at QD1 and on the 128 KiB workloads (whose CPU per GiB the
+report gives, in both modes), and the two ping-pong floors, so floors and stacks see the same
+machine. Every run is bracketed by speed probes (nvmfbench.speed): runs from a slow phase of the machine are noisy."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import floor, speed
+from . import cipher, floor, speed
 from .stacks import MATRIX_WORKS, TLS_SUFFIX, TLS_WORKS, Bench, BenchError, Work
 
 EVENT = "ours-event"  # target/host label of the event-mode runs (reactor and host sleep when idle)
@@ -98,11 +99,15 @@ def headline(run: dict[str, Any]) -> str:
 
 
 def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[dict[str, Any]]]:
-    """Every round; returns {"runs": stack runs, "floor": ping-pong runs}."""
+    """Every round; returns {"runs": stack runs, "floor": ping-pong runs, "cipher": AES-GCM rates}."""
     runs: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []
+    ciphers: list[dict[str, Any]] = []
     gate = speed.Gate(cfg.wait_budget_s) if bench.noise_limit_pct is not None else None
     for r in range(cfg.rounds):
+        if cfg.tls_stacks and cfg.tls_works:
+            # Before the round's targets start: a polling target would share the core.
+            ciphers += cipher_round(cfg.target_core, r)
         for target_stack, hosts, works in in_turn(cfg.legs(), r):
             try:
                 with bench.target(target_stack, [cfg.target_core], "poll") as target:
@@ -135,7 +140,16 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     # off (NVMFLAB_NOISE_LIMIT_PCT=off) every run stays in the medians, probes only recorded.
     if bench.noise_limit_pct is not None:
         speed.mark_slow_phases(runs + floors)
-    return {"runs": runs, "floor": floors, "waited_s": gate.waited if gate else 0.0}
+    return {"runs": runs, "floor": floors, "cipher": ciphers, "waited_s": gate.waited if gate else 0.0}
+
+
+def cipher_round(core: int, r: int) -> list[dict[str, Any]]:
+    """The AES-GCM rates of the TLS rows' suite on `core` (nvmfbench.cipher), one line on stderr."""
+    found = cipher.measure_round(core, r)
+    text = ", ".join(f"{c['op']} {c['size'] >> 10} KiB " + (f"{c['rate_bps'] / 1e9:.2f} GB/s" if c.get("rate_bps")
+                                                           else f"FAILED: {c['error']}") for c in found)
+    print(f"round {r + 1} {cipher.SUITE} on core {core}: {text}", file=sys.stderr, flush=True)
+    return found
 
 
 def event_run(bench: Bench, cfg: Config, work: Work = EVENT_WORK, gate: speed.Gate | None = None) -> dict[str, Any]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from nvmflab.sysstat import CONGESTION
 
-from . import goals, speed, stats
+from . import bound, cipher, goals, speed, stats
 from .matrix import EVENT, EVENT_WORK
 from .stacks import SPDK_SPEC
 
@@ -74,8 +75,10 @@ def floor_summary(floor_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works: list[str], config: dict[str, Any],
              spdk_missing: str | None, scaling: list[dict[str, Any]], memory: list[dict[str, Any]],
-             noise_limit_pct: float | None) -> dict[str, Any]:
+             noise_limit_pct: float | None, cipher_records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     table = stats.cells(runs)
+    cipher_records = cipher_records or []
+    bounds = bound.bound_rows(table, runs, cipher_records)
     floors = floor_summary(floor_runs)
     floor_means = {mode: f["mean_ns"] for mode, f in floors.items()}
     event = table.get((EVENT, EVENT, EVENT_WORK.name), {})
@@ -102,7 +105,9 @@ def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works
         "ratios": stats.comparison_rows(table, works),
         "floor": floors,
         "qd1_over_floor": multiples,
-        "goals": goals.goal_rows(table, floors, event or None, spdk_missing or "", runs),
+        "goals": goals.goal_rows(table, floors, event or None, spdk_missing or "", runs, bounds),
+        "cipher": cipher_summary(cipher_records),
+        "tls_bound": [{k: v for k, v in b.items() if k != "cells"} for b in bounds],
         "cpu_per_gib": cpu_summary(runs),
         "scaling": scaling_summary(scaling),
         "memory": memory_summary(memory),
@@ -110,6 +115,17 @@ def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works
         "floor_runs": floor_runs,
         "scaling_runs": scaling,
     }
+
+
+def cipher_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite, the core, each size and direction's median rate, failures, and every record."""
+    rates = {}
+    for size in sorted({r["size"] for r in records}):
+        per_op = {op: [r["rate_bps"] for r in records if r["size"] == size and r["op"] == op and r.get("rate_bps")]
+                  for op in cipher.OPS}
+        rates[str(size)] = {op: _r(statistics.median(values), 0) if values else None for op, values in per_op.items()}
+    return {"suite": cipher.SUITE, "cores": sorted({r["core"] for r in records}), "rates_bps": rates,
+            "errors": sorted({r["error"] for r in records if r.get("error")}), "records": records}
 
 
 def cpu_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -179,7 +195,7 @@ def _mark(c: dict[str, Any]) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     """Every section the run has data for, as Markdown."""
-    sections = [_header(results), _matrix(results), _ratios(results), _cpu(results), _floor(results),
+    sections = [_header(results), _matrix(results), _ratios(results), _bound(results), _cpu(results), _floor(results),
                 _goals(results), _scaling(results), _memory(results), _classic(results)]
     return "\n\n".join(s for s in sections if s) + "\n"
 
@@ -256,6 +272,47 @@ def _cpu(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _bound(results: dict[str, Any]) -> str:
+    """The TLS rows against the limit AES-GCM puts on them (nvmfbench.cipher), after the rates."""
+    rows, found = results.get("tls_bound") or [], results.get("cipher") or {}
+    if not rows:
+        return ""
+    rates = "; ".join(f"{int(size) >> 10} KiB " + ", ".join(f"{op} {_gbps(v)}" for op, v in ops.items())
+                      for size, ops in (found.get("rates_bps") or {}).items())
+    cores = ", ".join(str(c) for c in found.get("cores") or []) or "—"
+    lines = [f"Cipher bound: {found.get('suite', cipher.SUITE)} through OpenSSL's EVP (`openssl speed -aead`, CPU time, "
+             f"pinned to core {cores}, each round before its targets start): {rates or 'not measured'}"
+             + (f" (failed: {'; '.join(found['errors'])})" if found.get("errors") else "") + ". Limit = 1 / "
+             "(1/plain IOPS + cipher time per I/O): records of up to 16 KiB, both directions at QD1 (the sealing and "
+             "the opening side take turns), the slower direction alone at higher depths (each side on its core).", "",
+             "| pair | work | plain | TLS | limit | TLS / limit | per round (95 %) |", "|---|---|---|---|---|---|---|"]
+    for b in rows:
+        bs = bound.WORKS[b["work"]].bs
+        lines.append(f"| {b['pair']} | {b['work']} | {_io(b['plain_iops'], bs)} | {_io(b['tls_iops'], bs)} | "
+                     f"{_io(b['limit_iops'], bs)} | {_x(b['value'])}"
+                     + (f" ({b['why_missing']})" if b["why_missing"] else "") + f" | {_interval(b['per_round'])} |")
+    return "\n".join(lines)
+
+
+def _interval(found: list[float] | tuple[float, ...] | None) -> str:
+    """(mean, low, high, rounds) of bound.per_round, as the goals table writes it."""
+    if not found:
+        return "—"
+    mean, low, high, n = found
+    return f"{mean:.2f}× ({low:.2f}-{high:.2f}, {n} rounds)"
+
+
+def _gbps(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e9:.2f} GB/s"
+
+
+def _io(iops: float | None, bs: int) -> str:
+    """IOPS at 4 KiB, bandwidth at 128 KiB, as the matrix shows them."""
+    if iops is None:
+        return "—"
+    return f"{iops * bs / 1e9:.2f} GB/s" if bs >= 128 << 10 else f"{iops / 1000:.0f} K"
+
+
 def _s(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f} s"
 
@@ -293,7 +350,7 @@ def _floor(results: dict[str, Any]) -> str:
 def _goals(results: dict[str, Any]) -> str:
     if not results["matrix"]:
         return ""
-    lines = ["Goals (issues 9, 26 and 20): the ratio of the medians decides the status; per round: the geometric "
+    lines = ["Goals (issues 9, 26, 20 and 40): the ratio of the medians decides the status; per round: the geometric "
              "mean of the ratios of each round's two runs, its 95 % interval, and which side of the goal the "
              "whole interval lies on (clean rounds only).", "",
              "| goal | measured | status | per round (95 %) |", "|---|---|---|---|"]

@@ -50,10 +50,11 @@ MATRIX_WORKS = (
 )
 GIB = 1 << 30
 
-# The TLS rows (issue 20 item 5): each stack with TLS 1.3 on (a PSK made per bench, the host NQN the
-# target gives it to), on the workloads the issue's goals name. A label is the stack plus TLS_SUFFIX.
+# The TLS rows (issue 20 item 5, writes from issue 40): each stack with TLS 1.3 on (a PSK made per
+# bench, the host NQN the target gives it to), on the workloads the issues' goals name. A label is
+# the stack plus TLS_SUFFIX.
 TLS_SUFFIX = "-tls"
-TLS_WORKS = ("4k randread QD1", "4k randread QD32", "128k randread QD32")
+TLS_WORKS = ("4k randread QD1", "4k randread QD32", "4k randwrite QD32", "128k randread QD32", "128k randwrite QD32")
 
 
 def tls_stack(label: str) -> tuple[str, bool]:

@@ -89,6 +89,13 @@ def group(runs: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, 
     return out
 
 
+def by_round(runs: list[dict[str, Any]], pair: tuple[str, str], work: str, key: str) -> dict[Any, float]:
+    """round -> `key` of the pair's clean run on `work` (failed and noisy runs left out)."""
+    return {r["round"]: float(r[key]) for r in usable(runs)
+            if (r["target"], r["host"]) == pair and r["work"] == work and not r.get("noisy")
+            and r.get(key) is not None and "round" in r}
+
+
 def cells(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(target, host, work) -> cell()."""
     return {k: cell(v) for k, v in group(runs, ("target", "host", "work")).items()}

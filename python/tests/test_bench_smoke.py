@@ -1,5 +1,6 @@
-"""`bench/run.py --quick` end to end with our stack only (about 20 s): every matrix cell, the TLS
-rows, both ping-pong floors, the event-mode run and the memory points come out, in JSON and Markdown."""
+"""`bench/run.py --quick` end to end with our stack only (about 30 s): every matrix cell, the TLS
+rows with their cipher-bound limits, both ping-pong floors, the event-mode run and the memory
+points come out, in JSON and Markdown."""
 
 from __future__ import annotations
 
@@ -42,11 +43,18 @@ def test_quick_bench_with_our_stack_writes_every_table(tmp_path):
         assert cells[("ours", "ours", work)]["iops"] > 0, work
     assert cells[("ours-event", "ours-event", "4k randread QD1")]["lat_mean_ns"] > 0
     # TLS rows (on by default): ours with TLS 1.3 on both sides, and its ratio to plain in the same run.
-    tls_works = ("4k randread QD1", "4k randread QD32", "128k randread QD32")
+    tls_works = ("4k randread QD1", "4k randread QD32", "4k randwrite QD32", "128k randread QD32",
+                 "128k randwrite QD32")
     for work in tls_works:
         assert cells[("ours-tls", "ours-tls", work)]["iops"] > 0, work
     tls_ratios = [r for r in results["ratios"] if r["comparison"] == "ours x ours TLS / ours x ours plain"]
     assert [r["work"] for r in tls_ratios] == list(tls_works) and all(r["iops_ratio"] > 0 for r in tls_ratios)
+    # Each TLS row against the limit AES-GCM puts on it, from the rate measured in the same run.
+    assert results["cipher"]["rates_bps"]["4096"]["decrypt"] > 0 and not results["cipher"]["errors"]
+    bounds = {b["work"]: b for b in results["tls_bound"] if b["pair"] == "ours x ours"}
+    assert list(bounds) == list(tls_works)
+    assert all(0 < b["limit_iops"] < b["plain_iops"] and b["value"] > 0 for b in bounds.values())
+    assert "| ours x ours | 4k randwrite QD32 |" in out.with_suffix(".md").read_text()
     # 128 KiB rows: both directions, polling and event mode, each side's CPU per GiB recorded.
     for work in ("128k randread QD32", "128k randwrite QD32"):
         assert cells[("ours-event", "ours-event", work)]["bw_bytes"] > 0, work

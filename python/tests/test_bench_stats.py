@@ -269,8 +269,9 @@ def test_tls_legs_run_every_tls_pair_on_the_tls_works_among_the_plain_targets():
     assert [t for t, _, _ in legs] == ["ours", "spdk", "spdk-spec", "ours-tls", "spdk-tls"]
     ours_tls = dict((t, (h, w)) for t, h, w in legs)["ours-tls"]
     assert ours_tls[0] == ["ours-tls", "spdk-tls"]
-    assert [w.name for w in ours_tls[1]] == ["4k randread QD1", "4k randread QD32", "128k randread QD32"]
-    assert matrix.planned_runs(cfg) == 2 * (3 * 2 * len(works) + 2 * 2 * 3)
+    assert [w.name for w in ours_tls[1]] == ["4k randread QD1", "4k randread QD32", "4k randwrite QD32",
+                                             "128k randread QD32", "128k randwrite QD32"]
+    assert matrix.planned_runs(cfg) == 2 * (3 * 2 * len(works) + 2 * 2 * 5)
     cfg.tls = False
     assert [t for t, _, _ in cfg.legs()] == ["ours", "spdk", "spdk-spec"]
     cfg.tls, cfg.hosts = True, ["ours"]

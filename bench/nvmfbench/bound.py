@@ -1,0 +1,61 @@
+"""Each TLS row against the limit the cipher puts on it (nvmfbench.cipher): the plain row of the
+same pair, plus the AES-GCM time per I/O. Pure functions on cells, runs and cipher records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import cipher
+from .stacks import MATRIX_WORKS, TLS_WORKS
+from .stats import by_round, paired_ratio_interval, ratio
+
+WORKS = {w.name: w for w in MATRIX_WORKS}
+# (TLS pair, the same pair without TLS, label): pairs are (target stack, host stack).
+TLS_PLAIN = (
+    (("ours-tls", "ours-tls"), ("ours", "ours"), "ours x ours"),
+    (("ours-tls", "spdk-tls"), ("ours", "spdk"), "our target x spdk_nvme_perf"),
+    (("spdk-tls", "spdk-tls"), ("spdk", "spdk"), "SPDK x SPDK"),
+    (("spdk-tls", "ours-tls"), ("spdk", "ours"), "SPDK target x nvmf-perf"),
+)
+NO_RATE = "no AES-GCM rate measured"
+
+
+def limit_of(plain_iops: float | None, work: str, records: list[dict[str, Any]]) -> float | None:
+    """The cipher-bound IOPS of `work` over TLS, from its plain IOPS and the cipher records; None
+    when either is missing."""
+    w = WORKS[work]
+    rate = cipher.rates(records, w.bs)
+    if not plain_iops or plain_iops <= 0 or rate is None:
+        return None
+    return cipher.limit_iops(plain_iops, cipher.cipher_seconds(w.bs, w.iodepth, rate))
+
+
+def per_round(runs: list[dict[str, Any]], tls: tuple[str, str], plain: tuple[str, str], work: str,
+              records: list[dict[str, Any]]) -> tuple[float, float, float, int] | None:
+    """measured / limit per round (each round's TLS run, its plain run and its own cipher rate):
+    the geometric mean, its 95 % interval and the rounds used; None below two rounds."""
+    measured, base = by_round(runs, tls, work, "iops"), by_round(runs, plain, work, "iops")
+    ratios = []
+    for r in sorted(set(measured) & set(base), key=str):
+        limit = limit_of(base[r], work, [c for c in records if c.get("round") == r])
+        if limit is not None:
+            ratios.append(measured[r] / limit)
+    found = paired_ratio_interval(ratios)
+    return None if found is None else (*found, len(ratios))
+
+
+def bound_rows(table: dict[tuple[str, str, str], dict[str, Any]], runs: list[dict[str, Any]],
+               records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per TLS pair and workload that ran: plain and TLS IOPS (medians), the limit from
+    them and the median cipher rates, measured / limit, and the per-round interval."""
+    rows = []
+    for tls, plain, label in TLS_PLAIN:
+        for work in (w for w in TLS_WORKS if (*tls, w) in table):
+            t, p = table[(*tls, work)], table.get((*plain, work)) or {}
+            limit = limit_of(p.get("iops"), work, records)
+            why = "" if limit is not None else (NO_RATE if p.get("iops") else "its plain row did not run")
+            rows.append({"pair": label, "tls": tls, "plain": plain, "work": work, "plain_iops": p.get("iops"),
+                         "tls_iops": t.get("iops"), "limit_iops": limit, "value": ratio(t.get("iops"), limit),
+                         "per_round": per_round(runs, tls, plain, work, records), "why_missing": why,
+                         "cells": [t, p or None]})
+    return rows

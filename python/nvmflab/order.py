@@ -19,9 +19,6 @@ from itertools import groupby
 
 from .plan import Point
 
-SEED_LIMIT = 2**63  # seeds are stored as JSON and SQLite integers
-
-
 def new_seed() -> int:
     """A seed for a run that names none (recorded with the run, so it can be given again)."""
     return secrets.randbelow(2**32)

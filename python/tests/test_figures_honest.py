@@ -264,3 +264,15 @@ def test_wide_tables_scroll_and_figures_fit_at_700_and_1400_px(tmp_path):
         page_width, window, scrolled[width], sticking_out = map(int, found.groups())
         assert page_width <= window and sticking_out == 0, (width, found.group(0))
     assert scrolled[700] > scrolled[1400] >= 0  # the narrow window scrolls tables the wide one shows whole
+
+
+def test_compare_figures_use_the_same_rule_and_say_so():
+    from nvmflab.compare import Comparison, MetricComparison, figures
+
+    noisy = MetricComparison(study="polling", leg="completion", role="main", point="QD1", knobs={"iodepth": 1},
+                             kind="p99", metric="lat_p99_ns", before=[10e3, 12e3, 200e3], after=[11e3, 12e3, 13e3],
+                             before_mean=None, after_mean=None, difference=None, low=None, high=None,
+                             change_pct=None, low_pct=None, high_pct=None, p=None)
+    [figure] = figures(Comparison("a", "b", None, metrics=[noisy]))
+    assert figure["caption"].startswith("polling / completion: p99 latency") and "cut at zero" in figure["caption"]
+

@@ -113,6 +113,14 @@ def _pairwise(rng, dist, n, k):
     return float(((best == 2) & clear[np.arange(TRIALS), col]).mean())
 
 
+def _matched_local(rng, dist, n, k):
+    local, _ = draw(rng, dist, (TRIALS, n))
+    remote, sd = draw(rng, dist, (TRIALS, n))
+    remote = remote + k * sd  # true ratio 1 at k = 0: not matched (the rule asks for the whole interval at or above 1)
+    _, low, _ = decide.fieller(local, remote)
+    return float((decide.safe_upto(low[:, None], 1.0, higher_is_worse=False) >= 0).mean())
+
+
 def _best_of_four(rng, dist, n, k):
     configs, sd = draw(rng, dist, (TRIALS, 4, n))
     configs[:, 2] -= k * sd  # one of four combinations has the lower p99
@@ -168,8 +176,8 @@ RULES = (
          "polling io_queues per QD", _family(10)),
     Rule("idle_poll_us pick", "polling: five periods against 0 µs, Holm, then the shortest not clearly "
          "worse than the best", _idle_poll),
-    Rule("target_cores pick", "saturation: fewest of four core counts not clearly below the best, Holm",
-         _target_cores),
+    Rule("target_cores pick", "saturation: fewest of four core counts not clearly below the best, Holm; busy-poll "
+         "and transports: cores to saturate by the same rule (`fewest_not_below`)", _target_cores),
     Rule("limiting side", "stacks: three stacks with the other side fixed, every pair, Holm; dimensions' "
          "fastest against slowest I/O pattern is read from the same every-pair family", _pairwise),
     Rule("safe load", f"interference guideline: Fieller's upper end below {LIMIT:g}× (true ratio at the limit "
@@ -188,6 +196,9 @@ RULES = (
          "dimensions: the highest bandwidth among the I/O patterns (`pick_best`: the best mean only when clearly "
          "better than every other, Holm over the k − 1 comparisons with it)", _best_of_four),
     Rule("three tests, Holm", "busy-poll: busy polling only, placement only and both, each against off", _family(3)),
+    Rule("matched local", "dimensions: NVMe/TCP at a queue depth matched local QD1 when Fieller's lower end of "
+         "IOPS(TCP, QD) / IOPS(local, QD1) is at least 1 (true ratio 1 for the false-positive rate, above it by k sd "
+         "of one repeat for detection)", _matched_local),
 )
 
 

@@ -234,8 +234,11 @@ def test_sweep_tables_every_point_and_plots_against_the_numeric_knob():
     t = table(result, "Every point")
     assert list(t.columns[:4]) == ["bs", "completion", "repeats", "KIOPS"]
     assert list(t["bs"]) == ["4k", "4k", "64k", "64k"] and list(t["KIOPS"]) == [80.0, 100.0, 18.0, 20.0]
+    # picks by decide.pick_best_summary: 4k poll clearly has the most IOPS; the two 4k points tie on p99
     assert result.findings == ["4 points over bs, completion: the highest throughput, 100.0 KIOPS, at bs = 4k, "
-                               "completion = poll; the lowest p99, 50.0 µs, at bs = 4k, completion = event."]
+                               "completion = poll (clearly above each of the other 3: Welch, Holm over them); no "
+                               "clear best for the lowest p99 among the 4 (the best mean, 50.0 µs at bs = 4k, "
+                               "completion = event, is not clearly below every other: Welch, Holm over the 3)."]
     assert [f.name for f in result.figures] == ["mine_iops_vs_bs", "mine_p99_vs_bs"]
     legend = [t.get_text() for t in result.figures[0].figure.axes[0].get_legend().get_texts()]
     assert legend == ["completion = event", "completion = poll"]
@@ -244,7 +247,7 @@ def test_sweep_tables_every_point_and_plots_against_the_numeric_knob():
 def test_sweep_with_one_point_or_none_usable():
     one = frame(rows("mine", "sweep", [{"iops": 50e3}]))
     result = sweep.analyze(one, runs_frame(["mine"]), "mine")
-    assert result.findings == ["One point, nothing swept: 50.0 KIOPS, p99 100.0 µs."] and not result.figures
+    assert result.findings == ["One point, nothing swept: 50.0 KIOPS, p99 100.0 µs (descriptive, not tested)."] and not result.figures
     failed = one.assign(status="failed", error="boom")
     assert "no usable measurement" in sweep.analyze(failed, runs_frame(["mine"]), "mine").findings[0]
 

@@ -48,3 +48,16 @@ def test_the_peak_is_decided_and_the_tcp_job_names_its_conditions():
     assert "still clearly rising at the deepest queue tried (QD256" in local, local
     peak = next(f for f in findings if f.startswith("One local job delivers 2.59× the peak IOPS"))
     assert "The NVMe/TCP job ran with" in peak and "host completion" in peak and "jobs 1" in peak, peak
+
+
+def test_every_overhead_finding_is_decided_or_labelled():
+    from nvmflab import findings_data
+
+    data = overhead_measurements()
+    netns = data["leg"] == "netns"
+    data.loc[netns, "knobs_json"] = '{"netns_delay_us": 20, "netns_link": "none", "netns_rate": "10gbit"}'
+    with findings_data.recording() as notes:
+        result = overhead.analyze(data, runs_frame(["overhead"]))
+    found = findings_data.structure("overhead", result.findings, notes, data)
+    assert not [f.text for f in found if findings_data.untested(f)]
+    assert next(f for f in found if f.text.startswith("T-app, netns")).is_decided

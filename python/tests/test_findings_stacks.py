@@ -29,7 +29,7 @@ def test_the_ratio_is_of_the_means_the_test_compares(tmp_path):
     assert side.at["ours target × spdk host", "QD32 IOPS ÷ baseline"] == 1.1
     finding = next(f for f in result.findings if f.startswith("ours target × spdk host:"))
     # the wild repeat leaves the difference undecided: the sentence leads with that, not a ratio
-    assert finding.startswith("ours target × spdk host: no clear difference in IOPS"), finding
+    assert finding.startswith("ours target × spdk host: No clear difference in IOPS"), finding
     assert "ratio of means 1.10× (Fieller's 95 % interval" in finding, finding
 
 
@@ -40,4 +40,4 @@ def test_l_app_and_b_app_lines_carry_their_decision(tmp_path):
     assert "L-app mean latency 1.25× the baseline's (25.0 µs vs 20.0 µs; ratio of means 1.25× (Fieller's" in finding
     assert "95 % interval of the difference +" in finding.split("L-app mean latency")[1]
     # B-app bandwidths within each other's spread: not a ratio stated as an effect
-    assert "no clear difference in B-app bandwidth (" in finding, finding
+    assert "No clear difference in B-app bandwidth (" in finding, finding

@@ -264,7 +264,7 @@ def test_contention_many_apps_throughput_latency_and_network(tmp_path):
     result = contention.analyze(store.measurements(), store.runs())
     text = "\n".join(result.findings)
     assert "With 8 T-apps, the T-app sharing its core with a network app kept 88 % of its throughput without it" in text
-    assert "no clear difference in throughput for the T-apps on other cores" in text
+    assert "No clear difference in throughput for the T-apps on other cores" in text
     assert "1 L-app sharing a core with a network app: mean latency 3.00× that of 1 L-app alone" in text
     assert "The network app sharing a core with T-apps (8 in all) kept 75 % of its throughput alone" in text
     table = next(t for t in result.tables if t.title.startswith("Several storage apps")).frame

@@ -85,7 +85,7 @@ def test_ratios_are_of_means_against_the_baseline_pair(tmp_path):
                             "(110.0 KIOPS vs 100.0 KIOPS; ratio of means 1.10× (Fieller's 95 % interval 1.08× to "
                             "1.12×); 95 % interval of the difference +7.7 to +12.3 KIOPS)")
                for f in result.findings), result.findings
-    assert any(f.startswith("ours target × ours host: no clear difference in IOPS from spdk target × spdk "
+    assert any(f.startswith("ours target × ours host: No clear difference in IOPS from spdk target × spdk "
                             "host at QD32") for f in result.findings), result.findings
     side = next(t.frame for t in result.tables if t.title == "Pairs side by side").set_index("target × host")
     assert side.at["ours target × spdk host", "QD32 IOPS ÷ baseline"] == 1.1

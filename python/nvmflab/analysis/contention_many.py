@@ -108,7 +108,7 @@ def _throughput(points: pd.DataFrame, med: pd.DataFrame, out: StudyResult) -> No
             other = claim(others_d[count], mbps, f"the T-apps on other cores kept {kept_o:.0f} %",
                           "throughput for the T-apps on other cores",
                           f"{mbps(row.at[1, 'others_bw'])} vs {mbps(row.at[0, 'others_bw'])}{held}")
-            text += "; " + other[:1].lower() + other[1:]
+            text += "; " + other
         out.findings.append(text + ".")
 
 

@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from .. import plots
-from .common import (claim, compare, contrast, corrected, excluded_points, leg_rows, missing_leg, stated,
+from .common import (claim, compare, contrast, corrected, descriptive, excluded_points, leg_rows, missing_leg, stated,
                      study_rows)
 from ..findings_data import Finding
 from .conditions import conditions_text
@@ -119,8 +119,8 @@ def _l_app(agg: pd.DataFrame, out: StudyResult, rows: pd.DataFrame, present: lis
     qd1 = agg[agg["iodepth"] == 1].set_index("leg")
     legs = [leg for leg in LEGS if leg in qd1.index]
     if not legs:
-        out.findings.append("No leg has a 4 KiB random-read QD1 measurement, so the L-app "
-                            "overhead was not computed.")
+        out.findings.append("No leg has an L-app measurement (small random reads at queue depth one), so the "
+                            "L-app overhead was not computed.")
         return
     p99 = {leg: qd1.at[leg, "lat_p99_ns_mean"] for leg in legs}
     ci = {leg: qd1.at[leg, "lat_p99_ns_ci95"] for leg in legs}
@@ -351,18 +351,18 @@ def _softirq(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
             continue
         name = _name(leg, veth)
         if "shared" in mine.index and not {"load generator", "target"} & set(mine.index):
-            out.findings.append(
+            out.findings.append(descriptive(
                 f"{name}: the load generator and the target shared {mine.at['shared', 'which']}, so softirq time "
-                f"({mine.at['shared', 'softirq (% of core)']:.1f} % of it) cannot be assigned to either side.")
+                f"({mine.at['shared', 'softirq (% of core)']:.1f} % of it) cannot be assigned to either side."))
             continue
         soft = {g: mine.at[g, "softirq (% of core)"] for g in mine.index}
         lg, tgt = soft.get("load generator", math.nan), soft.get("target", math.nan)
         other = soft.get("other", 0.0)
         if max((v for v in (lg, tgt) if not math.isnan(v)), default=0.0) < SOFTIRQ_VISIBLE_PCT:
-            out.findings.append(
+            out.findings.append(descriptive(
                 f"{name}: softirq stayed under {SOFTIRQ_VISIBLE_PCT:g} % on the load generator's and the target's "
                 "cores, so no receive processing charged to the sending core was visible (a kernel without IRQ "
-                "time accounting counts it as the running process's system time instead).")
+                "time accounting counts it as the running process's system time instead)."))
             continue
         where = []
         if not math.isnan(lg):
@@ -375,7 +375,7 @@ def _softirq(data: pd.DataFrame, out: StudyResult, veth: bool) -> None:
                 "of the other side's network work.")
         if other >= SOFTIRQ_VISIBLE_PCT and other > max(lg if not math.isnan(lg) else 0, tgt if not math.isnan(tgt) else 0):
             text += f" More ran on other cores ({other:.1f} % of them): receive processing was moved off the sending core there."
-        out.findings.append(text)
+        out.findings.append(descriptive(text))
 
 
 def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
@@ -390,11 +390,12 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     present = [leg for leg in LEGS if leg in set(data["leg"])]
     caveat = netns_caveat(data)
     if caveat:
-        out.findings.append(caveat)
+        out.findings.append(descriptive(caveat))
     veth = caveat is not None
     LINK["text"] = link_text(data)
     if LINK["text"]:
-        out.findings.append(f"The netns leg crossed a {LINK['text']}; every netns number below is for that link.")
+        out.findings.append(descriptive(f"The netns leg crossed a {LINK['text']}; every netns number below is for "
+                                        "that link."))
     agg = aggregate(_t_app(data[~data.index.isin(_b_rows(data).index)]), by=["leg", "iodepth"])
     _l_app(agg, out, rows, present, veth)
     if agg["iodepth"].nunique() > 1:

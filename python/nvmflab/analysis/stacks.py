@@ -190,10 +190,9 @@ def ratio_text(base: list[float], other: list[float]) -> str:
 
 
 def _said(d: Difference, fmt, effect: str, what: str, detail: str) -> str:
-    """common.claim as a clause after the pair's name: its decision first ('no clear difference in …',
-    'cannot tell whether … changed' or the effect), then the detail and the interval."""
-    text = claim(d, fmt, effect, what, detail)
-    return text[:1].lower() + text[1:] if not d.clear else text
+    """common.claim as a clause after the pair's name: its decision first ('No clear difference in …',
+    'Cannot tell whether … changed' or the effect), then the detail and the interval."""
+    return claim(d, fmt, effect, what, detail)
 
 
 def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,

@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pandas as pd
 
 from .. import plots
-from .common import compare_frames, corrected, excluded_points, stated, study_rows
+from ..findings_data import Finding
+from .common import compare_frames, corrected, descriptive, excluded_points, stated, study_rows
+from .decide import pick_best_summary
 from .result import Figure, StudyResult, Table
 from .stats import KNOB_COLUMNS, aggregate, usable
 from .text import kiops, mbps, size, us
@@ -105,16 +108,37 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame, name: str) -> StudyR
                             "jobs, target CPU the target's CPU seconds over the point (ramp included)."))
     best, fastest = agg.loc[agg["iops_mean"].idxmax()], agg.loc[agg["lat_p99_ns_mean"].idxmin()]
     if not knobs:
-        out.findings.append(f"One point, nothing swept: {kiops(best['iops_mean'])}, p99 {us(best['lat_p99_ns_mean'])}.")
+        out.findings.append(descriptive(
+            f"One point, nothing swept: {kiops(best['iops_mean'])}, p99 {us(best['lat_p99_ns_mean'])}."))
         return out
     if len(knobs) == 1 and len(agg) == 2:  # a comparison: its difference, not the larger of two means
         out.findings.append(two_values(data, knobs[0], list(agg[knobs[0]])))
     else:
-        out.findings.append(
-            f"{len(agg)} points over {', '.join(knobs)}: the highest throughput, {kiops(best['iops_mean'])}, at "
-            f"{_where(best, knobs)}; the lowest p99, {us(fastest['lat_p99_ns_mean'])}, at {_where(fastest, knobs)}.")
+        out.findings.append(picks(agg, knobs, name))
     _figures(name, agg, knobs, out)
     return out
+
+
+def picks(agg: pd.DataFrame, knobs: list[str], study: str) -> Finding | str:
+    """The highest throughput and the lowest p99 among the points, each a pick only where Welch finds
+    it clearly better than every other point (decide.pick_best_summary, Holm over the k − 1)."""
+    parts, picked = [], False
+    for metric, word, fmt, higher in (("iops", "highest throughput", kiops, True),
+                                      ("lat_p99_ns", "lowest p99", us, False)):
+        stats = tuple(agg[f"{metric}_{k}"].to_numpy(dtype=float) for k in ("mean", "std", "n"))
+        index = int(pick_best_summary(stats, higher_is_better=higher))
+        if index >= 0:
+            picked = True
+            row = agg.iloc[index]
+            parts.append(f"the {word}, {fmt(row[f'{metric}_mean'])}, at {_where(row, knobs)} (clearly "
+                         f"{'above' if higher else 'below'} each of the other {len(agg) - 1}: Welch, Holm over them)")
+        else:
+            top = agg.iloc[int(np.nanargmax(stats[0]) if higher else np.nanargmin(stats[0]))]
+            parts.append(f"no clear best for the {word} among the {len(agg)} (the best mean, "
+                         f"{fmt(top[f'{metric}_mean'])} at {_where(top, knobs)}, is not clearly "
+                         f"{'above' if higher else 'below'} every other: Welch, Holm over the {len(agg) - 1})")
+    text = f"{len(agg)} points over {', '.join(knobs)}: " + "; ".join(parts) + "."
+    return Finding(text, study, decided=True) if picked else text
 
 
 CONTRAST = (("iops", "IOPS", kiops), ("bw_bytes", "bandwidth", mbps), ("lat_mean_ns", "mean latency", us),

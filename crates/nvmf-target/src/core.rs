@@ -154,7 +154,7 @@ pub struct Port {
     pub addr: SocketAddr,
     pub subsystems: Option<Vec<String>>,
     pub tls: crate::config::PortTls,
-    pub tls_stats: Arc<crate::wire::PortTlsStats>,
+    pub tls_stats: Arc<crate::port_stats::PortTlsStats>,
     /// An NVMe over RDMA port (discovery reports TRTYPE rdma); TCP otherwise.
     pub rdma: bool,
 }

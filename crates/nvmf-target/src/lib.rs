@@ -14,6 +14,7 @@ pub mod core;
 pub mod discovery;
 pub mod fabrics;
 pub mod io;
+pub mod port_stats;
 pub mod reactor;
 pub mod stats;
 pub mod transport;

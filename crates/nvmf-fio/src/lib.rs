@@ -125,7 +125,11 @@ impl Settings {
         let hostnqn = cstr(c.hostnqn);
         let mut tls = tls_options(c.tls != 0, cstr(c.tls_key), cstr(c.tls_key_identity), hostnqn.as_deref())?;
         match tls.as_mut() {
-            Some(t) => t.compat = c.tls_compat != 0,
+            Some(t) => {
+                t.compat = c.tls_compat != 0;
+                // Neither chosen: try what a kernel keyring may hold, as nvmf-perf does.
+                t.fallback = cstr(c.tls_key_identity).is_none() && !t.compat;
+            }
             None if c.tls_compat != 0 => return Err("tls_compat=1 needs tls_key=".into()),
             None => {}
         }

@@ -241,21 +241,44 @@ impl TcpLink {
 
 /// Connects to `opts.addr`, applies the socket options, and runs the TLS handshake when
 /// `opts.tls` asks for it (its PSK identity names `subnqn`): the link a queue pair runs on.
+/// With [`crate::TlsOptions::fallback`] a refused handshake is tried again on a new connection
+/// with the next identity and derivation, as the kernel's host finds whichever its keyring holds.
 pub fn open_link(opts: &ConnectOptions, subnqn: &str) -> Result<Box<dyn Link>> {
+    let Some(tls) = &opts.tls else { return Ok(tcp_link(opts)?.0) };
+    let candidates = tls.candidates();
+    let mut refused = Vec::new();
+    for how in &candidates {
+        let psk = tls.psk_with(&opts.hostnqn, subnqn, *how)?;
+        let identity = psk.identity().to_string();
+        let (link, fd) = tcp_link(opts)?;
+        // `fd` stays valid: the TLS link owns the TCP link that owns the socket.
+        match crate::tls::TlsLink::handshake_with(link, psk, Instant::now() + opts.timeout, Some((fd, tls.ktls))) {
+            Ok(l) => {
+                tls.settle(*how, &identity, refused.len());
+                return Ok(Box::new(l));
+            }
+            Err(e) if candidates.len() > 1 && crate::tls::is_refusal(&e) => {
+                tracing::debug!("TLS: {} refused: {e}", crate::tls::describe(*how));
+                refused.push(format!("{} ('{identity}')", crate::tls::describe(*how)));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Auth(format!(
+        "TLS handshake refused for every identity and derivation a kernel keyring may hold: {}; \
+         the target holds another key for this host and subsystem, or its port does not take TLS",
+        refused.join(", ")
+    )))
+}
+
+/// A TCP connection to `opts.addr` with the socket options applied, and its descriptor.
+fn tcp_link(opts: &ConnectOptions) -> Result<(Box<dyn Link>, std::os::fd::RawFd)> {
     let stream = connect_tcp(&opts.addr, opts.timeout)?;
     stream.set_nodelay(true)?;
     set_socket_options(&stream, opts)?;
     stream.set_nonblocking(true)?;
     let fd = stream.as_raw_fd();
-    let link: Box<dyn Link> = Box::new(TcpLink(stream));
-    Ok(match &opts.tls {
-        None => link,
-        Some(tls) => {
-            let psk = tls.psk(&opts.hostnqn, subnqn)?;
-            // `fd` stays valid: the TLS link owns the TCP link that owns the socket.
-            Box::new(crate::tls::TlsLink::handshake_with(link, psk, Instant::now() + opts.timeout, Some((fd, tls.ktls)))?)
-        }
-    })
+    Ok((Box::new(TcpLink(stream)), fd))
 }
 
 fn connect_tcp(addr: &str, timeout: Duration) -> Result<TcpStream> {

@@ -9,7 +9,7 @@
 //! ([`crate::rdma::queue::RdmaQueue`]); [`QueuePair::connect`] picks by
 //! [`ConnectOptions::transport`], and everything above the queue pair is the same.
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::time::{Duration, Instant};
 
 use nvmf_proto::{Digests, Sqe};
@@ -175,6 +175,23 @@ struct TcpQueue {
     machine: QueueMachine,
 }
 
+/// A plain connection closed or reset before the ICResp is what a port that requires TLS does to
+/// a host that starts with ICReq (ours and nvmet alike send no answer), so say so. Still a
+/// connection loss ([`Error::is_connection_loss`]), as before.
+fn plain_refusal_hint(e: Error) -> Error {
+    let cause = match &e {
+        Error::Closed => "closed".to_string(),
+        Error::Io(io) if matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => io.to_string(),
+        _ => return e,
+    };
+    Error::Io(std::io::Error::new(
+        ErrorKind::ConnectionReset,
+        format!(
+            "the target dropped the connection before answering ICReq ({cause}): the port may require TLS (--tls), or the target is at its connection limit"
+        ),
+    ))
+}
+
 impl TcpQueue {
     /// Initializes a connection on `link` (ICReq/ICResp with the digests `opts` asks for,
     /// within `opts.timeout`) for queue `qid` with `depth` slots of `buf_len`-byte buffers.
@@ -188,7 +205,7 @@ impl TcpQueue {
             if left.is_zero() {
                 return Err(Error::Timeout("no ICResp from the target".into()));
             }
-            qp.poll(left, &mut done)?;
+            qp.poll(left, &mut done).map_err(|e| if opts.tls.is_none() { plain_refusal_hint(e) } else { e })?;
         }
         Ok(qp)
     }

@@ -6,6 +6,7 @@
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nvmf_tls::boundary::RecordBoundary;
@@ -28,11 +29,77 @@ pub struct TlsOptions {
     /// TLS records in the kernel (kTLS): `Auto` where the socket takes the TLS ULP, `On` or
     /// fail, `Off`.
     pub ktls: KtlsMode,
+    /// Neither `version` nor `compat` was chosen: try the identities and derivations a kernel
+    /// target's keyring may hold ([`KEYRING_ORDER`]) until one is accepted, and keep that one for
+    /// every later connection. Off in [`TlsOptions::new`]; nvmf-perf turns it on without
+    /// `--tls-key-identity` and `--tls-compat`.
+    pub fallback: bool,
+    /// What the fallback found, shared by every clone (the queues and reconnects of a run).
+    found: Arc<OnceLock<Derivation>>,
+}
+
+/// The order the fallback tries: identity version 1 before 0, as the kernel's host looks its
+/// keyring up (drivers/nvme/common/keyring.c), each derived as the specification says (libnvme
+/// 1.16 and later, what a current `nvme gen-tls-key --insert` puts there) and then as libnvme
+/// before 1.16 did (compat: Debian trixie's nvme-cli 2.13, whose default is version 0).
+pub const KEYRING_ORDER: [Derivation; 4] = [
+    Derivation { version: IdentityVersion::V1, compat: false },
+    Derivation { version: IdentityVersion::V1, compat: true },
+    Derivation { version: IdentityVersion::V0, compat: false },
+    Derivation { version: IdentityVersion::V0, compat: true },
+];
+
+/// Start of the error a handshake that the target ends without an alert gives.
+const CLOSED_IN_HANDSHAKE: &str = "the target closed the connection during the TLS handshake";
+
+/// Words for a derivation in messages: "version 0, compat derivation (libnvme before 1.16)".
+pub fn describe(how: Derivation) -> String {
+    let v = match how.version {
+        IdentityVersion::V0 => 0,
+        IdentityVersion::V1 => 1,
+    };
+    let d = if how.compat { "compat derivation (libnvme before 1.16, --tls-compat)" } else { "the specification's derivation" };
+    format!("identity version {v}, {d}")
+}
+
+/// What the fallback found in this process (the last one), for nvmf-perf to report.
+static FOUND: Mutex<Option<String>> = Mutex::new(None);
+
+/// The identity the fallback settled on, in words, if it ran in this process.
+pub fn fallback_found() -> Option<String> {
+    FOUND.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 impl TlsOptions {
     pub fn new(key: ConfiguredPsk) -> TlsOptions {
-        TlsOptions { key, version: Derivation::default().version, compat: false, ktls: KtlsMode::Auto }
+        TlsOptions {
+            key,
+            version: Derivation::default().version,
+            compat: false,
+            ktls: KtlsMode::Auto,
+            fallback: false,
+            found: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The derivations a new connection tries, in order: the chosen one; with `fallback`, the
+    /// one found before, or all of [`KEYRING_ORDER`].
+    pub fn candidates(&self) -> Vec<Derivation> {
+        match (self.fallback, self.found.get()) {
+            (false, _) => vec![Derivation { version: self.version, compat: self.compat }],
+            (true, Some(found)) => vec![*found],
+            (true, None) => KEYRING_ORDER.to_vec(),
+        }
+    }
+
+    /// Records that `how` was accepted after `refused` others were not; later connections use it.
+    pub fn settle(&self, how: Derivation, identity: &str, refused: usize) {
+        if !self.fallback || self.found.set(how).is_err() {
+            return;
+        }
+        let words = format!("{} ('{identity}'), accepted after {refused} refused", describe(how));
+        tracing::info!("TLS PSK: {words}");
+        *FOUND.lock().unwrap_or_else(|p| p.into_inner()) = Some(words);
     }
 
     /// Parses `--tls-key`, and `--tls-key-identity` when given: a PSK identity as nvme-cli and
@@ -63,8 +130,22 @@ impl TlsOptions {
 
     /// The TLS PSK and identity for a connection from `hostnqn` to `subnqn`.
     pub fn psk(&self, hostnqn: &str, subnqn: &str) -> Result<TlsPsk> {
-        TlsPsk::derive(&self.key, hostnqn, subnqn, Derivation { version: self.version, compat: self.compat })
-            .map_err(|e| Error::Auth(format!("cannot derive the TLS PSK: {e}")))
+        self.psk_with(hostnqn, subnqn, Derivation { version: self.version, compat: self.compat })
+    }
+
+    /// [`TlsOptions::psk`] derived as `how` says.
+    pub fn psk_with(&self, hostnqn: &str, subnqn: &str, how: Derivation) -> Result<TlsPsk> {
+        TlsPsk::derive(&self.key, hostnqn, subnqn, how).map_err(|e| Error::Auth(format!("cannot derive the TLS PSK: {e}")))
+    }
+}
+
+/// A handshake the target refused (an alert, or closed without one as a kernel target does for
+/// an identity it holds no key for): another identity or derivation may be accepted.
+pub fn is_refusal(e: &Error) -> bool {
+    match e {
+        Error::Auth(_) => true,
+        Error::Protocol(m) => m.starts_with(CLOSED_IN_HANDSHAKE),
+        _ => false,
     }
 }
 
@@ -98,9 +179,14 @@ pub struct TlsLink {
     out: Vec<u8>,
     out_pos: usize,
     scratch: Vec<u8>,
+    /// The slices of one send gathered, so that they go out as one run of records.
+    stage: Vec<u8>,
     /// The kernel makes the records (kTLS) on this socket: the link passes plaintext through.
     kernel: Option<RawFd>,
 }
+
+/// Plaintext sealed per send: bounds the ciphertext queued ahead of the socket.
+const MAX_SEND: usize = 256 << 10;
 
 impl TlsLink {
     /// Runs the handshake on `inner` until it is established or `deadline`; userspace records.
@@ -134,6 +220,7 @@ impl TlsLink {
             out: Vec::new(),
             out_pos: 0,
             scratch: vec![0; 64 << 10],
+            stage: Vec::new(),
             kernel: None,
         };
         l.queue();
@@ -162,7 +249,7 @@ impl TlsLink {
                     // identity closes like this, and a version 1 identity names the key by its
                     // digest, so a wrong key looks the same as a port without TLS.
                     return Err(Error::Protocol(format!(
-                        "the target closed the connection during the TLS handshake: it holds no PSK for identity '{}' \
+                        "{CLOSED_IN_HANDSHAKE}: it holds no PSK for identity '{}' \
                          (another key, or keys derived the other way: compat) or its port does not take TLS",
                         config.psk().identity()
                     )));
@@ -310,14 +397,34 @@ impl Link for TlsLink {
         }
     }
 
+    /// All the slices (up to MAX_SEND) sealed at once: one slice per call made a record and a
+    /// send(2) of every write's header and of its data, per command (4 KiB randwrite QD32 at 0.12x
+    /// of plain, issue 40).
     fn send_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize> {
-        match self.kernel {
-            Some(_) => self.inner.send_vectored(bufs),
-            None => match bufs.iter().find(|b| !b.is_empty()) {
-                Some(b) => self.send(b),
-                None => Ok(0),
-            },
+        if self.kernel.is_some() {
+            return self.inner.send_vectored(bufs);
         }
+        if let [one] = bufs {
+            return self.send(one);
+        }
+        if !self.flush_out()? {
+            return Ok(0);
+        }
+        let mut stage = std::mem::take(&mut self.stage);
+        stage.clear();
+        for b in bufs {
+            let room = MAX_SEND - stage.len();
+            if room == 0 {
+                break;
+            }
+            stage.extend_from_slice(&b[..b.len().min(room)]);
+        }
+        let sealed = self.session.send_into(&stage, &mut self.out);
+        let n = stage.len();
+        self.stage = stage;
+        sealed.map_err(tls_error)?;
+        self.flush_out()?;
+        Ok(n)
     }
 
     fn send(&mut self, buf: &[u8]) -> Result<usize> {
@@ -327,7 +434,7 @@ impl Link for TlsLink {
         if !self.flush_out()? {
             return Ok(0);
         }
-        let n = buf.len().min(256 << 10);
+        let n = buf.len().min(MAX_SEND);
         self.session.send_into(&buf[..n], &mut self.out).map_err(tls_error)?;
         self.flush_out()?;
         Ok(n)
@@ -357,5 +464,36 @@ impl Drop for TlsLink {
             }
             None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmf_tls::PskTransform;
+
+    #[test]
+    fn candidates_follow_the_choice_or_the_keyring_order() {
+        let key = ConfiguredPsk::new(PskTransform::Sha256, &[0x11; 32]).unwrap();
+        let mut o = TlsOptions::new(key);
+        o.version = IdentityVersion::V0;
+        o.compat = true;
+        assert_eq!(o.candidates(), vec![Derivation { version: IdentityVersion::V0, compat: true }], "chosen: only that");
+        o.fallback = true;
+        assert_eq!(o.candidates(), KEYRING_ORDER.to_vec());
+        assert_eq!(KEYRING_ORDER[0], Derivation::default(), "the specification's version 1 first, as the kernel");
+        let shared = o.clone();
+        o.settle(KEYRING_ORDER[3], "NVMe0R01 h s", 3);
+        assert_eq!(shared.candidates(), vec![KEYRING_ORDER[3]], "clones share what was found");
+        assert!(fallback_found().unwrap().contains("identity version 0, compat derivation"));
+    }
+
+    #[test]
+    fn refusals_are_told_from_other_failures() {
+        assert!(is_refusal(&Error::Auth("TLS handshake failed: wrong key".into())));
+        assert!(is_refusal(&Error::Protocol(format!("{CLOSED_IN_HANDSHAKE}: it holds no PSK"))));
+        assert!(!is_refusal(&Error::Protocol("bad PDU".into())));
+        assert!(!is_refusal(&Error::Timeout("no TLS handshake reply".into())));
+        assert!(!is_refusal(&Error::Closed));
     }
 }

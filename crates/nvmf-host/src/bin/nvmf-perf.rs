@@ -22,6 +22,9 @@ fn main() {
         (0, 0) => {}
         (ktls, userspace) => eprintln!("nvmf-perf: TLS records: ktls on {ktls} connection(s), userspace on {userspace}"),
     }
+    if let Some(found) = nvmf_host::tls::fallback_found() {
+        eprintln!("nvmf-perf: TLS PSK: {found}");
+    }
     if let Err(e) = result {
         eprintln!("nvmf-perf: {e}");
         std::process::exit(e.exit_code());
@@ -34,8 +37,10 @@ fn dispatch(cmd: Command) -> Result<(), PerfError> {
             // Opened before the run: a path that cannot be written would otherwise lose the
             // whole run's results at its end.
             let output = a.output.as_deref().map(ReportFile::open).transpose()?;
-            let report = match perf::run(&a) {
-                Ok(r) => r,
+            let (report, error) = match perf::run(&a) {
+                Ok(r) => (r, None),
+                // JSON carries what was measured and the error (exit 1 still); text only the error.
+                Err(PerfError::Midway { error, report }) if a.output_format == OutputFormat::Json => (*report, Some(error)),
                 Err(e) => {
                     if let Some(file) = output {
                         file.discard();
@@ -44,13 +49,20 @@ fn dispatch(cmd: Command) -> Result<(), PerfError> {
                 }
             };
             let text = match a.output_format {
-                OutputFormat::Json => format!("{:#}\n", report.to_json()),
+                OutputFormat::Json => {
+                    let mut json = report.to_json();
+                    if let Some(e) = &error {
+                        json["error"] = e.clone().into();
+                    }
+                    format!("{json:#}\n")
+                }
                 OutputFormat::Normal => report.to_text(),
             };
             match output {
-                Some(file) => file.write(&text),
-                None => print_out(&text),
+                Some(file) => file.write(&text)?,
+                None => print_out(&text)?,
             }
+            error.map_or(Ok(()), |e| Err(PerfError::Failed(e)))
         }
         Command::Discover(a) => discover_cmd(&a),
         Command::Identify(a) => identify_cmd(&a),

@@ -23,7 +23,7 @@ pub fn run(a: &RunArgs) -> Result<Report, PerfError> {
     // No namespace is read: the plan only fills the report's size fields.
     let plan = Plan { block_size: 512, region_start: 0, region_len: a.bs };
     let specs = job_specs(a, &plan);
-    let jobs = run_jobs(a, &specs, |spec| connect_loop(a, &opts, nqn, spec))?;
+    let jobs = run_jobs(a, &specs, |spec| Ok(connect_loop(a, &opts, nqn, spec)?)).map_err(|f| f.error)?;
     let extra = [("connects", serde_json::json!(true))];
     Ok(Report { engine: a.target.engine(), knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new(), start: None })
 }

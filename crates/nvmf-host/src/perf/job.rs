@@ -204,12 +204,26 @@ struct Job<'a, E: Engine, C: Clock> {
 }
 
 /// Runs one job to completion on `engine`; the caller already pinned the thread.
-pub fn run_job<E: Engine>(spec: &JobSpec, engine: E) -> Result<JobResult, Error> {
+pub fn run_job<E: Engine>(spec: &JobSpec, engine: E) -> Result<JobResult, JobFailure> {
     run_job_on(spec, engine, MonotonicClock(Instant::now()))
 }
 
+/// A job that stopped on an error, and what it measured until then (None: it never ran I/O).
+#[derive(Debug)]
+pub struct JobFailure {
+    pub error: Error,
+    /// Boxed: a JobResult is large, and this travels in every job's `Result`.
+    pub partial: Option<Box<JobResult>>,
+}
+
+impl From<Error> for JobFailure {
+    fn from(error: Error) -> Self {
+        JobFailure { error, partial: None }
+    }
+}
+
 /// [`run_job`] with its time from `clock`.
-fn run_job_on<E: Engine, C: Clock>(spec: &JobSpec, engine: E, clock: C) -> Result<JobResult, Error> {
+fn run_job_on<E: Engine, C: Clock>(spec: &JobSpec, engine: E, clock: C) -> Result<JobResult, JobFailure> {
     let usage0 = ThreadUsage::now();
     let depth = engine.depth();
     let units = (spec.region_len / spec.bs) as usize;
@@ -234,14 +248,23 @@ fn run_job_on<E: Engine, C: Clock>(spec: &JobSpec, engine: E, clock: C) -> Resul
         }
     }
     let mut result = JobResult::default();
-    job.main_phase(&mut result)?;
-    if !job.written.is_empty() {
-        result.verified_ios = job.verify_phase()?;
+    let mut ran = job.main_phase(&mut result);
+    if ran.is_ok() && !job.written.is_empty() {
+        ran = job.verify_phase().map(|n| result.verified_ios = n);
     }
     result.retried_ios = job.engine.retried();
     result.usage = ThreadUsage::now().since(&usage0);
     result.wall_ns = job.now_ns();
-    Ok(result)
+    match ran {
+        Ok(()) => Ok(result),
+        Err(error) => {
+            // What was measured counts up to the error (main_phase sets the runtime only at its end).
+            if result.runtime_ns == 0 {
+                result.runtime_ns = result.wall_ns.saturating_sub(spec.ramp_time.as_nanos() as u64).max(1);
+            }
+            Err(JobFailure { error, partial: Some(Box::new(result)) })
+        }
+    }
 }
 
 impl<E: Engine, C: Clock> Job<'_, E, C> {

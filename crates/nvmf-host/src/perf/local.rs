@@ -58,6 +58,25 @@ pub fn open(path: &Path, writable: bool, min_len: u64) -> Result<(File, LocalInf
     Ok((file, LocalInfo { size, block_size, direct }))
 }
 
+/// Why reading `file` measures no device: a regular file with fewer bytes allocated than its
+/// length (a freshly truncated one) has holes, and the kernel answers reads of a hole with zeroes
+/// without touching the disk. None for a block device or a fully allocated file.
+pub fn sparse_warning(file: &File, path: &Path) -> std::io::Result<Option<String>> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Ok(None);
+    }
+    let allocated = meta.blocks().saturating_mul(512);
+    Ok((allocated < meta.len()).then(|| {
+        format!(
+            "{} is sparse ({allocated} of {} bytes allocated): reads of its holes touch no device, so read results measure memory; fill it first (e.g. a write run over it, or fio/dd)",
+            path.display(),
+            meta.len()
+        )
+    }))
+}
+
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLKSSZGET: libc::c_ulong = 0x1268;
 

@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use self::args::{RunArgs, TargetArgs};
 use crate::tls as nvmf_host_tls;
 use self::engine::TcpEngine;
-use self::job::{run_job, JobResult, JobSpec};
+use self::job::{run_job, JobFailure, JobResult, JobSpec};
 use self::report::{JobReport, OutageWindow, Report};
 use crate::{default_hostnqn, ConnectOptions, Controller, Error, ReconnectPolicy, Session};
 
@@ -36,13 +36,17 @@ pub enum PerfError {
     /// The run itself failed: connect, I/O error, verify mismatch (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// The run failed after its jobs had measured: the error, and the report of what they
+    /// measured until it (exit 1; nvmf-perf writes it in JSON with `error`).
+    #[error("{error}")]
+    Midway { error: String, report: Box<Report> },
 }
 
 impl PerfError {
     pub fn exit_code(&self) -> i32 {
         match self {
             PerfError::Usage(_) => 2,
-            PerfError::Failed(_) => 1,
+            PerfError::Failed(_) | PerfError::Midway { .. } => 1,
         }
     }
 }
@@ -79,6 +83,8 @@ pub fn connect_options(t: &TargetArgs) -> Result<ConnectOptions, PerfError> {
         (Some(key), _) => {
             let mut tls = nvmf_host_tls::TlsOptions::parse(key, t.tls_key_identity.as_deref(), &o.hostnqn).map_err(usage)?;
             tls.compat = t.tls_compat;
+            // Neither chosen: try what a kernel target's keyring may hold (docs/tls.md).
+            tls.fallback = t.tls_key_identity.is_none() && !t.tls_compat;
             if let Some(k) = &t.ktls {
                 tls.ktls = nvmf_tls::KtlsMode::parse(k).ok_or_else(|| usage(format!("--ktls {k:?}: expected auto, on or off")))?;
             }
@@ -230,12 +236,22 @@ fn cpu_of(a: &RunArgs, i: usize) -> Option<usize> {
     a.cpus_allowed.as_ref().map(|c| c.0[i % c.0.len()])
 }
 
+/// Jobs that did not all finish: the first error, and what every job measured when at least one
+/// measured something (a job that never ran counts as empty, its error in its report).
+pub(crate) struct JobsFailed {
+    pub error: PerfError,
+    pub measured: Option<Vec<JobReport>>,
+}
+
+/// Why one job thread ended early, and what it measured until then.
+type JobError = (PerfError, Option<Box<JobResult>>);
+
 /// Runs every job on its own thread (pinned when --cpus_allowed is given).
-pub(crate) fn run_jobs<F>(a: &RunArgs, specs: &[JobSpec], start: F) -> Result<Vec<JobReport>, PerfError>
+pub(crate) fn run_jobs<F>(a: &RunArgs, specs: &[JobSpec], start: F) -> Result<Vec<JobReport>, JobsFailed>
 where
-    F: Fn(&JobSpec) -> Result<JobResult, Error> + Sync,
+    F: Fn(&JobSpec) -> Result<JobResult, JobFailure> + Sync,
 {
-    let results: Vec<Result<JobResult, PerfError>> = std::thread::scope(|s| {
+    let results: Vec<Result<JobResult, JobError>> = std::thread::scope(|s| {
         let handles: Vec<_> = specs
             .iter()
             .map(|spec| {
@@ -245,24 +261,49 @@ where
                     .name(format!("job{}", spec.index))
                     .spawn_scoped(s, move || {
                         if let Some(c) = cpu {
-                            cpu::pin_current_thread(c)
-                                .map_err(|e| PerfError::Failed(format!("job{}: cannot pin to CPU {c}: {e}", spec.index)))?;
+                            cpu::pin_current_thread(c).map_err(|e| {
+                                (PerfError::Failed(format!("job{}: cannot pin to CPU {c}: {e}", spec.index)), None)
+                            })?;
                         }
-                        start(spec).map_err(|e| PerfError::Failed(format!("job{}: {e}", spec.index)))
+                        start(spec).map_err(|f| (PerfError::Failed(format!("job{}: {}", spec.index, f.error)), f.partial))
                     })
                     .expect("spawn job thread")
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(PerfError::Failed("a job thread panicked".into()))))
+            .map(|h| h.join().unwrap_or_else(|_| Err((PerfError::Failed("a job thread panicked".into()), None))))
             .collect()
     });
     let mut reports = Vec::with_capacity(results.len());
+    let mut first_error = None;
+    let mut any_measured = false;
     for (i, r) in results.into_iter().enumerate() {
-        reports.push(JobReport { result: r?, cpu: cpu_of(a, i) });
+        let (result, error) = match r {
+            Ok(result) => (Some(result), None),
+            Err((e, partial)) => {
+                let text = e.to_string();
+                first_error.get_or_insert(e);
+                (partial.map(|p| *p), Some(text))
+            }
+        };
+        any_measured |= result.is_some();
+        reports.push(JobReport { result: result.unwrap_or_default(), cpu: cpu_of(a, i), error });
     }
-    Ok(reports)
+    match first_error {
+        None => Ok(reports),
+        Some(error) => Err(JobsFailed { error, measured: any_measured.then_some(reports) }),
+    }
+}
+
+/// The run's report from its jobs, or, when they failed after measuring, the error with the
+/// report of what they measured.
+fn finish(jobs: Result<Vec<JobReport>, JobsFailed>, report: impl FnOnce(Vec<JobReport>) -> Report) -> Result<Report, PerfError> {
+    match jobs {
+        Ok(jobs) => Ok(report(jobs)),
+        Err(JobsFailed { error, measured: Some(jobs) }) => Err(PerfError::Midway { error: error.to_string(), report: Box::new(report(jobs)) }),
+        Err(JobsFailed { error, measured: None }) => Err(error),
+    }
 }
 
 pub(crate) fn timestamp() -> u64 {
@@ -329,7 +370,7 @@ fn run_tcp(a: &RunArgs) -> Result<Report, PerfError> {
         }
     }
     let start = gate.to_json();
-    Ok(Report { engine: a.target.engine(), knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs: jobs?, outages, start })
+    finish(jobs, |jobs| Report { engine: a.target.engine(), knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages, start })
 }
 
 /// The controller under `--reconnect-delay` / `--ctrl-loss-tmo`; after a reconnect it must
@@ -359,17 +400,22 @@ fn run_local(a: &RunArgs, path: &std::path::Path) -> Result<Report, PerfError> {
     let writable = a.rw.does_writes();
     let min_len = a.size.map_or(0, |s| a.offset.saturating_add(s));
     let (file, info) = local::open(path, writable, min_len)?;
+    if a.rw.does_reads() {
+        if let Some(why) = local::sparse_warning(&file, path).map_err(Error::from)? {
+            tracing::warn!("{why}");
+        }
+    }
     let plan = plan(a, info.size, info.block_size, None, u32::from(u16::MAX))?;
     let specs = job_specs(a, &plan);
     let gate = start_at::StartGate::new(a.start_at).map_err(usage)?;
     let jobs = run_jobs(a, &specs, |spec| {
-        let engine = local::LocalEngine::new(file.try_clone()?, a.iodepth as usize, a.bs as usize)?;
+        let engine = local::LocalEngine::new(file.try_clone().map_err(Error::from)?, a.iodepth as usize, a.bs as usize)?;
         gate.wait();
         run_job(spec, engine)
-    })?;
+    });
     let extra = [("direct", json!(info.direct))];
     let start = gate.to_json();
-    Ok(Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new(), start })
+    finish(jobs, |jobs| Report { engine: "local", knobs: knobs(a, &plan, &extra), timestamp: timestamp(), jobs, outages: Vec::new(), start })
 }
 
 #[cfg(test)]

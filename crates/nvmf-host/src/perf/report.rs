@@ -15,6 +15,8 @@ use super::job::{DirStats, JobResult};
 pub struct JobReport {
     pub result: JobResult,
     pub cpu: Option<usize>,
+    /// Why the job stopped early (its result is what it measured until then); None: it finished.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,7 +138,8 @@ impl Report {
                 json!({
                     "jobname": format!("job{i}"),
                     "groupid": 0,
-                    "error": 0,
+                    // fio's errno; EIO for a job stopped by an error (the message: nvmflab.jobs[i].error).
+                    "error": if j.error.is_some() { libc::EIO } else { 0 },
                     "job_runtime": r.runtime_ns / 1_000_000,
                     "read": dir_json(&r.read, r.runtime_ns),
                     "write": dir_json(&r.write, r.runtime_ns),
@@ -161,6 +164,7 @@ impl Report {
                     "ramp_late_ios": j.result.ramp_late_ios,
                     "verified_ios": j.result.verified_ios,
                     "retried_ios": j.result.retried_ios,
+                    "error": j.error,
                 })
             })
             .collect();
@@ -314,7 +318,7 @@ mod tests {
         let mut knobs = Map::new();
         knobs.insert("rw".into(), json!("randread"));
         knobs.insert("bs".into(), json!(4096));
-        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0) }], outages: vec![], start: None }
+        Report { engine: "tcp", knobs, timestamp: 1, jobs: vec![JobReport { result, cpu: Some(0), error: None }], outages: vec![], start: None }
     }
 
     #[test]

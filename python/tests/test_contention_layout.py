@@ -110,11 +110,11 @@ def test_the_grid_of_lapps_and_network_apps_decides_each_cell_with_holm(tmp_path
     text = "\n".join(result.findings)
     assert "8 L-apps beside 1 network app one per core: mean latency 3.00× that without them" in text
     assert "8 L-apps beside 2 network apps one per core: mean latency 5.00× that without them" in text
-    assert "8 L-apps beside 3 network apps one per core: mean latency no significant difference" in text
+    assert "8 L-apps beside 3 network apps one per core: mean latency no clear difference" in text
     assert "8 L-apps beside 4 network apps" not in text  # wrapped: flagged, no finding
     assert "wrapped onto cores meant to be apart for 8 L-app(s) with 4 network app(s)" in text
     assert "2 network apps one per core beside 8 L-apps: per-flow throughput kept 50 % of the same flows alone" in text
-    assert "1 network app one per core beside 8 L-apps: per-flow throughput showed no significant difference" in text
+    assert "No clear difference in per-flow throughput between 1 network app one per core beside 8 L-apps" in text
     assert text.count("95 % interval of the difference") >= 8
     grid = next(t.frame for t in result.tables if t.title.startswith("L-apps beside network apps one per core"))
     assert list(grid["network apps"]) == [0, 1, 2, 3, 4]

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
-from .common import compare_values, corrected, missing_leg, stated
+from .common import claim, compare_values, corrected, missing_leg, stated
 from .contention_many import per_point
 from .extra import r1, ratio
 from .result import Figure, StudyResult, Table
@@ -108,9 +108,9 @@ def _latency(points: pd.DataFrame, out: StudyResult) -> None:
         out.findings.append(
             f"{n} L-app{'s' if n > 1 else ''} beside {m} network app{'s' if m > 1 else ''} one per core: mean "
             "latency " + stated(mean, us, f"{times(ratio(r['lat_mean_ns'], b['lat_mean_ns']))} that without them",
-                                f"{us(r['lat_mean_ns'])} vs {us(b['lat_mean_ns'])}", "no significant difference")
+                                f"{us(r['lat_mean_ns'])} vs {us(b['lat_mean_ns'])}", "no clear difference")
             + "; p99 " + stated(p99, us, times(ratio(r["lat_p99_ns"], b["lat_p99_ns"])),
-                                f"{us(r['lat_p99_ns'])} vs {us(b['lat_p99_ns'])}", "no significant difference") + ".")
+                                f"{us(r['lat_p99_ns'])} vs {us(b['lat_p99_ns'])}", "no clear difference") + ".")
 
 
 def _network(data: pd.DataFrame, out: StudyResult) -> None:
@@ -146,10 +146,10 @@ def _network(data: pd.DataFrame, out: StudyResult) -> None:
         if not alone or not beside:
             continue
         a, b = sum(alone) / len(alone), sum(beside) / len(beside)
-        out.findings.append(
-            f"{m} network app{'s' if m > 1 else ''} one per core beside {n} L-app{'s' if n > 1 else ''}: per-flow "
-            "throughput " + stated(diff, _gbit, f"kept {100 * ratio(b, a):.0f} % of the same flows alone",
-                                   f"{_gbit(b)} vs {_gbit(a)}", "showed no significant difference from alone") + ".")
+        who = f"{m} network app{'s' if m > 1 else ''} one per core beside {n} L-app{'s' if n > 1 else ''}"
+        out.findings.append(claim(diff, _gbit, f"{who}: per-flow throughput kept {100 * ratio(b, a):.0f} % of the same "
+                                  "flows alone", f"per-flow throughput between {who} and the same flows alone",
+                                  f"{_gbit(b)} vs {_gbit(a)}; Holm over the {len(cells)} cells") + ".")
 
 
 def _gbit(bytes_per_s: float) -> str:

@@ -135,11 +135,11 @@ def series_vs_x(
     needs: str | None = None,
 ) -> Figure:
     """One line per value of `series`: mean of `metric` vs `x`, with 95 % CI error bars; with fewer
-    than two values of `x`, no line but `needs` (default: needs_text(x)) in the axes and caption."""
+    than two values of `x`, no line but `needs` (default: needs_text(xlabel)) in the axes and caption."""
     figure, axes = new_figure(title)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
-    if needs_sweep(figure, axes, agg[x].tolist() if x in agg else [], needs or needs_text(x), xformat):
+    if needs_sweep(figure, axes, agg[x].tolist() if x in agg else [], needs or needs_text(xlabel), xformat):
         return figure
     groups = [(None, agg)] if series is None else list(agg.groupby(series, dropna=False, sort=True))
     label = label or (knob_label(series) if series else (lambda _v: metric))

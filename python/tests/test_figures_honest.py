@@ -82,7 +82,10 @@ def test_a_sweep_with_one_value_draws_no_line_and_says_what_it_needs():
                                xlabel="Target cores", ylabel=plots.KIOPS_LABEL)
     axes = figure.axes[0]
     assert drawn_lines(axes) == [] and not axes.containers
-    assert any("needs ≥ 2 values of target_core_count" in t.get_text() for t in axes.texts)
+    assert any("needs ≥ 2 core counts" in t.get_text() for t in axes.texts)
+    assert "only 1" in plots.notes(figure)[0]
+    one_qd = plots.p99_vs_qd(pd.DataFrame({"c": ["poll"], "iodepth": [1], "lat_p99_ns_mean": [9e3]}), "c", "t")
+    assert plots.notes(one_qd) == [f"Not drawn: needs ≥ 2 values of {plots.QD_LABEL} (this run measured only 1)."]
     figure = plots_extra.lines({"busy": ([2], [5.0]), "off": ([2], [4.0])}, title="t",
                                xlabel="Target cores (reactors)", ylabel="KIOPS")
     assert drawn_lines(figure.axes[0]) == []
@@ -182,10 +185,9 @@ def test_every_figure_whose_caption_claims_an_interval_draws_it(study_figures):
 def test_no_study_draws_a_line_over_a_single_value(study_figures):
     for _, figure in study_figures:
         for axes in figure.figure.axes:
-            xs = {float(x) for line in drawn_lines(axes) if line.get_linestyle() not in ("None", "")
-                  for x in line.get_xdata()}
-            if axes.get_xscale() == "log" and axes.get_ylabel().startswith("Fraction"):
-                continue  # a CDF's x is latency, not a sweep
+            xs = {float(x) for line in drawn_lines(axes) for x in line.get_xdata()}  # crosses count
+            if axes.patches or (axes.get_xscale() == "log" and axes.get_ylabel().startswith("Fraction")):
+                continue  # bars are categories, a CDF's x is latency: neither is a sweep
             assert len(xs) != 1, f"{figure.name}: one x value under a line"
 
 

@@ -18,6 +18,7 @@ pub mod port_stats;
 pub mod reactor;
 pub mod stats;
 pub mod transport;
+pub mod units;
 pub mod wire;
 
 pub use config::{ConfigError, TargetConfig};

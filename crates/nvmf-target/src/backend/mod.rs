@@ -15,12 +15,21 @@ pub use file::{DurabilityCounters, FileStore};
 pub use model::{ModelParams, ModelStore};
 pub use ram::RamStore;
 
-use crate::config::BackendConfig;
 use io_uring::{opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// A namespace's storage as the configuration describes it (config/ re-exports it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendConfig {
+    Null { size: u64 },
+    Ram { size: u64 },
+    File { path: PathBuf },
+    /// RAM answering like a device (backend/model.rs).
+    Model { size: u64, params: ModelParams },
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -57,7 +57,7 @@ impl ModelParams {
                     p.bandwidth = match value.trim() {
                         "none" | "0" => None,
                         v => Some(
-                            crate::config::parse_size(v)
+                            crate::units::parse_size(v)
                                 .filter(|b| *b >= 1 << 20)
                                 .ok_or_else(|| format!("{pair:?}: bandwidth per second must be e.g. 3GiB, 500MiB (at least 1MiB) or none"))?,
                         ),

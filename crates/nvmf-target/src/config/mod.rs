@@ -14,6 +14,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use host_auth::HostAuthConfig;
+// Owned by backend/ and units.rs, which import nothing from config/ (no import circle).
+pub use crate::backend::BackendConfig;
+pub use crate::units::parse_size;
 
 /// NQNs are at most 223 bytes (NVMe Base 4.5 "NVMe Qualified Names").
 pub const MAX_NQN_LEN: usize = 223;
@@ -304,15 +307,6 @@ pub struct NamespaceConfig {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum BackendConfig {
-    Null { size: u64 },
-    Ram { size: u64 },
-    File { path: PathBuf },
-    /// RAM answering like a device (backend/model.rs).
-    Model { size: u64, params: crate::backend::ModelParams },
-}
-
-#[derive(Debug, Clone, PartialEq)]
 pub struct HostMapEntry {
     pub hostnqn: String,
     pub reactor: usize,
@@ -332,24 +326,6 @@ impl ConfigError {
     pub fn invalid(origin: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError::Invalid { origin: origin.into(), message: message.into() }
     }
-}
-
-/// Parses sizes as the CLI and the TOML file write them: `512`, `4k`, `1m`, `64MiB`, `1GiB`
-/// (k/m/g/t and KiB/MiB/GiB/TiB are powers of 1024).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        "t" | "tib" | "tb" => 40,
-        _ => return None,
-    };
-    n.checked_mul(1u64 << shift)
 }
 
 /// Parses the stats endpoint address: `ADDR:PORT`, or a bare `PORT` meaning loopback (the
@@ -559,18 +535,6 @@ impl TargetConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_are_powers_of_1024() {
-        assert_eq!(parse_size("512"), Some(512));
-        assert_eq!(parse_size("4k"), Some(4096));
-        assert_eq!(parse_size("1m"), Some(1 << 20));
-        assert_eq!(parse_size("64MiB"), Some(64 << 20));
-        assert_eq!(parse_size("1GiB"), Some(1 << 30));
-        assert_eq!(parse_size("1x"), None);
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("99999999999999999999t"), None);
-    }
 
     #[test]
     fn core_lists() {

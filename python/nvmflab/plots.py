@@ -319,6 +319,7 @@ def bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float]
     drawn = axes.bar(labels, values, yerr=nonnegative_yerr(figure, values, halves), capsize=4,
                      color=["tab:blue", "tab:orange", "tab:green", "tab:purple"][: len(labels)])
     texts = axes.bar_label(drawn, labels=[f"{v:.1f}" for v in values], padding=3)
+    axes.margins(y=0.12)  # headroom: the value labels above the tallest bar stay under the title
     axes.set_ylabel(ylabel)
     axes.grid(True, axis="y", alpha=0.3)
     axes.grid(False, axis="x")

@@ -107,6 +107,7 @@ def _bars(figure: Figure, axes, picked: Sequence[int], groups: Sequence[str], se
                          capsize=3 if yerr is not None else 0, label=name)
         texts += axes.bar_label(drawn, labels=["" if math.isnan(v) else f"{v:.1f}" for v in values],
                                 padding=2, fontsize=8)
+    axes.margins(y=0.12)  # headroom: the value labels above the tallest bar stay under the title
     axes.set_xticks(x)
     axes.set_xticklabels([groups[j] for j in picked], fontsize=9)
     axes.set_ylabel(ylabel)

@@ -127,13 +127,24 @@ def test_lower_and_higher_is_better_go_to_separate_panels():
     assert len(one.axes) == 1
 
 
+def shown_tick_labels(axis) -> list:
+    """The tick labels the axis draws: those of ticks inside its view (matplotlib keeps labels of
+    ticks just outside it, which are never drawn)."""
+    low, high = sorted(axis.get_view_interval())
+    span = high - low
+    return [tick.label1 for tick in axis.get_major_ticks()
+            if low - 1e-9 * span <= tick.get_loc() <= high + 1e-9 * span]
+
+
 def overlapping_texts(figure) -> list[tuple[str, str]]:
-    """Pairs of tick labels or value labels (texts in the axes) whose boxes overlap at the saved DPI."""
+    """Pairs of tick labels, value labels (texts in the axes), titles or axis labels whose boxes overlap
+    at the saved DPI."""
     figure.set_dpi(SAVED_DPI)
     figure.draw_without_rendering()
     pairs = []
     for axes in figure.axes:
-        texts = [t for t in axes.get_xticklabels() + axes.get_yticklabels() + list(axes.texts)
+        texts = [t for t in shown_tick_labels(axes.xaxis) + shown_tick_labels(axes.yaxis) + list(axes.texts)
+                 + [axes.title, axes.xaxis.label, axes.yaxis.label] + ([figure._suptitle] if figure._suptitle else [])
                  if t.get_visible() and t.get_text().strip()]
         boxes = [t.get_window_extent() for t in texts]
         pairs += [(texts[i].get_text(), texts[j].get_text()) for i in range(len(texts))

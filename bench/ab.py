@@ -8,7 +8,7 @@ of the machine between rounds cancels out of it), and each side's user and syste
 rusage; a polling process spins its core, so event-mode rows are the ones that show the work).
 
 With --perf-a (and --perf-b) each side gets its own nvmf-perf too: the whole stack before against
-after, for changes to both sides.
+after, for changes to both sides. With --tls every run is over TLS 1.3 (one random PSK).
 
 Every run is bracketed by the bench's speed probe (nvmfbench/speed.py: a short busy ping-pong on
 the two cores, the target paused) and waits, within --wait-for-fast seconds in all, for the VM's
@@ -18,7 +18,7 @@ change within a round, which otherwise decides the intervals. --no-probe turns t
 
 Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
-                   [--no-probe] [--wait-for-fast 120]
+                   [--no-probe] [--wait-for-fast 120] [--tls]
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nvmflab.analysis.decide import fieller, welch  # noqa: E402
+from nvmflab.tlskey import random_key  # noqa: E402
 from nvmfbench import speed, stats  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
+TLS_HOSTNQN = "nqn.2024-01.io.nvmflab:ab:host"
 TICK = os.sysconf("SC_CLK_TCK")
 GIB = 1 << 30
 DEFAULT_WORKS = ("4k-randwrite-qd1-poll,4k-randwrite-qd32-poll,128k-randwrite-qd32-poll,128k-randread-qd32-poll,"
@@ -63,9 +65,12 @@ def cpu_of(pid: int) -> tuple[float, float]:
 class Target:
     """One target process on `core`, in `mode`, stopped on exit."""
 
-    def __init__(self, binary: str, core: int, mode: str):
+    def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None):
+        # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module).
+        self.tls_key = tls_key
+        tls = ["--tls", "required", "--tls-key", f"{TLS_HOSTNQN}={tls_key}"] if tls_key else []
         self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", "null:1GiB",
-                                      "--cores", str(core), "--mode", mode],
+                                      "--cores", str(core), "--mode", mode, *tls],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         # "ready listen=127.0.0.1:PORT stats=... tls=..."
@@ -95,6 +100,8 @@ def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int,
     argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
+    if target.tls_key:
+        argv += ["--tls-key", target.tls_key, "-q", TLS_HOSTNQN]
     before = cpu_of(target.proc.pid)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -176,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-core", type=int, default=0)
     ap.add_argument("--host-core", type=int, default=1)
     ap.add_argument("--works", default=DEFAULT_WORKS)
+    ap.add_argument("--tls", action="store_true",
+                    help="TLS 1.3 on every run: each target requires it, with one random PSK for nvmf-perf's host NQN")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
                     help="bracket runs with the speed probe and leave out slow-phase runs (default on)")
@@ -185,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe else None
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
+    tls_key = random_key() if a.tls else None
     runs = []
     for r in range(a.rounds):
         order = [("A", a.a), ("B", a.b)] if r % 2 == 0 else [("B", a.b), ("A", a.a)]
@@ -193,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 todo = [w for w in works if w["mode"] == mode]
                 if not todo:
                     continue
-                with Target(binary, a.target_core, mode) as target:
+                with Target(binary, a.target_core, mode, tls_key) as target:
                     for w in todo:
                         # The speed probe around the run (target paused), waiting for a fast phase.
                         bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None

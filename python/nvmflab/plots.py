@@ -31,8 +31,10 @@ P99_LABEL = "p99 latency (µs)"
 KIOPS_LABEL = "Throughput (KIOPS)"
 LOAD_LABEL = "Background load (bg_load_pct, % of the resource's saturation point)"
 
-CLIPPED_NOTE = ("Error bars: 95 % t intervals over the repeats; where one would reach below zero it is cut "
-                "at zero, since the quantity cannot be negative.")
+CLIPPED_NOTE = ("Error bars: 95 % intervals; where one would reach below zero it is cut at zero, since the "
+                "quantity cannot be negative.")
+FIELLER_NOTE = ("Error bars: Fieller's 95 % interval of each ratio (the isolated baseline's spread included), "
+                "the interval the findings state; a point without one has no bounded interval.")
 OVER_SATURATION_NOTE = ("Loads above 100 %: 100 % is the saturation point the run calibrated (the IOPS its "
                         "capped rates are derived from); an uncapped ('max') or faster background can run "
                         "past it, so those loads are shown as achieved, not capped.")
@@ -61,6 +63,19 @@ def nonnegative_yerr(figure: Figure, means: Sequence[float], halves: Sequence[fl
     if (halves > np.clip(means, 0.0, None)).any():  # NaN compares False
         add_note(figure, CLIPPED_NOTE)
     return np.vstack([lower, halves])
+
+
+def bounds_yerr(figure: Figure, means: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> np.ndarray:
+    """Error bars (2 x n) from an interval's own bounds, such as Fieller's for a ratio, which need
+    not be symmetric; cut at zero like nonnegative_yerr, and no bar where the interval is missing or
+    unbounded."""
+    means, lows, highs = (np.asarray(v, dtype=float) for v in (means, lows, highs))
+    bounded = np.isfinite(lows) & np.isfinite(highs)
+    if (bounded & (lows < 0)).any():
+        add_note(figure, CLIPPED_NOTE)
+    lower = np.where(bounded, means - np.clip(lows, 0.0, None), np.nan)
+    upper = np.where(bounded, highs - means, np.nan)
+    return np.vstack([np.clip(lower, 0.0, None), np.clip(upper, 0.0, None)])
 
 
 def needs_text(what: str) -> str:
@@ -261,16 +276,22 @@ def vs_load(
 ) -> Figure:
     """An interference metric vs background load; the uncapped load (inf) is labelled 'max'.
 
-    `frame` has columns bg_load_pct, `y`, optional `y`_ci95 and `series`. A dashed line marks the
-    no-interference value, a dotted one the guideline threshold when given.
+    `frame` has columns bg_load_pct, `y`, `series` and, for the error bars, either `y`_low and
+    `y`_high (the bounds of the interval the findings state, e.g. Fieller's for a ratio) or
+    `y`_ci95. A dashed line marks the no-interference value, a dotted one the guideline threshold
+    when given.
     """
     figure, axes = new_figure(title)
     positions = load_positions(frame["bg_load_pct"].dropna().tolist())
     for value, group in frame.groupby(series, sort=True):
         group = group.dropna(subset=["bg_load_pct"]).sort_values("bg_load_pct")
-        halves = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)) * scale
-        axes.errorbar(group["bg_load_pct"].map(positions), group[y] * scale,
-                      yerr=nonnegative_yerr(figure, group[y] * scale, halves),
+        if f"{y}_low" in group and f"{y}_high" in group:
+            yerr = bounds_yerr(figure, group[y] * scale, group[f"{y}_low"] * scale, group[f"{y}_high"] * scale)
+            add_note(figure, FIELLER_NOTE)
+        else:
+            halves = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)) * scale
+            yerr = nonnegative_yerr(figure, group[y] * scale, halves)
+        axes.errorbar(group["bg_load_pct"].map(positions), group[y] * scale, yerr=yerr,
                       marker="o", capsize=3, label=str(value))
     if any(100 < v < math.inf for v in positions):
         add_note(figure, OVER_SATURATION_NOTE)

@@ -289,3 +289,19 @@ def test_compare_figures_use_the_same_rule_and_say_so():
     [figure] = figures(Comparison("a", "b", None, metrics=[noisy]))
     assert figure["caption"].startswith("polling / completion: p99 latency") and "cut at zero" in figure["caption"]
 
+
+
+def error_bar_spans(axes) -> list[tuple[float, float]]:
+    segments = [seg for c in axes.containers if isinstance(c, ErrorbarContainer) for lines in c.lines[2]
+                for seg in lines.get_segments() if len(seg) and np.isfinite(seg).all()]
+    return sorted((min(y for _, y in seg), max(y for _, y in seg)) for seg in segments)
+
+
+def test_interference_error_bars_are_the_fieller_interval_its_findings_state():
+    frame = pd.DataFrame({"bg_load_pct": [20.0, 40.0, 60.0], "latency_interference": [1.5, 2.0, 3.0],
+                          "latency_interference_ci95": [0.1, 0.1, 0.1],  # symmetric, not what the text states
+                          "latency_interference_low": [1.2, 1.9, math.nan],
+                          "latency_interference_high": [2.5, 2.2, math.inf], "leg": ["target"] * 3})
+    figure = plots.vs_load(frame, "latency_interference", series="leg", title="t", ylabel="×", reference=1.0)
+    assert error_bar_spans(figure.axes[0]) == [pytest.approx((1.2, 2.5)), pytest.approx((1.9, 2.2))]
+    assert plots.FIELLER_NOTE in Figure("f", figure, "").caption

@@ -68,3 +68,21 @@ def test_captions_cite_the_papers_figures_by_what_they_show(tmp_path):
     result = transports.analyze(store.measurements(), store.runs())
     cdf = next(f for f in result.figures if f.name.startswith("transports_lapp_cdf"))
     assert "Figs. 6-7 (latency CDFs)" in cdf.caption and "Fig. 5" not in cdf.caption
+
+
+def test_tls_findings_name_the_record_layer(tmp_path):
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("transports", 'study = "transports"', {})
+    base = {"stack": "ours", "link": "data path", "rate": None, "mtu": None, "rw": "randread", "bs": 4096,
+            "target_stack": "ours", "host_stack": "ours"}
+    for r in range(3):
+        for config in ("tcp", "tls"):
+            knobs = base | {"config": config, "app": "L-app", "iodepth": 1}
+            row = {"role": "main", "engine": "tcp", "iops": 10_000, "lat_mean_ns": 100_000 + 1_000 * r,
+                   "lat_p99_ns": 200_000 + 3_000 * r, "total_ios": 100_000, "histogram_json": HIST, "knobs": knobs}
+            if config == "tls":
+                row["host_tls_records"] = "userspace"
+            store.save_point(run, f"{config}-{r}", "transports", f"ours/{config}", knobs, r, "ok", None, [row])
+    result = transports.analyze(store.measurements(), store.runs())
+    lapp = next(f for f in result.findings if "TCP+TLS vs TCP: L-app latency" in f)
+    assert "TLS records: target not recorded, host userspace; ours' --ktls auto chose this" in lapp, lapp

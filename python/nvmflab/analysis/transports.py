@@ -159,7 +159,8 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
     """`config` against tcp for one stack on one link: L-app mean and p99, T-app IOPS per QD and
     B-app bandwidth per size (Holm over the cells of each), CPU per I/O on each side."""
     base, other = data[data["config"] == "tcp"], data[data["config"] == config]
-    name = f"{stack} on {link}: {LABEL[config]} vs TCP" + (f" ({records_text(other)})" if config == "tls" else "")
+    name = f"{stack} on {link}: {LABEL[config]} vs TCP"
+    tail = f" TLS {records_text(other)}." if config == "tls" else ""  # who made the records, on each side
     lapp_a, lapp_b = base[base["app"] == "L-app"], other[other["app"] == "L-app"]
     if not lapp_a.empty and not lapp_b.empty:
         metrics = (("lat_mean_ns", "mean"), ("lat_p99_ns", "p99"))
@@ -168,7 +169,7 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
         for (metric, what), d in zip(metrics, family):
             a, b = _mean(lapp_a, metric), _mean(lapp_b, metric)
             parts.append(f"{what} " + stated(d, us, f"{pct(100 * (ratio(b, a) - 1))}", f"{us(b)} vs {us(a)}"))
-        out.findings.append(f"{name}: L-app latency {'; '.join(parts)} (Holm over the {len(metrics)}).")
+        out.findings.append(f"{name}: L-app latency {'; '.join(parts)} (Holm over the {len(metrics)})." + tail)
     for app, column, metric, fmt, what in (("T-app", "iodepth", "iops", kiops, "IOPS"),
                                            ("B-app", "bs", "bw_bytes", mbps, "bandwidth")):
         a_rows, b_rows = base[base["app"] == app], other[other["app"] == app]
@@ -177,7 +178,8 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
             continue
         family = corrected([compare_frames(a_rows[a_rows[column] == c], b_rows[b_rows[column] == c], metric)
                             for c in cells])
-        out.findings.append(f"{name}: {app} {what} " + _cells(a_rows, b_rows, column, metric, cells, family, fmt) + ".")
+        out.findings.append(f"{name}: {app} {what} " + _cells(a_rows, b_rows, column, metric, cells, family, fmt) + "."
+                            + tail)
     tapp_a, tapp_b = base[base["app"] == "T-app"], other[other["app"] == "T-app"]
     deep = sorted(set(tapp_a["iodepth"]) & set(tapp_b["iodepth"]))
     if deep:
@@ -195,7 +197,7 @@ def _compare(data: pd.DataFrame, stack: str, config: str, link: str, out: StudyR
             parts.append(f"{side} cores " + stated(family[(metric, side)], _cpu, pct(100 * (ratio(mb, ma) - 1)),
                                                    f"{_cpu(mb)} vs {_cpu(ma)}"))
         held = f" (Holm over the {len(family)} sides)" if len(family) > 1 else ""
-        out.findings.append(f"{name}: CPU per I/O at QD{int(qd)}: {'; '.join(parts)}{held}.")
+        out.findings.append(f"{name}: CPU per I/O at QD{int(qd)}: {'; '.join(parts)}{held}." + tail)
 
 
 def _cpu(value: float) -> str:

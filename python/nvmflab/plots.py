@@ -35,6 +35,8 @@ CLIPPED_NOTE = ("Error bars: 95 % intervals; where one would reach below zero it
                 "quantity cannot be negative.")
 FIELLER_NOTE = ("Error bars: Fieller's 95 % interval of each ratio (the isolated baseline's spread included), "
                 "the interval the findings state; a point without one has no bounded interval.")
+NO_INTERVAL_NOTE = ("No point has a bounded 95 % interval here (too few repeats, or a baseline too spread for "
+                    "Fieller's), so the figure has no error bars.")
 OVER_SATURATION_NOTE = ("Loads above 100 %: 100 % is the saturation point the run calibrated (the IOPS its "
                         "capped rates are derived from); an uncapped ('max') or faster background can run "
                         "past it, so those loads are shown as achieved, not capped.")
@@ -283,16 +285,19 @@ def vs_load(
     """
     figure, axes = new_figure(title)
     positions = load_positions(frame["bg_load_pct"].dropna().tolist())
+    fieller: list[bool] = []  # per series drawn with Fieller bounds: whether any point had one
     for value, group in frame.groupby(series, sort=True):
         group = group.dropna(subset=["bg_load_pct"]).sort_values("bg_load_pct")
         if f"{y}_low" in group and f"{y}_high" in group:
             yerr = bounds_yerr(figure, group[y] * scale, group[f"{y}_low"] * scale, group[f"{y}_high"] * scale)
-            add_note(figure, FIELLER_NOTE)
+            fieller.append(np.isfinite(yerr).all(axis=0).any())
         else:
             halves = group.get(f"{y}_ci95", pd.Series(np.nan, index=group.index)) * scale
             yerr = nonnegative_yerr(figure, group[y] * scale, halves)
         axes.errorbar(group["bg_load_pct"].map(positions), group[y] * scale, yerr=yerr,
                       marker="o", capsize=3, label=str(value))
+    if fieller:
+        add_note(figure, FIELLER_NOTE if any(fieller) else NO_INTERVAL_NOTE)
     if any(100 < v < math.inf for v in positions):
         add_note(figure, OVER_SATURATION_NOTE)
     axes.axhline(reference * scale, color="grey", linestyle="--", linewidth=1,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -185,12 +186,12 @@ def test_no_study_figure_has_overlapping_tick_or_value_labels(study_figures):
 
 
 def test_every_figure_whose_caption_claims_an_interval_draws_it(study_figures):
-    claiming = [f for _, f in study_figures if "interval" in f.caption.lower() or "error bar" in f.caption.lower()]
+    claim = re.compile(r"error bars (are|show)|error bars:|95 % (confidence )?intervals? over (the )?repeats", re.I)
+    claiming = [f for _, f in study_figures if claim.search(f.caption)]
     assert claiming
     for figure in claiming:
         drawn = [a for a in figure.figure.axes if drawn_lines(a) or a.patches]
-        assert all(any(isinstance(c, ErrorbarContainer) or getattr(c, "errorbar", None) is not None
-                       for c in a.containers) for a in drawn), figure.name
+        assert drawn and all(error_bar_spans(a) for a in drawn), figure.name  # drawn, not only NaN
 
 
 def test_no_study_draws_a_line_over_a_single_value(study_figures):
@@ -249,7 +250,6 @@ PROBE = """<script>window.addEventListener("load", function () {
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_wide_tables_scroll_and_figures_fit_at_700_and_1400_px(tmp_path):
-    import re
     import subprocess
 
     from test_analysis_fixtures import interference_measurements, polling_measurements
@@ -305,3 +305,6 @@ def test_interference_error_bars_are_the_fieller_interval_its_findings_state():
     figure = plots.vs_load(frame, "latency_interference", series="leg", title="t", ylabel="×", reference=1.0)
     assert error_bar_spans(figure.axes[0]) == [pytest.approx((1.2, 2.5)), pytest.approx((1.9, 2.2))]
     assert plots.FIELLER_NOTE in Figure("f", figure, "").caption
+    none = plots.vs_load(frame.assign(latency_interference_low=math.nan), "latency_interference", series="leg",
+                         title="t", ylabel="×", reference=1.0)
+    assert error_bar_spans(none.axes[0]) == [] and plots.notes(none) == [plots.NO_INTERVAL_NOTE]

@@ -222,7 +222,8 @@ def test_contention_grid_marks_its_shared_core_cells_as_left_out(tmp_path):
     for r in range(3):
         for m, shares in ((0, False), (1, False), (2, False), (3, True)):
             knobs = lapps | {"net_flows": m, "net_shares_storage_core": shares}
-            _save(store, run, "lapps_flows", knobs, r, [_lapp(100e3 * (1 + m + 0.01 * r), role) for role in ("main", "lg1")])
+            lapp_rows = [_lapp(100e3 * (1 + m + 0.01 * r), role) for role in ("main", "lg1")]
+            _save(store, run, "lapps_flows", knobs, r, lapp_rows)
             if m:
                 alone = {"app": "net", "part": "network", "placement": "one_per_core", "storage_apps": 0,
                          "net_flows": m, "net_shares_storage_core": shares}
@@ -243,8 +244,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PROBE = """<script>window.addEventListener("load", function () {
   var all = function (q) { return Array.prototype.slice.call(document.querySelectorAll(q)); };
   var scrolling = all("table.data").filter(function (t) { return t.scrollWidth > t.clientWidth; }).length;
-  var out = all("img[data-figure]").filter(function (i) { return i.getBoundingClientRect().right > window.innerWidth; }).length;
-  document.body.setAttribute("data-probe", [document.documentElement.scrollWidth, window.innerWidth, scrolling, out].join(" "));
+  var out = all("img[data-figure]").filter(function (i) {
+    return i.getBoundingClientRect().right > window.innerWidth; }).length;
+  document.body.setAttribute("data-probe",
+    [document.documentElement.scrollWidth, window.innerWidth, scrolling, out].join(" "));
 });</script></body>"""
 
 

@@ -96,10 +96,12 @@ def _latency(points: pd.DataFrame, out: StudyResult) -> None:
     for (n, shared), group in med.groupby(["storage_apps", "shared"]):
         into = left_out if shared else series  # cells with shared cores make no finding: crosses
         for stat, column in (("mean", "lat_mean_ns"), ("p99", "lat_p99_ns")):
-            into[f"{int(n)} L-app{'s' if n > 1 else ''}, {stat}"] = (list(group["net_flows"]), list(group[column] / 1e3))
+            into[f"{int(n)} L-app{'s' if n > 1 else ''}, {stat}"] = (list(group["net_flows"]),
+                                                                       list(group[column] / 1e3))
     out.figures.append(Figure("contention_lapps_vs_network_apps", plots_extra.lines(
         series, title="L-app latency vs network apps one per core", xlabel="network apps (0 = none)",
-        ylabel="latency (µs)", left_out=left_out, left_out_label="left out: network apps wrapped onto shared cores"), "Means over repeats (the source's figure 11)."))
+        ylabel="latency (µs)", left_out=left_out, left_out_label="left out: network apps wrapped onto shared cores"),
+        "Means over repeats (the source's figure 11)."))
     for r, mean, p99 in zip(cells, diffs["lat_mean_ns"], diffs["lat_p99_ns"]):
         n, m = int(r["storage_apps"]), int(r["net_flows"])
         if n not in base.index:

@@ -438,6 +438,7 @@ def figures(c: Comparison, limit: int = 24) -> list[dict]:
     import matplotlib.pyplot as plt
 
     from .analysis.stats import ci95_halfwidth
+    from .plots import nonnegative_yerr, notes
 
     groups: dict[tuple, list[MetricComparison]] = {}
     for m in c.metrics:
@@ -450,8 +451,8 @@ def figures(c: Comparison, limit: int = 24) -> list[dict]:
         for offset, side, colour in ((-0.15, "before", "tab:blue"), (0.15, "after", "tab:orange")):
             means = [np.mean(getattr(m, side)) / scale for m in items]
             errs = [ci95_halfwidth(getattr(m, side)) / scale for m in items]
-            errs = [0 if math.isnan(e) else e for e in errs]
-            ax.errorbar(x + offset, means, yerr=errs, fmt="o", capsize=3, color=colour, label=side)
+            ax.errorbar(x + offset, means, yerr=nonnegative_yerr(fig, means, errs), fmt="o", capsize=3,
+                        color=colour, label=side)
         for i, m in enumerate(items):
             if m.verdict in ("faster", "slower"):
                 ax.annotate(m.verdict, (i, max(np.mean(m.before), np.mean(m.after)) / scale),
@@ -467,7 +468,7 @@ def figures(c: Comparison, limit: int = 24) -> list[dict]:
         fig.savefig(buffer, format="png", dpi=100)
         plt.close(fig)
         name = f"{study}-{leg}-{kind}".replace("/", "_").replace(" ", "_")
-        out.append({"name": name, "caption": f"{study} / {leg}: {label}",
+        out.append({"name": name, "caption": "; ".join([f"{study} / {leg}: {label}", *notes(fig)]),
                     "png": buffer.getvalue(), "png_base64": base64.b64encode(buffer.getvalue()).decode("ascii")})
     return out
 

@@ -41,3 +41,10 @@ def test_l_app_and_b_app_lines_carry_their_decision(tmp_path):
     assert "95 % interval of the difference +" in finding.split("L-app mean latency")[1]
     # B-app bandwidths within each other's spread: not a ratio stated as an effect
     assert "No clear difference in B-app bandwidth (" in finding, finding
+
+
+def test_each_pair_names_the_conditions_it_ran_with(tmp_path):
+    result = _analyzed(tmp_path, [110_000, 110_500, 109_500])
+    finding = next(f for f in result.findings if f.startswith("ours target × spdk host:"))
+    assert "Measured with target stack ours, host stack spdk," in finding, finding
+    assert "jobs 1, cores —, link loopback (one machine)." in finding, finding

@@ -63,6 +63,22 @@ def means(data: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def link_of(runs: pd.DataFrame) -> str:
+    """The link the latest stacks run crossed, from its spec's topology: loopback on one machine, or
+    the network between the inventory's target and initiators."""
+    mine = runs[runs["study"] == STUDY] if not runs.empty and "study" in runs else runs.iloc[0:0]
+    for text in reversed(list(mine["spec_toml"])) if len(mine) else []:
+        try:
+            topology = tomllib.loads(text).get("topology", {})
+        except tomllib.TOMLDecodeError:
+            continue
+        if topology.get("kind", "local") == "local":
+            return "loopback (one machine)"
+        hosts = ", ".join(topology.get("initiators") or []) or "the initiators"
+        return f"network from {hosts} to {topology.get('target') or 'the target'}"
+    return "not recorded"
+
+
 def welch_difference(a: list[float], b: list[float]) -> Difference:
     """mean(b) − mean(a) of the per-repeat IOPS with Welch's 95 % interval and p value; no interval
     with fewer than two repeats on a side or repeats without spread ("cannot decide"). The samples
@@ -107,7 +123,7 @@ def analyze(measurements: pd.DataFrame, runs: pd.DataFrame) -> StudyResult:
     samples = _samples(data, ref_qd)
     modes = pair_modes(data)
     _side_by_side(med, pairs, baseline, ref_qd, samples, out, modes,
-                  {leg: cores_text(data[data["leg"] == leg]) for leg in pairs}, data)
+                  {leg: cores_text(data[data["leg"] == leg]) for leg in pairs}, data, link_of(runs))
     if ref_qd is not None:
         _matrix(tapp, pairs, baseline, ref_qd, out)
         _bottleneck(tapp, pairs, ref_qd, samples, out, modes)
@@ -198,7 +214,7 @@ def _said(d: Difference, fmt, effect: str, what: str, detail: str) -> str:
 def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: int | None,
                   samples: dict[str, list[float]], out: StudyResult,
                   modes: dict[str, dict[str, str]] | None = None, cores: dict[str, str] | None = None,
-                  data: pd.DataFrame | None = None) -> None:
+                  data: pd.DataFrame | None = None, link: str | None = None) -> None:
     modes, cores = modes or {}, cores or {}
     unknown = {"target": "not recorded", "host": "not recorded"}
     records = []
@@ -252,7 +268,7 @@ def _side_by_side(med: pd.DataFrame, pairs: list[str], baseline: str, ref_qd: in
         mine, theirs = modes.get(leg, unknown), modes.get(baseline, unknown)
         unlike = (f" The two ran in different modes ({modes_text(mine)} against {modes_text(theirs)}), so "
                   "this compares the modes as much as the stacks." if mine != theirs else "")
-        where = conditions_text(data[data["leg"] == leg]) if data is not None else ""
+        where = conditions_text(data[data["leg"] == leg], link) if data is not None else ""
         out.findings.append(f"{pair_label(leg)}: " + "; ".join(parts) + "." + unlike
                             + (f" Measured with {where}." if where else ""))
     bapp = med[med["app"] == "B-app"]

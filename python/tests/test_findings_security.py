@@ -81,3 +81,7 @@ def test_a_real_tls_point_stores_its_host_record_layer(tmp_path):
     # auto: kTLS where this kernel's sockets take the TLS ULP, else userspace; stored either way
     assert set(on["host_tls_records"]) <= {"ktls", "userspace"} and len(on), on["host_tls_records"]
     assert off["host_tls_records"].isna().all()
+    # and the target's side from its /stats, as the findings name it
+    records = security.records_text(on)
+    host = on["host_tls_records"].iloc[0]
+    assert records.startswith(f"records: target {host}, host {host}"), records  # one kernel, one choice

@@ -9,6 +9,7 @@
 //! all multi-byte fields are little endian.
 
 pub mod auth;
+pub mod congestion;
 pub mod digest;
 pub mod discovery;
 pub mod fabrics;

@@ -275,8 +275,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Checks a TCP congestion control name (`cubic`, `bbr`, ...): what the kernel takes is up to
 /// 15 bytes; whether this machine has it is known only when a socket is set.
 pub fn parse_congestion_name(s: &str) -> Result<String, String> {
-    let fits = !s.is_empty() && s.len() <= 15 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if fits {
+    if nvmf_proto::congestion::is_congestion_name(s) {
         Ok(s.to_string())
     } else {
         Err(format!("invalid congestion control {s:?}: a kernel name such as cubic or bbr (1-15 of a-z, 0-9, _)"))

@@ -229,12 +229,6 @@ fn human_bytes(n: u64) -> String {
     if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
-/// A name the kernel could know as a TCP congestion control (whether this machine has it is
-/// known only when the listening socket is set up).
-fn is_congestion_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 15 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
-
 impl Default for TargetSettings {
     fn default() -> Self {
         TargetSettings {
@@ -408,7 +402,7 @@ impl TargetConfig {
             ));
         }
         if let Some(name) = &t.tcp_congestion {
-            if !is_congestion_name(name) {
+            if !nvmf_proto::congestion::is_congestion_name(name) {
                 return bad(format!(
                     "target.tcp_congestion = {name:?}: expected a kernel name such as \"cubic\" or \"bbr\" (1-15 of a-z, 0-9, _)"
                 ));

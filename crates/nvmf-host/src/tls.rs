@@ -496,4 +496,52 @@ mod tests {
         assert!(!is_refusal(&Error::Timeout("no TLS handshake reply".into())));
         assert!(!is_refusal(&Error::Closed));
     }
+
+    /// The target's end of a link, run inline: what the host sends goes into a server session,
+    /// whose replies wait for the host's next recv. Counts the sends and keeps the plaintext.
+    struct InlineTarget {
+        server: TlsSession,
+        to_host: Vec<u8>,
+        plaintext: Arc<Mutex<Vec<u8>>>,
+        sends: Arc<AtomicU64>,
+    }
+
+    impl Link for InlineTarget {
+        fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+            let n = self.to_host.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.to_host[..n]);
+            self.to_host.drain(..n);
+            Ok(n)
+        }
+
+        fn send(&mut self, buf: &[u8]) -> Result<usize> {
+            self.sends.fetch_add(1, Relaxed);
+            let mut plaintext = self.plaintext.lock().unwrap();
+            self.server.feed_into(buf, &mut plaintext).map_err(tls_error)?;
+            self.to_host.extend(self.server.take_ciphertext());
+            Ok(buf.len())
+        }
+
+        fn wait(&self, _timeout: Duration, _writing: bool) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_vectored_send_goes_out_as_one_run_of_records() {
+        // A 4 KiB write's command, its data and the next command: sealed one slice per send
+        // they took three send(2)s (issue 40's 4 KiB randwrite over TLS).
+        let psk = TlsPsk::from_raw("NVMe0R01 nqn.2024-01.io.h nqn.2024-01.io.s", nvmf_tls::TlsHash::Sha256, &[7; 32]).unwrap();
+        let server = TlsSession::server(&nvmf_tls::ServerConfig::with_keys(vec![psk.clone()]).unwrap()).unwrap();
+        let (plaintext, sends) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicU64::new(0)));
+        let target = InlineTarget { server, to_host: Vec::new(), plaintext: plaintext.clone(), sends: sends.clone() };
+        let mut link = TlsLink::handshake(Box::new(target), psk, Instant::now() + Duration::from_secs(10)).unwrap();
+        assert!(link.flush_out().unwrap(), "the handshake's last flight is out");
+        let before = sends.load(Relaxed);
+        let (command, data, next) = ([1u8; 72], [2u8; 4096], [3u8; 72]);
+        let n = link.send_vectored(&[IoSlice::new(&command), IoSlice::new(&data), IoSlice::new(&next)]).unwrap();
+        assert_eq!(n, 72 + 4096 + 72);
+        assert_eq!(sends.load(Relaxed) - before, 1, "one send for the three slices");
+        assert_eq!(*plaintext.lock().unwrap(), [&command[..], &data[..], &next[..]].concat());
+    }
 }

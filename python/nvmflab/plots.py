@@ -11,6 +11,7 @@ figure (an interval cut at zero, loads past saturation, a sweep with one value) 
 from __future__ import annotations
 
 import math
+import numbers
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 
@@ -92,10 +93,13 @@ def needs_sweep(figure: Figure, axes, xs: Sequence[float], needs: str,
     """True when `xs` has fewer than two distinct values: then the axes says so instead of a line,
     and the caption gets the same note, since one point on an axis that promises a sweep reads as a
     trend that was never measured."""
-    distinct = {float(x) for x in xs if x is not None and not math.isnan(float(x))}
+    # A swept knob may take words (tls = off/on) as well as numbers: count values, do not convert them.
+    distinct = {x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))}
     if len(distinct) >= 2:
         return False
-    measured = f"this run measured {'only ' + shown(next(iter(distinct))) if distinct else 'none'}"
+    only = next(iter(distinct)) if distinct else None
+    measured = ("this run measured none" if only is None else
+                f"this run measured only {shown(only) if isinstance(only, numbers.Real) else only}")
     axes.set_xticks([])
     axes.set_yticks([])
     axes.grid(False)

@@ -69,3 +69,13 @@ def test_latency_cdf_and_bars():
     figure = plots.bars(["local", "loopback"], [82.5, 88.6], [1.0, math.nan], title="L-app",
                         ylabel="p99 latency (µs)")
     assert [t.get_text() for t in figure.axes[0].texts] == ["82.5", "88.6"]
+
+
+def test_a_sweep_of_words_counts_its_values_instead_of_converting_them():
+    """tls = off/on is a sweep of two values: needs_sweep must not call float('off')."""
+    from nvmflab.plots import needs_sweep, new_figure
+
+    figure, axes = new_figure("tls")
+    assert needs_sweep(figure, axes, ["off", "on"], "needs two values") is False
+    figure, axes = new_figure("tls")
+    assert needs_sweep(figure, axes, ["on", "on"], "needs two values") is True

@@ -125,7 +125,7 @@ fn pattern(lba: u64, round: u8) -> u8 {
     (lba as u8).wrapping_mul(31) ^ round
 }
 
-/// Keeps up to DEPTH commands in flight until all of `lbas` completed (10 s at most); `hook`
+/// Keeps up to DEPTH commands in flight until all of `lbas` completed (30 s at most); `hook`
 /// runs once, right after the first `at` submissions were queued and before they are sent.
 fn run_io(
     q: &mut SessionQueue<'_>,
@@ -135,7 +135,8 @@ fn run_io(
     at: usize,
     hook: &mut dyn FnMut(),
 ) -> Result<(), Error> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Under 1 s on a quiet machine, outages included: the bound is for liveness only.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut next = lbas.start;
     let mut submitted = 0;
     let mut free: Vec<u16> = (0..DEPTH as u16).collect();
@@ -144,7 +145,7 @@ fn run_io(
     let mut completed = 0;
     let mut hooked = false;
     while completed < lbas.end - lbas.start {
-        assert!(Instant::now() < deadline, "{completed} of {} I/Os within 10 s", lbas.end - lbas.start);
+        assert!(Instant::now() < deadline, "{completed} of {} I/Os within 30 s", lbas.end - lbas.start);
         while next < lbas.end {
             let Some(tag) = free.pop() else { break };
             lba_of[tag as usize] = next;
@@ -206,7 +207,8 @@ fn a_cut_connection_is_reconnected_and_in_flight_writes_are_resubmitted() {
     assert!(o.start >= cut_at, "noticed after the cut");
     let down = end - o.start;
     assert!(down >= Duration::from_millis(100), "the first attempt waits --reconnect-delay: {down:?}");
-    assert!(down < Duration::from_secs(2), "{down:?}");
+    // A quiet machine takes about 100 ms (the delay, then one attempt); the slack is for a loaded one.
+    assert!(down < Duration::from_secs(3), "{down:?}");
     assert_eq!(o.attempts, 1);
     assert!(o.cause.contains("closed") || o.cause.contains("socket"), "{}", o.cause);
     drop(q);
@@ -235,7 +237,7 @@ fn a_silent_connection_is_detected_by_keep_alive() {
     // KATO 1 s: a Keep Alive every 500 ms, each allowed 1 s.
     let noticed = o.start - frozen_at.into_inner().unwrap().unwrap();
     // Slack above 1.5 s for a loaded machine: the point is seconds (KATO), not the 30 s I/O timeout.
-    assert!(noticed <= Duration::from_millis(2500), "silence noticed after {noticed:?}");
+    assert!(noticed <= Duration::from_secs(10), "silence noticed after {noticed:?}");
     assert!(noticed >= Duration::from_millis(900), "not before a Keep Alive went unanswered for KATO: {noticed:?}");
     assert!(q.retried() >= 4, "the writes stuck in the silent connection were resubmitted: {}", q.retried());
 }
@@ -257,7 +259,8 @@ fn a_target_that_stays_away_fails_after_ctrl_loss_tmo() {
     let msg = e.to_string();
     assert!(matches!(e, Error::ControllerLost(_)), "{msg}");
     assert!(msg.contains("--ctrl-loss-tmo 1s") && msg.contains("refused"), "{msg}");
-    assert!(took >= Duration::from_millis(950) && took < Duration::from_secs(3), "gave up after {took:?}");
+    // About 1 s (--ctrl-loss-tmo); the upper slack is for a loaded machine.
+    assert!(took >= Duration::from_millis(950) && took < Duration::from_secs(10), "gave up after {took:?}");
     let o = session.outages();
     assert_eq!(o.len(), 1);
     assert!(o[0].end.is_none());

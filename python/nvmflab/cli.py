@@ -332,12 +332,16 @@ def _os_error(error: OSError, target: object, what: str = "cannot write") -> str
 
 
 def _stdout_failed(error: OSError) -> None:
-    """A full disk or closed pipe behind stdout ends the command with a named error (exit 2); stdout
-    goes to /dev/null first, so the interpreter's own flush at exit does not fail again."""
+    """A full disk behind stdout ends the command with a named error (exit 2); a reader that went
+    away (`nvmflab results show | head`) took what it wanted, so that ends quietly with 141, as a
+    shell tool killed by SIGPIPE does. stdout goes to /dev/null first, so the interpreter's own flush
+    at exit does not fail again."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+    if isinstance(error, BrokenPipeError):
+        raise typer.Exit(exits.PIPE_CLOSED)
     fail(f"cannot write to stdout: {error.strerror or error}")
 
 
@@ -550,7 +554,7 @@ def compare(
                 print(written["html"])
             sys.stdout.flush()
     except OSError as error:
-        fail(f"cannot write to stdout ({error.strerror or error})")
+        _stdout_failed(error)
     gate = c.gate_result
     if gate is not None and gate.exit_status == exits.BAD_INPUT:
         fail(f"the gate cannot decide: {gate.reason}")

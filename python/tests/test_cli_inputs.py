@@ -80,6 +80,20 @@ def test_failed_writes_name_the_path_or_stdout_and_the_reason(results, tmp_path)
                    f"{blocker}/rep: cannot write the report (", f"'{blocker}")
 
 
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141(results):
+    """`nvmflab report --json | head -1`: the closed pipe is not an error worth a message (exit 141,
+    128 + SIGPIPE, as for a shell tool), unlike a full disk (exit 2, named)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write
+    try:
+        done = subprocess.run(NVMFLAB + ["report", str(results), "--json"], env=dict(os.environ), stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=REPO)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and "error" not in done.stderr, done.stderr
+
+
 def test_a_read_only_store_opens_without_writing_and_an_old_one_is_upgraded(results, tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
     with ResultsStore(results, read_only=True) as store:

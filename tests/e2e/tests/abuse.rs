@@ -37,13 +37,14 @@ fn connections_over_the_cap_are_closed_at_once_and_room_comes_back() {
         h.icreq();
     }
     let mut over = RawHost::connect(t.addr);
-    assert!(over.closed_within(Duration::from_secs(3)), "the 4th connection is closed, not left hanging");
+    assert!(over.closed_within(Duration::from_secs(10)), "the 4th connection is closed, not left hanging");
     drop(held.pop());
-    // The target notices the close on its next poll; give it a moment.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // The target notices the close on its next poll; give it a moment. A probe that stays open
+    // for 1 s is taken as admitted: a refusal on a loaded machine can take longer than 200 ms.
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut again = RawHost::connect(t.addr);
-        if !again.closed_within(Duration::from_millis(200)) {
+        if !again.closed_within(Duration::from_secs(1)) {
             again.icreq();
             break;
         }
@@ -59,11 +60,11 @@ fn a_connection_stalled_mid_pdu_is_dropped() {
     let mut h = RawHost::connect(t.addr);
     h.send(&[0x00, 0x00, 128, 0, 128, 0, 0, 0]); // an ICReq header that stops after 8 bytes
     let start = Instant::now();
-    assert!(h.closed_within(Duration::from_secs(5)), "still open 5 s later");
+    assert!(h.closed_within(Duration::from_secs(10)), "still open 10 s later");
     assert!(start.elapsed() >= Duration::from_millis(250), "dropped before the timeout");
     // The log line travels through a pipe and a forwarding thread: wait for it a little.
     let mut log = String::new();
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while !log.contains("stalled") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
         log += &t.log();

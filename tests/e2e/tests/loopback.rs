@@ -221,8 +221,9 @@ fn keep_alive_timeout_ends_a_silent_hosts_controller() {
     raw.icreq();
     let cqe = raw.connect_admin(NQN, 1000);
     assert!(cqe.status.is_success(), "connect: {}", cqe.status);
-    // The host says nothing more: the controller must go within KATO plus a little slack.
-    assert!(raw.closed_within(Duration::from_secs(4)), "target kept a silent host's controller past KATO");
+    // The host says nothing more: the controller must go within KATO (1 s) plus slack for a
+    // loaded machine (10x).
+    assert!(raw.closed_within(Duration::from_secs(10)), "target kept a silent host's controller past KATO");
 
     // A host that keeps talking (nvmf-perf sends Keep Alive) survives longer than KATO.
     let doc = perf_json(&run_args(&t, &["--rw", "randread", "--bs", "4k", "--runtime", "3"]));

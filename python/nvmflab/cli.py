@@ -474,8 +474,16 @@ def _report(results: Path, out_dir: Optional[Path] = None, force: bool = False, 
         fail(f"{page}: exists and was not written by nvmflab; give --force to overwrite it, or another --out")
     if not force and out_dir.is_file():
         fail(f"{out_dir}: is a file, not a report directory; give another --out")
+    import sqlite3
+
+    import pandas as pd
+
     try:
         path = write_report(results, out_dir)
+    # pandas' DatabaseError is an OSError: a damaged results database is a read error, named as one.
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as error:
+        cause = error.__cause__ if isinstance(error, pd.errors.DatabaseError) and error.__cause__ else error
+        fail(f"{results / 'results.sqlite'}: cannot read the results ({' '.join(str(cause).split())})")
     except OSError as error:
         if not (as_json and default_place):
             fail(_os_error(error, out_dir, "cannot write the report"))

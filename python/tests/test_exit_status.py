@@ -154,6 +154,7 @@ def test_every_reader_of_a_damaged_database_exits_2(stores, damage, command):
     code, _, err = invoke([part.format(d=d, b=b) for part in command])
     assert code == exits.BAD_INPUT, err
     assert "internal error" not in err and "Traceback" not in err and str(d) in err, err
+    assert "cannot write" not in err, f"a read error called a write error: {err}"
 
 
 def test_an_internal_error_exits_70_not_1(stores, monkeypatch):

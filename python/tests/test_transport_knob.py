@@ -218,6 +218,9 @@ class _Stack:
         self.asked += 1
         return self.why
 
+    def knob_map(self, side):
+        return {}  # sets nothing, limits nothing (knobs.transport_refusal asks for it)
+
 
 def rdma_point(**knobs):
     k = validate_knobs({"transport": "rdma"} | knobs)

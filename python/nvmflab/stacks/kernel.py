@@ -23,7 +23,7 @@ from typing import Any
 from ..plan import PerfJob, Subsystem, TargetSetup
 from ..topology import tls as tls_facts
 from ..topology.base import Host, HostError
-from ..knobs import KnobMap, Setter, apply
+from ..knobs import KnobMap, Setter, apply, tcp_only
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
 from .fio import LOG_AVG_MSEC, fio_argv, fio_intervals, log_prefix, parse_fio
 from .ours import TLS_HOSTNQN
@@ -241,7 +241,8 @@ def _queues(knobs: dict[str, Any]) -> int:
 
 
 def _module_param(name: str) -> Setter:
-    return Setter(f"nvmet_tcp module parameter `{name}`", lambda v, _k: [f"module:{name}", str(int(v))])
+    return tcp_only(Setter(f"nvmet_tcp module parameter `{name}`", lambda v, _k: [f"module:{name}", str(int(v))]),
+                    "an nvmet_tcp module parameter, which an nvmet rdma port does not use")
 
 
 def _port_attr(name: str) -> Setter:

@@ -16,7 +16,7 @@ from ..cores import cpulist
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
 from ..units import format_size
-from ..knobs import KnobMap, Setter, apply
+from ..knobs import KnobMap, Setter, apply, tcp_only
 from .base import HostSession, RunningTarget, Stack, StackError, error_line, links_rdma
 
 READY_TIMEOUT_S = 15.0
@@ -46,12 +46,15 @@ def _one_queue_per_job(value: Any, knobs: dict[str, Any]) -> list[str]:
 
 
 ACCEPTED = "accepted: follows the host's ICReq"
+# nvmf-target's RDMA ports are served by a thread of their own, not by the reactors (docs/rdma.md).
+RDMA_THREAD = "our RDMA transport runs one thread per port and ignores cores/mode/placement: issue 38"
+NO_TOS = "a socket option of NVMe/TCP; ours sets no RDMA service type"
 TARGET_KNOBS: KnobMap = {
-    "target_mode": _line("mode"),
-    "idle_poll_us": _line("idle_poll_us"),
+    "target_mode": tcp_only(_line("mode"), RDMA_THREAD),
+    "idle_poll_us": tcp_only(_line("idle_poll_us"), RDMA_THREAD),
     "in_capsule_data_size": _line("in_capsule_data_size"),
     "so_priority": _line("so_priority"),
-    "tos": _line("tos"),
+    "tos": tcp_only(_line("tos"), NO_TOS),
     "busy_poll_us": _line("busy_poll_us"),
     "tcp_congestion": Setter('config `tcp_congestion` (none for "system")',
                              lambda v, _k: [] if v == "system" else [f'tcp_congestion = "{v}"']),
@@ -59,14 +62,15 @@ TARGET_KNOBS: KnobMap = {
     "data_digest": Setter(ACCEPTED),
     "tls": Setter('config `[[port]] tls = "required"`, `[[host]] tls_key` (the run\'s key) for the host NQN'),
     "dhchap": Setter("config `[[host]] dhchap_key` (the run's secret), `dhchap_dhgroup`, `dhchap_hash = \"sha256\"`"),
-    "transport": Setter('config `[[port]] trtype` (rdma: an nvmf-target built with `--features rdma`)'),
+    "transport": Setter('config `[[port]] trtype` (rdma: an nvmf-target built with `--features rdma`)',
+                        setup_tcp_only=("cores", "placement"), why_not=RDMA_THREAD),
 }
 HOST_KNOBS: KnobMap = {
     "completion": _flag("--completion"),
     "io_queues": Setter("nvmf-perf `--numjobs` (one I/O queue pair per job; another count is refused)",
                         _one_queue_per_job),
     "so_priority": _flag("--so_priority"),
-    "tos": _flag("--tos"),
+    "tos": tcp_only(_flag("--tos"), NO_TOS),
     "busy_poll_us": _flag("--busy_poll_us"),
     "tcp_congestion": Setter('nvmf-perf `--tcp_congestion` (none for "system")',
                              lambda v, _k: [] if v == "system" else ["--tcp_congestion", v]),

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..knobs import transport_refusal
 from .base import Host, HostError
 
 # One line per port: NAME|PORT|LINK_LAYER|STATE|REAL_PATH|DRIVER|NODE_TYPE. $1 is a root to read
@@ -193,6 +194,10 @@ class TransportCheck:
         for digest in ("hdr_digest", "data_digest"):
             if any(k.get(digest) for k in [point.knobs, *(j.knobs for j in point.jobs)]):
                 return f"{digest} = true: digests are NVMe/TCP PDU fields, not part of NVMe over {transport.upper()}"
+        # knobs and target setup the knob registry says do not hold over this transport (knobs.py)
+        limited = transport_refusal(point, target_stack, host_stack)
+        if limited:
+            return limited
         hosts = self.runner.hosts
         sides = [(target_stack, "target", hosts.target)] if point.target is not None else []
         sides += [(host_stack, "host", hosts.initiator(job.host)) for job in point.jobs]

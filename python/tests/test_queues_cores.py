@@ -85,8 +85,10 @@ def test_io_queues_analysis_states_the_interval_and_noise(tmp_path):
     measurements, runs = _store(tmp_path, "polling", "io_queues", rows)
     result = polling_analysis.analyze(measurements, runs)
     text = " ".join(result.findings)
-    assert "At QD1, 4 I/O queues vs 1: no significant difference in IOPS" in text
-    assert "At QD32, 4 I/O queues vs 1 raised IOPS by 50.0 % (+100.00 KIOPS ± " in text
+    assert "No clear difference in IOPS at QD1 between 4 I/O queues vs 1 (100.0 KIOPS → 100.3 KIOPS; " in text
+    assert "would have been seen with 80 % power at these 3 repeats" in text
+    assert ("At QD32, 4 I/O queues vs 1 raised IOPS by 50.0 % (200.0 KIOPS → 300.0 KIOPS; Holm over 2 queue depths; "
+            "95 % interval of the difference +93.87 to +106.13 KIOPS)") in text
     assert any(t.title.startswith("I/O queue count") for t in result.tables)
 
 
@@ -102,7 +104,7 @@ def test_target_cores_analysis_finds_the_fewest_cores_for_the_peak(tmp_path):
     result = saturation_analysis.analyze(measurements, runs)
     text = " ".join(result.findings)
     assert "2 target core(s) reach the highest throughput measured (190.0 KIOPS ± " in text
-    assert "4 cores gave no significant difference" in text
+    assert "4 cores gave no clear difference (191.0 KIOPS" in text
     assert any(t.title.startswith("Target saturation by number") for t in result.tables)
 
 

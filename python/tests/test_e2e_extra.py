@@ -1,6 +1,7 @@
 """One tiny run of every study on the real nvmf-target and nvmf-perf (iperf3 where installed),
 then the database and the report. (Interference has its own, in test_e2e.py.)"""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -39,10 +40,17 @@ def test_tiny_study_on_real_binaries(tmp_path, study):
     if study == "contention":
         flows = frame[frame["engine"] == "iperf3"]
         if shutil.which("iperf3"):
-            # alone, beside the L-app, beside two L-apps together
-            assert len(flows) == 3 and (flows["bw_bytes"] > 0).all()
+            # alone and beside the L-app; in many_apps' rounds alone (storage_apps = 0: the baseline
+            # measured in the same rounds) and beside two L-apps together
+            assert len(flows) == 4 and (flows["bw_bytes"] > 0).all()
+            many = flows[flows["leg"] == "many_apps"]
+            assert sorted(json.loads(knobs).get("storage_apps") for knobs in many["knobs_json"]) == [0, 2]
+            assert sorted(set(flows["leg"])) == ["isolated", "many_apps", "same_core"]
             assert frame["engine"].fillna("").str.startswith("cpu:").any()
         else:
             assert frame["error"].fillna("").str.contains("iperf3 not found").any()
     html = Path(done.stdout.strip().splitlines()[-1]).read_text()
     assert f'id="{study}"' in html or study in html
+    if study == "contention" and shutil.which("iperf3"):  # the many-apps network app against its own rounds' baseline
+        assert "the flow alone measured in the same rounds" in html
+        assert "isolated leg's block" not in html

@@ -472,7 +472,8 @@ class PlanningRunner(Runner):
 def host_identity(host: Host) -> dict[str, Any]:
     """A host as far as a measurement depends on it: its name, data address and SSH entry."""
     entry = getattr(host, "entry", None)
-    return {"name": "netns" if getattr(host, "netns", None) else host.name,  # namespaces are named per run "data_ip": host.data_ip,
+    return {"name": "netns" if getattr(host, "netns", None) else host.name,  # namespaces are named per run
+            "data_ip": host.data_ip,
             "ssh": None if entry is None else {"ssh": entry.ssh, "user": entry.user, "port": entry.port}}
 
 

@@ -40,9 +40,11 @@ def test_sweep_stores_every_point_and_prints_report_last(tmp_path, fake_env, tin
     # the report analyses the sweep: every point's metrics, IOPS and p99 against the swept knob
     html = (tmp_path / "r" / "report" / "report.html").read_text()
     assert "<h3>Every point</h3>" in html and "p99 (µs)" in html and "host CPU (%)" in html
-    # the fake's repeats are identical (no spread, no interval), so the largest mean is named but not picked
-    assert ("4 points over iodepth, completion: no clear best for the highest throughput among the 4 (the best mean, "
-            "40.0 KIOPS at iodepth = 4, completion = poll, is not clearly above every other") in html
+    # the fake's repeats are identical (no spread, no interval): no test could run, and the sentence says
+    # so instead of implying Welch found nothing; the largest mean is named but not picked
+    assert ("4 points over iodepth, completion: cannot decide the highest throughput among the 4 (the best mean, "
+            "40.0 KIOPS at iodepth = 4, completion = poll; no interval: fewer than two repeats, or repeats "
+            "without spread)") in html
     assert html.count('src="data:image/png;base64,') == 2
     assert {p.name for p in (tmp_path / "r" / "report" / "figures").iterdir()} == {
         "tiny_iops_vs_iodepth.png", "tiny_p99_vs_iodepth.png"}

@@ -133,10 +133,17 @@ def picks(agg: pd.DataFrame, knobs: list[str], study: str) -> Finding | str:
             parts.append(f"the {word}, {fmt(row[f'{metric}_mean'])}, at {_where(row, knobs)} (clearly "
                          f"{'above' if higher else 'below'} each of the other {len(agg) - 1}: Welch, Holm over them)")
         else:
-            top = agg.iloc[int(np.nanargmax(stats[0]) if higher else np.nanargmin(stats[0]))]
-            parts.append(f"no clear best for the {word} among the {len(agg)} (the best mean, "
-                         f"{fmt(top[f'{metric}_mean'])} at {_where(top, knobs)}, is not clearly "
-                         f"{'above' if higher else 'below'} every other: Welch, Holm over the {len(agg) - 1})")
+            at = int(np.nanargmax(stats[0]) if higher else np.nanargmin(stats[0]))
+            top = agg.iloc[at]
+            best = f"the best mean, {fmt(top[f'{metric}_mean'])} at {_where(top, knobs)}"
+            # Welch needs two repeats with spread on both sides: without them no test was run at all.
+            formed = (stats[2] >= 2) & (stats[1] > 0)
+            if not formed[at] or formed.sum() < 2:
+                parts.append(f"cannot decide the {word} among the {len(agg)} ({best}; no interval: fewer than "
+                             "two repeats, or repeats without spread)")
+            else:
+                parts.append(f"no clear best for the {word} among the {len(agg)} ({best}, is not clearly "
+                             f"{'above' if higher else 'below'} every other: Welch, Holm over the {len(agg) - 1})")
     text = f"{len(agg)} points over {', '.join(knobs)}: " + "; ".join(parts) + "."
     return Finding(text, study, decided=True) if picked else text
 

@@ -12,7 +12,6 @@ in the PNG stand clear at both widths.
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 import shutil
@@ -25,9 +24,8 @@ from matplotlib.container import ErrorbarContainer
 
 from nvmflab import plots, plots_extra
 from nvmflab.analysis.result import Figure
-from nvmflab.report import ANALYZERS, load
+from nvmflab.report import ANALYZERS
 
-FIXTURE = Path(__file__).parent / "data" / "walk_results.sqlite.gz"
 SAVED_DPI = 110  # report._save
 
 
@@ -164,17 +162,9 @@ def test_long_bar_labels_are_wrapped_clear_of_one_another():
 
 @pytest.fixture(scope="module")
 def study_figures(tmp_path_factory) -> list[tuple[str, Figure]]:
-    from test_study_transports import _store as transports_store
+    from test_findings_gate import walk_data
 
-    results = tmp_path_factory.mktemp("walk")
-    with gzip.open(FIXTURE, "rb") as packed, open(results / "results.sqlite", "wb") as out:
-        shutil.copyfileobj(packed, out)
-    measurements, runs = load(results)
-    extra = tmp_path_factory.mktemp("transports")
-    transports_store(extra)
-    t_measurements, t_runs = load(extra / "r")
-    measurements = pd.concat([measurements, t_measurements], ignore_index=True)
-    runs = pd.concat([runs, t_runs], ignore_index=True)
+    measurements, runs = walk_data(tmp_path_factory)
     return [(name, figure) for name, analyze in ANALYZERS.items() if name in set(measurements["study"])
             for figure in analyze(measurements, runs).figures]
 

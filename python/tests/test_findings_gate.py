@@ -36,8 +36,9 @@ FIXTURE = Path(__file__).parent / "data" / "walk_results.sqlite.gz"
 NOT_YET_GATED: set[str] = set()
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def walk_data(tmp_path_factory) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The walk fixture's measurements and runs, with test_study_transports' store added (the quick
+    run on the fakes has no transports rows)."""
     from test_study_transports import _store as transports_store
 
     results = tmp_path_factory.mktemp("walk")
@@ -47,8 +48,13 @@ def report(tmp_path_factory):
     extra = tmp_path_factory.mktemp("transports")
     transports_store(extra)
     t_measurements, t_runs = load(extra / "r")
-    measurements = pd.concat([measurements, t_measurements], ignore_index=True)
-    runs = pd.concat([runs, t_runs], ignore_index=True)
+    return (pd.concat([measurements, t_measurements], ignore_index=True),
+            pd.concat([runs, t_runs], ignore_index=True))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    measurements, runs = walk_data(tmp_path_factory)
     out = tmp_path_factory.mktemp("report")
     page = build_report(measurements, runs, out, source="walk fixture")
     doc = json.loads((out / findings_data.FILE_NAME).read_text(encoding="utf-8"))

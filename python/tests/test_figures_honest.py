@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

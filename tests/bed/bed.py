@@ -1,0 +1,283 @@
+"""The two-server test bed: two Debian trixie guests (Linux 6.12) under qemu (TCG), each a server
+the harness reaches over SSH through an inventory, as it would reach real ones (docs/topologies.md).
+
+    this machine, 127.0.0.1                 guest bed1                      guest bed2
+    ssh -p PORT1  --(user net, hostfwd)-->  mgmt 10.0.2.15                  mgmt 10.0.2.15  <-- ssh -p PORT2
+                                            link 192.168.77.1  <-- UDP -->  link 192.168.77.2
+                                            rxe0 on link                    rxe0 on link
+
+Each guest: the trixie guest's base (tests/guest/trixie.py: nvme-cli 2.13, fio, keyutils, tlshd,
+rdma-core with the rxe provider), the bed's layer (build-layer.sh: OpenSSH, virtio_net), and an
+overlay with /init (tests/bed/init), sshd's configuration and keys, and our binaries in
+/usr/local/bin (the RDMA build, when there is one, in /usr/local/lib/nvmflab/rdma). The link is
+qemu's UDP socket netdev between the two qemus on 127.0.0.1; the management NIC is qemu user
+networking with restrict=on (no route out of the guest) and one port forwarded from 127.0.0.1 to
+sshd. So no traffic leaves the guests and this machine's loopback.
+
+    python3 tests/bed/bed.py up DIR     boots both, writes DIR/bed.toml and DIR/bed.yml, then
+                                        holds them until SIGINT/SIGTERM (both qemus are killed)
+
+Timings from guests under emulation are functional, never performance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "tests/guest"))
+sys.path.insert(0, str(ROOT / "tests/interop"))
+import trixie  # noqa: E402
+from initramfs import SSHD_CONFIG  # noqa: E402
+
+BIN_DIR = Path(os.environ.get("NVMFLAB_BIN_DIR", ROOT / "target/release"))
+# The RDMA build (tests/rdma/check.py builds it there); NVMFLAB_BED_RDMA_BIN names another.
+RDMA_BIN_DIR = Path(os.environ.get("NVMFLAB_BED_RDMA_BIN", ROOT / "target/release/rdma"))
+OUR_BINARIES = ("nvmf-target", "nvmf-perf")
+LINK_NET = "192.168.77"
+MEMORY_MB = 1536
+# Under TCG on a loaded two-core machine one guest boots in 20 s to a few minutes; both at once
+# take longer. A guest that has not printed SSHD-READY by then is a failed bed.
+BOOT_LIMIT_S = 600
+SSH_LIMIT_S = 120
+
+
+class BedError(RuntimeError):
+    """The bed could not be built or booted; the message says which guest and why."""
+
+
+@dataclass
+class Guest:
+    name: str
+    index: int  # 1, 2: the link address's last byte and the MACs
+    ssh_port: int
+    rxe: bool = True
+    console: Path = Path()
+    qemu: subprocess.Popen | None = None
+
+    @property
+    def link_ip(self) -> str:
+        return f"{LINK_NET}.{self.index}"
+
+    def mac(self, nic: int) -> str:
+        return f"52:54:00:b0:{self.index:02x}:{nic:02x}"
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(argv: list[str], timeout: float = 120) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise BedError(f"{' '.join(argv[:3])}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+    return done.stdout
+
+
+@dataclass
+class Bed:
+    """Two guests and what they were booted from; `close()` kills both qemus."""
+
+    work: Path
+    guests: list[Guest] = field(default_factory=list)
+    key: Path = Path()
+
+    def __post_init__(self) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.key = self.work / "id_ed25519"
+        self.guests = [Guest("bed1", 1, free_port()), Guest("bed2", 2, free_port())]
+
+    # -- the image -------------------------------------------------------------------------------
+
+    def initrd(self) -> tuple[Path, Path]:
+        """(kernel, initrd): the trixie base, the bed's layer and this bed's overlay."""
+        try:
+            kernel, base = trixie.build()
+        except trixie.GuestUnavailable as e:
+            raise BedError(str(e)) from None
+        kver = kernel.name.removeprefix("vmlinuz-")
+        done = subprocess.run(["bash", str(HERE / "build-layer.sh"), kver], stdout=subprocess.PIPE, text=True,
+                              timeout=900)
+        if done.returncode != 0:
+            raise BedError(f"building the bed's layer failed (build-layer.sh exit {done.returncode})")
+        layer = Path(done.stdout.strip().splitlines()[-1])
+        tree = self.work / "overlay"
+        shutil.rmtree(tree, ignore_errors=True)
+        self._overlay(tree)
+        overlay = trixie.pack_cpio(tree, self.work / "overlay.cpio")
+        return kernel, trixie.concat([base, layer, overlay], self.work / "initrd.cpio")
+
+    def _overlay(self, tree: Path) -> None:
+        for d in ("etc/ssh", "etc/nvmflab", "root/.ssh", "usr/local/bin", "usr/local/lib/nvmflab/rdma"):
+            (tree / d).mkdir(parents=True, exist_ok=True)
+        if not self.key.exists():
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "nvmflab-bed", "-f", str(self.key)])
+        host_key = tree / "etc/ssh/ssh_host_ed25519_key"
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "nvmflab-bed-host", "-f", str(host_key)])
+        shutil.copy2(self.key.with_suffix(".pub"), tree / "root/.ssh/authorized_keys")
+        (tree / "etc/ssh/sshd_config").write_text(SSHD_CONFIG)
+        (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
+                                         "sshd:x:100:65534::/run/sshd:/usr/sbin/nologin\n"
+                                         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+        (tree / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
+        shutil.copy2(HERE / "init", tree / "init")
+        (tree / "init").chmod(0o755)
+        shutil.copy2(ROOT / "tests/guest/boot-common.sh", tree / "etc/nvmflab/boot-common.sh")
+        for name in OUR_BINARIES:
+            _strip_copy(BIN_DIR / name, tree / "usr/local/bin" / name)
+            if (RDMA_BIN_DIR / name).is_file():
+                _strip_copy(RDMA_BIN_DIR / name, tree / "usr/local/lib/nvmflab/rdma" / name)
+
+    # -- booting ---------------------------------------------------------------------------------
+
+    def up(self, progress=lambda line: print(f"bed: {line}", flush=True)) -> None:
+        kernel, initrd = self.initrd()
+        link_ports = (free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM))
+        start = time.monotonic()
+        for guest in self.guests:
+            self._start(guest, kernel, initrd, link_ports)
+        waiting = list(self.guests)
+        while waiting:
+            time.sleep(1)
+            for guest in list(waiting):
+                text = guest.console.read_text(errors="replace") if guest.console.exists() else ""
+                if "@@ SSHD-READY" in text:
+                    progress(f"{guest.name} up in {time.monotonic() - start:.0f} s (ssh -p {guest.ssh_port})")
+                    waiting.remove(guest)
+                elif "@@ FAIL" in text or guest.qemu.poll() is not None:
+                    raise BedError(f"{guest.name} did not come up: {_tail(text)}")
+            if waiting and time.monotonic() - start > BOOT_LIMIT_S:
+                raise BedError(f"{', '.join(g.name for g in waiting)} not up in {BOOT_LIMIT_S} s: "
+                               f"{_tail(waiting[0].console.read_text(errors='replace'))}")
+        for guest in self.guests:
+            self._wait_ssh(guest)
+        self.write_inventories()
+
+    def _start(self, guest: Guest, kernel: Path, initrd: Path, link_ports: tuple[int, int]) -> None:
+        guest.console = self.work / f"{guest.name}.console.log"
+        local, remote = link_ports if guest.index == 1 else link_ports[::-1]
+        cmdline = (f"console=ttyS0 rdinit=/init panic=-1 loglevel=4 nvme_core.multipath=Y "
+                   f"GUEST_HOSTNAME={guest.name} nvmflab.link_ip={guest.link_ip} nvmflab.mgmt_mac={guest.mac(1)} "
+                   f"nvmflab.link_mac={guest.mac(2)} nvmflab.rxe={int(guest.rxe)}")
+        argv = [
+            "qemu-system-x86_64", "-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "2", "-m", str(MEMORY_MB),
+            "-nodefaults", "-no-reboot", "-display", "none", "-monitor", "none",
+            "-serial", f"file:{guest.console}", "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
+            "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{guest.ssh_port}-:22",
+            "-device", f"virtio-net-pci,netdev=mgmt,mac={guest.mac(1)}",
+            "-netdev", f"socket,id=link,udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}",
+            "-device", f"virtio-net-pci,netdev=link,mac={guest.mac(2)}",
+        ]  # fmt: skip
+        guest.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=open(self.work / f"{guest.name}.qemu.log", "wb"),
+                                      preexec_fn=trixie._die_with_parent)
+
+    def ssh_argv(self, guest: Guest) -> list[str]:
+        return ["ssh", *self.ssh_options(), "-p", str(guest.ssh_port), "root@127.0.0.1"]
+
+    def ssh_options(self) -> list[str]:
+        return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR"]
+
+    def ssh(self, name: str, command: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        guest = next(g for g in self.guests if g.name == name)
+        done = subprocess.run(self.ssh_argv(guest) + [command], capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise BedError(f"{name}: `{command}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
+        return done
+
+    def _wait_ssh(self, guest: Guest) -> None:
+        deadline = time.monotonic() + SSH_LIMIT_S
+        while True:
+            done = subprocess.run(self.ssh_argv(guest) + ["true"], capture_output=True, text=True, timeout=60)
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise BedError(f"{guest.name}: ssh -p {guest.ssh_port} did not answer in {SSH_LIMIT_S} s: "
+                               f"{done.stderr.strip()[-200:]}")
+            time.sleep(2)
+
+    # -- the inventories -------------------------------------------------------------------------
+
+    def write_inventories(self) -> tuple[Path, Path]:
+        """bed.toml (nvmflab's format) and bed.yml (Ansible's), the same two hosts."""
+        options = self.ssh_options()
+        toml = "".join(
+            f'[hosts.{g.name}]\nssh = "127.0.0.1"\nuser = "root"\nport = {g.ssh_port}\ndata_ip = "{g.link_ip}"\n'
+            f"ssh_options = [{', '.join(repr(o).replace(chr(39), chr(34)) for o in options)}]\n\n"
+            for g in self.guests)
+        extra = " ".join(o for o in options if o != "-i" and o != str(self.key))
+        yml = "all:\n  vars:\n    ansible_host: 127.0.0.1\n    ansible_user: root\n" \
+              f"    ansible_ssh_private_key_file: {self.key}\n    ansible_ssh_common_args: \"{extra}\"\n  hosts:\n" + \
+              "".join(f"    {g.name}:\n      ansible_port: {g.ssh_port}\n      nvmflab_data_ip: {g.link_ip}\n"
+                      for g in self.guests)
+        (self.work / "bed.toml").write_text(toml)
+        (self.work / "bed.yml").write_text(yml)
+        return self.work / "bed.toml", self.work / "bed.yml"
+
+    def close(self) -> None:
+        for guest in self.guests:
+            if guest.qemu is not None and guest.qemu.poll() is None:
+                guest.qemu.terminate()
+        for guest in self.guests:
+            if guest.qemu is None:
+                continue
+            try:
+                guest.qemu.wait(10)
+            except subprocess.TimeoutExpired:
+                guest.qemu.kill()
+                guest.qemu.wait()
+
+
+def _strip_copy(binary: Path, dest: Path) -> None:
+    if not binary.is_file():
+        raise BedError(f"{binary} is missing: build it first (make build)")
+    done = subprocess.run(["strip", "--strip-debug", "-o", str(dest), str(binary)], capture_output=True, timeout=60)
+    if done.returncode != 0:
+        shutil.copy2(binary, dest)
+
+
+def _tail(console: str, n: int = 4) -> str:
+    return " | ".join(console.strip().splitlines()[-n:]) or "nothing on the console"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["up"])
+    parser.add_argument("dir", type=Path, nargs="?", help="where the inventories and logs go (default: a new temporary one)")
+    args = parser.parse_args()
+    bed = Bed(args.dir or Path(tempfile.mkdtemp(prefix="nvmflab-bed-")))
+    stop = lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt())  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        bed.up()
+        print(f"bed: ready; inventories {bed.work}/bed.toml and {bed.work}/bed.yml; Ctrl-C stops both guests",
+              flush=True)
+        while all(g.qemu.poll() is None for g in bed.guests):
+            time.sleep(5)
+        print("bed: a guest stopped", flush=True)
+        return 1
+    except BedError as e:
+        print(f"bed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        bed.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402  (the backend must be chosen before figures exist)
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from .analysis.stats import histogram_cdf  # noqa: E402
@@ -42,6 +43,10 @@ OVER_SATURATION_NOTE = ("Loads above 100 %: 100 % is the saturation point the ru
                         "capped rates are derived from); an uncapped ('max') or faster background can run "
                         "past it, so those loads are shown as achieved, not capped.")
 LEFT_OUT_STYLE = {"marker": "x", "linestyle": "none", "color": "black", "markersize": 8}
+FAILED_STYLE = {"marker": "x", "linestyle": "none", "color": "tab:red", "markersize": 9, "markeredgewidth": 2}
+FAILED_LABEL = "failed or invalid (no value)"
+MISSING_BAR_NOTE = ("A hatched column marked ✗ has no value: that point failed, was not measured or was "
+                    "left out.")
 
 
 def add_note(figure: Figure, text: str) -> None:
@@ -114,6 +119,31 @@ def mark_left_out(axes, xs: Sequence[float], ys: Sequence[float], label: str) ->
     so a reader does not take them for the ones the findings rest on."""
     if len(xs):
         axes.plot(list(xs), list(ys), label=label, **LEFT_OUT_STYLE)
+
+
+def mark_failed(figure: Figure, count: int) -> None:
+    """A red line under the figure saying how many points of its study failed or broke a sanity
+    invariant and so are not drawn (the caption names them), so a curve with a hole is not read as
+    complete. Kept by constrained layout like a title."""
+    figure.nvmflab_failed = count
+    plural = count != 1
+    figure.supxlabel(f"✗ {count} point{'s' if plural else ''} of this study failed or {'were' if plural else 'was'} "
+                     f"invalid and {'are' if plural else 'is'} not drawn (the caption names them)",
+                     color="tab:red", fontsize=9)
+
+
+def failed_marks(axes, xs: Sequence[float]) -> None:
+    """Red crosses on the x-axis at the x values of points that failed, which have no y to draw."""
+    if len(xs):
+        axes.plot(list(xs), [0.02] * len(xs), transform=axes.get_xaxis_transform(), clip_on=False,
+                  label=FAILED_LABEL, **FAILED_STYLE)
+
+
+def missing_bar(axes, x: float, width: float) -> None:
+    """A hatched, empty column over the whole height where a bar has no value, so a dropped bar is
+    seen as dropped rather than as zero (its value label is the ✗)."""
+    axes.add_patch(Rectangle((x - width / 2, 0), width, 1, transform=axes.get_xaxis_transform(), fill=False,
+                             hatch="//", edgecolor="0.65", linewidth=0))
 
 
 def new_figure(title: str) -> tuple[Figure, object]:
@@ -278,17 +308,19 @@ def blank_overlapping_labels(figure: Figure, axes) -> None:
 def vs_load(
     frame: pd.DataFrame, y: str, *, series: str, title: str, ylabel: str,
     reference: float, scale: float = 1.0, threshold: float | None = None,
-    threshold_label: str = "",
+    threshold_label: str = "", failed_loads: Sequence[float] = (),
 ) -> Figure:
     """An interference metric vs background load; the uncapped load (inf) is labelled 'max'.
 
     `frame` has columns bg_load_pct, `y`, `series` and, for the error bars, either `y`_low and
     `y`_high (the bounds of the interval the findings state, e.g. Fieller's for a ratio) or
     `y`_ci95. A dashed line marks the no-interference value, a dotted one the guideline threshold
-    when given.
+    when given. `failed_loads` (the loads asked for at points that failed or broke an invariant)
+    are red crosses on the x-axis.
     """
     figure, axes = new_figure(title)
-    positions = load_positions(frame["bg_load_pct"].dropna().tolist())
+    failed_loads = [float(v) for v in failed_loads if not math.isnan(float(v))]
+    positions = load_positions(frame["bg_load_pct"].dropna().tolist() + failed_loads)
     fieller: list[bool] = []  # per series drawn with Fieller bounds: whether any point had one
     for value, group in frame.groupby(series, sort=True):
         group = group.dropna(subset=["bg_load_pct"]).sort_values("bg_load_pct")
@@ -315,6 +347,7 @@ def vs_load(
     if threshold is not None:
         axes.axhline(threshold * scale, color="tab:red", linestyle=":", linewidth=1.2,
                      label=threshold_label)
+    failed_marks(axes, sorted({positions[v] for v in failed_loads}))
     loads = sorted(positions)
     axes.xaxis.set_major_locator(FixedLocator([positions[v] for v in loads]))
     axes.set_xticklabels(["max" if math.isinf(v) else f"{v:g}" for v in loads])

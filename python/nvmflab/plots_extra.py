@@ -14,7 +14,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from .plots import (  # noqa: E402  (one figure style and one error-bar rule for every plot)
-    fit_value_labels, fit_x_labels, mark_left_out, needs_sweep, needs_text, new_figure, nonnegative_yerr)
+    MISSING_BAR_NOTE, add_note, fit_value_labels, fit_x_labels, mark_left_out, missing_bar, needs_sweep, needs_text,
+    new_figure, nonnegative_yerr)
 
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # label -> (x values, y values)
@@ -67,15 +68,20 @@ def lines(series: Series, *, title: str, xlabel: str, ylabel: str, log2_x: bool 
 
 def grouped_bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str,
                  ylabel: str, errors: Mapping[str, Sequence[float]] | None = None,
-                 better: Sequence[str] | None = None) -> Figure:
+                 better: Sequence[str] | None = None, missing_note: str = MISSING_BAR_NOTE) -> Figure:
     """Bars per group (x) and series (colour), each labelled with its value; `errors` (series ->
     95 % half-widths per group) draws error bars. `better` says per group whether "lower" or
     "higher" is better: groups of both kinds go to two panels, so a bar that grew is never read as
-    good on one and bad on the next."""
+    good on one and bad on the next. A bar without a value (None, NaN) is a hatched column marked
+    ✗, and `missing_note` (why such bars have none) goes to the caption."""
+    missing = any(v is None or math.isnan(float(v)) for values in series.values() for v in values)
+    note = missing_note if missing else ""
     kinds = list(dict.fromkeys(better or []))
     if len(kinds) < 2:
         figure, axes = new_figure(title)
         _bars(figure, axes, list(range(len(groups))), groups, series, errors, ylabel)
+        if note:
+            add_note(figure, note)
         return figure
     figure, first = new_figure(title)
     figure.delaxes(first)
@@ -86,6 +92,8 @@ def grouped_bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], *
         picked = [j for j, k in enumerate(better) if k == kind]
         _bars(figure, axes, picked, groups, series, errors, ylabel if i == 0 else "")
     figure.suptitle(first.get_title(), fontsize=11)
+    if note:
+        add_note(figure, note)
     return figure
 
 
@@ -103,10 +111,15 @@ def _bars(figure: Figure, axes, picked: Sequence[int], groups: Sequence[str], se
         if errors and name in errors:
             halves = [math.nan if errors[name][j] is None else float(errors[name][j]) for j in picked]
             yerr = nonnegative_yerr(figure, heights, halves)
-        drawn = axes.bar(x + (i - (len(names) - 1) / 2) * width, heights, width, yerr=yerr,
-                         capsize=3 if yerr is not None else 0, label=name)
-        texts += axes.bar_label(drawn, labels=["" if math.isnan(v) else f"{v:.1f}" for v in values],
+        where = x + (i - (len(names) - 1) / 2) * width
+        drawn = axes.bar(where, heights, width, yerr=yerr, capsize=3 if yerr is not None else 0, label=name)
+        labels = axes.bar_label(drawn, labels=["✗" if math.isnan(v) else f"{v:.1f}" for v in values],
                                 padding=2, fontsize=8)
+        for at, value, label in zip(where, values, labels):
+            if math.isnan(value):
+                missing_bar(axes, at, width)
+                label.set_color("tab:red")
+        texts += labels
     axes.margins(y=0.12)  # headroom: the value labels above the tallest bar stay under the title
     axes.set_xticks(x)
     axes.set_xticklabels([groups[j] for j in picked], fontsize=9)

@@ -24,7 +24,8 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from .analysis import sweep
-from .analysis.common import descriptive, study_rows
+from .analysis.common import descriptive, excluded_points, study_rows
+from .analysis.left_out import mark_figures
 from .analysis.cores_used import cores_note
 from .analysis.result import StudyResult
 from .analysis.stability import stability_note
@@ -258,6 +259,9 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
         probes.add_to_report(result, study_rows(measurements, name))  # energy, network counters (issue 24)
         noisy = noisy_rows(study_rows(measurements, name))
         _add_noise(result, noisy)
+        if result.excluded is None:
+            result.excluded = excluded_points(study_rows(measurements, name))
+        mark_figures(result)  # every figure says which of its study's points failed (issue 37 item 7)
         used = cores_note(usable(study_rows(measurements, name)))  # issue 22 item 8: cores as they were
         if used:
             result.findings.append(used)

@@ -300,3 +300,66 @@ def test_interference_error_bars_are_the_fieller_interval_its_findings_state():
     none = plots.vs_load(frame.assign(latency_interference_low=math.nan), "latency_interference", series="leg",
                          title="t", ylabel="×", reference=1.0)
     assert error_bar_spans(none.axes[0]) == [] and plots.notes(none) == [plots.NO_INTERVAL_NOTE]
+
+
+def red_crosses(axes) -> list[float]:
+    return sorted(float(x) for line in axes.lines if line.get_marker() == "x" and line.get_color() == "tab:red"
+                  for x in line.get_xdata())
+
+
+def test_a_failed_or_invalid_point_is_marked_on_every_figure_of_its_study_and_named_in_the_caption():
+    from test_analysis_fixtures import interference_measurements, runs_frame
+
+    from nvmflab.analysis import interference
+    from nvmflab.analysis.left_out import mark_figures
+
+    measurements = interference_measurements(invalid_target_load=50)  # one point broke its invariant
+    failed = measurements.iloc[[0]].assign(status="failed", error="fio exited with status 1", point_id="init-failed",
+                                           leg="initiator", bg_load_pct=70.0, role="fg", iodepth=1)
+    result = interference.analyze(pd.concat([measurements, failed], ignore_index=True), runs_frame(["interference"]))
+    latency = next(f for f in result.figures if f.name == "interference_latency_vs_load")
+    assert red_crosses(latency.figure.axes[0]) == [50.0, 70.0]  # on the load axis, where no ratio exists
+    assert plots.FAILED_LABEL in [t.get_text() for t in latency.figure.axes[0].get_legend().get_texts()]
+    assert mark_figures(result) == 2
+    for figure in result.figures:
+        assert "2 points failed or were invalid and are not drawn" in figure.caption
+        assert "leg initiator at background load 70 % (failed: fio exited with status 1)" in figure.caption
+        assert "leg target at background load 50 % (invalid: fg completions 1000" in figure.caption
+        assert "2 points of this study failed" in figure.figure._supxlabel.get_text()
+    clean = interference.analyze(interference_measurements(invalid_target_load=None), runs_frame(["interference"]))
+    assert mark_figures(clean) == 0
+    assert all(red_crosses(f.figure.axes[0]) == [] and "not drawn" not in f.caption for f in clean.figures)
+
+
+def test_a_bar_without_a_value_is_a_hatched_column_marked_x_not_a_zero():
+    figure = plots_extra.grouped_bars(["4k", "128k"], {"local": [2.0, 5.0], "remote host cores": [math.nan, 6.0]},
+                                      title="t", ylabel="µs", missing_note="Shared cores: no split.")
+    axes = figure.axes[0]
+    hatched = [p for p in axes.patches if p.get_hatch() == "//"]
+    assert len(hatched) == 1 and not hatched[0].get_fill()
+    assert [t.get_text() for t in axes.texts if t.get_color() == "tab:red"] == ["✗"]
+    assert "Shared cores: no split." in Figure("f", figure, "").caption
+    whole = plots_extra.grouped_bars(["4k"], {"local": [2.0]}, title="t", ylabel="µs")
+    assert not [p for p in whole.axes[0].patches if p.get_hatch()] and plots.notes(whole) == []
+
+
+def test_parallelism_marks_the_split_bars_its_shared_core_points_lost(tmp_path):
+    from test_cores_used import cores_json
+    from test_study_extra import _row, _save
+
+    from nvmflab.analysis import parallelism
+    from nvmflab.analysis.parallelism import SPLIT_MISSING_NOTE
+    from nvmflab.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "r")
+    run = store.start_run("parallelism", 'study = "parallelism"', {"spec_effective": {"ramp_time": 0}})
+    base = {"rw": "randread", "bs": 4096, "numjobs": 1, "backend": "file", "iodepth": 16}
+    for r in range(3):
+        local = cores_json({"main": [1]}, {1: (1.0, 2.0, 0.1)})
+        shared = cores_json({"main": [1], "target": [1]}, {1: (2.0, 3.0, 0.5)})  # both sides on core 1
+        _save(store, run, "parallelism", "size_local", base, r, [_row(100_000, cpu_cores_json=local)])
+        _save(store, run, "parallelism", "size_remote", base, r, [_row(100_000, cpu_cores_json=shared)])
+    [figure] = [f for f in parallelism.analyze(store.measurements(), store.runs()).figures
+                if f.name == "parallelism_cpu_per_io"]
+    hatched = [p for p in figure.figure.axes[0].patches if p.get_hatch() == "//"]
+    assert len(hatched) == 2 and SPLIT_MISSING_NOTE in figure.caption  # remote host cores, remote target cores

@@ -22,8 +22,9 @@ from .common import (Difference, compare, corrected, descriptive, excluded_point
 from .cores_used import used_text, with_cores
 from .decide import fieller_summary, safe_upto
 from .formulas import latency_interference, throughput_sustained
+from .left_out import failed_rows
 from .result import Figure, StudyResult, Table
-from .stats import aggregate, collapse_jobs, diff_test, merge_histograms, usable
+from .stats import aggregate, collapse_jobs, diff_test, merge_histograms, usable, usable_mask
 from .text import kiops, times, us
 
 STUDY = "interference"
@@ -554,12 +555,19 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult, lat_lim
     if tput.empty:  # no T-app measured (the quick variant): the L-app's throughput is still the foreground's
         tput = curves
     tput_app = "L-app" if (tput["app"] == "L-app").all() else "T-app"
+    failed = failed_rows(rows[~usable_mask(rows)] if len(rows) else rows)  # marked on the load axis
+    lapp_failed = (failed["iodepth"] == 1) if "iodepth" in failed else pd.Series(True, index=failed.index)
+
+    def failed_loads(mask: pd.Series) -> list[float]:
+        return [] if failed.empty or "bg_load_pct" not in failed else failed.loc[mask, "bg_load_pct"].dropna().tolist()
+
     if not lat.empty:
         out.figures.append(Figure("interference_latency_vs_load", plots.vs_load(
             lat.assign(series=lat["leg_series"]), "latency_interference", series="series",
             title="L-app latency interference vs background load (p99 loaded / p99 isolated)",
             ylabel="Latency interference (×, higher is worse)", reference=1.0,
-            threshold=lat_limit, threshold_label=f"guideline limit {lat_limit:g}×"),
+            threshold=lat_limit, threshold_label=f"guideline limit {lat_limit:g}×",
+            failed_loads=failed_loads(lapp_failed)),
             "p99 of the 4 KiB QD1 foreground divided by its isolated p99, per achieved background load "
             "and shared resource (thesis figs. 6.1 and 6.3)."))
         out.figures[-1].figure.axes[0].set_xlabel(ACHIEVED_LABEL)
@@ -568,7 +576,8 @@ def _figures(curves: pd.DataFrame, rows: pd.DataFrame, out: StudyResult, lat_lim
         "throughput_sustained", series="series", scale=100,
         title=f"{tput_app} throughput sustained vs background load (IOPS loaded / IOPS isolated)",
         ylabel="Throughput sustained (%, lower is worse)", reference=1.0,
-        threshold=sus_limit, threshold_label=f"guideline limit {sus_limit * 100:g} %"),
+        threshold=sus_limit, threshold_label=f"guideline limit {sus_limit * 100:g} %",
+        failed_loads=failed_loads(lapp_failed if tput_app == "L-app" else ~lapp_failed)),
         f"Foreground {tput_app} IOPS as a share of its isolated IOPS, per achieved background load and "
         "shared resource (thesis figs. 6.2 and 6.4 show it for the T-app)."))
     out.figures[-1].figure.axes[0].set_xlabel(ACHIEVED_LABEL)

@@ -52,6 +52,12 @@ def cpu_columns(frame: pd.DataFrame, ramps: dict[int, float]) -> pd.DataFrame:
         target_us_per_io=target_s / (frame["iops"] * (seconds + ramp)) * 1e6)
 
 
+SPLIT_MISSING_NOTE = ("A hatched column marked ✗ has no value: for the host and target cores, every point of "
+                      "that size had the host and the target on a shared core, so the kernel's count cannot be "
+                      "split between the sides (the table gives no split either); otherwise no per-core count "
+                      "was taken or the points failed.")
+
+
 EXTRA = ["host_usr_us_per_io", "host_sys_us_per_io", "host_us_per_io", "kernel_share", "target_us_per_io",
          "iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns", "lat_p99_99_ns", "usr_cpu", "sys_cpu",
          "host_cpu_us_per_io", "target_cpu_us_per_io", "cpu_us_per_io", "host_softirq_us_per_io",
@@ -150,7 +156,8 @@ def _size(rows: pd.DataFrame, data: pd.DataFrame, out: StudyResult) -> None:
         "local host cores": [ml.at[b, "host_cpu_us_per_io"] for b in sizes],
         "remote host cores": [mr.at[b, "host_cpu_us_per_io"] for b in sizes],
         "remote target cores": [mr.at[b, "target_cpu_us_per_io"] for b in sizes]},
-        title="CPU per I/O by request size, local vs remote", ylabel="CPU µs per I/O"),
+        title="CPU per I/O by request size, local vs remote", ylabel="CPU µs per I/O",
+        missing_note=SPLIT_MISSING_NOTE),
         "Means over repeats. user / kernel: the load generator's own CPU; host / target cores: user + system + "
         "softirq of each side's cores (per-core /proc/stat), kernel receive work included."))
     b = sizes[0]

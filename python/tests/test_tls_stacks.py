@@ -32,7 +32,9 @@ NVME_213 = """#!/bin/sh
 case "$1" in
   version) echo "nvme version 2.13 (git 2.13)";;
   connect) echo "  --tls                      enable TLS";;
-  gen-tls-key) exit 0;;
+  gen-tls-key) echo 'Usage: nvme gen-tls-key <device> [OPTIONS]'; exit 1;;
+  check-tls-key) printf 'Usage: nvme check-tls-key <device> [OPTIONS]\n  [  --insert, -i ]   --- Insert retained key\n'
+                 exit 1;;  # as nvme-cli 2.13 does after its help (seen on the two-guest bed, tests/bed)
 esac
 """
 NVME_23 = """#!/bin/sh

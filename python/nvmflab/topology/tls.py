@@ -24,7 +24,7 @@ OPTIONS = ("CONFIG_NVME_TCP_TLS", "CONFIG_NVME_TARGET_TCP_TLS", "CONFIG_TLS", "C
 MAX_LINES, MAX_LINE = 256, 512
 
 # $1 is a root to read files under ("" on a real host, a fake tree in the tests); commands come
-# from PATH.
+# from PATH. nvme-cli's subcommands are known by their help text: 2.13 exits 1 after printing it.
 _SCRIPT = r"""r="$1"; k=$(uname -r)
 echo "kernel=$k"
 if [ -r "$r/boot/config-$k" ]; then
@@ -40,7 +40,7 @@ if pgrep -x tlshd >/dev/null 2>&1; then echo tlshd_running=yes; else echo tlshd_
 if command -v nvme >/dev/null 2>&1; then
   echo "nvme_version=$(nvme version 2>/dev/null | head -n 1)"
   if nvme connect --help 2>&1 | grep -q -- '--tls'; then echo nvme_connect_tls=yes; else echo nvme_connect_tls=no; fi
-  if nvme gen-tls-key --help >/dev/null 2>&1; then echo nvme_tls_keys=yes; else echo nvme_tls_keys=no; fi
+  if nvme check-tls-key --help 2>&1 | grep -q -- '--insert'; then echo nvme_tls_keys=yes; else echo nvme_tls_keys=no; fi
 fi
 echo "keyctl=$(command -v keyctl)"
 """

@@ -514,6 +514,9 @@ def _report_by_us(page: Path) -> bool:
         return False
 
 
+DEFAULT_EXTRA_ROUNDS = 10  # compare --until-decided's cap when --max-extra-rounds is not given
+
+
 @app.command("compare")
 def compare(
     before: Path = typer.Argument(..., help="results directory measured before the change"),
@@ -531,6 +534,13 @@ def compare(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="where compare.html and compare.json go "
                                            "(default: AFTER/compare, skipped with a warning when AFTER is read-only)"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON instead of the text summary"),
+    until_decided: bool = typer.Option(False, "--until-decided", help="re-run the gated points the gate calls "
+                                       "inconclusive on AFTER, one repeat a round, until decided or the cap; exit 2 "
+                                       "when AFTER cannot be re-run here"),
+    max_extra_rounds: Optional[int] = typer.Option(None, "--max-extra-rounds", help="the cap of --until-decided "
+                                                   f"(1 to 100; default {DEFAULT_EXTRA_ROUNDS})"),
+    rerun_before: bool = typer.Option(False, "--rerun-before", help="with --until-decided, re-run BEFORE too, "
+                                      "rounds interleaved: only where this machine is still as BEFORE measured it"),
 ) -> None:
     """Before/after: match points on knobs and stacks, judge IOPS, bandwidth, mean and p99 with
     Welch + Holm (faster / slower / no clear difference), list unmatched points. With
@@ -538,17 +548,23 @@ def compare(
     # Imported here: the statistics stack takes most of a second to load, which every other
     # command (and every one-line refusal) would otherwise pay.
     from .compare import CompareError, GateError, run as run_compare, text_summary, write
+    from .rerun import RerunError
 
+    if max_extra_rounds is not None and not until_decided:
+        fail("--max-extra-rounds is the cap of --until-decided; give --until-decided too")
+    rounds = (DEFAULT_EXTRA_ROUNDS if max_extra_rounds is None else max_extra_rounds) if until_decided else None
     try:
         c, written = run_compare(before, after, study, fail_if_slower, out_dir, gate_points=gate_point,
-                                 min_points=gate_min_points)
+                                 min_points=gate_min_points, max_extra_rounds=rounds, rerun_before=rerun_before,
+                                 note=lambda line: err.print(f"nvmflab: compare --until-decided: {line}",
+                                                             markup=False, highlight=False))
         if out_dir is None:
             try:
                 written = write(c, Path(after) / "compare")
             except CompareError as error:  # a read-only AFTER: the comparison still goes to stdout
                 err.print(f"nvmflab: warning: {error}; compare.json and compare.html not written "
                           "(give --out DIR to keep them)", markup=False, highlight=False)
-    except (CompareError, GateError) as error:
+    except (CompareError, GateError, RerunError) as error:
         fail(str(error))
         return
     for warning in c.warnings:

@@ -104,6 +104,7 @@ class Comparison:
     gate_failures: list[MetricComparison] = field(default_factory=list)  # slower beyond the threshold
     gate_result: Gate | None = None  # with --fail-if-slower
     warnings: list[str] = field(default_factory=list)
+    until_decided: dict | None = None  # --until-decided: the cap, the sides re-run and each extra round
 
     def exit_status(self) -> int:
         """0, or the gate's: 1 slower beyond a threshold, 2 nothing it can use, 3 inconclusive."""
@@ -127,6 +128,7 @@ class Comparison:
             "environment": self.environment,
             "warnings": self.warnings,
             "gate": self._gate_dict(),
+            **({"until_decided": self.until_decided} if self.until_decided is not None else {}),
         }
 
     def _gate_dict(self) -> dict:
@@ -136,7 +138,7 @@ class Comparison:
         if g is None:
             return out
         return out | {"status": g.status, "exit_status": g.exit_status, "reason": g.reason,
-                      "points": g.points, "min_points": g.min_points, "family": g.family,
+                      "points": g.points, "min_points": g.min_points, "family": g.family, "looks": g.looks,
                       "gated_points": g.gated_points, "decided_points": g.decided_points,
                       "verdicts": [asdict(v) for v in g.verdicts], "missing": g.missing}
 
@@ -286,9 +288,9 @@ def parse_gate(values: list[str] | None) -> dict[str, float]:
 
 
 def compare(before: Side, after: Side, gate: dict[str, float] | None = None,
-            gate_points: list[dict[str, str]] | None = None, min_points: int = 1) -> Comparison:
+            gate_points: list[dict[str, str]] | None = None, min_points: int = 1, looks: int = 1) -> Comparison:
     """Match the points of two sides, judge every metric with repeats (Welch, Holm over all) and,
-    with thresholds, the gated metrics (gate.py)."""
+    with thresholds, the gated metrics (gate.py; `looks`: how often --until-decided may judge them)."""
     result = Comparison(before.path, after.path, before.study or after.study, gate=dict(gate or {}))
     if _same_directory(before.path, after.path):
         result.warnings.append(f"BEFORE and AFTER are the same directory ({before.path}): every difference "
@@ -347,7 +349,7 @@ def compare(before: Side, after: Side, gate: dict[str, float] | None = None,
         result.metrics.append(m)
     result.environment = environment(before, after)
     if result.gate:
-        _judge_gate(result, gate_points or [], min_points)
+        _judge_gate(result, gate_points or [], min_points, looks)
     return result
 
 
@@ -358,14 +360,14 @@ def _same_directory(a: str, b: str) -> bool:
         return False
 
 
-def _judge_gate(result: Comparison, conditions: list[dict[str, str]], min_points: int) -> None:
+def _judge_gate(result: Comparison, conditions: list[dict[str, str]], min_points: int, looks: int = 1) -> None:
     """The gated metrics' verdicts (gate.py); gated points found on the before side only, or not
     usable on a side, keep the gate from passing."""
     points = [vars(m) for m in result.metrics] + result.only_before + result.only_after + result.not_usable
     gating.check_points(conditions, points)
     missing = [p for p in result.only_before + result.not_usable if gating.selected(p, conditions)]
     higher_better = {kind: spec[2] for kind, spec in METRICS.items()}
-    result.gate_result = gating.evaluate(Gate(result.gate, conditions, min_points), result.metrics,
+    result.gate_result = gating.evaluate(Gate(result.gate, conditions, min_points, looks), result.metrics,
                                          higher_better, missing)
     slower = {(v.study, v.leg, v.role, v.point, v.kind) for v in result.gate_result.of(gating.SLOWER)}
     result.gate_failures = [m for m in result.metrics if (m.study, m.leg, m.role, m.point, m.kind) in slower]
@@ -494,8 +496,10 @@ def write_html(c: Comparison, out_dir: Path) -> Path:
 
 def run(before: Path, after: Path, study: str | None = None, fail_if_slower: list[str] | None = None,
         out_dir: Path | None = None, html: bool = True, gate_points: list[str] | None = None,
-        min_points: int = 1) -> tuple[Comparison, dict[str, Path]]:
-    """Everything `nvmflab compare` does: load, compare, write compare.json (+ compare.html)."""
+        min_points: int = 1, max_extra_rounds: int | None = None, rerun_before: bool = False,
+        note=None) -> tuple[Comparison, dict[str, Path]]:
+    """Everything `nvmflab compare` does: load, compare (with `max_extra_rounds`, re-running the gate's
+    inconclusive points first: rerun.until_decided), write compare.json (+ compare.html)."""
     gate = parse_gate(fail_if_slower)
     conditions = gating.parse_points(gate_points)
     if (conditions or min_points != 1) and not gate:
@@ -503,6 +507,18 @@ def run(before: Path, after: Path, study: str | None = None, fail_if_slower: lis
                         "give --fail-if-slower too")
     if min_points < 1:
         raise GateError(f"--gate-min-points {min_points}: give at least 1")
+    if max_extra_rounds is not None or rerun_before:
+        if not gate:
+            raise GateError("--until-decided re-runs the points the gate cannot decide; give --fail-if-slower too")
+        if max_extra_rounds is None:
+            raise GateError("--rerun-before chooses a side --until-decided re-runs; give --until-decided too")
+        if not 1 <= max_extra_rounds <= 100:
+            raise GateError(f"--max-extra-rounds {max_extra_rounds}: give 1 to 100")
+        from .rerun import until_decided
+
+        c = until_decided(Path(before), Path(after), study, gate, conditions, min_points, max_extra_rounds,
+                          rerun_before, note or (lambda line: None))
+        return c, (write(c, Path(out_dir), html) if out_dir is not None else {})
     c = compare(load_side(before, study), load_side(after, study), gate, conditions, min_points)
     return c, (write(c, Path(out_dir), html) if out_dir is not None else {})
 

@@ -66,6 +66,7 @@ class Gate:
     thresholds: dict[str, float]
     points: list[dict[str, str]]
     min_points: int
+    looks: int = 1  # times the same family is judged (compare --until-decided): Bonferroni over them too
     family: int = 0
     verdicts: list[GateVerdict] = field(default_factory=list)
     missing: list[dict] = field(default_factory=list)  # gated points without usable repeats on a side
@@ -173,10 +174,10 @@ def repeats_needed(slowdown: float, var_b: float, var_a: float, limit: float, le
 
 
 def judge(before: list[float], after: list[float], higher_better: bool, threshold_pct: float,
-          family: int) -> dict:
+          family: int, looks: int = 1) -> dict:
     """One gated metric: the slowdown in % of the before mean with its one-sided bounds at
-    1 − α/family, the verdict, its reason and, when inconclusive, the advice."""
-    level = 1 - ALPHA / max(family, 1)
+    1 − α/(family · looks), the verdict, its reason and, when inconclusive, the advice."""
+    level = 1 - ALPHA / (max(family, 1) * max(looks, 1))
     mean_b, sd_b, n_b = (float(v) for v in summary(before))
     mean_a, sd_a, n_a = (float(v) for v in summary(after))
     sign = -1.0 if higher_better else 1.0
@@ -196,7 +197,8 @@ def judge(before: list[float], after: list[float], higher_better: bool, threshol
     reach = float(student_t.ppf(level, dof)) * se
     best, worst = (slowdown - reach) * pct, (slowdown + reach) * pct
     out |= {"best_pct": best, "worst_pct": worst}
-    bound = f"one-sided {100 * level:.4g} % bound, Bonferroni over {family}"
+    bound = f"one-sided {100 * level:.4g} % bound, Bonferroni over {family}" + (
+        f" metric(s) × {looks} looks" if looks > 1 else "")
     if best > threshold_pct:
         return out | {"verdict": SLOWER, "reason": f"slower beyond threshold: the slowdown is at least "
                                                    f"{best:.1f} % ({bound}) > {threshold_pct:g} %"}
@@ -221,7 +223,7 @@ def evaluate(gate: Gate, metrics: list, higher_better: dict[str, bool], missing:
     gate.family = len(gated)
     gate.missing = missing
     for m in gated:
-        j = judge(m.before, m.after, higher_better[m.kind], gate.thresholds[m.kind], gate.family)
+        j = judge(m.before, m.after, higher_better[m.kind], gate.thresholds[m.kind], gate.family, gate.looks)
         gate.verdicts.append(GateVerdict(study=m.study, leg=m.leg, role=m.role, point=m.point, kind=m.kind,
                                          threshold_pct=gate.thresholds[m.kind], **j))
     by_point: dict[tuple, bool] = {}

@@ -218,7 +218,7 @@ class Runner:
                 row["target_counters_json"] = json.dumps(delta, sort_keys=True)
             row |= noise
             if (point.knobs | job.knobs).get("tls") == "on":  # which layer made the records (issue 37)
-                row["host_tls_records"] = host_stack.host_tls_records(
+                row["host_tls_records"] = _records_read(output) or host_stack.host_tls_records(
                     "\n".join(_text(part["log"]) for part in output.get("parts", []) if "log" in part))
             rows.append(row)
         point_probes = probes.columns(probes_before, probes_after, sum(r.get("total_ios") or 0 for r in rows))
@@ -487,6 +487,14 @@ def outage_text(outputs: dict[str, Any]) -> str | None:
     if not seen:
         return None
     return f"connection lost and re-established during the run ({'; '.join(seen)}); a re-run measures it again"
+
+
+def _records_read(output: dict[str, Any]) -> str | None:
+    """The TLS record layer a host session read for itself (the kernel's, from tls_stat over its
+    connect), as its parsed report carries it; None where none did."""
+    read = {str(found) for part in output.get("parts", []) if isinstance(part.get("json"), dict)
+            for found in [part["json"].get("nvmflab", {}).get("tls_records")] if found}
+    return " / ".join(sorted(read)) or None
 
 
 def _text(path: Path) -> str:

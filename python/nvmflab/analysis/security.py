@@ -17,6 +17,7 @@ import math
 import pandas as pd
 
 from .. import plots_extra
+from ..stacks import kernel_tls
 from .common import claim, compare_frames, corrected, excluded_points, stated, study_rows
 from .cores_used import with_cores
 from .extra import r1, ratio, with_knobs
@@ -127,19 +128,25 @@ def _data_path(pair: str, data: pd.DataFrame, out: StudyResult) -> None:
     _findings(title, data, labels, modes, out)
 
 
-# What the stacks that cannot say per point make of TLS records (stacks/*.py, host_tls_records).
-FIXED_RECORDS = {"kernel": "ktls (handshake by tlshd)", "spdk": "userspace (SPDK ssl sock)"}
+# What the stacks that cannot say per point make of TLS records (stacks/*.py, host_tls_records); the
+# kernel's is read per point (stacks/kernel_tls.py), and where it was not, it is unknown.
+FIXED_RECORDS = {"kernel": "unknown (not read)", "spdk": "userspace (SPDK ssl sock)"}
 
 
 def _target_records(stack: object, counters: object) -> str:
     """One TLS point's target-side record layer: ours from its /stats delta (ports[].tls_records and
-    the connections kTLS took), the other stacks by what they always do."""
+    the connections kTLS took), the kernel's from the point's /proc/net/tls_stat difference, SPDK's
+    by what it always does."""
+    try:
+        found = json.loads(counters) if isinstance(counters, str) else {}
+    except ValueError:
+        found = {}
+    found = found if isinstance(found, dict) else {}
+    if stack == "kernel":
+        return kernel_tls.target_records(found)
     if stack in FIXED_RECORDS:
         return FIXED_RECORDS[str(stack)]
-    try:
-        ports = json.loads(counters).get("ports") or [] if isinstance(counters, str) else []
-    except ValueError:
-        ports = []
+    ports = found.get("ports") or []
     ports = [p for p in ports if isinstance(p, dict) and p.get("tls_records")]
     if not ports:
         return "not recorded"

@@ -25,6 +25,7 @@ from ..topology import tls as tls_facts
 from ..topology.base import Host, HostError
 from ..knobs import KnobMap, Setter, apply, tcp_only
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
+from . import kernel_tls
 from .fio import LOG_AVG_MSEC, fio_argv, fio_intervals, log_prefix, parse_fio
 from .ours import TLS_HOSTNQN
 
@@ -149,6 +150,15 @@ class KernelTarget(RunningTarget):
             return s.path(f"dev/nullb{index_text}")
         raise StackError(f"subsystem {sub.nqn}: backend {sub.backend!r} unknown to the kernel stack")
 
+    def stats(self) -> dict[str, Any] | None:
+        """With TLS, the machine's /proc/net/tls_stat (the runner takes each point's difference, so
+        the analysis reads whether kTLS carried the target's records: kernel_tls); else none."""
+        if self.setup.tls != "on":
+            return None
+        found, why = kernel_tls.read(lambda argv: self.stack._run(self.host, argv, check=False, sudo=False),
+                                     self.stack.path(kernel_tls.FILE))
+        return kernel_tls.snapshot(found, why)
+
     def alive(self) -> bool:
         return self.port_dir is not None and self.stack._exists(self.host, self.port_dir)
 
@@ -184,6 +194,7 @@ class KernelSession(HostSession):
     held: list[str] = field(default_factory=list)  # host settings this session holds
     undo: list[list[str]] = field(default_factory=list)  # TLS keys it inserted, tlshd it started: undone at close
     close_errors: list[str] = field(default_factory=list)
+    tls_records: str | None = None  # with TLS: the record layer read over the connect (kernel_tls)
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
         self.log_prefix = log_prefix(output)
@@ -203,6 +214,8 @@ class KernelSession(HostSession):
             found = fio_intervals(logs, LOG_AVG_MSEC)
             if found:
                 report.setdefault("nvmflab", {"engine": "fio"})["intervals"] = found
+        if self.tls_records:  # the runner stores it as the point's host_tls_records
+            report.setdefault("nvmflab", {"engine": "fio"})["tls_records"] = self.tls_records
         return report
 
     def close(self) -> None:
@@ -437,8 +450,13 @@ class KernelStack(Stack):
                 self._insert_tls_key(host, key, hostnqn, job.nqn, session.undo)
             session.preexisting = {c for c, _ in self._controllers(host, job.nqn, hostnqn)}
             session.hostnqn = hostnqn
+            tls_before = self._tls_stat(host) if job.knobs.get("tls") == "on" else None
             self._run(host, connect_argv(job, target.address, target.port, session.hostnqn, hostid))
             session.filename = self._wait_device(host, job.nqn, session.hostnqn, session.preexisting)
+            if tls_before is not None:  # the connect's sockets are set up once the device is there
+                tls_after = self._tls_stat(host)
+                session.tls_records = kernel_tls.records(kernel_tls.delta(tls_before[0], tls_after[0]),
+                                                         tls_before[1] or tls_after[1])
         except BaseException:
             session.close()
             raise
@@ -532,9 +550,13 @@ class KernelStack(Stack):
     tls_identities = frozenset({1})
 
     def host_tls_records(self, log: str) -> str | None:
-        """nvme_tcp hands only the handshake to tlshd, which gives the keys back to the socket: the
-        records are always the kernel's."""
-        return "ktls (handshake by tlshd)"
+        """What a session did not read over its connect (KernelSession.tls_records, which the
+        runner prefers) is not guessed: nvme_tcp hands only the handshake to tlshd and has no
+        userspace record layer, but whether the kernel's TLS carried the records is read, not assumed."""
+        return f"{kernel_tls.UNKNOWN} (the kernel host's /proc/net/tls_stat was not read for this point)"
+
+    def _tls_stat(self, host: Host) -> tuple[dict[str, int] | None, str]:
+        return kernel_tls.read(lambda argv: self._run(host, argv, check=False, sudo=False), self.path(kernel_tls.FILE))
 
     def tls_unavailable(self, host: Host, side) -> str | None:
         """What the host lacks for kernel NVMe/TCP over TLS (topology/tls.py), or None."""

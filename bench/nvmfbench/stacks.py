@@ -218,12 +218,23 @@ def spdk_transport_args(extra: list[str], psk_path: Path | None = None) -> Itera
         spdk_stack.target_rpcs = original
 
 
+# SPDK 24.01's `ssl` socket sets SO_RCVBUF and SO_SNDBUF to 4 KiB unless told (its `posix` socket:
+# 2 MiB); the listener's small send buffer passes to every accepted socket and stops the kernel's
+# autotuning, so a 64-128 KiB read left in 8 KiB pieces, each waiting for a delayed ACK: 80-90 ms
+# per read (issue 40 item 4, bench/README.md). The TLS target gets the posix socket's sizes.
+SSL_SOCKET_BUFFERS = ["sock_impl_set_options", "-i", "ssl", "--recv-buf-size", str(2 << 20), "--send-buf-size", str(2 << 20)]
+
+
 def secure_channel(calls: list[list[str]], psk_path: Path) -> list[list[str]]:
-    """SPDK's target calls with every listener TLS-only and TLS_HOSTNQN the one host, with its PSK.
+    """SPDK's target calls with every listener TLS-only and TLS_HOSTNQN the one host, with its PSK,
+    and the ssl socket's buffers as large as the posix socket's (SSL_SOCKET_BUFFERS).
     Where the calls already say so (a harness whose SPDK target does TLS itself), they stay as they are."""
     admitted = {c[1] for c in calls if c[0] == "nvmf_subsystem_add_host" and TLS_HOSTNQN in c}
+    sized = any(c[:3] == ["sock_impl_set_options", "-i", "ssl"] for c in calls)
     out = []
     for call in calls:
+        if call[0] == "framework_start_init" and not sized:
+            out.append(SSL_SOCKET_BUFFERS)  # before the framework starts, as the harness sets posix options
         if call[0] == "nvmf_create_subsystem":
             out.append([a for a in call if a != "-a"])  # no longer open to any host
             if call[1] not in admitted:

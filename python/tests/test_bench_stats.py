@@ -295,8 +295,13 @@ def test_spdk_tls_target_admits_one_host_with_its_psk_on_a_secure_channel(tmp_pa
     assert "-a" not in create, "a TLS subsystem admits only the host that has the key"
     assert ["nvmf_subsystem_add_host", nqn, TLS_HOSTNQN, "--psk", str(psk)] in calls
     assert next(c for c in calls if c[0] == "nvmf_subsystem_add_listener")[-1] == "--secure-channel"
+    # SPDK 24.01's ssl socket defaults to 4 KiB buffers (80-90 ms per 128 KiB read): sized before it starts.
+    sized = calls.index(["sock_impl_set_options", "-i", "ssl", "--recv-buf-size", "2097152", "--send-buf-size", "2097152"])
+    assert sized < calls.index(["framework_start_init"])
+    assert secure_channel(calls, psk) == calls, "never twice"
     plain = spdk.target_rpcs(setup, 4420)
     assert "--secure-channel" not in sum(plain, []) and "-a" in next(c for c in plain if c[0] == "nvmf_create_subsystem")
+    assert "ssl" not in sum(plain, []), "the plain target keeps SPDK's defaults"
     assert tls_host_args("spdk", None, psk, ["perf"]) == ["-S", "ssl", "--psk-path", str(psk)]
     assert tls_host_args("spdk", None, psk, ["perf", "-S", "ssl"]) == [], "never twice"
     # A harness whose SPDK target does TLS itself: its calls are kept, nothing is added twice.

@@ -359,6 +359,65 @@ else
     check o2k-plain pass "refused: $(grep -v '^\[exit' "$OUT/o2k-plain.txt" | tail -1 | cut -c1-300)"
 fi
 
+# ---- the key workflow as a user follows it: only the interchange key on our side ------------------
+# No --tls-key-identity, no --tls-compat: nvmf-perf must find what the keyring holds by itself and
+# name it (crates/nvmf-host/src/tls.rs, KEYRING_ORDER).
+say "nvmf-perf -> nvmet, keys as nvme gen-tls-key --insert makes them"
+keyring_entries() { # NQN: the .nvme keyring's "SERIAL IDENTITY" lines for subsystem NQN
+    keyctl show %:.nvme | awk -v nqn="$1" '/psk: NVMe/ && (index($0, " " nqn " ") || $NF == nqn) {
+        s = $0; sub(/.*psk: /, "", s); print $1, s }'
+}
+keyed_run() { # NAME HOSTNQN SUBNQN KEY: run --verify with the key alone; 0 when it read back
+    logged "$1" 120 nvmf-perf run -t tcp -a 127.0.0.1 -s $NVMET_PORT -q "$2" -n "$3" --tls-key "$4" \
+        --rw randwrite --bs 4k --iodepth 8 --size 2MiB --runtime 1 --verify --ktls off &&
+        grep -q 'verify *: [1-9][0-9]* I/Os read back, all blocks correct' "$OUT/$1.txt"
+}
+keyed_detail() { # NAME: what nvmf-perf said it found, and the I/O it read back
+    echo "$(grep -o 'TLS PSK: .*' "$OUT/$1.txt" | tail -1 | cut -c1-260); $(grep -o 'verify *: .*' "$OUT/$1.txt" | tr -s ' ')"
+}
+# nvme-cli 2.13 with its defaults (--identity=0; libnvme 1.13 knows only the old derivation): the
+# subsystem's keys above are unlinked first, so the keyring holds only what this command put there.
+for serial in $(keyring_entries "$SUB" | cut -d' ' -f1); do keyctl unlink "$serial" %:.nvme >>"$OUT/keys-default.txt" 2>&1; done
+logged keys-default 20 nvme gen-tls-key --subsysnqn="$SUB" --insert
+DEFAULT_KEY=$(grep -o 'NVMeTLSkey-1:01:[A-Za-z0-9+/=]*:' "$OUT/keys-default.txt" | head -1)
+entries=$(keyring_entries "$SUB" | cut -d' ' -f2-)
+if [[ -z $DEFAULT_KEY || $entries != "NVMe0R01 $HOSTNQN $SUB" ]]; then
+    check o2k-gen-tls-key-2.13 fail "gen-tls-key --insert: key '${DEFAULT_KEY:-none}', keyring entries for $SUB: '$entries' (keys-default.txt)"
+elif keyed_run o2k-gen-tls-key-2.13 "$HOSTNQN" "$SUB" "$DEFAULT_KEY" &&
+     grep -q 'TLS PSK: identity version 0, compat derivation .*accepted after 3 refused' "$OUT/o2k-gen-tls-key-2.13.txt"; then
+    check o2k-gen-tls-key-2.13 pass "keyring: $entries; $(keyed_detail o2k-gen-tls-key-2.13)"
+else
+    check o2k-gen-tls-key-2.13 fail "keyring: $entries; $(grep -vE '^\[exit 0' "$OUT/o2k-gen-tls-key-2.13.txt" | tail -3 | tr '\n' ' ' | cut -c1-400)"
+fi
+
+# What a current nvme-cli (2.16, 3.0: libnvme 1.16 or later) inserts by default: identity version 0,
+# derived as the specification says. The guest has only 2.13, so the entry is added as libnvme adds
+# it (add_key "psk"), with the TLS PSK libnvme derives for its own test key (test/psk.c's 32-byte key
+# as NVMeTLSkey-1:01, host nqn.psk-test-host, subsystem nqn.psk-test-subsys; the bytes are libnvme's
+# result, also reproduced with `openssl kdf HKDF`), for a second nvmet subsystem on the same port.
+PSK_HOST=nqn.psk-test-host PSK_SUB=nqn.psk-test-subsys
+PSK_KEY='NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:'
+PSK_V0=05c6503551ad136e6ee32e6eeb3f6d500b69701d84ec71e328f65c7f51566f68
+nvmet_second() {
+    truncate -s 16M /tmp/nvmet-ns2.img && mkdir "$CFS/hosts/$PSK_HOST" "$CFS/subsystems/$PSK_SUB" &&
+    echo 0 >"$CFS/subsystems/$PSK_SUB/attr_allow_any_host" &&
+    ln -s "$CFS/hosts/$PSK_HOST" "$CFS/subsystems/$PSK_SUB/allowed_hosts/$PSK_HOST" &&
+    mkdir "$CFS/subsystems/$PSK_SUB/namespaces/1" &&
+    echo /tmp/nvmet-ns2.img >"$CFS/subsystems/$PSK_SUB/namespaces/1/device_path" &&
+    echo 1 >"$CFS/subsystems/$PSK_SUB/namespaces/1/enable" &&
+    ln -s "$CFS/subsystems/$PSK_SUB" "$CFS/ports/1/subsystems/$PSK_SUB" &&
+    printf "$(echo $PSK_V0 | sed 's/../\\x&/g')" | keyctl padd psk "NVMe0R01 $PSK_HOST $PSK_SUB" %:.nvme
+}
+if ! nvmet_second >>"$OUT/keys-current.txt" 2>&1; then
+    check o2k-gen-tls-key-current fail "second subsystem or keyring entry: $(tail -2 "$OUT/keys-current.txt" | tr '\n' ' ')"
+elif keyed_run o2k-gen-tls-key-current "$PSK_HOST" "$PSK_SUB" "$PSK_KEY" &&
+     grep -q "TLS PSK: identity version 0, the specification's derivation .*accepted after 2 refused" "$OUT/o2k-gen-tls-key-current.txt"; then
+    check o2k-gen-tls-key-current pass "keyring: $(keyring_entries "$PSK_SUB" | cut -d' ' -f2-); $(keyed_detail o2k-gen-tls-key-current)"
+else
+    check o2k-gen-tls-key-current fail "$(grep -vE '^\[exit 0' "$OUT/o2k-gen-tls-key-current.txt" | tail -3 | tr '\n' ' ' | cut -c1-400)"
+fi
+keyctl show %:.nvme >"$OUT/keyring-default.txt" 2>&1
+
 # ---- ours <-> ours, kernel records on one side and userspace records on the other ----------------
 # Each side encrypts and decrypts with its own sequence numbers: a mismatch fails the first record.
 say "nvmf-perf <-> nvmf-target, kTLS against userspace"

@@ -15,6 +15,11 @@ test, and a check that never reported fails. About two minutes on 2 cores (TCG).
   discover, identify, run --verify (identity version 1 at 4k and 128k with `--ktls on`, version 0
   at 4k with `--ktls off`, a SHA-384 key), wrong key (v1 and v0 identities: reported as a close
   naming the identity, since tlshd sends no alert), a plain connect refused;
+- nvmf-perf -> nvmet with the interchange key alone (no identity version, no compat flag) where
+  the keyring holds what `nvme gen-tls-key --insert` puts there by default: nvme-cli 2.13's
+  (version 0, derived the old way), run in the guest, and a current nvme-cli's (version 0, the
+  specification's derivation; added as libnvme adds it, with libnvme's own test vector); run
+  --verify passes and nvmf-perf names the identity and derivation that worked;
 - nvmf-perf <-> nvmf-target with kTLS on one side and userspace records on the other (both ways)
   and on both, run --verify (128k for the mixed pairs, 4k for kTLS on both); the kTLS target logs the userspace host's
   close_notify alert.
@@ -44,7 +49,7 @@ CHECKS = [
     "k2o-ktls", "k2o-connect-v0", "k2o-plain", "k2o-wrong-key", "k2o-sha384",
     "o2k-nvmet-setup", "o2k-discover", "o2k-identify",
     "o2k-verify-v1-4k", "o2k-verify-v1-128k", "o2k-verify-v0-4k", "o2k-sha384",
-    "o2k-wrong-key-v1", "o2k-wrong-key-v0", "o2k-plain",
+    "o2k-wrong-key-v1", "o2k-wrong-key-v0", "o2k-plain", "o2k-gen-tls-key-2.13", "o2k-gen-tls-key-current",
     "o2o-userspace-host-ktls-target", "o2o-ktls-both", "o2o-ktls-alert", "o2o-ktls-host-userspace-target",
 ]  # fmt: skip
 

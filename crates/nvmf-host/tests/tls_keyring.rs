@@ -66,10 +66,14 @@ fn keyring_target(entry: TlsPsk) -> (String, Arc<AtomicUsize>) {
 }
 
 fn options(addr: &str, key: ConfiguredPsk) -> ConnectOptions {
+    options_as(addr, key, HOST)
+}
+
+fn options_as(addr: &str, key: ConfiguredPsk, host: &str) -> ConnectOptions {
     let mut tls = TlsOptions::new(key);
     tls.fallback = true;
     tls.ktls = KtlsMode::Off;
-    let mut o = ConnectOptions::new(addr.to_string(), HOST);
+    let mut o = ConnectOptions::new(addr.to_string(), host);
     o.tls = Some(tls);
     o.timeout = Duration::from_secs(10);
     o
@@ -114,4 +118,33 @@ fn a_key_the_target_does_not_hold_fails_naming_every_try() {
     let text = e.to_string();
     assert!(text.contains("identity version 1") && text.contains("identity version 0") && text.contains("compat"), "{text}");
     assert_eq!(seen.load(SeqCst), KEYRING_ORDER.len());
+}
+
+/// What `nvme gen-tls-key --insert` puts in the keyring with its defaults (`--identity=0`): the
+/// version 0 TLS PSK, derived the old way by nvme-cli 2.13 (libnvme 1.13) and as the
+/// specification says by a current one (2.16, 3.0: libnvme 1.16 or later). The keyring entries are
+/// libnvme's own results for its test key (test/psk.c's key, host and subsystem; the bytes as
+/// derive.rs's vectors have them, from a program making libnvme's OpenSSL calls), not derived
+/// here, so this checks the fallback against libnvme rather than against itself.
+#[test]
+fn the_default_gen_tls_key_entries_of_nvme_cli_2_13_and_a_current_release_are_found() {
+    const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+    const PSK_HOST: &str = "nqn.psk-test-host";
+    const PSK_SUB: &str = "nqn.psk-test-subsys";
+    let cases = [
+        ("2.13", "09fb1983ac6d6d0353e7cae4f23daddd651c367fa347c59d9cf6936f5a83eafb", 4, true),
+        ("current", "05c6503551ad136e6ee32e6eeb3f6d500b69701d84ec71e328f65c7f51566f68", 3, false),
+    ];
+    for (release, psk_hex, tries, compat) in cases {
+        let psk: Vec<u8> = (0..psk_hex.len()).step_by(2).map(|i| u8::from_str_radix(&psk_hex[i..i + 2], 16).unwrap()).collect();
+        let identity = format!("NVMe0R01 {PSK_HOST} {PSK_SUB}");
+        let (addr, seen) = keyring_target(TlsPsk::from_raw(&identity, nvmf_tls::TlsHash::Sha256, &psk).unwrap());
+        let opts = options_as(&addr, ConfiguredPsk::parse(KEY).unwrap(), PSK_HOST);
+        let _link = open_link(&opts, PSK_SUB).unwrap_or_else(|e| panic!("nvme-cli {release}: {e}"));
+        assert_eq!(seen.load(SeqCst), tries, "nvme-cli {release}: connections until accepted");
+        // What the fallback kept (per options: the process-wide report is shared with the other
+        // tests running beside this one).
+        let kept = Derivation { version: nvmf_tls::IdentityVersion::V0, compat };
+        assert_eq!(opts.tls.as_ref().unwrap().candidates(), vec![kept], "nvme-cli {release}");
+    }
 }

@@ -42,7 +42,15 @@ REMOTE_SCRIPT = (
     'do echo "=== ${s%%:*}"; cat "${s#*:}" 2>/dev/null; done; '
     'for i in /sys/class/net/*; do n=${i##*/}; '
     'echo "=== speed $n $(cat $i/speed 2>/dev/null || echo -)"; '
-    'echo "=== irqs $n $(ls $i/device/msi_irqs 2>/dev/null | tr \'\\n\' \' \')"; done; '
+    'echo "=== irqs $n $(ls $i/device/msi_irqs 2>/dev/null | tr \'\\n\' \' \')"; '
+    # the interface's kind (interface_kind): type, driver ("?": a device, driver unread), DEVTYPE, tun,
+    # ifindex, iflink; "-" where absent
+    'd=-; if [ -e $i/device ]; then d=$(basename "$(readlink $i/device/driver 2>/dev/null)" 2>/dev/null); '
+    '[ -n "$d" ] && [ "$d" != . ] || d=?; fi; '
+    'echo "=== kind $n $(cat $i/type 2>/dev/null || echo -) ${d:--} '
+    '$(sed -n "s/^DEVTYPE=//p" $i/uevent 2>/dev/null | head -n1 | grep . || echo -) '
+    '$([ -e $i/tun_flags ] && echo tun || echo -) $(cat $i/ifindex 2>/dev/null || echo -) '
+    '$(cat $i/iflink 2>/dev/null || echo -)"; done; '
     'if command -v ethtool >/dev/null 2>&1; then for i in /sys/class/net/*; do [ -e "$i/device" ] || continue; '
     'echo "=== ethtool ${i##*/}"; ethtool -S "${i##*/}" 2>/dev/null; done; fi'
 )
@@ -63,7 +71,7 @@ def _speed(text: str | None) -> int | None:
 def collect_local(root: Path | None = None) -> dict[str, Any]:
     """The raw texts and per-interface facts of this machine (or of a fake tree under root)."""
     root = Path(root) if root is not None else _root()
-    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {}}
+    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {}, "kind": {}}
     for section, rel in FILES.items():
         try:
             out[section] = (root / rel).read_text()
@@ -83,9 +91,56 @@ def collect_local(root: Path | None = None) -> dict[str, Any]:
             out["irqs"][name] = sorted(p.name for p in (net / name / "device" / "msi_irqs").iterdir())
         except OSError:
             out["irqs"][name] = []
+        out["kind"][name] = interface_kind(_sysfs_facts(net / name))
         if (net / name / "device").exists() and str(root) == "/":
             out["ethtool"][name] = _ethtool(name)
     return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _sysfs_facts(path: Path) -> dict[str, str | None]:
+    """What /sys/class/net/IF says of the interface's kind (interface_kind's arguments)."""
+    driver = None
+    if (path / "device").exists():
+        try:
+            driver = os.path.basename(os.readlink(path / "device" / "driver")) or "-"
+        except OSError:
+            driver = "-"
+    uevent = _read(path / "uevent") or ""
+    devtype = next((line.split("=", 1)[1] for line in uevent.splitlines() if line.startswith("DEVTYPE=")), None)
+    return {"type": _read(path / "type"), "driver": driver, "devtype": devtype,
+            "tun": "tun" if (path / "tun_flags").exists() else None,
+            "ifindex": _read(path / "ifindex"), "iflink": _read(path / "iflink")}
+
+
+def interface_kind(facts: dict[str, str | None]) -> str:
+    """The interface's kind from sysfs: loopback (type 772), the DEVTYPE the kernel gives (bridge,
+    vlan, bond, wlan, …), tun/tap, physical with its driver (a device link: on a VM a virtual NIC such
+    as virtio_net counts here, its driver says so), a virtual pair (its iflink names another
+    interface: a veth or similar), virtual, or unknown where sysfs did not answer. A driver of "-" is
+    a device link without a readable driver."""
+    kind_type = facts.get("type")
+    if kind_type is None or kind_type == "-":
+        return "unknown"
+    if kind_type == "772":
+        return "loopback"
+    if facts.get("devtype") not in (None, "-"):
+        return str(facts["devtype"])
+    if facts.get("tun") not in (None, "-"):
+        return "tun/tap"
+    driver = facts.get("driver")
+    if driver not in (None, ""):
+        return "physical" if driver == "-" else f"physical: {driver}"
+    index, peer = facts.get("ifindex"), facts.get("iflink")
+    if index not in (None, "-") and peer not in (None, "-") and index != peer:
+        return "virtual pair (veth or similar)"
+    return "virtual"
 
 
 def _ethtool(name: str) -> dict[str, int]:
@@ -115,7 +170,7 @@ def parse_ethtool(text: str) -> dict[str, int]:
 
 def parse_remote(text: str) -> dict[str, Any]:
     """REMOTE_SCRIPT's output in collect_local's form."""
-    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {},
+    out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {}, "kind": {},
                            **{s: "" for s in SECTIONS}}
     current = None
     lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
@@ -132,6 +187,11 @@ def parse_remote(text: str) -> dict[str, Any]:
                 out["speed"][parts[1]] = _speed(parts[2] if len(parts) > 2 else None)
             elif len(parts) >= 2 and parts[0] == "irqs":
                 out["irqs"][parts[1]] = sorted(parts[2:])
+            elif len(parts) == 8 and parts[0] == "kind":
+                names = ("type", "driver", "devtype", "tun", "ifindex", "iflink")
+                facts = {k: (None if v == "-" else v) for k, v in zip(names, parts[2:])}
+                facts["driver"] = "-" if parts[3] == "?" else facts["driver"]  # a device, its driver unread
+                out["kind"][parts[1]] = interface_kind(facts)
             continue
         if current:
             lines[current].append(line)
@@ -302,6 +362,7 @@ def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[
                                             "tx_drop", "rx_errs", "tx_errs")}
         speed = after.get("speed", {}).get(name)
         d["speed_mbps"] = speed
+        d["kind"] = (after.get("kind") or {}).get(name)  # from sysfs (interface_kind); None in older snapshots
         d["util_pct"] = (100.0 * max(d["rx_bytes"], d["tx_bytes"]) * 8 / (speed * 1e6 * wall)
                          if speed else None)
         interfaces[name] = d

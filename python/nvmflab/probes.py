@@ -128,6 +128,13 @@ def energy_table(study: str, rows: pd.DataFrame):
     return table, None
 
 
+def _kind_text(window: dict) -> str:
+    """' (kind)' of a window's data interface: as sysfs named it, else as the route implied, else ''."""
+    found = (window.get("interfaces") or {}).get(window["data_interface"], {}).get("kind") \
+        or window.get("data_interface_kind")
+    return f" ({found})" if found else ""
+
+
 def network_table(study: str, rows: pd.DataFrame):
     """(Table or None, finding) of the network counters for a network study."""
     from .analysis.result import Table
@@ -143,7 +150,7 @@ def network_table(study: str, rows: pd.DataFrame):
         for text in group["net_json"]:
             for machine, w in json.loads(text).items():
                 if w.get("data_interface"):
-                    interfaces.add(f"{machine}:{w['data_interface']}")
+                    interfaces.add(f"{machine}:{w['data_interface']}" + _kind_text(w))
         lines.append({
             "leg": leg, "point": label, "repeats": len(group), "data interface": ", ".join(sorted(interfaces)),
             "rx MB": _mean(group["net_rx_bytes"]) / 1e6, "tx MB": _mean(group["net_tx_bytes"]) / 1e6,
@@ -153,8 +160,9 @@ def network_table(study: str, rows: pd.DataFrame):
             "link util %": _mean(group["link_util_pct"]),
         })
     frame = pd.DataFrame(lines).round(2)
-    caption = ("Per point, mean over repeats: bytes of the data interface (the busiest during the point) on every "
-               "machine, drops and errors of all interfaces (/proc/net/dev), TCP retransmitted segments "
+    caption = ("Per point, mean over repeats: bytes of the data interface (the one the point's traffic took, with "
+               "its kind as /sys/class/net reports it: loopback, physical with its driver, a virtual pair such as "
+               "a veth, …) on every machine, drops and errors of all interfaces (/proc/net/dev), TCP retransmitted segments "
                "(/proc/net/snmp RetransSegs, nstat's TcpRetransSegs), softnet drops and time_squeeze summed over "
                "cores (/proc/net/softnet_stat), the data interface's device interrupts (/proc/interrupts), and the "
                "link utilisation where the link's speed is known (—: a virtual link without speed).")

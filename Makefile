@@ -116,8 +116,9 @@ conformance-rdma: deps-test build
 	python3 tests/blktests/run.py --all --trtype rdma --columns "nvmf-target nvmet" --timeout 7200 --results $(CONFORMANCE_RDMA_RESULTS)
 
 # NVMe/TCP over TLS 1.3 against Linux 6.12 (tlshd, nvme-cli 2.13, keyutils) in the trixie guest,
-# both directions, right and wrong keys, plain connects refused (tests/tls, docs/tls.md). About
-# three minutes under TCG; skipped saying why when the guest's packages cannot be downloaded.
+# both directions, right and wrong keys, keys as `nvme gen-tls-key --insert` makes them, plain
+# connects refused (tests/tls, docs/tls.md). About four to five minutes under TCG; skipped saying
+# why when the guest's packages cannot be downloaded.
 .PHONY: test-tls-interop
 test-tls-interop: deps-test build venv
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q tests/tls

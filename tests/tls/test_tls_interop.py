@@ -3,7 +3,7 @@
 One boot of the Debian trixie guest (tests/guest/trixie.py: kernel 6.12, tlshd from ktls-utils
 1.0.0, nvme-cli 2.13 / libnvme 1.13, keyutils) runs tests/tls/guest-tls.sh, which checks both
 directions on the guest's own loopback and writes one line per check; each check below is one
-test, and a check that never reported fails. About two minutes on 2 cores (TCG).
+test, and a check that never reported fails. About four and a half minutes on 2 cores (TCG).
 
 - kernel host -> nvmf-target (tls = required): `nvme discover --tls` showing TREQ required and
   sectype tls13, `nvme connect --tls` with the v1 identity (kernel's first choice), fio verify at

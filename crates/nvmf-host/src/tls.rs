@@ -40,8 +40,10 @@ pub struct TlsOptions {
 
 /// The order the fallback tries: identity version 1 before 0, as the kernel's host looks its
 /// keyring up (drivers/nvme/common/keyring.c), each derived as the specification says (libnvme
-/// 1.16 and later, what a current `nvme gen-tls-key --insert` puts there) and then as libnvme
-/// before 1.16 did (compat: Debian trixie's nvme-cli 2.13, whose default is version 0).
+/// 1.16 and later) and then as libnvme before 1.16 did (compat). `nvme gen-tls-key --insert`
+/// with its defaults makes version 0: derived the old way by Debian trixie's nvme-cli 2.13 (the
+/// fourth try), the specification's way by 2.16 and 3.0 (the third); `--identity=1` makes the
+/// first (current) or the second (2.13).
 pub const KEYRING_ORDER: [Derivation; 4] = [
     Derivation { version: IdentityVersion::V1, compat: false },
     Derivation { version: IdentityVersion::V1, compat: true },

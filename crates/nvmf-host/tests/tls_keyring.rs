@@ -1,6 +1,7 @@
 //! Issue 41: our host, given only the interchange key, finds the PSK a kernel target's keyring
-//! holds (what `nvme gen-tls-key --insert` put there: a version 1 identity today, a version 0 one
-//! derived the old way from nvme-cli 2.13) by trying the identities and derivations in the
+//! holds (what `nvme gen-tls-key --insert` put there: by default a version 0 identity, derived
+//! the old way by nvme-cli 2.13 and as the specification says by 2.16 and 3.0; version 1 with
+//! `--identity=1`) by trying the identities and derivations in the
 //! kernel host's order. The target here does what nvmet does through tlshd: it holds exactly one
 //! TLS PSK, found by its identity, and closes without an alert when the handshake fails.
 

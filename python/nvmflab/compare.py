@@ -17,7 +17,8 @@ fewer than two repeats a side or repeats without spread) and Holm's correction o
 `--fail-if-slower PCT` (or `KIND=PCT` for iops, bw, mean, p99) gates the metrics it names on the
 points `--gate-point` selects, failing closed (gate.py): exit 1 only for a metric shown slower beyond
 PCT, 0 only when every gated metric is shown within PCT, 3 when any is inconclusive, 2 for input or
-data the gate cannot use.
+data the gate cannot use. `--until-decided` first measures more repeats of the inconclusive gated
+points (rerun.py), then judges as above.
 """
 
 from __future__ import annotations
@@ -410,6 +411,10 @@ def text_summary(c: Comparison) -> str:
             extra = f" on {p['unusable_on']} ({p.get('error') or ', '.join(p['statuses'])})" if "unusable_on" in p else ""
             lines.append(f"  {title}: {p['study']}/{p['leg']} role={p['role']} "
                          f"{json.dumps(p['knobs'], sort_keys=True)}{extra}")
+    if c.until_decided is not None:
+        u = c.until_decided
+        lines.append(f"--until-decided: {len(u['rounds'])} of at most {u['max_extra_rounds']} extra round(s) on "
+                     f"{' and '.join(u['rerun'])}; {u['stopped']}")
     if c.gate_result is not None:
         lines += gate_summary(c.gate_result)
     return "\n".join(lines)

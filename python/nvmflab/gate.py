@@ -13,7 +13,8 @@ the slowdown's best end and worst end, and the verdict:
   decide the threshold at the observed spread (`repeats_needed`).
 
 The gate passes (exit 0) only when every gated metric is within its threshold and every gated point
-was measured usably on both sides. Exit statuses: docs/compare.md.
+was measured usably on both sides. Exit statuses: docs/compare.md. Under `compare --until-decided`,
+which judges the family after every extra round, the level is 1 − α/(m · looks): each look is paid for.
 """
 
 from __future__ import annotations
@@ -171,6 +172,23 @@ def repeats_needed(slowdown: float, var_b: float, var_a: float, limit: float, le
     dof = total ** 2 * (n - 1) / (var_b ** 2 + var_a ** 2)
     decided = student_t.ppf(level, dof) * np.sqrt(total / n) < gap
     return int(n[decided][0]) if decided.any() else None
+
+
+def before_bounds_it(before: list[float], after: list[float], slowdown_pct: float, threshold_pct: float,
+                     level: float) -> float | None:
+    """Where more repeats of AFTER alone cannot decide a threshold at the observed spreads: the
+    narrowest one-sided reach (in % of the before mean) of Welch's bound for any number of AFTER
+    repeats up to MAX_REPEATS with BEFORE's as they are, when even it reaches the threshold from the
+    observed slowdown; else None."""
+    mean_b, sd_b, n_b = (float(v) for v in summary(before))
+    _, sd_a, n_a = (float(v) for v in summary(after))
+    if min(n_b, n_a) < 2 or not mean_b > 0 or not sd_b > 0:
+        return None
+    part_b, n = sd_b ** 2 / n_b, np.arange(int(n_a), MAX_REPEATS + 1)
+    part_a = sd_a ** 2 / n
+    dof = (part_b + part_a) ** 2 / (part_b ** 2 / (n_b - 1) + part_a ** 2 / np.maximum(n - 1, 1))
+    reach = float(np.min(student_t.ppf(level, dof) * np.sqrt(part_b + part_a))) * 100.0 / mean_b
+    return reach if reach >= abs(threshold_pct - slowdown_pct) else None
 
 
 def judge(before: list[float], after: list[float], higher_better: bool, threshold_pct: float,

@@ -31,6 +31,7 @@ from .stacks import StackError, get_stack
 from .store import ResultsStore, StoreError
 from .studies import study_params
 from .studies.common import Context
+from .topology.base import HostError
 
 # What a stored run records of its machine that must be the same here for a repeat to belong with it.
 MACHINE = {"hostname": socket.gethostname, "kernel": platform.release, "cpu_model": cpu_model,
@@ -96,8 +97,12 @@ class Rerunner:
         except SessionError as error:
             raise self._refuse(str(error)) from None
         planner = PlanningRunner(self.store, target_stack, host_stack, hosts, order_seed=spec.order_seed)
-        params = study_params(spec.study, spec.params) if spec.study else None
-        _study(Context(spec=spec, study=study, runner=planner, store=self.store), params)
+        try:
+            params = study_params(spec.study, spec.params) if spec.study else None
+            _study(Context(spec=spec, study=study, runner=planner, store=self.store), params)
+        except (StackError, HostError, SessionError, ValueError) as error:
+            raise self._refuse(f"its stored spec of {study!r} cannot be planned here "
+                               f"({' '.join(str(error).split())})") from None
         templates = {point.key: point for _, point in planner.planned}
         run_id = self.store.start_run(study, f"# nvmflab compare --until-decided: more repeats of {study}\n",
                                       env | {"until_decided": True})
@@ -183,13 +188,15 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
         return loaded, compare(loaded["before"], loaded["after"], gate, conditions, min_points, looks)
 
     loaded, c = judge()
+    plan = _undecided if rerun_before else _undecided_by_after
     record = {"max_extra_rounds": max_rounds, "looks": looks, "rerun": ["before", "after"] if rerun_before
               else ["after"], "rounds": [], "stopped": ""}
     c.until_decided = record
-    todo = _undecided(c, loaded)
+    todo = plan(c, loaded)
     if not todo:
-        record["stopped"] = "decided without extra rounds" if c.gate_result.status != "inconclusive" else \
-            "nothing to re-run: " + c.gate_result.reason
+        record["stopped"] = _nothing_to_rerun(c)
+        if c.gate_result.status == "inconclusive":
+            c.gate_result.reason += f"; no extra round run: {record['stopped']}"
         return c
     studies = {key[0] for key in todo}
     rerunners: dict[str, Rerunner] = {}
@@ -199,12 +206,15 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
             rerunners["before"] = Rerunner(before, "BEFORE", studies)
         for round_ in range(1, max_rounds + 1):
             order = sorted(rerunners, reverse=round_ % 2 == 0)  # after first every other round
-            trouble = []
+            batches: dict[tuple[str, str], list[Point]] = {}  # every point planned before any runs
             for name in order:
                 for (point_study, *_), keys in todo.items():
-                    point = rerunners[name].next_repeats(point_study, keys[name])
-                    trouble += [f"{name}: {t}" for t in rerunners[name].run(
-                        point_study, [point], f"compare --until-decided round {round_}")]
+                    batches.setdefault((name, point_study), []).append(
+                        rerunners[name].next_repeats(point_study, keys[name]))
+            trouble = []
+            for (name, point_study), points in batches.items():
+                trouble += [f"{name}: {t}" for t in rerunners[name].run(
+                    point_study, points, f"compare --until-decided round {round_}")]
             loaded, c = judge()
             c.until_decided = record
             g = c.gate_result
@@ -214,7 +224,7 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
             record["rounds"].append({"round": round_, "points": len(todo), "sides": order, "gate": g.status,
                                      "not_clean": trouble})
             note(line + (f" ({'; '.join(trouble)})" if trouble else ""))
-            todo = _undecided(c, loaded)
+            todo = plan(c, loaded)
             if not todo:
                 break
     finally:
@@ -225,12 +235,43 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
         record["stopped"] = f"the cap: --max-extra-rounds {max_rounds}"
         g.reason += (f"; still inconclusive after {max_rounds} extra round(s), the cap "
                      f"(--max-extra-rounds {max_rounds})")
+    elif g.status == "inconclusive":
+        record["stopped"] = _nothing_to_rerun(c)
+        g.reason += f" after {len(record['rounds'])} extra round(s); {record['stopped']}"
     else:
         record["stopped"] = f"after {len(record['rounds'])} extra round(s): gate {g.status}"
     return c
 
 
-def _undecided(c, loaded) -> dict[tuple, dict[str, list[str]]]:
+def _nothing_to_rerun(c) -> str:
+    g = c.gate_result
+    if g.status != "inconclusive":
+        return "decided without extra rounds"
+    if g.of(gating.INCONCLUSIVE):
+        return ("more repeats of AFTER alone cannot decide what is left: BEFORE's repeats keep its interval "
+                "wider than the distance to the threshold (see each metric's reason); measure BEFORE with "
+                "more repeats, or give --rerun-before where this machine is still as BEFORE measured it")
+    return "nothing to re-run: gated points were not measured on both sides"
+
+
+def _undecided_by_after(c, loaded) -> dict[tuple, dict[str, list[str]]]:
+    """_undecided, less the points whose every inconclusive metric BEFORE's repeats alone keep
+    undecidable (gate.before_bounds_it): more repeats of AFTER could not decide them."""
+    g = c.gate_result
+    metrics = {(m.study, m.leg, m.role, m.point, m.kind): m for m in c.metrics}
+    hopeless = set()
+    for v in g.of(gating.INCONCLUSIVE) if g is not None else []:
+        m = metrics[(v.study, v.leg, v.role, v.point, v.kind)]
+        floor = (gating.before_bounds_it(m.before, m.after, v.slowdown_pct, v.threshold_pct, v.confidence)
+                 if v.slowdown_pct is not None else None)
+        if floor is not None:
+            v.reason += (f"; BEFORE's {len(m.before)} repeats alone keep it ±{floor:.1f} % wide however many "
+                         "AFTER adds: BEFORE needs more repeats")
+            hopeless.add((v.study, v.leg, v.role, v.point, v.kind))
+    return _undecided(c, loaded, skip=hopeless)
+
+
+def _undecided(c, loaded, skip=frozenset()) -> dict[tuple, dict[str, list[str]]]:
     """The gated points to measure again: (study, leg, role, knobs) -> each side's stored point
     keys, for the points with an inconclusive metric while no metric is slower beyond threshold (a
     regression shown stays one, whatever the rest)."""
@@ -239,7 +280,8 @@ def _undecided(c, loaded) -> dict[tuple, dict[str, list[str]]]:
     g = c.gate_result
     if g is None or g.of(gating.SLOWER):
         return {}
-    wanted = {(v.study, v.leg, v.role, v.point) for v in g.of(gating.INCONCLUSIVE)}
+    wanted = {(v.study, v.leg, v.role, v.point) for v in g.of(gating.INCONCLUSIVE)
+              if (v.study, v.leg, v.role, v.point, v.kind) not in skip}
     out: dict[tuple, dict[str, list[str]]] = {}
     for m in c.metrics:
         if (m.study, m.leg, m.role, m.point) not in wanted:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
-from pathlib import Path
 
 import pytest
 from synth_results import repeats, write_results
 
-from nvmflab import rerun
+from nvmflab import compare as cmp
+from nvmflab import gate, rerun
 from nvmflab.store import ResultsStore
 
 
@@ -27,13 +26,19 @@ def run_main(monkeypatch, capsys, *args):
     return exit_.value.code, captured.out, captured.err
 
 
+def pair(tmp_path, before, after, env=None):
+    return tuple(write_results(tmp_path / name, [{"knobs": {"iodepth": 1}, "repeats": repeats(iops)}], env=env)
+                 for name, iops in (("before", before), ("after", after)))
+
+
 def noisy_pair(tmp_path, env=None):
-    """A pair of three repeats a side with about 8 % spread: 10 % can be neither shown nor excluded."""
-    b = write_results(tmp_path / "before", [{"knobs": {"iodepth": 1}, "repeats": repeats([100e3, 92e3, 108e3])}],
-                      env=env)
-    a = write_results(tmp_path / "after", [{"knobs": {"iodepth": 1}, "repeats": repeats([102e3, 90e3, 110e3])}],
-                      env=env)
-    return b, a
+    """Three repeats a side with about 8 % spread: 10 % can be neither shown nor excluded."""
+    return pair(tmp_path, [100e3, 92e3, 108e3], [102e3, 90e3, 110e3], env)
+
+
+def noisy_after(tmp_path, env=None):
+    """A tight BEFORE (1 %) and an AFTER of 20 % spread: more repeats of AFTER could decide it."""
+    return pair(tmp_path, [100e3, 99e3, 101e3], [100e3, 80e3, 120e3], env)
 
 
 class FakeRerunner:
@@ -77,12 +82,11 @@ def fake_rerunner(monkeypatch):
 
 def test_extra_rounds_of_both_sides_decide_a_noisy_pair_of_three(tmp_path, monkeypatch, capsys, fake_rerunner):
     b, a = noisy_pair(tmp_path)
-    gate = ["--fail-if-slower", "iops=10", "--out", tmp_path / "o"]
-    code, out, _ = run_main(monkeypatch, capsys, b, a, *gate)
-    assert code == 3 and "GATE INCONCLUSIVE" in out  # as it stands, without extra rounds
+    as_it_stands = cmp.compare(cmp.load_side(b), cmp.load_side(a), {"iops": 10.0}).gate_result
+    assert as_it_stands.exit_status == 3 and as_it_stands.of(gate.INCONCLUSIVE)
     fake_rerunner.draws = {side: itertools.cycle([100e3, 99e3, 101e3]) for side in ("before", "after")}
-    code, out, err = run_main(monkeypatch, capsys, b, a, *gate, "--until-decided", "--max-extra-rounds", "6",
-                              "--rerun-before")
+    code, out, err = run_main(monkeypatch, capsys, b, a, "--fail-if-slower", "iops=10", "--out", tmp_path / "o",
+                              "--until-decided", "--max-extra-rounds", "6", "--rerun-before")
     doc = json.loads((tmp_path / "o" / "compare.json").read_text())
     rounds = doc["until_decided"]["rounds"]
     assert code == 0 and "gate passed (exit 0" in out, (out, err)
@@ -97,23 +101,33 @@ def test_extra_rounds_of_both_sides_decide_a_noisy_pair_of_three(tmp_path, monke
 
 
 def test_the_cap_ends_the_rounds_with_exit_3_naming_it(tmp_path, monkeypatch, capsys, fake_rerunner):
-    b, a = noisy_pair(tmp_path)
-    fake_rerunner.draws = {"after": itertools.cycle([60e3, 140e3])}  # more repeats, no narrower interval
+    b, a = noisy_after(tmp_path)
+    fake_rerunner.draws = {"after": itertools.cycle([130e3, 70e3])}  # more repeats, no narrower interval
     code, out, err = run_main(monkeypatch, capsys, b, a, "--fail-if-slower", "iops=10", "--until-decided",
                               "--max-extra-rounds", "2", "--out", tmp_path / "o")
     doc = json.loads((tmp_path / "o" / "compare.json").read_text())
     assert code == 3 and fake_rerunner.opened == ["after"]  # BEFORE only with --rerun-before
     assert "the cap (--max-extra-rounds 2)" in out and "gate passed" not in out
     assert len(doc["until_decided"]["rounds"]) == 2 and doc["until_decided"]["stopped"].startswith("the cap")
-    assert "round 2/2" in err
+    assert "round 2/2" in err and "--until-decided: 2 of at most 2 extra round(s) on after" in out
+
+
+def test_after_alone_is_not_rerun_where_befores_spread_keeps_it_undecided(tmp_path, monkeypatch, capsys,
+                                                                          fake_rerunner):
+    b, a = noisy_pair(tmp_path)  # BEFORE: 8 % over 3 repeats, wider than 10 % at Bonferroni's level
+    code, out, err = run_main(monkeypatch, capsys, b, a, "--fail-if-slower", "iops=10", "--until-decided",
+                              "--out", tmp_path / "o")
+    assert code == 3 and fake_rerunner.opened == [] and "round" not in err
+    assert "BEFORE's 3 repeats alone keep it" in out and "--rerun-before" in out
 
 
 @pytest.mark.parametrize("env, reason", [
     (None, "no spec of study 'sweep-x' is stored with its runs"),
-    ({"spec_effective": {}, "hostname": "another-lab"}, "it was measured with hostname 'another-lab', this machine has"),
+    ({"spec_effective": {}, "hostname": "another-lab"},
+     "it was measured with hostname 'another-lab', this machine has"),
 ])
 def test_a_side_that_cannot_be_rerun_exits_2_naming_why(tmp_path, monkeypatch, capsys, env, reason):
-    b, a = noisy_pair(tmp_path, env)
+    b, a = noisy_after(tmp_path, env)
     code, out, err = run_main(monkeypatch, capsys, b, a, "--fail-if-slower", "iops=10", "--until-decided",
                               "--out", tmp_path / "o")
     assert code == 2 and f"AFTER: {a}: cannot be re-run here: {reason}" in err, err

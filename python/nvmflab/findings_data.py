@@ -18,41 +18,21 @@ study's usable points.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import math
 import re
 from collections.abc import Iterable
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .analysis.recorded import DESCRIPTIVE, note, recording  # noqa: F401  (note, recording: this module's API)
+from .analysis.stats import study_rows, usable
+
 FORMAT = "nvmflab-findings/1"
 FILE_NAME = "findings.json"
-
-_NOTES: contextvars.ContextVar[list | None] = contextvars.ContextVar("nvmflab_finding_notes", default=None)
-
-
-@contextmanager
-def recording():
-    """Collect the (Difference, text) pairs written while the block runs (one study's analysis)."""
-    notes: list = []
-    token = _NOTES.set(notes)
-    try:
-        yield notes
-    finally:
-        _NOTES.reset(token)
-
-
-def note(difference: Any, text: str) -> None:
-    """Called by Difference.text/interval: remember that `text` was written for `difference`."""
-    notes = _NOTES.get()
-    if notes is not None and text:
-        notes.append((difference, text))
-
 
 def _num(value: Any) -> float | int | None:
     """A JSON-safe number: None for NaN, missing or non-numeric; ±inf kept as None too."""
@@ -222,8 +202,6 @@ class Finding(str):
     @property
     def descriptive(self) -> bool:
         """The analysis marked the sentence as passing no test (common.descriptive)."""
-        from .analysis.common import DESCRIPTIVE
-
         return DESCRIPTIVE in self.text
 
     @property
@@ -273,9 +251,6 @@ class Finding(str):
 
 def structure(study: str, findings: Iterable[str], notes: list, measurements: pd.DataFrame) -> list[Finding]:
     """The study's finding sentences as Findings, each with the noted comparisons its text contains."""
-    from .analysis.common import study_rows
-    from .analysis.stats import usable
-
     rows = usable(study_rows(measurements, study)) if not measurements.empty else measurements
     study_points = _points_of_frame(rows)
     out = []

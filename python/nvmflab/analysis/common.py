@@ -11,19 +11,12 @@ import pandas as pd
 from scipy.stats import t as _student_t
 
 from .decide import ALPHA, holm
-from .stats import collapse_jobs, contrast_stats, usable, usable_mask, welch_stats
+from .recorded import DESCRIPTIVE, note
+from .stats import (  # noqa: F401  (study_rows: the analyses import it from here)
+    collapse_jobs, contrast_stats, study_rows, usable, usable_mask, welch_stats)
 
 # The power at which a "no clear difference" states the smallest effect it could have seen.
 POWER = 0.8
-# What a finding that passed no test carries in its text (findings_data reads it back).
-DESCRIPTIVE = "(descriptive, not tested)"
-
-
-def study_rows(measurements: pd.DataFrame, study: str) -> pd.DataFrame:
-    """The rows of one study, every status."""
-    if measurements.empty or "study" not in measurements:
-        return measurements.iloc[0:0]
-    return measurements[measurements["study"] == study]
 
 
 def excluded_points(rows: pd.DataFrame) -> pd.DataFrame:
@@ -183,8 +176,6 @@ class Difference:
 
 
 def _noted(d: Difference, text: str) -> str:
-    from ..findings_data import note
-
     note(d, text)
     return text
 

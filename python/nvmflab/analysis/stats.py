@@ -78,6 +78,13 @@ def bootstrap_ci95(values: Sequence[float], statistic=np.median, resamples: int 
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
+def study_rows(measurements: pd.DataFrame, study: str) -> pd.DataFrame:
+    """The rows of one study, every status."""
+    if measurements.empty or "study" not in measurements:
+        return measurements.iloc[0:0]
+    return measurements[measurements["study"] == study]
+
+
 def usable_mask(measurements: pd.DataFrame) -> pd.Series:
     """True for rows fit for analysis: status ok and no failed sanity invariant."""
     ok = measurements["status"] == "ok"

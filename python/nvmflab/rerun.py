@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import signal
 import socket
 from pathlib import Path
 from typing import Callable
@@ -25,7 +26,7 @@ from . import procs
 from .env import cpu_model, git_rev
 from .plan import Point
 from .runner import PlanningRunner, Runner
-from .session import SessionError, check_available, open_hosts, with_stack_defaults, _study
+from .session import SessionError, _interrupt, _study, check_available, open_hosts, with_stack_defaults
 from .spec import Spec
 from .stacks import StackError, get_stack
 from .store import ResultsStore, StoreError
@@ -200,6 +201,7 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
         return c
     studies = {key[0] for key in todo}
     rerunners: dict[str, Rerunner] = {}
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a CI job's timeout: targets stopped, repeats kept
     try:
         rerunners["after"] = Rerunner(after, "AFTER", studies)
         if rerun_before:
@@ -230,6 +232,7 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
     finally:
         for rerunner in rerunners.values():
             rerunner.close()
+        signal.signal(signal.SIGTERM, previous)
     g = c.gate_result
     if g.status == "inconclusive" and todo:
         record["stopped"] = f"the cap: --max-extra-rounds {max_rounds}"
@@ -246,7 +249,7 @@ def until_decided(before: Path, after: Path, study: str | None, gate: dict[str, 
 def _nothing_to_rerun(c) -> str:
     g = c.gate_result
     if g.status != "inconclusive":
-        return "decided without extra rounds"
+        return f"no extra round needed: gate {g.status}"
     if g.of(gating.INCONCLUSIVE):
         return ("more repeats of AFTER alone cannot decide what is left: BEFORE's repeats keep its interval "
                 "wider than the distance to the threshold (see each metric's reason); measure BEFORE with "

@@ -178,3 +178,13 @@ def test_the_real_runner_adds_repeats_to_after_until_decided(fake_env, tmp_path,
     assert json.loads(runs["env_json"].iloc[-1])["until_decided"] is True
     with ResultsStore(tmp_path / "before", read_only=True) as store:
         assert len(store.points()) == 3
+    # A stack of another version here: the stored repeats are not this build's, so none is added.
+    from nvmflab.runner import PlanningRunner
+
+    monkeypatch.setattr(PlanningRunner, "_safe_version", lambda self, stack, host: "nvmf-target 9.9-other")
+    side = rerun.Rerunner(tmp_path / "after", "AFTER", {"gate"})
+    try:
+        with pytest.raises(rerun.RerunError, match="was measured under another stack version or host"):
+            side.next_repeats("gate", sorted(points["point_key"]))
+    finally:
+        side.close()

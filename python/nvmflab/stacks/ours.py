@@ -196,9 +196,10 @@ class OurTarget(RunningTarget):
         return error_line(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
 
     def stats(self) -> dict[str, Any]:
-        # The stats endpoint listens on the data address, which the controlling machine reaches
-        # (loopback, a namespace's veth, a server's data network).
-        url = f"http://{self.address}:{self.stats_port}/stats"
+        # The stats endpoint listens on the data address: reached directly (loopback, a namespace's
+        # veth) or through the host's SSH connection (a data network with no route from here).
+        address, port = self.host.forward(self.address, self.stats_port)
+        url = f"http://{address}:{port}/stats"
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.load(response)
 
@@ -210,6 +211,7 @@ class OurTarget(RunningTarget):
 
     def stop(self) -> None:
         self.proc.stop()
+        self.host.unforward(self.address, self.stats_port)
 
 
 class OurSession(HostSession):

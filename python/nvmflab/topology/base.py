@@ -69,6 +69,15 @@ class Host(ABC):
     def free_port(self) -> int:
         """A TCP port on `data_ip` that nothing listens on now."""
 
+    def forward(self, address: str, port: int) -> tuple[str, int]:
+        """Where this machine connects to reach TCP `address:port` on the host (our target's /stats
+        on the data address): the same address here; SshHost tunnels it, since the data network
+        need not be routed to the controlling machine."""
+        return address, port
+
+    def unforward(self, address: str, port: int) -> None:
+        """Undo forward() for `address:port` (the service is gone)."""
+
     def binary(self, name: str) -> str:
         """Path on the host of a program a stack runs. Our binaries (nvmf-target, nvmf-perf) are
         copied to remote hosts; others must be installed there. HostError when absent."""

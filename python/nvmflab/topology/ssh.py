@@ -24,6 +24,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -214,6 +215,7 @@ class SshHost(Host):
         self._janitor: subprocess.Popen | None = None
         self._binaries: dict[str, str] = {}
         self._ports_given: set[int] = set()
+        self._forwards: dict[tuple[str, int], int] = {}  # (address, port) on the host -> local port
         self._clock_ticks: int | None = None
         self._lock = threading.Lock()
 
@@ -351,6 +353,39 @@ class SshHost(Host):
                 return port
         raise HostError(f"{self.name}: no free TCP port found in 20000-32767")
 
+    def forward(self, address: str, port: int) -> tuple[str, int]:
+        """A local port on 127.0.0.1 forwarded by the control master to `address:port` as the host
+        sees it: the data network may have no route from here (a lab's private link, the test bed)."""
+        if (address, port) not in self._forwards:
+            self.connect()
+            with socket.socket() as probe:  # a free local port; ssh binds it right after
+                probe.bind(("127.0.0.1", 0))
+                local = probe.getsockname()[1]
+            self._mux("forward", local, address, port)
+            self._forwards[(address, port)] = local
+        return "127.0.0.1", self._forwards[(address, port)]
+
+    def unforward(self, address: str, port: int) -> None:
+        local = self._forwards.pop((address, port), None)
+        if local is not None and self._master is not None and self._master.poll() is None:
+            try:
+                self._mux("cancel", local, address, port)
+            except HostError:
+                pass  # the master is going away: its forwards go with it
+
+    def _mux(self, command: str, local: int, address: str, port: int) -> None:
+        """`ssh -O forward|cancel -L` on the control master."""
+        spec = f"127.0.0.1:{local}:{f'[{address}]' if ':' in address else address}:{port}"
+        argv = self.ssh_argv()[:-2] + ["-O", command, "-L", spec, "--", self.entry.ssh]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise HostError(f"{self.name}: ssh -O {command} -L {spec} took over 30 s") from None
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            raise HostError(f"{self.name}: cannot {command} the local port {spec} through ssh: {why}")
+
     def binary(self, name: str) -> str:
         if name not in OUR_BINARIES:
             return super().binary(name)
@@ -390,7 +425,7 @@ class SshHost(Host):
                 pass
             procs.stop(self._janitor, grace=1.0)
             self._janitor = None
-        self._workdir, self._binaries = None, {}
+        self._workdir, self._binaries, self._forwards = None, {}, {}
         self._stop_master()
         if self._control_dir is not None:
             shutil.rmtree(self._control_dir, ignore_errors=True)

@@ -360,16 +360,21 @@ _MEASURED = re.compile(r"\d(?:[\d,.]*\d)?\s*(?:%|×|[µmn]s\b|[KM]?IOPS\b|[KMG]B
 # A pick among several ("lowest", "highest", "best", "matched", "from SIZE on", "cores to saturate").
 _PICK = re.compile(r"\b(?:lowest|highest|best|matched|cores to saturate)\b|\bfrom (?:QD)?\d+\w* on\b")
 
+# A bare comparison, with or without a number: a difference ("faster", "lower", "worse") or its
+# absence ("the same", "no difference") claimed in words.
+_COMPARATIVE = re.compile(r"\b(?:faster|slower|higher|lower|better|worse|same|no difference)\b", re.I)
+
 
 def untested(f: Finding) -> bool:
     """The gate of issue 37 item 1: True for a finding that states a measured number (digits with a
-    unit, %, ×) or a pick among several but carries no decision: no comparison behind it, no
-    decision of its own, no words saying that nothing could be decided, and no descriptive marker."""
+    unit, %, ×), a pick among several or a bare comparison ("faster", "higher", "worse", "the
+    same", "no difference") but carries no decision: no comparison behind it, no decision of its
+    own, no words saying that nothing could be decided, and no descriptive marker."""
     if f.descriptive or f.is_decided or f.evidence:
         return False
     if any(word in f.text for word in UNDECIDED_WORDS):
         return False
-    return bool(_MEASURED.search(f.text) or _PICK.search(f.text))
+    return bool(_MEASURED.search(f.text) or _PICK.search(f.text) or _COMPARATIVE.search(f.text))
 
 
 def noise_sentence(measurements: pd.DataFrame, limit_pct: float = 10.0) -> str | None:

@@ -122,6 +122,22 @@ def test_the_gate_fails_an_untested_sentence_and_passes_marked_or_decided_ones()
     assert [f["text"] for f in doc["findings"] if findings_data.untested(_finding(f))] == [plain.text]
 
 
+@pytest.mark.parametrize("sentence", [
+    "Busy polling was faster than interrupts.", "The kernel target's tail was higher with TLS.",
+    "Placement made latency worse.", "Both stacks performed the same.", "There was no difference between the legs.",
+    "Polling is Better for the L-app."])
+def test_the_gate_fails_a_bare_comparative_sentence_that_passed_no_test(sentence):
+    assert findings_data.untested(findings_data.Finding(sentence, "x"))  # no number, still a claim
+    assert not findings_data.untested(findings_data.Finding(descriptive(sentence), "x"))
+    assert not findings_data.untested(findings_data.Finding(sentence, "x", decided=True))
+
+
+def test_words_that_compare_nothing_pass_the_gate():
+    for sentence in ("The netns leg was skipped (no root).", "Cannot tell whether polling was faster (no interval).",
+                     "No clear difference in p99 between the legs.", "Some points mapped processes onto one core."):
+        assert not findings_data.untested(findings_data.Finding(sentence, "x")), sentence
+
+
 def test_descriptive_findings_are_explicitly_undecided_in_json_and_not_in_the_summary():
     f = findings_data.Finding(descriptive("The peak was 434.9 KIOPS at QD32."), "x")
     item = f.as_dict()

@@ -88,6 +88,19 @@ test-rdma-quick: deps-test build venv
 test-rdma: deps-test build venv spdk
 	NVMFLAB_RDMA_SPDK=1 $(VENV)/bin/pytest -q tests/rdma
 
+# The two-server bed (tests/bed, docs/topologies.md): two trixie guests under qemu (TCG) joined by a
+# private link with Soft-RoCE on it, reached over SSH through an inventory like real servers;
+# `nvmflab env --topology` against them, then the transports (TCP, RDMA; kernel and ours) and
+# security (kernel, plain/TLS/DH-HMAC-CHAP) studies through the harness. Functional runs: timings
+# under emulation are not performance. Not in `make test`: about 20-40 minutes on 2 loaded cores.
+# The RDMA build comes from tests/rdma/check.py (as conformance-rdma); BED_DIR keeps logs and results.
+.PHONY: test-bed
+BED_DIR ?=
+test-bed: deps-test build venv
+	python3 -c 'import sys; sys.path.insert(0, "tests/rdma"); import check; check.build()'
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) NVMFLAB_BED_RDMA_BIN=$(CURDIR)/$(BIN_DIR)/rdma NVMFLAB_BED_DIR=$(BED_DIR) \
+	  $(VENV)/bin/pytest -q -p no:cacheprovider --durations=10 tests/bed
+
 # blktests' nvme tests in a Debian trixie qemu guest (TCG) against nvmf-target, through
 # tests/blktests/nvmf-target-control (docs/conformance.md). The guest is built from apt-get
 # downloads into ~/.cache/nvmflab/blktests; blktests' source comes from ../shared/peers.

@@ -3,6 +3,7 @@
 
 use crate::core::{Controller, Namespace, Outcome, Subsystem, Target, AERL, MAX_IO_QUEUES, MDTS, MQES};
 use crate::fabrics::VERSION;
+use crate::transport::{Capabilities, SGLS_KEYED_DATA_BLOCK};
 use nvmf_proto::fabrics::DISCOVERY_NQN;
 use nvmf_proto::identify::{
     cntrltype, encode_ns_descriptors, encode_ns_list, nidt, oncs, sgls, vwc, IdentifyController, IdentifyNamespace,
@@ -15,6 +16,8 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Per-queue facts the admin commands need from the transport.
 pub struct AdminContext<'a> {
     pub target: &'a Target,
+    /// What the queue's transport supports (SGL types, in-capsule size).
+    pub caps: &'a Capabilities,
     pub ctrl: &'a Controller,
     /// The controller's subsystem as this queue sees it now (namespaces added or removed at
     /// run time included); `None` for a discovery controller.
@@ -53,7 +56,7 @@ fn identify(cx: &AdminContext, sqe: &Sqe) -> Outcome {
     let ctrl = cx.ctrl;
     let cns = (sqe.cdw(10) & 0xFF) as u8;
     match (cns, cx.subsys) {
-        (cns::CONTROLLER, _) => Outcome::Data(identify_controller(cx.target, ctrl).encode()),
+        (cns::CONTROLLER, _) => Outcome::Data(identify_controller(cx.target, cx.caps, ctrl).encode()),
         (cns::NAMESPACE, Some(s)) => match sqe.nsid() {
             0 | u32::MAX => Outcome::status(Status::INVALID_NS.with_dnr()),
             // An inactive nsid returns a zero-filled structure (NVMe Base "Identify").
@@ -84,8 +87,8 @@ fn identify(cx: &AdminContext, sqe: &Sqe) -> Outcome {
     }
 }
 
-pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyController {
-    let icds = target.settings.in_capsule_data_size;
+pub fn identify_controller(target: &Target, caps: &Capabilities, ctrl: &Controller) -> IdentifyController {
+    let icds = caps.in_capsule_data_size;
     // NN from the subsystem as it is now: a namespace added at run time is within it.
     let now = ctrl.subsys.as_ref().map(|s| target.subsystem(&s.nqn).unwrap_or_else(|| s.clone()));
     let (sn, mn, nn, subnqn, kind) = match &now {
@@ -127,7 +130,8 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         nn,
         oncs: if io { oncs::DSM | oncs::WRITE_ZEROES } else { 0 },
         vwc: if has_volatile_cache(ctrl) { vwc::PRESENT | vwc::FLUSH_ALL_NSID } else { 0 },
-        sgls: sgls::SUPPORTED | sgls::OFFSET,
+        // Keyed SGLs where the transport takes them (RDMA: nvmet's NVMF_KEYED_SGLS flag).
+        sgls: sgls::SUPPORTED | sgls::OFFSET | if caps.keyed_sgls { SGLS_KEYED_DATA_BLOCK } else { 0 },
         subnqn,
         ioccsz: if io { (64 + icds) / 16 } else { 0 },
         iorcsz: if io { 1 } else { 0 },
@@ -444,20 +448,46 @@ mod tests {
         (t, c)
     }
 
+    /// The capabilities of an NVMe/TCP queue under default settings.
+    const TCP: Capabilities = Capabilities {
+        kind: crate::transport::TransportKind::Tcp,
+        trtype: nvmf_proto::discovery::TRTYPE_TCP,
+        transfer_sgl: nvmf_proto::nvme::SGL_TRANSPORT_DATA_BLOCK,
+        keyed_sgls: false,
+        in_capsule_data_size: 8192,
+        secure_channel: true,
+        tsas: [0; 3],
+    };
+
+    #[test]
+    fn identify_controller_sgl_support_and_ioccsz_come_from_the_transport() {
+        use crate::transport::TransportKind;
+        let (t, c) = controller_on(BackendConfig::Ram { size: 1 << 20 });
+        let mut settings = TargetSettings::default();
+        settings.in_capsule_data_size = 4096;
+        let tcp = identify_controller(&t, &TransportKind::Tcp.capabilities(&settings), &c);
+        assert_eq!(tcp.sgls, sgls::SUPPORTED | sgls::OFFSET, "TCP: no keyed SGLs");
+        assert_eq!(tcp.ioccsz, (64 + 4096) / 16);
+        let rdma = identify_controller(&t, &TransportKind::Rdma.capabilities(&settings), &c);
+        assert_eq!(rdma.sgls, sgls::SUPPORTED | sgls::OFFSET | SGLS_KEYED_DATA_BLOCK, "RDMA: keyed SGL data blocks");
+        assert_eq!(rdma.encode()[536], 0x05, "SGLS byte 536: bits 0 and 2");
+        assert_eq!(TransportKind::Tcp.capabilities(&TargetSettings::default()), TCP);
+    }
+
     #[test]
     fn volatile_write_cache_is_reported_only_where_a_flush_matters() {
         let (t, c) = controller_on(BackendConfig::Ram { size: 1 << 20 });
-        assert_eq!(identify_controller(&t, &c).vwc, 0, "ram: nothing to flush to");
+        assert_eq!(identify_controller(&t, &TCP, &c).vwc, 0, "ram: nothing to flush to");
         assert_eq!(get(&c, feature::VOLATILE_WRITE_CACHE, 0, 0), ok(0));
         let (t, c) = controller_on(BackendConfig::Null { size: 1 << 20 });
-        assert_eq!(identify_controller(&t, &c).vwc, 0, "null stores nothing");
+        assert_eq!(identify_controller(&t, &TCP, &c).vwc, 0, "null stores nothing");
 
         let dir = std::env::temp_dir().join(format!("nvmf-target-vwc-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("disk.img");
         std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
         let (t, c) = controller_on(BackendConfig::File { path });
-        let id = identify_controller(&t, &c);
+        let id = identify_controller(&t, &TCP, &c);
         assert_eq!(id.vwc & vwc::PRESENT, vwc::PRESENT, "a file has the page cache or the device's cache");
         assert_eq!(id.vwc & vwc::FLUSH_ALL_NSID, vwc::FLUSH_ALL_NSID, "broadcast Flush supported");
         assert_eq!(get(&c, feature::VOLATILE_WRITE_CACHE, 0, 0), ok(1));
@@ -499,7 +529,7 @@ mod tests {
 
     fn log_page(c: &Controller, lid: u8, numd: u64, offset: u64) -> Outcome {
         let t = Target::new(TargetSettings::default(), &[], &[]).unwrap();
-        let cx = AdminContext { target: &t, ctrl: c, subsys: c.subsys.as_deref(), held_aers: 0 };
+        let cx = AdminContext { target: &t, caps: &TCP, ctrl: c, subsys: c.subsys.as_deref(), held_aers: 0 };
         let mut s = sqe(admin_opcode::GET_LOG_PAGE, (((numd - 1) & 0xFFFF) << 16) as u32 | lid as u32, ((numd - 1) >> 16) as u32);
         s.set_cdw(12, offset as u32);
         s.set_cdw(13, (offset >> 32) as u32);
@@ -512,7 +542,7 @@ mod tests {
         let Outcome::Data(page) = log_page(&c, log_page::COMMANDS_SUPPORTED, 1024, 0) else { panic!("no page") };
         let entry = |i: usize| u32::from_le_bytes(page[i * 4..i * 4 + 4].try_into().unwrap());
         let t = Target::new(TargetSettings::default(), &[], &[]).unwrap();
-        let cx = AdminContext { target: &t, ctrl: &c, subsys: c.subsys.as_deref(), held_aers: 0 };
+        let cx = AdminContext { target: &t, caps: &TCP, ctrl: &c, subsys: c.subsys.as_deref(), held_aers: 0 };
         for op in 0..=255u8 {
             // Fabrics commands (7Fh) are routed before admin execution and are not in the page.
             if op == admin_opcode::FABRICS {

@@ -14,6 +14,7 @@ use crate::core::{Controller, Outcome, Port, Subsystem, Target, ADMIN_IN_CAPSULE
 use crate::fabrics::{self, ConnectResult};
 use crate::io::{self, IoPlan};
 use crate::stats::{NsStats, QueueStats, ReactorStats};
+use crate::transport::Capabilities;
 use nvmf_proto::fabrics::{fctype, ConnectCmd, CATTR_DISABLE_SQFLOW, CONNECT_DATA_LEN};
 use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET};
 use nvmf_proto::{Sqe, Status};
@@ -89,8 +90,8 @@ unsafe impl Send for Queued {}
 pub struct Commands {
     target: Arc<Target>,
     port: Option<Port>,
-    /// SGL descriptor type of data the transport moves itself (NVMe/TCP: transport data block).
-    transfer_sgl: u8,
+    /// What the transport supplies (SGL types, in-capsule size): its kind's capabilities.
+    caps: Capabilities,
     queue: Option<Queue>,
     /// The subsystem as this queue sees it: taken at Connect, and again when the target's
     /// subsystems changed (the control surface added or removed a namespace), so a connected
@@ -117,11 +118,11 @@ pub struct Commands {
 }
 
 impl Commands {
-    pub fn new(target: Arc<Target>, port: Option<Port>, transfer_sgl: u8, now: Instant) -> Commands {
+    pub fn new(target: Arc<Target>, port: Option<Port>, caps: Capabilities, now: Instant) -> Commands {
         Commands {
             target,
             port,
-            transfer_sgl,
+            caps,
             queue: None,
             subsys: None,
             subsys_generation: 0,
@@ -155,11 +156,22 @@ impl Commands {
         self.queue.as_ref().map_or(1, |q| q.sqsize as usize + 1)
     }
 
+    /// Whether `len` bytes of in-capsule data are all of an I/O queue command's data, described
+    /// at offset 0 (not a Fabrics command's, not beyond IOCCSZ): a transport may then receive
+    /// them straight into the command's buffer before it hands the capsule here.
+    pub fn in_capsule_is_io_data(&self, sqe: &Sqe, len: usize) -> bool {
+        let sgl = sqe.sgl();
+        self.queue.as_ref().is_some_and(|q| q.qid > 0)
+            && sqe.opcode() != admin_opcode::FABRICS
+            && len <= self.in_capsule_limit(sqe) as usize
+            && (sgl.sgl_type, sgl.addr, sgl.length as usize) == (SGL_DATA_BLOCK_OFFSET, 0, len)
+    }
+
     /// In-capsule data a command may carry: IOCCSZ's share on I/O queues; 8 KiB on the admin
     /// queue and for Fabrics commands (Connect's data), as SPDK allows.
     pub fn in_capsule_limit(&self, sqe: &Sqe) -> u32 {
         match &self.queue {
-            Some(q) if q.qid > 0 && sqe.opcode() != admin_opcode::FABRICS => self.target.settings.in_capsule_data_size,
+            Some(q) if q.qid > 0 && sqe.opcode() != admin_opcode::FABRICS => self.caps.in_capsule_data_size,
             _ => ADMIN_IN_CAPSULE,
         }
     }
@@ -319,7 +331,7 @@ impl Commands {
             q.stats.fabrics.add(1);
         }
         let (status, result) = match (sqe.fctype(), &self.queue) {
-            (fctype::CONNECT, None) if sqe.sgl().sgl_type == self.transfer_sgl => {
+            (fctype::CONNECT, None) if sqe.sgl().sgl_type == self.caps.transfer_sgl => {
                 let len = sqe.sgl().length;
                 if !(CONNECT_DATA_LEN as u32..=ADMIN_IN_CAPSULE).contains(&len) {
                     return Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0);
@@ -332,7 +344,7 @@ impl Commands {
             },
             (fctype::CONNECT, Some(_)) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
             (_, None) => (Status::CMD_SEQ_ERROR.with_dnr(), 0),
-            (fctype::AUTH_SEND, Some(_)) if sqe.sgl().sgl_type == self.transfer_sgl => {
+            (fctype::AUTH_SEND, Some(_)) if sqe.sgl().sgl_type == self.caps.transfer_sgl => {
                 return self.auth_send_by_transfer(sqe)
             }
             (fctype::AUTH_SEND | fctype::AUTH_RECV, Some(_)) => return self.auth_command(sqe, data),
@@ -381,7 +393,7 @@ impl Commands {
 
     fn admin(&mut self, sqe: &Sqe) -> Action<'static> {
         let Some(q) = &self.queue else { return Action::Respond(Status::CMD_SEQ_ERROR.with_dnr(), 0) };
-        let cx = AdminContext { target: &self.target, ctrl: &q.ctrl, subsys: self.subsys.as_deref(), held_aers: self.aers.len() };
+        let cx = AdminContext { target: &self.target, caps: &self.caps, ctrl: &q.ctrl, subsys: self.subsys.as_deref(), held_aers: self.aers.len() };
         match admin::execute(&cx, sqe) {
             Outcome::Done { status, result } => Action::Respond(status, result),
             // An event that waited for an AER completes this one at once.
@@ -394,7 +406,7 @@ impl Commands {
             },
             Outcome::Data(mut data) => {
                 let sgl = sqe.sgl();
-                if sgl.sgl_type != self.transfer_sgl {
+                if sgl.sgl_type != self.caps.transfer_sgl {
                     return Action::Respond(Status::SGL_INVALID_TYPE.with_dnr(), 0);
                 }
                 data.truncate(sgl.length as usize);
@@ -436,7 +448,7 @@ impl Commands {
         let work = Work::Io(plan);
         match plan {
             IoPlan::Read { len, .. } => {
-                if sgl.sgl_type != self.transfer_sgl {
+                if sgl.sgl_type != self.caps.transfer_sgl {
                     return Action::Respond(Status::SGL_INVALID_TYPE.with_dnr(), 0);
                 }
                 if sgl.length != len {
@@ -445,13 +457,13 @@ impl Commands {
                 Action::Buffer { work, len, in_capsule: None }
             }
             _ if host_len > 0 => match sgl.sgl_type {
-                SGL_DATA_BLOCK_OFFSET => match in_capsule(sqe, data, self.target.settings.in_capsule_data_size) {
+                SGL_DATA_BLOCK_OFFSET => match in_capsule(sqe, data, self.caps.in_capsule_data_size) {
                     Ok(d) if d.len() == host_len as usize => Action::Buffer { work, len: host_len, in_capsule: Some(d) },
                     Ok(_) => Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
                     Err(status) => Action::Respond(status, 0),
                 },
-                t if t == self.transfer_sgl && sgl.length == host_len => Action::Buffer { work, len: host_len, in_capsule: None },
-                t if t == self.transfer_sgl => Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
+                t if t == self.caps.transfer_sgl && sgl.length == host_len => Action::Buffer { work, len: host_len, in_capsule: None },
+                t if t == self.caps.transfer_sgl => Action::Respond(Status::SGL_INVALID_DATA_LEN.with_dnr(), 0),
                 _ => Action::Respond(Status::SGL_INVALID_TYPE.with_dnr(), 0),
             },
             _ => Action::Buffer { work, len: 0, in_capsule: None },

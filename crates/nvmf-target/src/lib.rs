@@ -111,7 +111,7 @@ impl RunningTarget {
     pub fn ready_line(&self) -> String {
         let listen: Vec<String> = self.listen_addrs.iter().map(|a| a.to_string()).collect();
         let stats = self.stats_addr.map_or("none".to_string(), |a| a.to_string());
-        let tls: Vec<String> = self.stats.ports.iter().filter(|p| !p.rdma).map(|p| p.tls_description()).collect();
+        let tls: Vec<String> = self.stats.ports.iter().filter(|p| p.transport == transport::TransportKind::Tcp).map(|p| p.tls_description()).collect();
         let mut line = format!("ready listen={} stats={} tls={}", listen.join(","), stats, tls.join(","));
         if !self.rdma_addrs.is_empty() {
             let rdma: Vec<String> = self.rdma_addrs.iter().map(|a| a.to_string()).collect();
@@ -171,7 +171,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         subsystems: p.subsystems.clone(),
         tls: p.tls,
         tls_stats: Default::default(),
-        rdma: true,
+        transport: transport::TransportKind::Rdma,
     }));
     if config.target.control.is_some() {
         // A file namespace added at run time reads with O_DIRECT: buffers aligned for any
@@ -200,7 +200,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     }
     // Each RDMA port's thread serves its queues as a reactor does: listed after the reactors.
     let rdma_stats: Vec<Arc<stats::ReactorStats>> =
-        target.ports.iter().filter(|p| p.rdma).enumerate().map(|(i, _)| Arc::new(stats::ReactorStats::rdma(reactor_stats.len() + i))).collect();
+        target.ports.iter().filter(|p| p.transport == transport::TransportKind::Rdma).enumerate().map(|(i, _)| Arc::new(stats::ReactorStats::rdma(reactor_stats.len() + i))).collect();
     reactor_stats.extend(rdma_stats.iter().cloned());
     let registry = Arc::new(StatsRegistry {
         start: Instant::now(),
@@ -269,7 +269,7 @@ fn tls_server_config(config: &TargetConfig, ports: &[core::Port]) -> Result<Opti
         }
         (mode, Ok(())) => mode,
     };
-    for p in ports.iter().filter(|p| !p.rdma && p.tls != config::PortTls::None) {
+    for p in ports.iter().filter(|p| p.transport == transport::TransportKind::Tcp && p.tls != config::PortTls::None) {
         p.tls_stats.kernel_records.store(ktls != nvmf_tls::KtlsMode::Off, Relaxed);
     }
     if config.tls_keys.is_empty() {
@@ -292,7 +292,7 @@ fn start_rdma(
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<Vec<SocketAddr>, StartError> {
     let mut addrs = Vec::new();
-    for (port, stats) in target.ports.iter().filter(|p| p.rdma).zip(stats) {
+    for (port, stats) in target.ports.iter().filter(|p| p.transport == transport::TransportKind::Rdma).zip(stats) {
         let h = transport::rdma::spawn(target.clone(), port.clone(), stats, stop.clone())
             .map_err(|source| StartError::RdmaListen { addr: port.addr, source })?;
         threads.push(h.thread);

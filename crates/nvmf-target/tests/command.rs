@@ -6,7 +6,7 @@ mod common;
 
 use common::{target, HOST, SUB};
 use nvmf_proto::fabrics::{fctype, reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNAMIC};
-use nvmf_proto::nvme::{admin_opcode, feature, io_opcode, log_page, SglDescriptor, SGL_TRANSPORT_DATA_BLOCK};
+use nvmf_proto::nvme::{admin_opcode, feature, io_opcode, log_page, SglDescriptor};
 use nvmf_proto::{Sqe, Status};
 use nvmf_target::backend::{AlignedBuf, IoOp};
 use nvmf_target::command::{Action, BackendRequest, Commands, Work};
@@ -14,6 +14,7 @@ use nvmf_target::config::BackendConfig;
 use nvmf_target::core::{Target, AEN_NS_ATTR, AEN_NS_CHANGED_DW0};
 use nvmf_target::io::IoPlan;
 use nvmf_target::transport::rdma::TRANSFER_SGL;
+use nvmf_target::transport::TransportKind;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,12 +27,12 @@ fn respond(a: Action) -> (Status, u64) {
 
 /// A queue connected (in-capsule Connect data) to controller `cntlid`.
 fn connect(t: &Arc<Target>, qid: u16, cntlid: u16, now: Instant) -> (Commands, u16) {
-    connect_with(t, qid, cntlid, SGL_TRANSPORT_DATA_BLOCK, now)
+    connect_with(t, qid, cntlid, TransportKind::Tcp, now)
 }
 
-/// The same, for a transport that moves data of SGL type `transfer_sgl` itself.
-fn connect_with(t: &Arc<Target>, qid: u16, cntlid: u16, transfer_sgl: u8, now: Instant) -> (Commands, u16) {
-    let mut c = Commands::new(t.clone(), None, transfer_sgl, now);
+/// The same, for a queue of transport `kind` (which names the SGL type of data it moves).
+fn connect_with(t: &Arc<Target>, qid: u16, cntlid: u16, kind: TransportKind, now: Instant) -> (Commands, u16) {
+    let mut c = Commands::new(t.clone(), None, kind.capabilities(&t.settings), now);
     let mut sqe = ConnectCmd { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 0 }.to_sqe(1);
     sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
     let data = ConnectData { hostid: [5; 16], cntlid, subnqn: SUB.into(), hostnqn: HOST.into() }.encode();
@@ -45,7 +46,7 @@ fn commands_route_and_io_leaves_as_backend_requests_without_a_transport() {
     let t = target(BackendConfig::Ram { size: 1 << 20 }, |_| {});
     let now = Instant::now();
 
-    let mut none = Commands::new(t.clone(), None, SGL_TRANSPORT_DATA_BLOCK, now);
+    let mut none = Commands::new(t.clone(), None, TransportKind::Tcp.capabilities(&t.settings), now);
     let identify = Sqe::new(admin_opcode::IDENTIFY, 2);
     assert_eq!(respond(none.command(&identify, &[], true, now)).0, Status::CMD_SEQ_ERROR.with_dnr(), "nothing before Connect");
 
@@ -96,7 +97,7 @@ fn commands_route_and_io_leaves_as_backend_requests_without_a_transport() {
 fn held_aers_complete_through_next_event_with_masking_until_log_04h_is_read() {
     let t = target(BackendConfig::Ram { size: 1 << 20 }, |_| {});
     let now = Instant::now();
-    let (mut admin, _) = connect_with(&t, 0, CNTLID_DYNAMIC, TRANSFER_SGL, now);
+    let (mut admin, _) = connect_with(&t, 0, CNTLID_DYNAMIC, TransportKind::Rdma, now);
     let enable = PropertySet { size8: false, offset: reg::CC, value: 0x46_0001 }.to_sqe(1);
     assert_eq!(respond(admin.command(&enable, &[], true, now)).0, Status::SUCCESS);
     let mut aec = Sqe::new(admin_opcode::SET_FEATURES, 2);
@@ -132,4 +133,24 @@ fn held_aers_complete_through_next_event_with_masking_until_log_04h_is_read() {
     t.namespace_changed(SUB, 5);
     assert_eq!(admin.next_event(), Some((11, AEN_NS_CHANGED_DW0 as u64)), "unmasked: the second AER completes");
     assert_eq!(admin.next_event(), None, "no AER left to complete");
+}
+
+/// Identify Controller is answered from the queue's transport capabilities: an RDMA queue's
+/// reply says keyed SGL data blocks are supported (Linux's RDMA host refuses a controller
+/// without), a TCP queue's does not, and no transport edits the reply afterwards.
+#[test]
+fn identify_controller_reports_keyed_sgls_only_for_a_transport_that_takes_them() {
+    let t = target(BackendConfig::Ram { size: 1 << 20 }, |_| {});
+    let now = Instant::now();
+    for (kind, sgl_type, keyed) in [(TransportKind::Tcp, SglDescriptor::transport(0).sgl_type, false), (TransportKind::Rdma, TRANSFER_SGL, true)] {
+        let (mut admin, _) = connect_with(&t, 0, CNTLID_DYNAMIC, kind, now);
+        let enable = PropertySet { size8: false, offset: reg::CC, value: 0x46_0001 }.to_sqe(1);
+        assert_eq!(respond(admin.command(&enable, &[], true, now)).0, Status::SUCCESS);
+        let mut id = Sqe::new(admin_opcode::IDENTIFY, 2);
+        id.set_cdw(10, 1);
+        id.set_sgl(SglDescriptor { addr: 0, length: 4096, sgl_type });
+        let Action::Send(data) = admin.command(&id, &[], true, now) else { panic!("{kind:?}: Identify Controller data") };
+        assert_eq!(data[536] & 1 << 2 != 0, keyed, "{kind:?}: SGLS bit 2 (keyed SGL data block)");
+        assert_eq!(data[536] & 1, 1, "{kind:?}: SGLs supported");
+    }
 }

@@ -109,7 +109,7 @@ impl Commands {
 
     fn auth_receive(&mut self, sqe: &Sqe, cmd: AuthCmd) -> Result<Option<Vec<u8>>, Status> {
         let sgl = sqe.sgl();
-        if sgl.sgl_type != self.transfer_sgl {
+        if sgl.sgl_type != self.caps.transfer_sgl {
             return Err(Status::SGL_INVALID_TYPE.with_dnr());
         }
         if sgl.length != cmd.len {

@@ -38,20 +38,6 @@ pub fn normalize_sqe(sqe: &Sqe) -> (Sqe, Option<KeyedSgl>) {
     (n, Some(k))
 }
 
-/// Identify Controller's SGLS (bytes 539:536) bit 2, Keyed SGL Data Block supported: set on
-/// RDMA controllers (nvmet's NVMF_KEYED_SGLS transport flag). Linux's host refuses a controller
-/// without it. `data` is an Identify Controller reply.
-pub fn mark_keyed_sgls(data: &mut [u8]) {
-    if let Some(b) = data.get_mut(536) {
-        *b |= 1 << 2;
-    }
-}
-
-/// Whether `sqe` is Identify with CNS 01h (Identify Controller).
-pub fn is_identify_controller(sqe: &Sqe) -> bool {
-    sqe.opcode() == nvmf_proto::nvme::admin_opcode::IDENTIFY && sqe.cdw(10) & 0xFF == 0x01
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,7 +86,7 @@ mod tests {
             subsystems: None,
             tls: Default::default(),
             tls_stats: Default::default(),
-            rdma: true,
+            transport: crate::transport::TransportKind::Rdma,
         });
         let page = crate::discovery::log_page(&t, "nqn.host");
         assert_eq!(u64::from_le_bytes(page[8..16].try_into().unwrap()), 2, "one record per port");
@@ -134,19 +120,5 @@ mod tests {
             assert!(matches!(e, crate::StartError::NoRdma(_)) && e.is_config_error());
             assert!(e.to_string().contains("--features rdma") && e.to_string().contains("librdmacm-dev"), "{e}");
         }
-    }
-
-    #[test]
-    fn identify_controller_gets_keyed_sgl_support() {
-        let mut id = vec![0u8; 4096];
-        id[536] = 0x01;
-        mark_keyed_sgls(&mut id);
-        assert_eq!(id[536], 0x05);
-        let mut s = Sqe::new(nvmf_proto::nvme::admin_opcode::IDENTIFY, 1);
-        s.set_cdw(10, 1);
-        assert!(is_identify_controller(&s));
-        s.set_cdw(10, 0);
-        assert!(!is_identify_controller(&s));
-        mark_keyed_sgls(&mut [0u8; 8]); // short data: nothing to mark, no panic
     }
 }

@@ -14,6 +14,7 @@
 mod landing;
 
 use super::slots::{SlotState, Slots, BUFFER_BUDGET};
+use super::{Transport, TransportKind};
 use landing::{Arrival, Landing, Sink};
 use super::stall::StallWatch;
 use crate::backend::IoCompletion;
@@ -21,7 +22,6 @@ use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
 use crate::stats::ReactorStats;
 use crate::config::MAX_IN_CAPSULE_DATA_SIZE;
-use nvmf_proto::nvme::{admin_opcode, SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK};
 use nvmf_proto::pdu::{
     encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
     TERM_REQ_MAX_HEADER,
@@ -152,6 +152,10 @@ fn max_data_len(target: &Target) -> u32 {
     s.maxh2cdata.max(s.in_capsule_data_size).max(ADMIN_IN_CAPSULE)
 }
 
+impl Transport for Connection {
+    const KIND: TransportKind = TransportKind::Tcp;
+}
+
 impl Connection {
     /// A fresh connection accepted on `port` (None in tests that need no discovery filtering).
     pub fn new(target: Arc<Target>, port: Option<Port>, now: Instant) -> Connection {
@@ -159,7 +163,7 @@ impl Connection {
         let slots = Slots::new(BUFFER_BUDGET, target.buffers.clone(), target.buffer_align);
         let stall = StallWatch::new(target.settings.stall_timeout_ms, now);
         Connection {
-            cmd: Commands::new(target.clone(), port, SGL_TRANSPORT_DATA_BLOCK, now),
+            cmd: Commands::new(target.clone(), port, Self::capabilities(&target.settings), now),
             target,
             framer,
             digests: Digests::default(),
@@ -548,13 +552,7 @@ impl Connection {
     /// the whole payload; None for any other capsule (handled whole). The command layer sees the
     /// capsule now; what it answers other than a buffer waits for the data and its digest.
     fn capsule_landing(&mut self, sqe: &Sqe, len: usize, now: Instant) -> Option<(Sink, Arrival)> {
-        let sgl = sqe.sgl();
-        let io_queue = self.cmd.queue().is_some_and(|q| q.qid > 0);
-        if !io_queue
-            || sqe.opcode() == admin_opcode::FABRICS
-            || len > self.cmd.in_capsule_limit(sqe) as usize
-            || (sgl.sgl_type, sgl.addr, sgl.length as usize) != (SGL_DATA_BLOCK_OFFSET, 0, len)
-        {
+        if !self.cmd.in_capsule_is_io_data(sqe, len) {
             return None;
         }
         let cid = sqe.cid();

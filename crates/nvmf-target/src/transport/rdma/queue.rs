@@ -11,12 +11,12 @@
 //! buffer index) in the low. RDMA WRITEs are unsignaled: the SEND after them on the same queue
 //! pair completes after them.
 
-use super::{is_identify_controller, mark_keyed_sgls, normalize_sqe, KeyedSgl, TRANSFER_SGL};
+use super::{normalize_sqe, KeyedSgl};
 use crate::backend::{AlignedBuf, Charge, IoCompletion, IoEngine};
 use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
 use crate::stats::ReactorStats;
-use crate::transport::BUFFER_BUDGET;
+use crate::transport::{Transport, BUFFER_BUDGET};
 use nvmf_proto::{Cqe, Sqe, Status};
 use nvmf_rdma::{Connection, MemoryRegion, SendOp, WorkCompletion};
 use std::collections::VecDeque;
@@ -120,6 +120,10 @@ pub struct Queue {
     pub conn: Connection,
 }
 
+impl Transport for Queue {
+    const KIND: crate::transport::TransportKind = crate::transport::TransportKind::Rdma;
+}
+
 impl Queue {
     /// Sets up the buffers of a queue of `depth` commands and posts the receives; the caller
     /// accepts the connection after this.
@@ -148,7 +152,7 @@ impl Queue {
             .collect();
         let now = Instant::now();
         let mut q = Queue {
-            cmd: Commands::new(target.clone(), port, TRANSFER_SGL, now),
+            cmd: Commands::new(target.clone(), port, Self::capabilities(&target.settings), now),
             target,
             stats,
             token,
@@ -252,13 +256,6 @@ impl Queue {
         s.status = Status::SUCCESS;
         let connected = self.cmd.queue().is_some();
         let action = self.cmd.command(&sqe, &capsule[SQE_LEN..], true, now);
-        let action = match action {
-            Action::Send(mut data) if is_identify_controller(&sqe) => {
-                mark_keyed_sgls(&mut data);
-                Action::Send(data)
-            }
-            a => a,
-        };
         self.act(slot, action);
         self.recv_mem = recv;
         if !connected {

@@ -58,7 +58,7 @@ class TlsFacts:
     tlshd_running: bool = False
     nvme_version: str | None = None  # nvme-cli's first `nvme version` line
     nvme_connect_tls: bool = False  # `nvme connect` has --tls
-    nvme_tls_keys: bool = False  # `nvme gen-tls-key` exists (check-tls-key came with it)
+    nvme_tls_keys: bool = False  # `nvme check-tls-key --insert` exists (gen-tls-key came with it)
     keyctl: str | None = None
     notes: list[str] = field(default_factory=list)
 

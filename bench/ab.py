@@ -16,9 +16,15 @@ fast phase. A run whose probes show the machine more than 1.25x slower than its 
 left out of every statistic, and with it its round's pair: the VM's phases are 1.5-2x apart and
 change within a round, which otherwise decides the intervals. --no-probe turns this off.
 
+With --fifo the target and nvmf-perf run under SCHED_FIFO (`chrt -f 10`), so on a machine that
+other work loads they get their cores whenever they can run and the scheduler stops deciding the
+result (the kernel still leaves others 5 % of each core); each has a CPU-time limit. It implies
+--no-probe (the probe measures the contention that --fifo takes away). Event-mode works suit it
+best: a polling FIFO target holds its core between runs too.
+
 Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
-                   [--no-probe] [--wait-for-fast 120] [--tls]
+                   [--no-probe] [--wait-for-fast 120] [--tls] [--fifo]
 """
 
 from __future__ import annotations
@@ -65,11 +71,11 @@ def cpu_of(pid: int) -> tuple[float, float]:
 class Target:
     """One target process on `core`, in `mode`, stopped on exit."""
 
-    def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None):
+    def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = ()):
         # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module).
         self.tls_key = tls_key
         tls = ["--tls", "required", "--tls-key", f"{TLS_HOSTNQN}={tls_key}"] if tls_key else []
-        self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", "null:1GiB",
+        self.proc = subprocess.Popen([*prefix, binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", "null:1GiB",
                                       "--cores", str(core), "--mode", mode, *tls],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
@@ -94,10 +100,11 @@ class Target:
         self.stop()
 
 
-def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int) -> dict:
+def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int,
+            prefix: tuple[str, ...] = ()) -> dict:
     """One nvmf-perf run: IOPS, bandwidth and the target's CPU per GiB (the caller adds the
     host's, from the children's rusage)."""
-    argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
+    argv = [*prefix, perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
     if target.tls_key:
@@ -190,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="bracket runs with the speed probe and leave out slow-phase runs (default on)")
     ap.add_argument("--wait-for-fast", type=float, default=120.0,
                     help="seconds in all that runs may wait for the machine's fast phase (default 120)")
+    ap.add_argument("--fifo", action="store_true",
+                    help="run the target and nvmf-perf under SCHED_FIFO (chrt -f 10), each killed after a bound; implies --no-probe")
     a = ap.parse_args(argv)
-    gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe else None
+    gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe and not a.fifo else None
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
     tls_key = random_key() if a.tls else None
@@ -203,13 +212,17 @@ def main(argv: list[str] | None = None) -> int:
                 todo = [w for w in works if w["mode"] == mode]
                 if not todo:
                     continue
-                with Target(binary, a.target_core, mode, tls_key) as target:
+                # A FIFO process that outlives this script would hold its core: each gets a CPU-time
+                # limit (prlimit and chrt exec, so the pid stays the program's for cpu_of).
+                bound = len(todo) * (a.seconds + a.ramp + 40)
+                fifo = lambda s: ("prlimit", f"--cpu={s}", "chrt", "-f", "10") if a.fifo else ()  # noqa: E731
+                with Target(binary, a.target_core, mode, tls_key, fifo(bound)) as target:
                     for w in todo:
                         # The speed probe around the run (target paused), waiting for a fast phase.
                         bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
                         with bracket or contextlib.nullcontext():
                             t0 = os.times()
-                            run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp)
+                            run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp, fifo(a.seconds + a.ramp + 30))
                             usr, sys_ = host_cpu(t0, os.times())
                         if bracket:
                             run |= bracket.fields

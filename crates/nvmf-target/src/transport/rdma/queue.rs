@@ -12,7 +12,7 @@
 //! pair completes after them.
 
 use super::{normalize_sqe, KeyedSgl};
-use crate::backend::{AlignedBuf, Charge, IoCompletion, IoEngine};
+use crate::backend::{AlignedBuf, Charge, IoCompletion, IoEngine, MemoryBudget};
 use crate::command::{Action, BackendRequest, Commands, Work};
 use crate::core::{Port, Target, ADMIN_IN_CAPSULE};
 use crate::stats::ReactorStats;
@@ -57,8 +57,9 @@ fn wr_id(kind: u64, slot: usize) -> u64 {
 struct DataBuf {
     mr: MemoryRegion,
     buf: AlignedBuf,
-    /// The buffer's capacity, counted against `buffer_memory` until it is freed.
-    charge: Charge,
+    /// The buffer's capacity, counted against `buffer_memory` and against the queue's budget
+    /// until it is freed (dropped): held, never read.
+    _charges: (Charge, Charge),
 }
 
 /// Why no data buffer came.
@@ -107,7 +108,7 @@ pub struct Queue {
     /// Commands waiting for buffer memory, oldest first: a small command does not pass a large one.
     waiting: VecDeque<usize>,
     /// Capacity of this queue's data buffers (spares included), at most BUFFER_BUDGET.
-    data_bytes: usize,
+    budget: Arc<MemoryBudget>,
     recv_mr: MemoryRegion,
     recv_mem: AlignedBuf,
     rsp_mr: MemoryRegion,
@@ -160,7 +161,7 @@ impl Queue {
             slots,
             spare: Vec::new(),
             waiting: VecDeque::new(),
-            data_bytes: 0,
+            budget: Arc::new(MemoryBudget::new(BUFFER_BUDGET)),
             recv_mr,
             recv_mem,
             rsp_mr,
@@ -294,7 +295,7 @@ impl Queue {
         }
         let want = len.max(4096).next_power_of_two();
         let cap = AlignedBuf::capacity_for(want);
-        let charge = match self.charge(cap, force) {
+        let charges = match self.charge(cap, force) {
             Some(c) => c,
             None => {
                 // Our idle buffers first: they may be what keeps the budget full.
@@ -308,27 +309,19 @@ impl Queue {
         // memory does not move while its length stays within capacity.
         let mr = unsafe { self.conn.register(buf.as_mut_ptr(), buf.capacity()) }.map_err(|_| NoBuffer::Failed)?;
         buf.try_resize(len).map_err(|_| NoBuffer::Failed)?;
-        self.data_bytes += charge.bytes();
-        Ok(DataBuf { mr, buf, charge })
+        Ok(DataBuf { mr, buf, _charges: charges })
     }
 
-    /// `cap` bytes of both budgets (this queue's and the process's), or `None` when either is full.
-    fn charge(&self, cap: usize, force: bool) -> Option<Charge> {
-        if !force && self.data_bytes + cap > BUFFER_BUDGET {
-            return None;
-        }
-        self.target.buffers.charge(cap, force)
+    /// `cap` bytes of both budgets (the process's and this queue's), or `None` when either is
+    /// full (a charge taken from one is given back when the other refuses).
+    fn charge(&self, cap: usize, force: bool) -> Option<(Charge, Charge)> {
+        let queue = self.budget.charge(cap, force)?;
+        Some((self.target.buffers.charge(cap, force)?, queue))
     }
 
-    fn free_buf(&mut self, d: DataBuf) {
-        self.data_bytes -= d.charge.bytes();
-    }
-
-    /// Frees the idle buffers kept for reuse.
+    /// Frees the idle buffers kept for reuse (their charges go back as they drop).
     fn drop_spares(&mut self) {
-        for d in std::mem::take(&mut self.spare) {
-            self.free_buf(d);
-        }
+        self.spare.clear();
     }
 
     /// The slot's buffer is kept for reuse, or freed when enough are kept or the process is
@@ -337,8 +330,6 @@ impl Queue {
         if let Some(d) = self.slots[slot].data.take() {
             if self.spare.len() < KEEP_BUFFERS && !self.target.buffers.under_pressure() {
                 self.spare.push(d);
-            } else {
-                self.free_buf(d);
             }
         }
     }

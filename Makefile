@@ -131,7 +131,8 @@ conformance-rdma: deps-test build
 # NVMe/TCP over TLS 1.3 against Linux 6.12 (tlshd, nvme-cli 2.13, keyutils) in the trixie guest,
 # both directions, right and wrong keys, keys as `nvme gen-tls-key --insert` makes them, plain
 # connects refused (tests/tls, docs/tls.md). About four to five minutes under TCG; skipped saying
-# why when the guest's packages cannot be downloaded.
+# why when the guest's packages cannot be downloaded. NVMFLAB_NVME_CLI_CURRENT=PATH (an nvme binary
+# of 2.16 or later, docs/tls.md) adds that release's gen-tls-key checks.
 .PHONY: test-tls-interop
 test-tls-interop: deps-test build venv
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q tests/tls

@@ -418,6 +418,44 @@ else
 fi
 keyctl show %:.nvme >"$OUT/keyring-default.txt" 2>&1
 
+# A current nvme-cli itself, when the test was given one (NVMFLAB_NVME_CLI_CURRENT, built as
+# docs/tls.md says): its `gen-tls-key --insert` with the defaults, then our host (nvmet) and the
+# kernel's host (our target) with only that keyring entry.
+CURRENT=/usr/local/bin/nvme-current
+if [[ -x $CURRENT ]]; then
+    # Built with meson's default prefix, it reads the host NQN from /usr/local/etc/nvme.
+    mkdir -p /usr/local/etc/nvme && cp /etc/nvme/hostnqn /etc/nvme/hostid /usr/local/etc/nvme/
+    for serial in $(keyring_entries "$SUB" | cut -d' ' -f1); do keyctl unlink "$serial" %:.nvme; done
+    logged keys-nvme-cli-current 20 $CURRENT version
+    logged keys-nvme-cli-current 20 $CURRENT gen-tls-key --subsysnqn="$SUB" --insert
+    CURRENT_KEY=$(grep -o 'NVMeTLSkey-1:01:[A-Za-z0-9+/=]*:' "$OUT/keys-nvme-cli-current.txt" | head -1)
+    entries=$(keyring_entries "$SUB" | cut -d' ' -f2-)
+    made_by=$(grep -E '^(nvme|libnvme) version' "$OUT/keys-nvme-cli-current.txt" | tr '\n' ' ')
+    if [[ -z $CURRENT_KEY || $entries != "NVMe0R01 $HOSTNQN $SUB" ]]; then
+        check o2k-nvme-cli-current fail "$made_by gen-tls-key --insert: key '${CURRENT_KEY:-none}', keyring entries: '$entries'"
+    elif keyed_run o2k-nvme-cli-current "$HOSTNQN" "$SUB" "$CURRENT_KEY" &&
+         grep -q "TLS PSK: identity version 0, the specification's derivation .*accepted after 2 refused" "$OUT/o2k-nvme-cli-current.txt"; then
+        check o2k-nvme-cli-current pass "$made_by; keyring: $entries; $(keyed_detail o2k-nvme-cli-current)"
+    else
+        check o2k-nvme-cli-current fail "$made_by; $(grep -vE '^\[exit 0' "$OUT/o2k-nvme-cli-current.txt" | tail -3 | tr '\n' ' ' | cut -c1-400)"
+    fi
+    if start_target "$CURRENT_KEY" target-current off &&
+            logged k2o-nvme-cli-current 60 nvme connect -t tcp -a 127.0.0.1 -s $OUR_PORT -n "$SUB" --tls; then
+        sleep 1
+        ctrl=$(ctrl_of)
+        desc=$(keyctl describe "0x$(cat "/sys/class/nvme/$ctrl/tls_key" 2>/dev/null)" 2>/dev/null)
+        if [[ $desc == *"psk: NVMe0R01 "* ]]; then
+            check k2o-nvme-cli-current pass "$ctrl over TLS with ${desc##*psk: } from $made_by"
+        else
+            check k2o-nvme-cli-current fail "connected, but with key '$desc' ($ctrl)"
+        fi
+        logged k2o-nvme-cli-current 30 nvme disconnect -n "$SUB"
+    else
+        check k2o-nvme-cli-current fail "$(tail -2 "$OUT/k2o-nvme-cli-current.txt" 2>/dev/null | tr '\n' ' ') $(grep WARN "$OUT/target-current.txt" | tail -1 | cut -c1-250)"
+    fi
+    stop_target
+fi
+
 # ---- ours <-> ours, kernel records on one side and userspace records on the other ----------------
 # Each side encrypts and decrypts with its own sequence numbers: a mismatch fails the first record.
 say "nvmf-perf <-> nvmf-target, kTLS against userspace"

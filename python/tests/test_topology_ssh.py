@@ -354,7 +354,11 @@ def test_study_point_of_our_stack_across_hosts(bed, inventory, tmp_path):
 
 @needs_bed
 @needs_binaries
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+# SIGKILL (the hosts' watchdogs clean up) runs in `make test`; SIGTERM (the harness stops each
+# remote group itself, as test_cpu_seconds_and_stop_kill_the_whole_remote_group checks) in
+# `make test-long`: 30 s each on the CI machine.
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.long), signal.SIGKILL],
+                         ids=["SIGTERM", "SIGKILL"])
 def test_killed_run_leaves_nothing_on_any_host_and_resumes(bed, inventory, tmp_path, sig):
     results = tmp_path / "r"
     workdirs_before = set(Path("/tmp").glob("nvmflab-run.*"))  # the namespaces share this /tmp
@@ -462,11 +466,12 @@ def test_env_describes_every_host_of_an_inventory(bed, inventory, tmp_path):
 
 @needs_bed
 @needs_binaries
-# contention and dimensions across SSH take one to four minutes each: `make test-long` runs them,
-# `make test` the other two (the same SSH paths: binaries copied, roles placed, cleanup checked).
+# contention and dimensions across SSH take one to four minutes each, busy-poll 20 s: `make
+# test-long` runs them, `make test` parallelism (the same SSH paths: binaries copied, roles placed,
+# cleanup checked).
 @pytest.mark.parametrize("study", [pytest.param("contention", marks=pytest.mark.long),
                                    pytest.param("dimensions", marks=pytest.mark.long),
-                                   "busy-poll", "parallelism"])
+                                   pytest.param("busy-poll", marks=pytest.mark.long), "parallelism"])
 def test_the_newer_studies_run_across_ssh_hosts(bed, inventory, tmp_path, study):
     """Each study's tiny variant with its target on lab-0 and its load generators (and iperf3
     clients) on lab-1: the same legs as on loopback, every storage point measured."""

@@ -254,14 +254,18 @@ def _tail(console: str, n: int = 4) -> str:
     return " | ".join(console.strip().splitlines()[-n:]) or "nothing on the console"
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up"])
-    parser.add_argument("dir", type=Path, nargs="?", help="where the inventories and logs go (default: a new temporary one)")
+    parser.add_argument("dir", type=Path, nargs="?",
+                        help="where the inventories and logs go (default: a new temporary one)")
     args = parser.parse_args()
     bed = Bed(args.dir or Path(tempfile.mkdtemp(prefix="nvmflab-bed-")))
-    stop = lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt())  # noqa: E731
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         bed.up()
         print(f"bed: ready; inventories {bed.work}/bed.toml and {bed.work}/bed.yml; Ctrl-C stops both guests",

@@ -8,7 +8,8 @@ The fixture, data/walk_results.sqlite.gz, is the results database of `nvmflab st
 run on the fake binaries (as test_cli.test_quick_studies_run_every_leg does: NVMFLAB_BIN_DIR=
 python/tests/fakebin, PATH with python/tests/fakepath first, FAKE_PERF_SLEEP=0, no SPDK build),
 gzipped; the transports study, which `all` leaves out, comes from test_study_transports' store.
-Regenerate it the same way when a study gains legs.
+scripts/regen-walk-fixture.sh regenerates it (when a study gains legs or the store a column:
+test_walk_fixture.py fails while its schema is not the store's).
 """
 
 from __future__ import annotations

@@ -116,38 +116,8 @@ pub fn hostid_for(hostnqn: &str) -> [u8; 16] {
     }
 }
 
-/// The byte stream under a [`Connection`]: a TCP socket, or bytes in memory (tests, fuzzing).
-pub trait Link: Send {
-    /// Reads what has arrived into `buf`: how many bytes, 0 when none has yet;
-    /// [`Error::Closed`] once the peer ended the stream.
-    fn recv(&mut self, buf: &mut [u8]) -> Result<usize>;
-    /// Writes what the link takes now: how many bytes, 0 when it would block.
-    fn send(&mut self, buf: &[u8]) -> Result<usize>;
-    /// [`Link::recv`] into several buffers in order (readv(2) on a socket). By default only the
-    /// first non-empty one is filled.
-    fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> Result<usize> {
-        match bufs.iter_mut().find(|b| !b.is_empty()) {
-            Some(b) => self.recv(b),
-            None => Ok(0),
-        }
-    }
-    /// [`Link::send`] from several buffers in order (writev(2) on a socket). By default only
-    /// the first non-empty one is sent.
-    fn send_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize> {
-        match bufs.iter().find(|b| !b.is_empty()) {
-            Some(b) => self.send(b),
-            None => Ok(0),
-        }
-    }
-    /// Sleeps until input may have arrived (or, with `writing`, the link may take more) or
-    /// `timeout` passed.
-    fn wait(&self, timeout: Duration, writing: bool) -> Result<()>;
-    /// Whether input may be waiting, asked without reading (and without the socket's lock).
-    /// By default always: the caller then just reads.
-    fn readable_now(&self) -> Result<bool> {
-        Ok(true)
-    }
-}
+// The trait lives in its own module so that tls.rs, which implements it, need not import this one.
+pub use crate::link::Link;
 
 /// A non-blocking TCP socket as a [`Link`].
 struct TcpLink(TcpStream);

@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod error;
 mod fabrics;
 pub mod io_queue;
+pub mod link;
 pub mod machine;
 pub mod perf;
 pub mod queue;

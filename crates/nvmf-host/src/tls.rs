@@ -13,7 +13,7 @@ use nvmf_tls::boundary::RecordBoundary;
 use nvmf_tls::ktls::{self, NonData};
 use nvmf_tls::{ClientConfig, ConfiguredPsk, Derivation, IdentityVersion, KtlsMode, TlsError, TlsPsk, TlsSession};
 
-use crate::connection::Link;
+use crate::link::Link;
 use crate::error::{Error, Result};
 
 /// TLS settings of a connection, as nvme-cli names them: `--tls`, `--tls-key`,

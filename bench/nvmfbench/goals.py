@@ -122,6 +122,8 @@ def goal_rows(table: dict[tuple[str, str, str], dict[str, Any]], floor: dict[str
         if b["tls"] in (tls, ("ours-tls", "spdk-tls")):
             rows.append(_row(f"TLS: {b['work']}, {b['pair']} / cipher-bound limit >= {BOUND_GOAL}", b["value"], ">=",
                              BOUND_GOAL, b["cells"], b["why_missing"], b["per_round"]))
+            if b["value"] is not None and b["why_missing"]:  # measured, but not only TLS (bound.caveat)
+                rows[-1]["status"] += f" ({b['why_missing']})"
     busy, blocking, ours_qd1 = floor.get("busy"), floor.get("blocking"), c(oo, QD1)
     rows += [
         _row("4k QD1 mean latency (ours x ours, polling) / busy ping-pong mean <= 1.1",

@@ -122,6 +122,16 @@ def test_tls_rows_against_their_limit_per_round_and_as_goals():
     unmeasured = goals.goal_rows(table, {}, None, "", runs, list(bare.values()))
     assert next(g for g in unmeasured if g["goal"].startswith(f"TLS: {write}"))["status"] == \
         f"not measured ({bound.NO_RATE})"
+    # spdk_nvme_perf's TLS writes go through SPDK's 4 KiB send buffer: the row and its goal say so
+    runs += [run("ours", "spdk", write, 1e6, 0), run("ours-tls", "spdk-tls", write, 5e3, 0),
+             run("ours", "spdk", goals.QD32, 1e6, 0), run("ours-tls", "spdk-tls", goals.QD32, 400e3, 0)]
+    table = stats.cells(runs)
+    spdk = {b["work"]: b for b in bound.bound_rows(table, runs, records) if b["pair"] == "our target x spdk_nvme_perf"}
+    assert spdk[write]["why_missing"] == bound.SPDK_HOST_SEND and spdk[goals.QD32]["why_missing"] == ""
+    marked = {g["goal"]: g for g in goals.goal_rows(table, {}, None, "", runs, list(spdk.values()))}
+    assert marked[f"TLS: {write}, our target x spdk_nvme_perf / cipher-bound limit >= 0.9"]["status"] == \
+        f"missed by 98.9 % ({bound.SPDK_HOST_SEND})"
+    assert "(" not in marked[f"TLS: {goals.QD32}, our target x spdk_nvme_perf / cipher-bound limit >= 0.9"]["status"]
 
 
 def test_the_report_shows_the_rates_and_each_tls_row_against_its_limit():

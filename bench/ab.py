@@ -62,6 +62,13 @@ def parse_work(key: str) -> dict:
     return {"key": key, "bs": int(bs[:-1]) * 1024, "rw": rw, "iodepth": int(qd[2:]), "mode": mode}
 
 
+def fifo_prefix(on: bool, cpu_seconds: int) -> tuple[str, ...]:
+    """What --fifo puts before a command: SCHED_FIFO priority 10, and a CPU-time limit, since a
+    FIFO process that outlives this script would hold its core. prlimit and chrt exec, so the
+    process keeps its pid (cpu_of reads the program's own times)."""
+    return ("prlimit", f"--cpu={cpu_seconds}", "chrt", "-f", "10") if on else ()
+
+
 def cpu_of(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of process `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -212,17 +219,15 @@ def main(argv: list[str] | None = None) -> int:
                 todo = [w for w in works if w["mode"] == mode]
                 if not todo:
                     continue
-                # A FIFO process that outlives this script would hold its core: each gets a CPU-time
-                # limit (prlimit and chrt exec, so the pid stays the program's for cpu_of).
                 bound = len(todo) * (a.seconds + a.ramp + 40)
-                fifo = lambda s: ("prlimit", f"--cpu={s}", "chrt", "-f", "10") if a.fifo else ()  # noqa: E731
-                with Target(binary, a.target_core, mode, tls_key, fifo(bound)) as target:
+                with Target(binary, a.target_core, mode, tls_key, fifo_prefix(a.fifo, bound)) as target:
                     for w in todo:
                         # The speed probe around the run (target paused), waiting for a fast phase.
                         bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
                         with bracket or contextlib.nullcontext():
                             t0 = os.times()
-                            run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp, fifo(a.seconds + a.ramp + 30))
+                            run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp,
+                                          fifo_prefix(a.fifo, a.seconds + a.ramp + 30))
                             usr, sys_ = host_cpu(t0, os.times())
                         if bracket:
                             run |= bracket.fields

@@ -4,6 +4,8 @@ memory per queue, core split), fed synthetic runs; nothing is started."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -592,6 +594,21 @@ def test_ab_takes_a_run_that_moved_nothing():
             {"iops": 20.0, "host_usr_s_per_gib": 5.0}]
     assert ab.median_of(runs, "iops") == 10.0, "the stalled run still counts as a run"
     assert ab.median_of(runs, "host_usr_s_per_gib") == 4.0 and ab.median_of(runs[:1], "host_usr_s_per_gib") is None
+
+
+def test_ab_fifo_runs_each_program_under_fifo_with_a_cpu_limit_and_its_own_pid():
+    spec = importlib.util.spec_from_file_location("bench_ab", Path(__file__).resolve().parents[2] / "bench" / "ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    assert ab.fifo_prefix(False, 30) == ()
+    prefix = ab.fifo_prefix(True, 30)
+    assert prefix[:2] == ("prlimit", "--cpu=30") and prefix[2:] == ("chrt", "-f", "10")
+    if shutil.which("prlimit") is None:
+        pytest.skip("no prlimit here")
+    # prlimit becomes the program (cpu_of reads the target's own CPU time by this pid), limited
+    child = subprocess.Popen([*prefix[:2], "sh", "-c", "echo $$ $(ulimit -t)"], stdout=subprocess.PIPE, text=True)
+    pid, limit = child.communicate(timeout=10)[0].split()
+    assert int(pid) == child.pid and limit == "30"
 
 
 def test_ab_leaves_out_slow_phase_runs_with_their_pairs():

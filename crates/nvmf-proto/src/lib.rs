@@ -18,6 +18,7 @@ pub mod identify;
 pub mod nvme;
 pub mod pdu;
 pub mod rdma;
+pub mod units;
 mod le;
 
 pub use frame::{FatalError, Frame, FrameHeader, Framer, Role};

@@ -234,25 +234,10 @@ pub struct IdentifyArgs {
     pub output_format: OutputFormat,
 }
 
-/// Parses a byte count: `512`, `4k`, `128K`, `1m`, `64MiB`, `1GiB`, `2t`. Every unit is a power
-/// of 1024 (fio's default kb_base), with or without `B`/`iB`.
+/// Parses a byte count: `512`, `4k`, `128K`, `1m`, `64MiB`, `1GiB`, `2t` (`nvmf_proto::units`,
+/// as the target parses its sizes).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!("invalid size {s:?}: expected a number with an optional unit (4k, 1MiB)"));
-    }
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}: number too large"))?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?} (use k, m, g, t or KiB, MiB, GiB, TiB)")),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("invalid size {s:?}: too large"))
+    nvmf_proto::units::parse_size(s).map_err(|e| format!("invalid size {s:?}: {e}"))
 }
 
 /// Parses a duration: plain seconds (`10`, `0.5`) or with a unit (`500ms`, `10s`, `2m`, `1h`).

@@ -45,7 +45,6 @@ class SshBed:
         self.root_if = f"nv{self.tag}r"
         self.ssh_config = folder / "ssh_config"
         self._sshd: list[subprocess.Popen] = []
-        self._made_run_sshd = False
 
     # -- life ----------------------------------------------------------------------------------
 
@@ -74,8 +73,7 @@ class SshBed:
                     pass
             _run("ip", "netns", "del", ns, check=False)
         _run("ip", "link", "del", self.root_if, check=False)
-        if self._made_run_sshd:
-            shutil.rmtree("/run/sshd", ignore_errors=True)
+        # /run/sshd stays: another bed (a parallel test worker) may have an sshd that needs it.
 
     def _keys(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -121,9 +119,7 @@ class SshBed:
             _run("ip", "-n", ns, "link", "set", "lo", "up")
 
     def _servers(self) -> None:
-        if not Path("/run/sshd").exists():  # sshd's privilege separation directory
-            Path("/run/sshd").mkdir(mode=0o755)
-            self._made_run_sshd = True
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
         for i, (ns, ip) in enumerate(zip(self.namespaces, self.ips)):
             config = self.folder / f"sshd_config_{i}"
             config.write_text(f"""ListenAddress {ip}

@@ -2,19 +2,30 @@
 //! polls their sockets with mio, batches socket reads and writes, and reaps its own io_uring.
 //! The acceptor thread takes new connections through ICReq and Connect, then hands each to the
 //! reactor the placement policy picks (subsystem and host NQN are known only after Connect).
+//!
+//! Here: the reactor loop and what it shares with the acceptor (socket reads and writes, the
+//! hand-off); `acceptor`, `placement`, `sockopts` (options every accepted socket gets) and
+//! `drive` (the same driving without a socket, for tests and fuzzers) beside it.
+
+mod acceptor;
+mod drive;
+mod placement;
+mod sockopts;
+
+pub use acceptor::Acceptor;
+pub use drive::{drive, drive_and_take_output, submit};
+pub use placement::Placement;
+pub use sockopts::{apply_socket_options, set_congestion_control, SocketOptions};
 
 use crate::backend::{IoCompletion, IoEngine};
-use crate::command::BackendRequest;
-use crate::config::{ReactorMode, TargetConfig};
-use crate::core::{Port, Target};
+use crate::config::ReactorMode;
+use crate::core::Target;
 use crate::stats::ReactorStats;
 use crate::transport::tcp::Connection;
 use crate::wire::Wire;
-use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,62 +45,6 @@ const DIRECT_POLL_MAX: usize = 4;
 /// While reading directly, epoll is still drained this often (its edge events are not needed,
 /// but they should not pile up).
 const DIRECT_POLL_EPOLL_EVERY: u32 = 256;
-
-/// Socket options applied to every accepted connection.
-#[derive(Debug, Clone)]
-pub struct SocketOptions {
-    pub so_priority: u32,
-    pub tos: u32,
-    pub busy_poll_us: u32,
-    pub tcp_congestion: Option<String>,
-}
-
-/// Sets a TCP socket's congestion control by name (`TCP_CONGESTION`).
-pub fn set_congestion_control(fd: i32, name: &str) -> std::io::Result<()> {
-    // SAFETY: a valid fd, and a pointer to `name.len()` bytes (the kernel copies at most 16).
-    let rc = unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_ptr().cast(), name.len() as u32) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-fn setsockopt(fd: i32, level: i32, name: i32, value: i32, what: &str) {
-    // SAFETY: passes a valid pointer to an int of the given length.
-    let rc = unsafe {
-        libc::setsockopt(fd, level, name, &value as *const i32 as *const libc::c_void, std::mem::size_of::<i32>() as u32)
-    };
-    if rc != 0 {
-        tracing::warn!("setsockopt {what}={value} refused: {}", std::io::Error::last_os_error());
-    }
-}
-
-pub fn apply_socket_options(stream: &TcpStream, opts: &SocketOptions) {
-    if let Err(e) = stream.set_nodelay(true) {
-        tracing::warn!("TCP_NODELAY refused: {e}");
-    }
-    let fd = stream.as_raw_fd();
-    if opts.so_priority > 0 {
-        setsockopt(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, opts.so_priority as i32, "SO_PRIORITY");
-    }
-    if opts.tos > 0 {
-        match stream.local_addr() {
-            Ok(a) if a.is_ipv6() => setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, opts.tos as i32, "IPV6_TCLASS"),
-            _ => setsockopt(fd, libc::IPPROTO_IP, libc::IP_TOS, opts.tos as i32, "IP_TOS"),
-        }
-    }
-    if opts.busy_poll_us > 0 {
-        setsockopt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, opts.busy_poll_us as i32, "SO_BUSY_POLL");
-    }
-    // The listener has it already (start() refuses a name the kernel does not take), and an
-    // accepted socket inherits it; set again so that a route's own congestion control does not win.
-    if let Some(name) = &opts.tcp_congestion {
-        if let Err(e) = set_congestion_control(fd, name) {
-            tracing::warn!("TCP_CONGESTION={name} refused: {e}");
-        }
-    }
-}
 
 /// Pins the calling thread to `core`; a warning (not an error) when the kernel refuses.
 fn pin_to_core(core: usize) {
@@ -139,34 +94,6 @@ pub struct ReactorHandle {
     pub waker: Arc<Waker>,
 }
 
-/// Queue placement: host map first, then the subsystem's fixed reactor, else round robin.
-pub struct Placement {
-    host_map: Vec<(String, usize)>,
-    subsys_map: Vec<(String, usize)>,
-    reactors: usize,
-    next: AtomicUsize,
-}
-
-impl Placement {
-    pub fn new(config: &TargetConfig) -> Placement {
-        Placement {
-            host_map: config.host_map.iter().map(|h| (h.hostnqn.clone(), h.reactor)).collect(),
-            subsys_map: config.subsystems.iter().filter_map(|s| Some((s.nqn.clone(), s.reactor?))).collect(),
-            reactors: config.target.cores.len(),
-            next: AtomicUsize::new(0),
-        }
-    }
-
-    pub fn pick(&self, subnqn: &str, hostnqn: &str) -> usize {
-        if let Some((_, r)) = self.host_map.iter().find(|(h, _)| h == hostnqn) {
-            return *r;
-        }
-        if let Some((_, r)) = self.subsys_map.iter().find(|(s, _)| s == subnqn) {
-            return *r;
-        }
-        self.next.fetch_add(1, Relaxed) % self.reactors
-    }
-}
 
 struct Entry {
     stream: Wire,
@@ -217,57 +144,6 @@ fn read_all(stream: &mut Wire, conn: &mut Connection, now: Instant) -> Option<us
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Some(total),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return None,
-        }
-    }
-}
-
-/// Submits the backend requests the connection queued (the state machine makes none itself).
-pub fn submit(conn: &mut Connection, engine: &mut IoEngine) {
-    for r in conn.backend_requests() {
-        match r {
-            // SAFETY: the command layer keeps each request's buffer valid and unmoved until its
-            // completion is handed back, and the reactor keeps a closed connection until
-            // in_flight() is 0.
-            BackendRequest::Submit(backend, req) => unsafe { engine.submit(backend, req) },
-            BackendRequest::Done(tag) => engine.complete_now(tag, Ok(())),
-        }
-    }
-}
-
-/// A reactor turn for one connection without a socket, for tests and fuzzing: process input,
-/// submit the backend requests, then run completions until nothing is left to do.
-pub fn drive(conn: &mut Connection, now: Instant, engine: &mut IoEngine) {
-    let mut done = Vec::new();
-    loop {
-        conn.process(now);
-        submit(conn, engine);
-        engine.flush();
-        engine.reap(&mut done);
-        if done.is_empty() {
-            if engine.in_flight() == 0 {
-                return;
-            }
-            engine.wait_one();
-            continue;
-        }
-        for c in done.drain(..) {
-            conn.complete_io(c);
-        }
-        submit(conn, engine);
-    }
-}
-
-/// [`drive`], then takes everything queued for the host, again while writing it freed buffers
-/// that held commands wait for.
-pub fn drive_and_take_output(conn: &mut Connection, now: Instant, engine: &mut IoEngine) -> Vec<u8> {
-    let mut all = Vec::new();
-    loop {
-        drive(conn, now, engine);
-        let out = conn.take_output();
-        let wrote = !out.is_empty();
-        all.extend_from_slice(&out);
-        if !(wrote && conn.wants().hold) {
-            return all;
         }
     }
 }
@@ -507,205 +383,5 @@ impl Reactor {
                 }
             }
         }
-    }
-}
-
-/// The acceptor: listeners plus connections that have not finished Connect yet.
-pub struct Acceptor {
-    pub target: Arc<Target>,
-    pub listeners: Vec<(TcpListener, Port)>,
-    pub reactors: Vec<ReactorHandle>,
-    pub placement: Placement,
-    pub sockopts: SocketOptions,
-    pub stop: Arc<AtomicBool>,
-    /// The TLS server config and record layer choice, when a port allows TLS.
-    pub tls_config: Option<crate::wire::TlsSetup>,
-}
-
-/// Connections refused over `max_connections`, logged at most once a second.
-struct Refusals {
-    count: u64,
-    logged: Option<Instant>,
-}
-
-impl Refusals {
-    fn note(&mut self, peer: std::net::SocketAddr, max: u32, now: Instant) {
-        self.count += 1;
-        if self.logged.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
-            tracing::warn!(%peer, max, refused = self.count, "connection limit reached; closing new connections");
-            self.logged = Some(now);
-            self.count = 0;
-        }
-    }
-}
-
-struct Pending {
-    stream: Wire,
-    conn: Connection,
-    permit: ConnectionPermit,
-}
-
-impl Acceptor {
-    pub fn run(mut self) {
-        let poll = match Poll::new() {
-            Ok(p) => p,
-            Err(e) => return tracing::error!("acceptor cannot create poller: {e}"),
-        };
-        let n = self.listeners.len();
-        for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
-            if let Err(e) = poll.registry().register(l, Token(i), Interest::READABLE) {
-                tracing::error!("cannot register listener: {e}");
-            }
-        }
-        let mut pending: Vec<Option<Pending>> = Vec::new();
-        let mut refusals = Refusals { count: 0, logged: None };
-        let mut events = Events::with_capacity(256);
-        let mut poll = poll;
-        // Connections to visit this round: those with events, or all of them on a tick. Visiting
-        // all every round would cost O(pending) per event, and a flood of half-open connections
-        // would then eat the CPU that connected hosts need.
-        let mut touched: Vec<usize> = Vec::new();
-        let mut last_tick = Instant::now();
-        while !self.stop.load(Relaxed) {
-            if let Err(e) = poll.poll(&mut events, Some(MAX_SLEEP)) {
-                if e.kind() != ErrorKind::Interrupted {
-                    tracing::error!("acceptor poll failed: {e}");
-                }
-            }
-            let now = Instant::now();
-            touched.clear();
-            for ev in events.iter() {
-                let t = ev.token().0;
-                if t < n {
-                    self.accept_all(t, &poll, &mut pending, now, &mut refusals, &mut touched);
-                } else if let Some(Some(p)) = pending.get_mut(t - n) {
-                    if read_all(&mut p.stream, &mut p.conn, now).is_none() {
-                        p.conn.close();
-                    }
-                    touched.push(t - n);
-                }
-            }
-            let tick = now.duration_since(last_tick) >= TICK;
-            if tick {
-                last_tick = now;
-                touched.clear();
-                touched.extend(0..pending.len());
-            }
-            touched.sort_unstable();
-            touched.dedup();
-            for &i in &touched {
-                let Some(Some(p)) = pending.get_mut(i) else { continue };
-                p.conn.process(now);
-                if tick {
-                    p.conn.tick(now);
-                }
-                // A TLS connection's Connect must name the host and subsystem of its PSK
-                // identity: checked before the Connect response goes out.
-                if let Some((subnqn, hostnqn)) = p.conn.placement() {
-                    if !p.stream.connect_matches_identity(subnqn, hostnqn) {
-                        let _ = poll.registry().deregister(&mut p.stream.stream);
-                        pending[i] = None;
-                        continue;
-                    }
-                }
-                if !write_all(&mut p.stream, &mut p.conn) {
-                    p.conn.close();
-                }
-                if p.conn.should_close() {
-                    let _ = poll.registry().deregister(&mut p.stream.stream);
-                    pending[i] = None;
-                    continue;
-                }
-                if let Some((subnqn, hostnqn)) = p.conn.placement() {
-                    let r = self.placement.pick(subnqn, hostnqn);
-                    let Some(mut p) = pending[i].take() else { continue };
-                    let _ = poll.registry().deregister(&mut p.stream.stream);
-                    p.stream.note_napi_id();
-                    let handle = &self.reactors[r];
-                    if handle.tx.send(Handoff { stream: p.stream, conn: p.conn, permit: p.permit }).is_ok() {
-                        let _ = handle.waker.wake();
-                    }
-                }
-            }
-            while matches!(pending.last(), Some(None)) {
-                pending.pop();
-            }
-        }
-    }
-
-    /// Accepts every waiting connection of listener `i` (over the cap: closes it); each new
-    /// one is read once and its slot added to `touched`.
-    fn accept_all(
-        &mut self,
-        i: usize,
-        poll: &Poll,
-        pending: &mut Vec<Option<Pending>>,
-        now: Instant,
-        refusals: &mut Refusals,
-        touched: &mut Vec<usize>,
-    ) {
-        let n = self.listeners.len();
-        loop {
-            let (mut stream, peer) = match self.listeners[i].0.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    return;
-                }
-            };
-            tracing::debug!(%peer, "accepted");
-            let Some(permit) = ConnectionPermit::take(&self.target) else {
-                // Over the cap: close at once (the host sees the connection end, not a hang in
-                // the listen backlog), and say so at most once a second.
-                refusals.note(peer, self.target.settings.max_connections, now);
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-                continue;
-            };
-            apply_socket_options(&stream, &self.sockopts);
-            let slot = pending.iter().position(Option::is_none).unwrap_or_else(|| {
-                pending.push(None);
-                pending.len() - 1
-            });
-            if let Err(e) = poll.registry().register(&mut stream, Token(n + slot), Interest::READABLE) {
-                tracing::warn!("cannot register connection: {e}");
-                continue;
-            }
-            let port = &self.listeners[i].1;
-            let mut stream = Wire::new(stream, port, self.tls_config.clone());
-            let mut conn = Connection::new(self.target.clone(), Some(port.clone()), now);
-            // Bytes may already be waiting (edge-triggered: no event would announce them).
-            if read_all(&mut stream, &mut conn, now).is_none() {
-                conn.close();
-            }
-            pending[slot] = Some(Pending { stream, conn, permit });
-            touched.push(slot);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::AsRawFd;
-
-    #[test]
-    fn accepted_sockets_get_the_congestion_control_asked_for() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let stream = TcpStream::from_std(listener.accept().unwrap().0);
-        let opts = SocketOptions { so_priority: 0, tos: 0, busy_poll_us: 0, tcp_congestion: Some("reno".into()) };
-        apply_socket_options(&stream, &opts);
-        let mut name = [0u8; 16];
-        let mut len = name.len() as libc::socklen_t;
-        // SAFETY: a valid fd, and a buffer of `len` bytes the kernel writes at most `len` of.
-        let r = unsafe {
-            libc::getsockopt(stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_mut_ptr().cast(), &mut len)
-        };
-        assert_eq!(r, 0);
-        // reno is built into every kernel and always allowed.
-        assert_eq!(String::from_utf8_lossy(&name[..len as usize]).trim_end_matches('\0'), "reno");
-        assert!(set_congestion_control(stream.as_raw_fd(), "nosuchcc").is_err());
     }
 }

@@ -91,7 +91,7 @@ test-rdma: deps-test build venv spdk
 # The two-server bed (tests/bed, docs/topologies.md): two trixie guests under qemu (TCG) joined by a
 # private link with Soft-RoCE on it, reached over SSH through an inventory like real servers;
 # `nvmflab env --topology` against them, then the transports (TCP, RDMA; kernel and ours) and
-# security (kernel, plain/TLS/DH-HMAC-CHAP) studies through the harness. Functional runs: timings
+# security (kernel, plain and TLS with tlshd) studies through the harness. Functional runs: timings
 # under emulation are not performance. Not in `make test`: about 20-40 minutes on 2 loaded cores.
 # The RDMA build comes from tests/rdma/check.py (as conformance-rdma); BED_DIR keeps logs and results.
 .PHONY: test-bed

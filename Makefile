@@ -66,8 +66,12 @@ test-rust: build
 	else echo "clippy: not in this toolchain, lint skipped"; fi
 
 # Tests marked `long` (minutes each; see pyproject.toml) run in `make test-long`, not in `make test`.
+# Two workers (pytest-xdist, one test file each at a time) for all but the `serial` modules (real
+# binaries timed on this machine, SSH beds; conftest.SERIAL_FILES), which run alone afterwards.
 test-python: deps-test build venv spdk
-	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q --durations=15 -m "not long" python/tests
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q --durations=15 -n 2 --dist loadfile \
+	  -m "not long and not serial" python/tests
+	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q --durations=15 -m "serial and not long" python/tests
 
 .PHONY: test-long
 test-long: deps-test build venv spdk

@@ -463,8 +463,7 @@ mod tests {
     fn identify_controller_sgl_support_and_ioccsz_come_from_the_transport() {
         use crate::transport::TransportKind;
         let (t, c) = controller_on(BackendConfig::Ram { size: 1 << 20 });
-        let mut settings = TargetSettings::default();
-        settings.in_capsule_data_size = 4096;
+        let settings = TargetSettings { in_capsule_data_size: 4096, ..TargetSettings::default() };
         let tcp = identify_controller(&t, &TransportKind::Tcp.capabilities(&settings), &c);
         assert_eq!(tcp.sgls, sgls::SUPPORTED | sgls::OFFSET, "TCP: no keyed SGLs");
         assert_eq!(tcp.ioccsz, (64 + 4096) / 16);

@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 
 import pytest
 from synth_results import repeats, write_results
+from test_compare import run_main
 
 from nvmflab import compare as cmp
 from nvmflab import gate, rerun
 from nvmflab.store import ResultsStore
-
-
-def run_main(monkeypatch, capsys, *args):
-    """`nvmflab compare ARGS` in this process: (exit status, stdout, stderr)."""
-    from nvmflab import cli
-
-    monkeypatch.setattr(sys, "argv", ["nvmflab", "compare", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_:
-        cli.main()
-    captured = capsys.readouterr()
-    return exit_.value.code, captured.out, captured.err
 
 
 def pair(tmp_path, before, after, env=None):

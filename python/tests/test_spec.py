@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nvmflab.spec import SpecError
+from nvmflab.spec import SpecError, check_congestion
 from nvmflab.study_spec import load_study_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,3 +138,13 @@ def test_io_queues_rule_names_the_line_of_the_base_knob_and_of_a_swept_value(tmp
     path = write(tmp_path, "[knobs]\nio_queues = 1\n[sweep]\nnumjobs = [1, 4]\n")
     with pytest.raises(SpecError, match=rf"^{path}:4: sweep.numjobs: .* must equal numjobs \(4\)"):
         load_study_spec(path)
+
+
+def test_congestion_names_follow_the_rust_rule():
+    # The cases of nvmf_proto::congestion's test: 1-15 of a-z, 0-9, _ (TCP_CA_NAME_MAX is 16 with
+    # the NUL). bench's --tcp-congestion calls this same check (test_bench_stats).
+    for good in ["system", "cubic", "bbr", "reno", "h_tcp2", "abcdefghijklmno"]:
+        assert check_congestion(good) == good
+    for bad in ["", "Cubic", "bb r", "a-b", "cubic\n", "abcdefghijklmnop", "bbr;rm", "\u00e9"]:
+        with pytest.raises(ValueError, match="kernel congestion control"):
+            check_congestion(bad)

@@ -81,7 +81,7 @@ def test_nvmf_perf_authenticates_with_the_targets_secret_and_measures_connects_w
     assert "--connects" not in OurSession(["nvmf-perf", "run"], _job()).perf_argv(1, 0, "out.json")
 
 
-@pytest.mark.parametrize("name", ["kernel", "spdk"])
+@pytest.mark.parametrize("name", ["spdk"])  # the kernel stack has it (test_kernel_dhchap.py)
 def test_stacks_without_dhchap_in_the_harness_refuse_it(name):
     for side in ("target", "host"):
         with pytest.raises(StackError, match=f"knob dhchap = 'ffdhe2048': the {name} {side}"):
@@ -96,6 +96,15 @@ def test_each_round_measures_every_app_in_every_mode_and_connects_per_dh_group()
     assert {security.mode_of(s) for s in data} == set(security.MODES)
     connects = [(s["tls"], s["dhchap"]) for s in settings if s["app"] == "connect"]
     assert connects == [("off", "off"), ("on", "off"), ("off", "null"), ("off", "ffdhe8192"), ("on", "ffdhe2048")]
+
+
+def test_wrong_key_adds_one_dhchap_lapp_point_per_pair_that_must_be_refused():
+    plain = security.point_settings(security.Params(iodepth=[32]))
+    settings = security.point_settings(security.Params(iodepth=[32], wrong_key=True, data_dhgroup="null"))
+    wrong = [s for s in settings if s.get("wrong_key")]
+    assert len(settings) == len(plain) + 1 and not any(s.get("wrong_key") for s in plain)
+    assert wrong == [{"app": "L-app", "rw": "randread", "bs": 4096, "iodepth": 1, "numjobs": 1, "tls": "off",
+                      "dhchap": "null", "wrong_key": True}]
 
 
 def _store(tmp_path, values):

@@ -16,10 +16,11 @@ import re
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..dhchapkey import random_secret
 from ..plan import PerfJob, Subsystem, TargetSetup
 from ..topology import tls as tls_facts
 from ..topology.base import Host, HostError
@@ -57,6 +58,7 @@ class KernelTarget(RunningTarget):
         self.undo: list[list[str]] = []  # run in reverse at stop()
         self.teardown_errors: list[str] = []
         self.port_dir: str | None = None
+        self.own_hosts: set[str] = set()  # host entries this target made (and keyed, with dhchap)
         try:
             self._start()
         except BaseException:
@@ -82,13 +84,14 @@ class KernelTarget(RunningTarget):
         if not s._exists(self.host, nvmet):
             raise StackError(f"{self.host.name}: {nvmet} missing (configfs not mounted or nvmet not loaded)")
         port_id = s._free_port_id(self.host, f"{nvmet}/ports")
+        admitted = dhchap_hosts(setup)
         sub_dirs = []
         for index, sub in enumerate(setup.subsystems):
             device = self._backend(sub, index)
             sub_dir = f"{nvmet}/subsystems/{_name(sub.nqn, 'subsystem NQN')}"
             s._mkdir(self.host, sub_dir, self.undo, what=f"subsystem {sub.nqn}")
-            s._write(self.host, f"{sub_dir}/attr_allow_any_host", "0" if setup.allowed_hosts else "1")
-            for hostnqn in setup.allowed_hosts:
+            s._write(self.host, f"{sub_dir}/attr_allow_any_host", "0" if admitted else "1")
+            for hostnqn in admitted:
                 self._allow_host(f"{nvmet}/hosts", sub_dir, hostnqn)
             s._mkdir(self.host, f"{sub_dir}/namespaces/1", self.undo)
             s._write(self.host, f"{sub_dir}/namespaces/1/device_path", device)
@@ -110,10 +113,22 @@ class KernelTarget(RunningTarget):
 
     def _allow_host(self, hosts_dir: str, sub_dir: str, hostnqn: str) -> None:
         """Admit hostnqn to the subsystem. nvmet's host entries are shared by every subsystem: one
-        that exists is linked but left in place; one we make goes again at teardown."""
+        that exists is linked but left in place; one we make goes again at teardown. With
+        DH-HMAC-CHAP the entry carries the run's secret, so it must be ours (made now, or by an
+        earlier subsystem of this target)."""
         s, entry = self.stack, f"{hosts_dir}/{_name(hostnqn, 'host NQN')}"
         if not s._exists(self.host, entry):
             s._mkdir(self.host, entry, self.undo)
+            if self.setup.dhchap != "off":
+                if not self.setup.dhchap_key:
+                    raise StackError(f"dhchap = {self.setup.dhchap}: the target setup carries no DH-HMAC-CHAP secret")
+                # The hash and group first: the key is what nvmet checks a host against.
+                for attr, value in dhchap_host_attrs(self.setup):
+                    s._write(self.host, f"{entry}/{attr}", value)
+                self.own_hosts.add(hostnqn)
+        elif self.setup.dhchap != "off" and hostnqn not in self.own_hosts:
+            raise StackError(f"{self.host.name}: nvmet host entry {hostnqn} exists already ({entry}); nvmflab does "
+                             "not change the DH-HMAC-CHAP key of an entry it did not make")
         link = f"{sub_dir}/allowed_hosts/{_name(hostnqn, 'host NQN')}"
         s._run(self.host, ["ln", "-s", entry, link])
         self.undo.append(["rm", link])
@@ -294,6 +309,8 @@ TARGET_KNOBS: KnobMap = {
     "tls": Setter("port attributes `addr_tsas = tls1.3`, `addr_treq = required`; the run's key in the `.nvme` "
                   "keyring (`nvme check-tls-key --insert`, identities 0 and 1) for the host NQN; tlshd running",
                   lambda v, _k: ["port:addr_tsas", "tls1.3", "port:addr_treq", "required"] if v == "on" else []),
+    "dhchap": Setter("host entry `dhchap_key` (the run's secret), `dhchap_hash = hmac(sha256)`, `dhchap_dhgroup`; "
+                     "the subsystem admits only that host NQN (unidirectional: no `dhchap_ctrl_key`)"),
     # busy_poll_us is absent: nvmet_tcp never busy-polls its sockets, so it is refused.
 }
 HOST_KNOBS: KnobMap = {
@@ -309,6 +326,8 @@ HOST_KNOBS: KnobMap = {
     "transport": Setter("`nvme connect -t tcp|rdma` (module nvme_tcp or nvme_rdma)"),
     "tls": Setter("`nvme connect --tls` with the run's key in the `.nvme` keyring (`nvme check-tls-key --insert`) "
                   "for the host NQN; tlshd running", lambda v, _k: ["--tls"] if v == "on" else []),
+    "dhchap": Setter("`nvme connect --dhchap-secret` (the target's secret) with the host NQN it admits; "
+                     "the controller picks the group"),
     "hdr_digest": Setter("`nvme connect --hdr-digest`", lambda v, _k: ["--hdr-digest"] if v else []),
     "data_digest": Setter("`nvme connect --data-digest`", lambda v, _k: ["--data-digest"] if v else []),
     "sqflow": Setter("`nvme connect --disable-sqflow` when off",
@@ -316,12 +335,31 @@ HOST_KNOBS: KnobMap = {
 }
 
 
-def connect_argv(job: PerfJob, address: str, port: int, hostnqn: str, hostid: str) -> list[str]:
+def connect_argv(job: PerfJob, address: str, port: int, hostnqn: str, hostid: str,
+                 dhchap_secret: str | None = None) -> list[str]:
     """`nvme connect`; the knob options come from the registry's setters (HOST_KNOBS)."""
     k = job.knobs | {"io_queues": _queues(job.knobs)}
+    secret = [f"--dhchap-secret={dhchap_secret}"] if k.get("dhchap", "off") != "off" and dhchap_secret else []
     return ["nvme", "connect", "-t", k.get("transport", "tcp"), "-a", address, "-s", str(port), "-n", job.nqn or "",
             f"--hostnqn={hostnqn}", f"--hostid={hostid}", f"--ctrl-loss-tmo={CTRL_LOSS_TMO_S}",
-            *apply(HOST_KNOBS, "host", k)]
+            *apply(HOST_KNOBS, "host", k), *secret]
+
+
+def uses_named_host(knobs: dict[str, Any]) -> bool:
+    """TLS (the PSK identity) and DH-HMAC-CHAP (the host entry) name the host: its NQN is the one
+    the target holds the key for, not a fresh one."""
+    return knobs.get("tls") == "on" or knobs.get("dhchap", "off") != "off"
+
+
+def host_dhchap_secret(job: PerfJob, target: RunningTarget) -> str | None:
+    """The secret the host authenticates with: the target's, or a fresh one that cannot match it for
+    a point that checks a wrong key is refused (knob `wrong_key`, the security study's)."""
+    if job.knobs.get("dhchap", "off") == "off":
+        return None
+    secret = getattr(target.setup, "dhchap_key", None)
+    if not secret:
+        raise StackError(f"dhchap = {job.knobs['dhchap']}: the target this job connects to has no DH-HMAC-CHAP secret")
+    return random_secret() if job.knobs.get("wrong_key") else secret
 
 
 def target_module(transport: str) -> str:
@@ -391,9 +429,12 @@ class KernelStack(Stack):
                 device = self.path(f"dev/nvmflab-{port}-{index}") + " (or dev/nullb$(cat INDEX) on older kernels)"
             sub_dir = f"{nvmet}/subsystems/{sub.nqn}"
             say(["mkdir", sub_dir])
-            write(f"{sub_dir}/attr_allow_any_host", "0" if setup.allowed_hosts else "1")
-            for hostnqn in setup.allowed_hosts:
+            write(f"{sub_dir}/attr_allow_any_host", "0" if dhchap_hosts(setup) else "1")
+            for hostnqn in dhchap_hosts(setup):
                 say(["mkdir", f"{nvmet}/hosts/{hostnqn}", "(unless it exists)"])
+                if setup.dhchap != "off":
+                    for attr, value in dhchap_host_attrs(replace(setup, dhchap_key="RUN_DHCHAP_SECRET")):
+                        write(f"{nvmet}/hosts/{hostnqn}/{attr}", value)
                 say(["ln", "-s", f"{nvmet}/hosts/{hostnqn}", f"{sub_dir}/allowed_hosts/{hostnqn}"])
             say(["mkdir", f"{sub_dir}/namespaces/1"])
             write(f"{sub_dir}/namespaces/1/device_path", device)
@@ -439,9 +480,10 @@ class KernelStack(Stack):
             hostid = str(uuid.uuid4())
             # A host NQN of our own (unless the spec names one the target admits) finds exactly
             # our controllers again; with a given one, controllers that were there before stay out.
-            # With TLS the PSK identity names the host, so it is the NQN the target holds a key for.
-            hostnqn = job.hostnqn or (TLS_HOSTNQN if job.knobs.get("tls") == "on" else
+            # With TLS or DH-HMAC-CHAP it is the NQN the target holds a key for.
+            hostnqn = job.hostnqn or (TLS_HOSTNQN if uses_named_host(job.knobs) else
                                       f"nqn.2014-08.org.nvmexpress:uuid:{hostid}")
+            secret = host_dhchap_secret(job, target)
             if job.knobs.get("tls") == "on":
                 key = getattr(target.setup, "tls_key", None)
                 if not key:
@@ -451,7 +493,8 @@ class KernelStack(Stack):
             session.preexisting = {c for c, _ in self._controllers(host, job.nqn, hostnqn)}
             session.hostnqn = hostnqn
             tls_before = self._tls_stat(host) if job.knobs.get("tls") == "on" else None
-            self._run(host, connect_argv(job, target.address, target.port, session.hostnqn, hostid))
+            self._connect(host, connect_argv(job, target.address, target.port, session.hostnqn, hostid, secret),
+                          job.knobs)
             session.filename = self._wait_device(host, job.nqn, session.hostnqn, session.preexisting)
             if tls_before is not None:  # the connect's sockets are set up once the device is there
                 tls_after = self._tls_stat(host)
@@ -475,14 +518,34 @@ class KernelStack(Stack):
             host.describe(["sh", "-c", _WRITE, "sh", str(job.knobs["busy_poll_us"]),
                            self.path("proc/sys/net/core/busy_read")]),
             *(self._plan_tls(host, TLS_HOSTNQN, job.nqn or "?") if job.knobs.get("tls") == "on" else []),
-            host.describe(connect_argv(job, address, port, TLS_HOSTNQN if job.knobs.get("tls") == "on" else hostnqn,
-                                       hostid)),
+            host.describe(connect_argv(job, address, port, TLS_HOSTNQN if uses_named_host(job.knobs) else hostnqn,
+                                       hostid, "RUN_DHCHAP_SECRET")),
             f"(wait for {device}: {self.path('sys/class/nvme')}/nvmeX with subsysnqn {job.nqn}, hostnqn "
             f"{hostnqn}, state live)",
             host.describe(fio_argv("fio", job, device, "io_uring", runtime, ramp_time, "fio.json")),
             host.describe(["nvme", "disconnect", "-d", "nvmeX"]),
             "(then the two settings above restored)",
         ]
+
+    def _connect(self, host: Host, argv: list[str], knobs: dict[str, Any]) -> None:
+        """`nvme connect`; with DH-HMAC-CHAP a refusal says so (nvmet rejects a wrong key at connect),
+        without the command line, which holds the secret."""
+        if knobs.get("dhchap", "off") == "off":
+            self._run(host, argv)
+            return
+        done = self._run(host, argv, check=False)
+        if done.returncode == 0:
+            return
+        said = " ".join((done.stderr or done.stdout or "").split())[:300]
+        wrong = " (the point's wrong_key: a secret the target does not hold)" if knobs.get("wrong_key") else ""
+        # nvme-cli says only that the write failed; the host kernel's log says whether authentication did.
+        log = self._run(host, ["dmesg"], check=False).stdout or ""
+        refused = [line for line in log.splitlines()[-40:] if "authentication failed" in line]
+        if refused:
+            raise StackError(f"dhchap = {knobs['dhchap']}: {host.name}: nvme connect refused: DH-HMAC-CHAP "
+                             f"authentication failed{wrong} (kernel: {refused[-1].split('] ', 1)[-1][:120]})")
+        raise StackError(f"dhchap = {knobs['dhchap']}: {host.name}: nvme connect exited {done.returncode} with "
+                         f"DH-HMAC-CHAP on{wrong}: {said}")
 
     def _wait_device(self, host: Host, nqn: str, hostnqn: str, skip: set[str] = frozenset()) -> str:
         deadline = time.monotonic() + DEVICE_WAIT_S
@@ -710,6 +773,17 @@ def _name(text: str, what: str) -> str:
 
 
 STACK = KernelStack  # what get_stack('kernel') makes
+
+
+def dhchap_hosts(setup: TargetSetup) -> tuple[str, ...]:
+    """The host NQNs the subsystems admit: the spec's, or with DH-HMAC-CHAP the one the host connects
+    with (nvmet authenticates only hosts in allowed_hosts; with any host allowed it asks none)."""
+    return setup.allowed_hosts or (tls_hosts(setup) if setup.dhchap != "off" else ())
+
+
+def dhchap_host_attrs(setup: TargetSetup) -> list[tuple[str, str]]:
+    """The nvmet host entry's attributes for DH-HMAC-CHAP, in the order they are written."""
+    return [("dhchap_hash", "hmac(sha256)"), ("dhchap_dhgroup", setup.dhchap), ("dhchap_key", setup.dhchap_key or "")]
 
 
 def tls_hosts(setup: TargetSetup) -> tuple[str, ...]:

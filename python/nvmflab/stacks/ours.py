@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cores import cpulist
+from ..dhchapkey import random_secret
 from ..plan import PerfJob, TargetSetup
 from ..topology.base import Host, HostError, HostProcess
 from ..units import format_size
@@ -272,6 +273,8 @@ class OurStack(Stack):
     def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> OurSession:
         key = target.setup.tls_key if target is not None else None
         secret = target.setup.dhchap_key if target is not None else None
+        if secret and job.knobs.get("wrong_key"):  # the security study's refusal check: a secret the target lacks
+            secret = random_secret()
         identity = getattr(target, "tls_identity", None)
         return OurSession(self._argv_head(job, target.address if target else None,
                                           target.port if target else None, host.binary("nvmf-perf"), key,

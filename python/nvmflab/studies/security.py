@@ -15,7 +15,9 @@ group of `dhgroups`, and with both. CPU per I/O (per connect for the connect app
 cores comes from the per-core /proc/stat samples every point records (analysis/cores_used.py).
 
 Rounds are interleaved (repeat loop outermost): round r measures every pair, app and mode before
-round r + 1 starts. A mode a stack cannot set (the knob map in docs/stacks.md) is stored as skipped
+round r + 1 starts. With `wrong_key = true` each pair also runs one L-app point with DH-HMAC-CHAP
+whose host authenticates with a fresh secret the target does not hold (point knob `wrong_key`): it
+must be refused, so it is stored failed with the refusal, and the run exits 1 for it. A mode a stack cannot set (the knob map in docs/stacks.md) is stored as skipped
 with the stack's reason, as is a connect point whose host is not nvmf-perf (only it has
 `--connects`), and every point of a pair that cannot run here.
 """
@@ -55,6 +57,8 @@ class Params(BaseModel):
     # "spec" (default): the spec's knobs, event-driven where the stack can be, so CPU per I/O is work
     # done rather than a busy loop's time; "poll": both sides poll where they can, as the stacks study.
     polling: Literal["poll", "spec"] = "spec"
+    # One DH-HMAC-CHAP L-app point per pair whose host has the wrong secret: checks refusal, measures nothing.
+    wrong_key: bool = False
 
 
 def mode_knobs(mode: str, dhgroup: str) -> dict:
@@ -96,7 +100,9 @@ def point_settings(params: Params) -> list[dict]:
     data_modes = params.modes if params.data_modes is None else params.data_modes
     data = [app | mode_knobs(m, params.data_dhgroup) for app in apps(params) for m in data_modes]
     connect = {"app": "connect", "rw": "randread", "bs": 4096, "iodepth": params.connect_iodepth, "numjobs": 1}
-    return data + [connect | k for k in connect_modes(params)]
+    wrong = [apps(params)[0] | mode_knobs("dhchap", params.data_dhgroup) | {"wrong_key": True}] if params.wrong_key \
+        else []
+    return data + wrong + [connect | k for k in connect_modes(params)]
 
 
 def execute(ctx: Context, params: Params) -> None:
@@ -114,7 +120,10 @@ def execute(ctx: Context, params: Params) -> None:
 def _point(ctx: Context, params: Params, target: Stack, host: Stack, setting: dict, repeat: int,
            reason: str | None) -> Point:
     connects = setting["app"] == "connect"
-    knobs = pair_knobs(ctx, target, host, setting, params.polling)
+    wrong_key = setting.get("wrong_key", False)
+    knobs = pair_knobs(ctx, target, host, {k: v for k, v in setting.items() if k != "wrong_key"}, params.polling)
+    if wrong_key:
+        knobs["wrong_key"] = True  # the host's secret is not the target's: not a spec knob, added after validation
     if connects:
         knobs["connects"] = True  # nvmf-perf --connects: not a spec knob, so added after validation
         if host.name != CONNECT_STACK and not reason:

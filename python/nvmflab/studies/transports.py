@@ -1,8 +1,9 @@
 """`transports` (the commodity-networks paper, Table 3 and Figs. 3, 4, 6-10): NVMe/TCP against NVMe over
 RDMA, and NVMe/TCP with TLS, for every stack that has them.
 
-Each stack runs as its own target and host (ours/ours, kernel/kernel, spdk/spdk) in each
-configuration of `configs`:
+Each stack runs as its own target and host (ours/ours, kernel/kernel, spdk/spdk), and each mixed
+pair of `pairs` ("TARGET/HOST", e.g. "ours/kernel": our target, the kernel host; knob `stack` is
+that label) beside them, in each configuration of `configs`:
 - `tcp`: NVMe/TCP; `tls`: NVMe/TCP over TLS 1.3 (knob `tls = "on"`; ours only, the other stacks'
   points are stored skipped with their reason); `rdma`: NVMe over RDMA (knob `transport = "rdma"`).
   An RDMA point runs only where both hosts have an RDMA device with a port up and the stack side
@@ -28,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..plan import Point
 from ..spec import STACK_NAMES, IoDepth, Size, StackName
@@ -47,6 +48,7 @@ NO_RDMA_ON_VETH = "no RDMA device on the namespace's veth (Soft-RoCE on a veth i
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stacks: list[StackName] = Field(default=list(STACK_NAMES), min_length=1)
+    pairs: list[str] = Field(default=[], max_length=8)  # mixed "TARGET/HOST" pairs, run beside `stacks`
     configs: list[Literal["tcp", "tls", "rdma"]] = Field(default=["tcp", "tls", "rdma"], min_length=1)
     iodepth: list[IoDepth] = Field(default=[1, 2, 4, 8, 16, 32, 64, 128], min_length=1)
     bs: list[Size] = Field(default=["4k", "16k", "64k", "128k", "256k", "1m"], min_length=1)
@@ -57,6 +59,25 @@ class Params(BaseModel):
     rates: list[str] = Field(default=[], max_length=8)
     mtus: list[int] = Field(default=[1500], min_length=1, max_length=4)
     link_apps: list[Literal["L-app", "T-app", "B-app"]] = Field(default=["L-app", "B-app"], min_length=1)
+
+
+    @field_validator("pairs")
+    @classmethod
+    def _pairs(cls, value: list[str]) -> list[str]:
+        for pair in value:
+            parts = pair.split("/")
+            if len(parts) != 2 or any(p not in STACK_NAMES for p in parts):
+                raise ValueError(f"each of pairs must be TARGET/HOST with each one of {', '.join(STACK_NAMES)} "
+                                 f"(got {pair!r})")
+        return value
+
+
+def pairs(params: Params) -> list[tuple[str, Stack, Stack]]:
+    """(label, target, host): each stack as its own target and host, then the mixed pairs."""
+    own = [(name, get_stack(name)) for name in params.stacks]
+    mixed = [(pair, *pair.split("/")) for pair in params.pairs]
+    return [(name, stack, stack) for name, stack in own] + \
+        [(pair, get_stack(target), get_stack(host)) for pair, target, host in mixed]
 
 
 def apps(params: Params, only: list[str] | None = None) -> list[dict[str, Any]]:
@@ -127,17 +148,17 @@ def _points(ctx: Context, params: Params, link: dict[str, Any], only: list[str] 
     """Every stack × configuration × app (and the cores leg on the topology's path), repeat outermost."""
     topo = ctx.spec.topology
     host1, target1 = distinct(ctx.phys(topo.host_cores[:1])), distinct(ctx.target_phys(topo.target_cores[:1]))
-    stacks = {name: get_stack(name) for name in params.stacks}
-    missing = {name: unavailable(ctx, stack, stack) for name, stack in stacks.items()}
+    chosen = pairs(params)
+    missing = {label: unavailable(ctx, target, host) for label, target, host in chosen}
     points: list[Point] = []
     for repeat in range(ctx.spec.repeats):  # interleaved: every configuration once per round
-        for stack in stacks.values():
+        for label, target, host in chosen:
             for config in params.configs:
-                skip = missing[stack.name] or (NO_RDMA_ON_VETH if config == "rdma" and link["rate"] is not None
-                                               else None)
+                skip = missing[label] or (NO_RDMA_ON_VETH if config == "rdma" and link["rate"] is not None
+                                          else None)
                 for app in apps(params, only):
-                    knobs = _knobs(ctx, stack, config, app, link)
-                    points.append(placed_point(ctx, f"{stack.name}/{config}", knobs, repeat, host1, target1,
+                    knobs = _knobs(ctx, target, host, label, config, app, link)
+                    points.append(placed_point(ctx, f"{label}/{config}", knobs, repeat, host1, target1,
                                                skip_reason=skip))
                 if link["rate"] is not None:
                     continue
@@ -147,18 +168,19 @@ def _points(ctx: Context, params: Params, link: dict[str, Any], only: list[str] 
                     host_cpus, target_cpus = distinct(ctx.phys(hosts)), distinct(ctx.target_phys(targets))
                     app = {"app": "cores", "rw": "randread", "bs": 4096, "iodepth": params.cores_iodepth,
                            "numjobs": n, "io_queues": n}
-                    knobs = _knobs(ctx, stack, config, app, link) | {
+                    knobs = _knobs(ctx, target, host, label, config, app, link) | {
                         "cores": n, "host_cpus": len(host_cpus), "target_cpus": len(target_cpus)}
-                    points.append(placed_point(ctx, f"{stack.name}/{config}", knobs, repeat, host_cpus, target_cpus,
+                    points.append(placed_point(ctx, f"{label}/{config}", knobs, repeat, host_cpus, target_cpus,
                                                skip_reason=skip))
     return points
 
 
-def _knobs(ctx: Context, stack: Stack, config: str, app: dict[str, Any], link: dict[str, Any]) -> dict[str, Any]:
-    """The app's knobs for one stack as its own target and host: the spec's knobs, what the stack
-    always does (SPDK polls), and the configuration's transport and TLS."""
-    knobs = pair_knobs(ctx, stack, stack, app | CONFIGS[config], modes="spec")
-    return knobs | {"stack": stack.name, "config": config, "link": link["link"], "rate": link["rate"],
+def _knobs(ctx: Context, target: Stack, host: Stack, label: str, config: str, app: dict[str, Any],
+           link: dict[str, Any]) -> dict[str, Any]:
+    """The app's knobs for one pair (`label`: a stack as its own target and host, or TARGET/HOST):
+    the spec's knobs, what each side always does (SPDK polls), the configuration's transport and TLS."""
+    knobs = pair_knobs(ctx, target, host, app | CONFIGS[config], modes="spec")
+    return knobs | {"stack": label, "config": config, "link": link["link"], "rate": link["rate"],
                     "mtu": link["mtu"]}
 
 

@@ -233,6 +233,25 @@ def _busy(measurements: pd.DataFrame) -> str:
             f"the points (up to {noise.max():.0f} %)")
 
 
+FUNCTIONAL = "FUNCTIONAL"  # a spec description that starts so declares an emulated run (tests/bed's specs)
+
+
+def functional_runs(runs: pd.DataFrame) -> list[str]:
+    """The spec descriptions of runs declared functional: their timings come from emulated machines
+    (docs/topologies.md, the two-guest bed), and the report says so above everything else."""
+    found = []
+    for _, run in runs.iterrows():
+        try:
+            env = json.loads(_text(run.get("env_json")) or "{}")
+        except json.JSONDecodeError:
+            continue
+        spec = env.get("spec_effective") if isinstance(env, dict) else None
+        description = str(spec.get("description") or "") if isinstance(spec, dict) else ""
+        if description.upper().startswith(FUNCTIONAL) and description not in found:
+            found.append(description)
+    return found
+
+
 def headline(measurements: pd.DataFrame, runs: pd.DataFrame) -> str:
     """What ran where, in one or two sentences: the machine, the stacks run and the legs skipped,
     and how busy the machine was (issue 37 item 5)."""
@@ -291,6 +310,7 @@ def build_report(measurements: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     page = template.render(
         studies=studies, summary=summary, absent=absent, unmeasured=unmeasured, runs=_runs(runs),
+        functional=functional_runs(runs),
         measurement_count=len(measurements), source=source,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

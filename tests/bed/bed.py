@@ -17,6 +17,9 @@ sshd. So no traffic leaves the guests and this machine's loopback.
     python3 tests/bed/bed.py up DIR     boots both, writes DIR/bed.toml and DIR/bed.yml, then
                                         holds them until SIGINT/SIGTERM (both qemus are killed)
 
+While it holds them, NVMFLAB_BED_ATTACH=DIR runs the bed's tests against those guests (Bed.attach)
+instead of booting two more: a test at a time, without a boot each time.
+
 Timings from guests under emulation are functional, never performance.
 """
 
@@ -140,6 +143,24 @@ class Bed:
             _strip_copy(BIN_DIR / name, tree / "usr/local/bin" / name)
             if (RDMA_BIN_DIR / name).is_file():
                 _strip_copy(RDMA_BIN_DIR / name, tree / "usr/local/lib/nvmflab/rdma" / name)
+
+    @classmethod
+    def attach(cls, work: Path) -> "Bed":
+        """The bed `bed.py up DIR` holds: its guests' SSH ports read back from DIR/bed.toml. Its
+        qemus are not ours, so close() leaves them to the `up` that started them."""
+        made = cls(work)
+        try:
+            text = (work / "bed.toml").read_text()
+        except OSError as e:
+            raise BedError(f"no bed to attach to in {work}: {e}") from None
+        for guest in made.guests:
+            section = text.split(f"[hosts.{guest.name}]", 1)[-1].split("[hosts.", 1)[0]
+            ports = [line.split("=", 1)[1].strip() for line in section.splitlines() if line.startswith("port = ")]
+            if len(ports) != 1 or not ports[0].isdigit():
+                raise BedError(f"{work}/bed.toml names no SSH port for {guest.name}")
+            guest.ssh_port = int(ports[0])
+            made._wait_ssh(guest)
+        return made
 
     # -- booting ---------------------------------------------------------------------------------
 

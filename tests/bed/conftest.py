@@ -1,5 +1,6 @@
 """The two-guest bed (bed.py) for the tests beside this file: booted once per session, killed at
 its end (SIGTERM too). NVMFLAB_BED_DIR keeps the consoles, inventories and results there.
+NVMFLAB_BED_ATTACH=DIR uses the bed `bed.py up DIR` holds instead (booted once, left running).
 Without the trixie packages (no network) the tests skip, unless NVMFLAB_BED_REQUIRE=1."""
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ signal.signal(signal.SIGTERM, _interrupt)
 
 @pytest.fixture(scope="session")
 def bed(tmp_path_factory):
+    attach = os.environ.get("NVMFLAB_BED_ATTACH")
+    if attach:
+        yield bed_module.Bed.attach(Path(attach))
+        return
     work = Path(os.environ.get("NVMFLAB_BED_DIR") or tmp_path_factory.mktemp("bed"))
     made = bed_module.Bed(work)
     start = time.monotonic()

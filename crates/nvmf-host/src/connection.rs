@@ -244,7 +244,6 @@ pub fn open_link(opts: &ConnectOptions, subnqn: &str) -> Result<Box<dyn Link>> {
 /// A TCP connection to `opts.addr` with the socket options applied, and its descriptor.
 fn tcp_link(opts: &ConnectOptions) -> Result<(Box<dyn Link>, std::os::fd::RawFd)> {
     let stream = connect_tcp(&opts.addr, opts.timeout)?;
-    stream.set_nodelay(true)?;
     set_socket_options(&stream, opts)?;
     stream.set_nonblocking(true)?;
     let fd = stream.as_raw_fd();
@@ -264,66 +263,29 @@ fn connect_tcp(addr: &str, timeout: Duration) -> Result<TcpStream> {
     Err(err(last))
 }
 
-fn setsockopt(stream: &TcpStream, level: libc::c_int, name: libc::c_int, v: u32) -> Result<()> {
-    let v = v as libc::c_int;
-    // SAFETY: a valid fd and a pointer to an int of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            level,
-            name,
-            &v as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok(())
-}
-
+/// Sets TCP_NODELAY and the options asked for ([`nvmf_proto::sockopts`], as the target does);
+/// the host's policy: the first refused option fails the connect.
 fn set_socket_options(stream: &TcpStream, opts: &ConnectOptions) -> Result<()> {
-    if let Some(p) = opts.so_priority {
-        setsockopt(stream, libc::SOL_SOCKET, libc::SO_PRIORITY, p)?;
+    let asked = nvmf_proto::sockopts::TcpSocketOptions {
+        so_priority: opts.so_priority,
+        tos: opts.tos,
+        busy_poll_us: opts.busy_poll_us,
+        tcp_congestion: opts.tcp_congestion.clone(),
+    };
+    match nvmf_proto::sockopts::apply(stream.as_raw_fd(), &asked).into_iter().next() {
+        None => Ok(()),
+        Some(r) if r.is_congestion() => Err(congestion_refused(&r.value, r.error)),
+        Some(r) => Err(std::io::Error::new(r.error.kind(), r.to_string()).into()),
     }
-    if let Some(t) = opts.tos {
-        if stream.peer_addr()?.is_ipv6() {
-            setsockopt(stream, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, t)?;
-        } else {
-            setsockopt(stream, libc::IPPROTO_IP, libc::IP_TOS, t)?;
-        }
-    }
-    if let Some(us) = opts.busy_poll_us {
-        setsockopt(stream, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us)?;
-    }
-    if let Some(name) = &opts.tcp_congestion {
-        set_congestion_control(stream, name)?;
-    }
-    Ok(())
 }
 
-/// Sets the socket's TCP congestion control by name; a name the kernel does not offer (or does
-/// not allow this user) is refused with the names it offers.
-fn set_congestion_control(stream: &TcpStream, name: &str) -> Result<()> {
-    // SAFETY: a valid fd, and a pointer to `name.len()` bytes (the kernel copies at most 16).
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    let offered = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
-    Err(Error::Unsupported(format!(
+/// A congestion control the kernel does not offer (or does not allow this user), named with
+/// the ones it allows.
+fn congestion_refused(name: &str, e: std::io::Error) -> Error {
+    Error::Unsupported(format!(
         "TCP congestion control {name:?} refused ({e}); this machine allows: {}",
-        offered.trim()
-    )))
+        nvmf_proto::sockopts::allowed_congestion_controls()
+    ))
 }
 
 #[cfg(test)]
@@ -345,10 +307,15 @@ mod tests {
     fn the_congestion_control_asked_for_is_set_and_an_unknown_one_refused_with_what_is_allowed() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let mut opts = ConnectOptions::new("unused", "nqn.2014-08.org.nvmexpress:uuid:test");
         // reno is built into every kernel and always allowed.
-        set_congestion_control(&stream, "reno").unwrap();
+        opts.tcp_congestion = Some("reno".into());
+        set_socket_options(&stream, &opts).unwrap();
         assert_eq!(congestion_of(&stream), "reno");
-        let e = set_congestion_control(&stream, "nosuchcc").unwrap_err().to_string();
+        opts.tcp_congestion = Some("nosuchcc".into());
+        let e = set_socket_options(&stream, &opts).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("\"nosuchcc\" refused") && e.contains("reno"), "{e}");
         assert_eq!(congestion_of(&stream), "reno", "a refused name leaves the socket as it was");
     }

@@ -71,8 +71,7 @@ impl StartError {
     }
 
     fn congestion(name: &str, source: std::io::Error) -> StartError {
-        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
-        StartError::Congestion { name: name.to_string(), source, allowed: allowed.trim().to_string() }
+        StartError::Congestion { name: name.to_string(), source, allowed: nvmf_proto::sockopts::allowed_congestion_controls() }
     }
 }
 

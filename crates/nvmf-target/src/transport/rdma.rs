@@ -2,8 +2,9 @@
 //!
 //! This file holds what the target adds to the binding's encodings (`nvmf_proto::rdma`: CM
 //! private data, keyed SGLs, shared with the host), which need no RDMA library and are tested
-//! everywhere. The transport itself (`rdma/queue.rs`, `rdma/listener.rs`) is built with the
-//! `rdma` cargo feature, on rdma-core through the `nvmf-rdma` crate.
+//! everywhere. The queue's protocol is a sans-I/O machine (`rdma/machine.rs`), also built and
+//! tested everywhere; its driver and the port's thread (`rdma/queue.rs`, `rdma/listener.rs`)
+//! are built with the `rdma` cargo feature, on rdma-core through the `nvmf-rdma` crate.
 //!
 //! Per command: the host SENDs a capsule (SQE plus in-capsule data up to IOCCSZ) into a receive
 //! buffer we posted; read data goes to the host by RDMA WRITE, write data comes by RDMA READ of
@@ -15,6 +16,7 @@ use nvmf_proto::Sqe;
 
 #[cfg(feature = "rdma")]
 mod listener;
+pub mod machine;
 #[cfg(feature = "rdma")]
 mod queue;
 #[cfg(feature = "rdma")]

@@ -1,14 +1,16 @@
-//! Command slots of one connection and the memory budget of their data buffers.
+//! Command slots of one connection and the memory budget of their data buffers: the per-command
+//! lifecycle every transport shares (NVMe/TCP in `tcp.rs`, NVMe/RDMA in `rdma/machine.rs`).
 //!
 //! A command that outlives its capsule (R2T data, backend I/O, a wait for buffer memory) lives
-//! in a slot; the slot index is its R2T transfer tag. Buffers are sized from what the host asks
+//! in a slot; on TCP the slot index is its R2T transfer tag, on RDMA its receive buffer's index
+//! (see [`Slots::claim`]). Buffers are sized from what the host asks
 //! (up to MDTS) for up to SQSIZE + 1 commands, so without a cap one connection could make the
 //! process allocate gigabytes: every connection gets [`BUFFER_BUDGET`] bytes of slot buffers,
 //! and all connections together share the process-wide [`MemoryBudget`].
 
 use crate::backend::{AlignedBuf, AllocError, MemoryBudget};
 use crate::command::Work;
-use nvmf_proto::Status;
+use nvmf_proto::{Sqe, Status};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -18,17 +20,25 @@ use std::sync::Arc;
 /// in-capsule size, because that data has already arrived.
 pub const BUFFER_BUDGET: usize = 64 << 20;
 
+/// The work of a claimed slot until its command asks for a buffer (never executed: a command
+/// reaches execution only through a buffer, which sets the real work).
+const NO_WORK: Work = Work::AuthSend(Sqe([0; 64]));
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotState {
     Free,
     /// Waiting for the budget to have room for its buffer (FIFO, see [`Slots::hold`]).
     AwaitBuffer,
-    /// Waiting for H2CData after R2T.
+    /// Waiting for the host's data: H2CData after R2T (TCP), an RDMA READ (RDMA).
     AwaitData,
-    /// Backend requests in flight.
+    /// Backend requests in flight (or, on RDMA, the command layer deciding).
     Executing,
-    /// Done; its read data waits in the connection's output to be written from this buffer.
+    /// Done; its read data waits in the connection's output to be written from this buffer
+    /// (TCP), or its RDMA WRITE and response SEND are posted (RDMA).
     Sending,
+    /// An Asynchronous Event Request kept until an event completes it (RDMA, whose AER holds
+    /// its receive buffer; TCP keeps none in a slot).
+    Held,
 }
 
 pub struct Slot {
@@ -64,31 +74,62 @@ impl Slots {
         Slots { slots: Vec::new(), free: Vec::new(), held: VecDeque::new(), bytes: 0, budget, process, align }
     }
 
+    fn fresh(&self, work: Work) -> Slot {
+        Slot {
+            state: SlotState::Free,
+            cid: 0,
+            work,
+            buf: AlignedBuf::with_align(self.align),
+            len: 0,
+            received: 0,
+            r2t_upto: 0,
+            failed: None,
+            pending: 0,
+            status: Status::SUCCESS,
+        }
+    }
+
+    fn start(&mut self, idx: u16, cid: u16, work: Work, len: u32) {
+        let s = &mut self.slots[idx as usize];
+        (s.state, s.cid, s.work, s.len) = (SlotState::Executing, cid, work, len);
+        (s.received, s.r2t_upto, s.failed, s.pending, s.status) = (0, 0, None, 0, Status::SUCCESS);
+    }
+
     /// A fresh slot for command `cid`, or `None` when `limit` slots are taken.
     pub fn alloc(&mut self, limit: usize, cid: u16, work: Work, len: u32) -> Option<u16> {
         let idx = match self.free.pop() {
             Some(i) => i,
             None if self.slots.len() < limit => {
-                self.slots.push(Slot {
-                    state: SlotState::Free,
-                    cid: 0,
-                    work,
-                    buf: AlignedBuf::with_align(self.align),
-                    len: 0,
-                    received: 0,
-                    r2t_upto: 0,
-                    failed: None,
-                    pending: 0,
-                    status: Status::SUCCESS,
-                });
+                let s = self.fresh(work);
+                self.slots.push(s);
                 self.slots.len() as u16 - 1
             }
             None => return None,
         };
-        let s = &mut self.slots[idx as usize];
-        (s.state, s.cid, s.work, s.len) = (SlotState::Executing, cid, work, len);
-        (s.received, s.r2t_upto, s.failed, s.pending, s.status) = (0, 0, None, 0, Status::SUCCESS);
+        self.start(idx, cid, work, len);
         Some(idx)
+    }
+
+    /// Takes slot `idx` itself for command `cid`, for a transport whose commands are tied to a
+    /// resource of the same index (NVMe/RDMA: receive buffer `idx` holds the capsule until the
+    /// response is sent, so the host never has more commands than slots). False when the slot
+    /// is taken. The command has no work and no length until it asks for a buffer: the caller
+    /// sets both then, before [`reserve`](Self::reserve).
+    pub fn claim(&mut self, idx: u16, cid: u16) -> bool {
+        while self.slots.len() <= idx as usize {
+            let s = self.fresh(NO_WORK);
+            self.free.push(self.slots.len() as u16);
+            self.slots.push(s);
+        }
+        let Some(at) = self.free.iter().position(|&i| i == idx) else { return false };
+        self.free.swap_remove(at);
+        self.start(idx, cid, NO_WORK, 0);
+        true
+    }
+
+    /// The first slot in `state` whose command is `cid` (an AER an event completes).
+    pub fn find(&self, state: SlotState, cid: u16) -> Option<u16> {
+        self.slots.iter().position(|s| s.state == state && s.cid == cid).map(|i| i as u16)
     }
 
     /// Returns a slot to the free list; its buffer stays for reuse until the budget needs it,

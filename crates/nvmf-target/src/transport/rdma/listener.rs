@@ -202,7 +202,7 @@ impl Loop {
     /// Frees queues that are closed and have no backend request left.
     fn reap_closed(&mut self) {
         for q in self.queues.iter_mut() {
-            if q.as_ref().is_some_and(|q| q.closing && q.in_flight() == 0) {
+            if q.as_ref().is_some_and(|q| q.closing() && q.in_flight() == 0) {
                 *q = None;
             }
         }

@@ -9,7 +9,8 @@ use nvmf_proto::Sqe;
 use crate::connection::{Link, Transport};
 use crate::error::{Error, Result};
 use crate::fabrics::{self, IoQueueParams};
-use crate::queue::{Completion, QueuePair, Xfer};
+use crate::command::{Completion, Xfer};
+use crate::queue::QueuePair;
 
 /// An I/O queue on its own connection.
 pub struct IoQueue {
@@ -20,17 +21,20 @@ pub struct IoQueue {
     max_io: usize,
 }
 
+/// Bytes of Connect's data (the smallest slot buffer a queue pair may have).
+const CONNECT_DATA_LEN: usize = 1024;
+
 /// I/O queue `qid` on `link` (or, without one, a new connection of `params.opts.transport`),
-/// joined to the controller with Connect, in a queue pair of `slots` command slots (a reconnect
-/// needs only Connect's: it keeps its own).
-fn join_io_queue(link: Option<Box<dyn Link>>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize, slots: usize) -> Result<QueuePair> {
+/// joined to the controller with Connect, in a queue pair of `slots` command slots of `buf_len`
+/// bytes each (a reconnect's may be fewer and smaller: see [`QueuePair::fresh_shape`]).
+fn join_io_queue(link: Option<Box<dyn Link>>, params: &IoQueueParams, qid: u16, depth: usize, slots: usize, buf_len: usize) -> Result<QueuePair> {
     // SQSIZE is 0's based: depth + 1 entries, so `depth` commands never fill the queue (RDMA
     // asks for more: see rdma::io_sqsize).
     let sqsize = match params.opts.transport {
         Transport::Tcp => depth as u16,
         Transport::Rdma => crate::rdma::io_sqsize(depth),
     };
-    let (opts, buf_len) = (&params.opts, max_io.max(1024));
+    let (opts, buf_len) = (&params.opts, buf_len.max(CONNECT_DATA_LEN));
     let mut qp = match link {
         Some(link) => QueuePair::open(link, opts, qid, slots, buf_len, params.in_capsule)?,
         None => QueuePair::connect(opts, &params.subnqn, qid, slots, buf_len, params.in_capsule, sqsize, params.cntlid)?,
@@ -42,20 +46,21 @@ fn join_io_queue(link: Option<Box<dyn Link>>, params: &IoQueueParams, qid: u16, 
 impl IoQueue {
     /// Connects I/O queue `qid` with `depth` command slots, each with a `max_io`-byte buffer.
     pub fn connect(params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        let qp = join_io_queue(None, params, qid, depth, max_io, depth.max(1))?;
+        let qp = join_io_queue(None, params, qid, depth, depth.max(1), max_io)?;
         Ok(IoQueue { qp, nsid: 1, lba_shift: 9, max_io })
     }
 
     /// [`IoQueue::connect`] over `link` instead of a TCP connection to `params.opts.addr`.
     pub fn connect_over(link: Box<dyn Link>, params: &IoQueueParams, qid: u16, depth: usize, max_io: usize) -> Result<IoQueue> {
-        let qp = join_io_queue(Some(link), params, qid, depth, max_io, depth.max(1))?;
+        let qp = join_io_queue(Some(link), params, qid, depth, depth.max(1), max_io)?;
         Ok(IoQueue { qp, nsid: 1, lba_shift: 9, max_io })
     }
 
     /// Joins the same qid to the controller `params` names (after a controller reconnect) on a
     /// new connection, and resubmits every command in flight there. Returns how many.
     pub fn reconnect(&mut self, params: &IoQueueParams) -> Result<usize> {
-        let fresh = join_io_queue(None, params, self.qp.qid(), self.qp.depth(), self.max_io, 1)?;
+        let (slots, buf_len) = self.qp.fresh_shape(self.max_io.max(CONNECT_DATA_LEN));
+        let fresh = join_io_queue(None, params, self.qp.qid(), self.qp.depth(), slots, buf_len)?;
         self.qp.resubmit_on(fresh, params.in_capsule)
     }
 

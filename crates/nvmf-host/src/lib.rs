@@ -9,6 +9,7 @@
 //! `nvmf-perf`.
 
 mod auth;
+pub mod command;
 pub mod connection;
 pub mod controller;
 pub mod discovery;
@@ -30,7 +31,8 @@ pub use discovery::{discover, discover_over};
 pub use error::{Error, Result};
 pub use io_queue::IoQueue;
 pub use machine::QueueMachine;
-pub use queue::{Completion, QueuePair, Xfer};
+pub use command::{Completion, Xfer};
+pub use queue::{QueuePair, QueueTransport};
 pub use reconnect::ReconnectPolicy;
 pub use session::{Outage, Session, SessionQueue};
 pub use tls::{TlsLink, TlsOptions};

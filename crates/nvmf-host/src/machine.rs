@@ -19,10 +19,10 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
-use nvmf_proto::nvme::io_opcode;
 use nvmf_proto::pdu::{encode_pdu, encode_pdu_header, C2HData, CapsuleCmd, H2CData, IcReq, TermReq, PFV_1_0, R2T};
 use nvmf_proto::{digest, Cqe, Digests, FrameHeader, Framer, PduHeader, Role, SglDescriptor, Sqe, Status};
 
+use crate::command::{command_name, Completion, Xfer};
 use crate::error::{fes_name, Error, Result};
 
 /// C2HData payloads of at least this many bytes are received straight into the slot's buffer;
@@ -43,25 +43,6 @@ pub const DIRECT_SEND_MIN: usize = 4 << 10;
 const RX_READ_WHILE_LANDING: usize = 4096;
 /// Smallest receive buffer (it must hold any PDU that is not landed directly).
 const RX_MIN: usize = 256 << 10;
-
-/// Data movement of one command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Xfer {
-    None,
-    /// Controller to host (C2HData) into the slot buffer.
-    Read(usize),
-    /// Host to controller from the slot buffer: in the capsule when it fits, else by R2T.
-    Write(usize),
-    /// Host to controller, always in the capsule (Fabrics Connect data).
-    WriteInCapsule(usize),
-}
-
-/// One finished command: `Ok` carries CQE DW0 (low half) and DW1.
-#[derive(Debug)]
-pub struct Completion {
-    pub tag: u16,
-    pub result: Result<u64>,
-}
 
 #[derive(Debug)]
 struct Slot {
@@ -623,46 +604,10 @@ fn slot_result(slot: &Slot, cqe: &Cqe, qid: u16) -> Result<u64> {
     Ok(cqe.result)
 }
 
-/// Readable name of a command for error messages.
-pub fn command_name(opcode: u8, fctype: u8, qid: u16) -> &'static str {
-    use nvmf_proto::fabrics::fctype as f;
-    use nvmf_proto::nvme::admin_opcode as a;
-    if opcode == a::FABRICS {
-        return match fctype {
-            f::CONNECT => "Connect",
-            f::PROPERTY_GET => "Property Get",
-            f::PROPERTY_SET => "Property Set",
-            f::DISCONNECT => "Disconnect",
-            f::AUTH_SEND => "AUTH_Send",
-            f::AUTH_RECV => "AUTH_Receive",
-            _ => "Fabrics command",
-        };
-    }
-    if qid == 0 {
-        match opcode {
-            a::GET_LOG_PAGE => "Get Log Page",
-            a::IDENTIFY => "Identify",
-            a::SET_FEATURES => "Set Features",
-            a::GET_FEATURES => "Get Features",
-            a::KEEP_ALIVE => "Keep Alive",
-            a::ASYNC_EVENT_REQUEST => "Asynchronous Event Request",
-            _ => "Admin command",
-        }
-    } else {
-        match opcode {
-            io_opcode::READ => "Read",
-            io_opcode::WRITE => "Write",
-            io_opcode::FLUSH => "Flush",
-            io_opcode::WRITE_ZEROES => "Write Zeroes",
-            io_opcode::DATASET_MANAGEMENT => "Dataset Management",
-            _ => "I/O command",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvmf_proto::nvme::io_opcode;
     use nvmf_proto::nvme::Status;
     use nvmf_proto::pdu::{CapsuleResp, IcResp};
     use nvmf_proto::Frame;

@@ -1,46 +1,68 @@
-//! A queue pair on one connection: the sans-I/O [`QueueMachine`] (slots, PDUs, digests) and the
-//! [`Link`] that moves its bytes, joined by a thin loop that sends what the machine has to send
-//! (one vectored write: PDU headers and slot payloads together), receives into the buffers it
-//! names (one vectored read: the rest of a payload into its slot, then the receive buffer), and
-//! sleeps in the link when asked to wait. Used for the admin queue (qid 0) and for I/O queues
-//! ([`crate::IoQueue`]).
+//! A queue pair on one connection, behind one trait: [`QueueTransport`] is what a transport's
+//! queue pair supplies (buffers, submit, commit, poll, and moving onto a fresh connection after a
+//! reconnect), and [`QueuePair`] is what the admin queue, I/O queues ([`crate::IoQueue`]) and
+//! reconnect ([`crate::Session`]) use, whatever the transport.
 //!
-//! With the `rdma` cargo feature a queue pair may instead be an NVMe/RDMA queue pair
-//! ([`crate::rdma::queue::RdmaQueue`]); [`QueuePair::connect`] picks by
-//! [`ConnectOptions::transport`], and everything above the queue pair is the same.
+//! NVMe/TCP's queue pair ([`TcpQueue`], here) is the sans-I/O [`QueueMachine`] (slots, PDUs,
+//! digests) and the [`Link`] that moves its bytes, joined by a thin loop that sends what the
+//! machine has to send (one vectored write: PDU headers and slot payloads together), receives
+//! into the buffers it names (one vectored read: the rest of a payload into its slot, then the
+//! receive buffer), and sleeps in the link when asked to wait. It is held inline, so the data
+//! path of every NVMe/TCP benchmark is monomorphic; any other transport (NVMe/RDMA:
+//! [`crate::rdma::connect_queue`]) is boxed behind the trait, and a new one is an implementation
+//! of the trait plus an arm in [`QueuePair::connect`].
 
+use std::any::Any;
 use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::time::{Duration, Instant};
 
 use nvmf_proto::{Digests, Sqe};
 
+pub use crate::command::{command_name, Completion, Xfer};
 use crate::connection::{open_link, ConnectOptions, Link, Transport};
 use crate::error::{Error, Result};
-pub use crate::machine::{command_name, Completion, QueueMachine, Xfer};
+pub use crate::machine::QueueMachine;
 
 /// Slices handed to one vectored write: enough for a few dozen PDUs.
 const SEND_SLICES: usize = 64;
 
-/// A queue pair on its own connection.
-pub struct QueuePair(Inner);
-
-// The TCP queue, the hot path of every benchmark, stays inline; the RDMA one is boxed.
-#[allow(clippy::large_enum_variant)]
-enum Inner {
-    Tcp(TcpQueue),
-    #[cfg(feature = "rdma")]
-    Rdma(Box<crate::rdma::queue::RdmaQueue>),
+/// What a transport's queue pair supplies. Tags are command slots (the CID), `0..depth()`.
+pub trait QueueTransport: Send {
+    fn qid(&self) -> u16;
+    fn depth(&self) -> usize;
+    /// Bytes of write data a command may carry in its capsule.
+    fn in_capsule_max(&self) -> usize;
+    /// The data buffer of `tag`: fill it before a write, read it after a read completes.
+    fn buffer(&mut self, tag: u16) -> &mut [u8];
+    /// Grows `tag`'s buffer to at least `len` bytes (admin commands; never on the data path).
+    fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()>;
+    /// Queues (or posts) a command with CID `tag`.
+    fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()>;
+    /// Sends what is queued without waiting.
+    fn commit(&mut self) -> Result<()>;
+    /// Processes what has arrived, pushing finished commands into `done` (cleared first).
+    /// With a non-zero `wait` it sleeps up to `wait` until at least one finishes.
+    fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()>;
+    /// The slots and buffer length a fresh queue pair of this transport needs so that this one
+    /// can move onto it ([`QueueTransport::resubmit_on`]), given `buf_len`, this queue's own.
+    /// The fresh pair's buffers carry only Connect before that.
+    fn fresh_shape(&self, buf_len: usize) -> (usize, usize);
+    /// Moves this queue onto `fresh` (same transport, already joined to the controller),
+    /// keeping its slots and buffers, and submits again every command in flight on the old
+    /// connection (a write may then run twice, which rewrites the same data). Returns how many.
+    fn resubmit_on(&mut self, fresh: Box<dyn Any>, in_capsule_max: usize) -> Result<usize>;
+    /// This queue as `Any`, for [`QueueTransport::resubmit_on`] on its own kind.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
-/// Calls `$body` with the queue pair's transport-specific queue bound to `$q`.
-macro_rules! each {
-    ($self:expr, $q:ident => $body:expr) => {
-        match &mut $self.0 {
-            Inner::Tcp($q) => $body,
-            #[cfg(feature = "rdma")]
-            Inner::Rdma($q) => $body,
-        }
-    };
+/// A queue pair on its own connection.
+pub struct QueuePair(Held);
+
+// The TCP queue, the hot path of every benchmark, stays inline; other transports are boxed.
+#[allow(clippy::large_enum_variant)]
+enum Held {
+    Tcp(TcpQueue),
+    Boxed(Box<dyn QueueTransport>),
 }
 
 impl QueuePair {
@@ -50,104 +72,105 @@ impl QueuePair {
     #[allow(clippy::too_many_arguments)]
     pub fn connect(opts: &ConnectOptions, subnqn: &str, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize, sqsize: u16, cntlid: u16) -> Result<QueuePair> {
         match opts.transport {
-            Transport::Tcp => {
-                let _ = (sqsize, cntlid);
-                QueuePair::open(open_link(opts, subnqn)?, opts, qid, depth, buf_len, in_capsule_max)
-            }
-            #[cfg(feature = "rdma")]
-            Transport::Rdma => {
-                if opts.tls.is_some() {
-                    return Err(Error::Unsupported("TLS is NVMe/TCP only: it cannot be used with the rdma transport".into()));
-                }
-                let q = crate::rdma::queue::RdmaQueue::connect(&opts.addr, opts.timeout, qid, depth, buf_len, in_capsule_max, sqsize, cntlid)?;
-                Ok(QueuePair(Inner::Rdma(Box::new(q))))
-            }
-            #[cfg(not(feature = "rdma"))]
-            Transport::Rdma => Err(Error::Unsupported(crate::connection::NO_RDMA.into())),
+            Transport::Tcp => QueuePair::open(open_link(opts, subnqn)?, opts, qid, depth, buf_len, in_capsule_max),
+            Transport::Rdma => Ok(QueuePair::boxed(crate::rdma::connect_queue(opts, qid, depth, buf_len, in_capsule_max, sqsize, cntlid)?)),
         }
     }
 
     /// An NVMe/TCP queue pair on `link`: see [`TcpQueue::open`].
     pub fn open(link: Box<dyn Link>, opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize) -> Result<QueuePair> {
-        Ok(QueuePair(Inner::Tcp(TcpQueue::open(link, opts, qid, depth, buf_len, in_capsule_max)?)))
+        Ok(QueuePair(Held::Tcp(TcpQueue::open(link, opts, qid, depth, buf_len, in_capsule_max)?)))
+    }
+
+    /// A queue pair of any other transport.
+    pub fn boxed(q: Box<dyn QueueTransport>) -> QueuePair {
+        QueuePair(Held::Boxed(q))
+    }
+
+    /// The queue behind the trait, for what is off the data path.
+    fn transport(&self) -> &dyn QueueTransport {
+        match &self.0 {
+            Held::Tcp(q) => q,
+            Held::Boxed(q) => q.as_ref(),
+        }
+    }
+
+    fn transport_mut(&mut self) -> &mut dyn QueueTransport {
+        match &mut self.0 {
+            Held::Tcp(q) => q,
+            Held::Boxed(q) => q.as_mut(),
+        }
     }
 
     pub fn qid(&self) -> u16 {
-        match &self.0 {
-            Inner::Tcp(q) => q.machine.qid(),
-            #[cfg(feature = "rdma")]
-            Inner::Rdma(q) => q.qid(),
-        }
+        self.transport().qid()
     }
 
     pub fn depth(&self) -> usize {
-        match &self.0 {
-            Inner::Tcp(q) => q.machine.depth(),
-            #[cfg(feature = "rdma")]
-            Inner::Rdma(q) => q.depth(),
-        }
+        self.transport().depth()
+    }
+
+    pub fn in_capsule_max(&self) -> usize {
+        self.transport().in_capsule_max()
     }
 
     /// The data buffer of `tag`: fill it before a write, read it after a read completes.
     pub fn buffer(&mut self, tag: u16) -> &mut [u8] {
-        each!(self, q => q.buffer(tag))
-    }
-
-    /// Grows `tag`'s buffer (admin commands with large data; never on the data path).
-    pub fn ensure_buffer(&mut self, tag: u16, len: usize) {
         match &mut self.0 {
-            Inner::Tcp(q) => q.machine.ensure_buffer(tag, len),
-            #[cfg(feature = "rdma")]
-            Inner::Rdma(q) => {
-                // A buffer that cannot be registered stays as it was: the command then fails
-                // with the buffer's size named.
-                if let Err(e) = q.ensure_buffer(tag, len) {
-                    tracing::warn!("growing tag {tag}'s buffer to {len} bytes: {e}");
-                }
-            }
+            Held::Tcp(q) => q.machine.buffer(tag),
+            Held::Boxed(q) => q.buffer(tag),
         }
     }
 
-    pub fn in_capsule_max(&self) -> usize {
-        match &self.0 {
-            Inner::Tcp(q) => q.machine.in_capsule_max(),
-            #[cfg(feature = "rdma")]
-            Inner::Rdma(q) => q.in_capsule_max(),
+    /// Grows `tag`'s buffer (admin commands with large data; never on the data path). A buffer
+    /// that cannot grow (an RDMA registration failed) stays as it was: the command then fails
+    /// with the buffer's size named.
+    pub fn ensure_buffer(&mut self, tag: u16, len: usize) {
+        if let Err(e) = self.transport_mut().ensure_buffer(tag, len) {
+            tracing::warn!("growing tag {tag}'s buffer to {len} bytes: {e}");
         }
     }
 
     /// Queues a command with CID `tag`; it goes out at the next [`QueuePair::commit`] or poll
     /// (NVMe/RDMA: at once).
     pub fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
-        each!(self, q => q.submit(tag, sqe, xfer))
+        match &mut self.0 {
+            Held::Tcp(q) => q.machine.submit(tag, sqe, xfer),
+            Held::Boxed(q) => q.submit(tag, sqe, xfer),
+        }
+    }
+
+    /// The slots and buffer length of the fresh queue pair a reconnect joins for
+    /// [`QueuePair::resubmit_on`]: see [`QueueTransport::fresh_shape`].
+    pub(crate) fn fresh_shape(&self, buf_len: usize) -> (usize, usize) {
+        self.transport().fresh_shape(buf_len)
     }
 
     /// Moves this queue onto `fresh`'s connection (already joined to the controller) and
     /// submits again every command in flight on the old one. Returns how many.
     pub(crate) fn resubmit_on(&mut self, fresh: QueuePair, in_capsule_max: usize) -> Result<usize> {
-        match (&mut self.0, fresh.0) {
-            (Inner::Tcp(q), Inner::Tcp(f)) => {
-                q.link = f.link;
-                q.machine.resubmit_on(f.machine, in_capsule_max)
-            }
-            #[cfg(feature = "rdma")]
-            _ => Err(Error::Unsupported("resubmitting commands after a reconnect is NVMe/TCP only".into())),
-        }
+        let fresh = match fresh.0 {
+            Held::Tcp(f) => Box::new(f) as Box<dyn QueueTransport>,
+            Held::Boxed(f) => f,
+        };
+        self.transport_mut().resubmit_on(fresh.into_any(), in_capsule_max)
     }
 
     /// Sends what is queued without waiting (the rest goes out during polls).
     pub fn commit(&mut self) -> Result<()> {
         match &mut self.0 {
-            Inner::Tcp(q) => q.flush().map(|_| ()),
-            #[cfg(feature = "rdma")]
-            Inner::Rdma(_) => Ok(()),
+            Held::Tcp(q) => q.flush().map(|_| ()),
+            Held::Boxed(q) => q.commit(),
         }
     }
 
     /// Processes what has arrived, pushing finished commands into `done` (cleared first).
     /// With a non-zero `wait` it sleeps up to `wait` until at least one finishes.
     pub fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
-        each!(self, q => q.poll(wait, done))
+        match &mut self.0 {
+            Held::Tcp(q) => q.poll(wait, done),
+            Held::Boxed(q) => q.poll(wait, done),
+        }
     }
 
     /// Submits one command on tag 0 and waits for it (admin commands, simple tools).
@@ -169,8 +192,13 @@ impl QueuePair {
     }
 }
 
+/// What `resubmit_on` answers when handed a fresh queue pair of another transport.
+pub(crate) fn wrong_transport() -> Error {
+    Error::Unsupported("resubmitting onto a queue pair of another transport".into())
+}
+
 /// An NVMe/TCP queue pair: the protocol machine and the link that moves its bytes.
-struct TcpQueue {
+pub struct TcpQueue {
     link: Box<dyn Link>,
     machine: QueueMachine,
 }
@@ -208,16 +236,6 @@ impl TcpQueue {
             qp.poll(left, &mut done).map_err(|e| if opts.tls.is_none() { plain_refusal_hint(e) } else { e })?;
         }
         Ok(qp)
-    }
-
-    /// The data buffer of `tag`: fill it before a write, read it after a read completes.
-    fn buffer(&mut self, tag: u16) -> &mut [u8] {
-        self.machine.buffer(tag)
-    }
-
-    /// Queues a command with CID `tag`; it goes out at the next [`QueuePair::commit`] or poll.
-    fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
-        self.machine.submit(tag, sqe, xfer)
     }
 
     /// Writes as much of the pending output as the link takes now. True when all went out.
@@ -291,5 +309,57 @@ impl TcpQueue {
             self.link.wait(left, true)?;
         }
         Ok(())
+    }
+}
+
+impl QueueTransport for TcpQueue {
+    fn qid(&self) -> u16 {
+        self.machine.qid()
+    }
+
+    fn depth(&self) -> usize {
+        self.machine.depth()
+    }
+
+    fn in_capsule_max(&self) -> usize {
+        self.machine.in_capsule_max()
+    }
+
+    fn buffer(&mut self, tag: u16) -> &mut [u8] {
+        self.machine.buffer(tag)
+    }
+
+    fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()> {
+        self.machine.ensure_buffer(tag, len);
+        Ok(())
+    }
+
+    fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
+        self.machine.submit(tag, sqe, xfer)
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        self.flush().map(|_| ())
+    }
+
+    fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
+        TcpQueue::poll(self, wait, done)
+    }
+
+    /// One slot: the machine keeps its own slots and takes over only the fresh connection's
+    /// framing, whose receive buffer is sized from the buffer length.
+    fn fresh_shape(&self, buf_len: usize) -> (usize, usize) {
+        (1, buf_len)
+    }
+
+    fn resubmit_on(&mut self, fresh: Box<dyn Any>, in_capsule_max: usize) -> Result<usize> {
+        let fresh = fresh.downcast::<TcpQueue>().map_err(|_| wrong_transport())?;
+        let TcpQueue { link, machine } = *fresh;
+        self.link = link;
+        self.machine.resubmit_on(machine, in_capsule_max)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
     }
 }

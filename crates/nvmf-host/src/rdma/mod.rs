@@ -13,8 +13,10 @@ use nvmf_proto::nvme::SglDescriptor;
 use nvmf_proto::rdma::{CmRequest, KeyedSgl, KEYED_SGL_MAX_LEN};
 use nvmf_proto::Sqe;
 
+use crate::command::Xfer;
+use crate::connection::ConnectOptions;
 use crate::error::{Error, Result};
-use crate::machine::Xfer;
+use crate::queue::QueueTransport;
 
 #[cfg(feature = "rdma")]
 pub mod queue;
@@ -27,6 +29,25 @@ pub const DEFAULT_PORT: u16 = 4420;
 /// (HSQSIZE + 1), as Linux's host asks.
 pub fn cm_request(qid: u16, sqsize: u16, cntlid: u16) -> CmRequest {
     CmRequest { qid, hrqsize: sqsize.saturating_add(1), hsqsize: sqsize, cntlid }
+}
+
+/// Connects NVMe/RDMA queue `qid` to `opts.addr` for [`crate::QueuePair::connect`] (see
+/// [`queue::RdmaQueue::connect`]); without the `rdma` cargo feature, an error that says how to
+/// build one.
+#[allow(clippy::too_many_arguments)]
+pub fn connect_queue(opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize, sqsize: u16, cntlid: u16) -> Result<Box<dyn QueueTransport>> {
+    #[cfg(feature = "rdma")]
+    {
+        if opts.tls.is_some() {
+            return Err(Error::Unsupported("TLS is NVMe/TCP only: it cannot be used with the rdma transport".into()));
+        }
+        Ok(Box::new(queue::RdmaQueue::connect(&opts.addr, opts.timeout, qid, depth, buf_len, in_capsule_max, sqsize, cntlid)?))
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        let _ = (opts, qid, depth, buf_len, in_capsule_max, sqsize, cntlid);
+        Err(Error::Unsupported(crate::connection::NO_RDMA.into()))
+    }
 }
 
 /// SQSIZE (0's based) an RDMA I/O queue of `depth` slots asks for: twice its depth, at most

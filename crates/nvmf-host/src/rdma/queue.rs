@@ -7,6 +7,7 @@
 //! never invalidated; the capsule area (one SQE plus in-capsule data per slot) and the receive
 //! area (one 16-byte completion per posted receive) are registered for local access only.
 
+use std::any::Any;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,9 @@ use nvmf_proto::{Cqe, Sqe};
 use nvmf_rdma::{Connection, Connector, EventKind, MemoryRegion, SendOp, WorkCompletion};
 
 use super::{build_command, cm_request, split_addr, DataPath, RemoteBuffer, SlotState};
+use crate::command::{command_name, Completion, Xfer};
 use crate::error::{Error, Result};
-use crate::machine::{command_name, Completion, Xfer};
+use crate::queue::{wrong_transport, QueueTransport};
 
 /// Receive work requests carry this bit in their ID; sends carry the slot's tag.
 const RECV_BIT: u64 = 1 << 63;
@@ -27,7 +29,9 @@ struct Slot {
     mr: MemoryRegion,
     buf: Vec<u8>,
     state: SlotState,
+    /// The command as submitted, kept to resubmit it on a new connection after a reconnect.
     sqe: Sqe,
+    xfer: Xfer,
 }
 
 /// An NVMe/RDMA queue pair.
@@ -43,6 +47,10 @@ pub struct RdmaQueue {
     responses: Vec<u8>,
     responses_mr: MemoryRegion,
     wc: [WorkCompletion; 32],
+    /// A SEND that could not be posted (the connection is failing): its command stays in
+    /// flight, and the next commit or poll reports the loss, as NVMe/TCP's would, so that a
+    /// reconnect resubmits it.
+    post_error: Option<Error>,
     // The regions above are dropped before the connection, and the connection before its
     // CM id's event channel.
     conn: Connection,
@@ -86,6 +94,7 @@ impl RdmaQueue {
             responses,
             responses_mr,
             wc: [WorkCompletion::default(); 32],
+            post_error: None,
             conn,
             cm,
         };
@@ -129,22 +138,6 @@ impl RdmaQueue {
         }
     }
 
-    pub fn qid(&self) -> u16 {
-        self.qid
-    }
-
-    pub fn depth(&self) -> usize {
-        self.slots.len()
-    }
-
-    pub fn in_capsule_max(&self) -> usize {
-        self.in_capsule_max
-    }
-
-    pub fn buffer(&mut self, tag: u16) -> &mut [u8] {
-        &mut self.slots[tag as usize].buf
-    }
-
     /// Grows `tag`'s buffer (admin commands with large data), registering it anew.
     pub fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()> {
         if self.slots[tag as usize].buf.len() >= len {
@@ -166,7 +159,8 @@ impl RdmaQueue {
         unsafe { self.conn.post_recv(RECV_BIT | i as u64, p, CQE_LEN as u32, self.responses_mr.lkey) }.map_err(|e| io_err("posting a receive", e))
     }
 
-    /// Sends a command with CID `tag` (SEND of its capsule).
+    /// Sends a command with CID `tag` (SEND of its capsule). A SEND the connection refuses is
+    /// reported at the next commit or poll, its command in flight.
     pub fn submit(&mut self, tag: u16, mut sqe: Sqe, xfer: Xfer) -> Result<()> {
         let (qid, icmax, clen) = (self.qid, self.in_capsule_max, self.capsule_len);
         let slot = self.slots.get_mut(tag as usize).ok_or_else(|| Error::Unsupported(format!("tag {tag} beyond queue depth")))?;
@@ -185,13 +179,13 @@ impl RdmaQueue {
             DataPath::None | DataPath::Keyed(_) => 0,
         };
         slot.state.start();
-        slot.sqe = sqe;
+        (slot.sqe, slot.xfer) = (sqe, xfer);
         let p = capsule.as_mut_ptr();
         // SAFETY: the capsule lies in capsules_mr and is not touched until the SEND completes.
-        unsafe { self.conn.post_send(SendOp::Send, tag as u64, true, p, (SQE_LEN + data) as u32, self.capsules_mr.lkey) }.map_err(|e| {
-            self.slots[tag as usize].state.abort();
-            io_err("posting a SEND", e)
-        })
+        if let Err(e) = unsafe { self.conn.post_send(SendOp::Send, tag as u64, true, p, (SQE_LEN + data) as u32, self.capsules_mr.lkey) } {
+            self.post_error.get_or_insert(io_err("posting a SEND", e));
+        }
+        Ok(())
     }
 
     /// Takes the completions that are in, pushing finished commands into `done` (cleared
@@ -199,6 +193,9 @@ impl RdmaQueue {
     /// least one finishes.
     pub fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
         done.clear();
+        if let Some(e) = self.post_error.take() {
+            return Err(e);
+        }
         let deadline = (!wait.is_zero()).then(|| Instant::now() + wait);
         loop {
             self.reap(done)?;
@@ -287,6 +284,103 @@ impl RdmaQueue {
     }
 }
 
+impl RdmaQueue {
+    /// Takes over `fresh`'s connection (a new one, joined to the controller, with as many
+    /// slots) and posts again every command that was in flight here. The slots keep their
+    /// buffers, so data of commands that finished before the loss stays where the caller
+    /// reads it; each buffer is registered anew in the fresh connection's protection domain.
+    fn take_over(&mut self, mut fresh: RdmaQueue) -> Result<usize> {
+        if fresh.qid != self.qid || fresh.slots.len() < self.slots.len() {
+            return Err(Error::Unsupported(format!(
+                "resubmitting queue {} ({} slots) onto queue {} with {} slots",
+                self.qid,
+                self.slots.len(),
+                fresh.qid,
+                fresh.slots.len()
+            )));
+        }
+        // The connection and its capsule and receive areas change places: `fresh` now holds
+        // the old ones and goes at the end, with the buffers it was connected with.
+        std::mem::swap(&mut self.conn, &mut fresh.conn);
+        std::mem::swap(&mut self.cm, &mut fresh.cm);
+        std::mem::swap(&mut self.capsules, &mut fresh.capsules);
+        std::mem::swap(&mut self.capsules_mr, &mut fresh.capsules_mr);
+        std::mem::swap(&mut self.responses, &mut fresh.responses);
+        std::mem::swap(&mut self.responses_mr, &mut fresh.responses_mr);
+        (self.in_capsule_max, self.capsule_len) = (fresh.in_capsule_max, fresh.capsule_len);
+        self.post_error = None;
+        for slot in &mut self.slots {
+            // SAFETY: as in new_slot; the old registration goes at the assignment, one
+            // buffer at a time, so no more memory is pinned than one buffer's worth.
+            let mr = unsafe { self.conn.register_remote(slot.buf.as_mut_ptr(), slot.buf.len()) };
+            // Some slots would stay registered on the old connection: not worth retrying.
+            slot.mr = mr.map_err(|e| Error::Unsupported(format!("registering a data buffer again after a reconnect: {e}")))?;
+        }
+        let mut n = 0;
+        for tag in 0..self.slots.len() {
+            let slot = &mut self.slots[tag];
+            if slot.state.is_active() {
+                slot.state.abort();
+                let (sqe, xfer) = (slot.sqe, slot.xfer);
+                self.submit(tag as u16, sqe, xfer)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl QueueTransport for RdmaQueue {
+    fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn in_capsule_max(&self) -> usize {
+        self.in_capsule_max
+    }
+
+    fn buffer(&mut self, tag: u16) -> &mut [u8] {
+        &mut self.slots[tag as usize].buf
+    }
+
+    fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()> {
+        RdmaQueue::ensure_buffer(self, tag, len)
+    }
+
+    fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
+        RdmaQueue::submit(self, tag, sqe, xfer)
+    }
+
+    /// Nothing waits ([`RdmaQueue::submit`] posts at once), but a SEND that failed to post is
+    /// reported here.
+    fn commit(&mut self) -> Result<()> {
+        self.post_error.take().map_or(Ok(()), Err)
+    }
+
+    fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()> {
+        RdmaQueue::poll(self, wait, done)
+    }
+
+    /// Every slot, with buffers only as large as Connect's data: capsules are registered per
+    /// connection, the slots' own buffers move over and are registered again.
+    fn fresh_shape(&self, _buf_len: usize) -> (usize, usize) {
+        (self.slots.len(), 0)
+    }
+
+    fn resubmit_on(&mut self, fresh: Box<dyn Any>, _in_capsule_max: usize) -> Result<usize> {
+        let fresh = fresh.downcast::<RdmaQueue>().map_err(|_| wrong_transport())?;
+        self.take_over(*fresh)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
 impl Drop for RdmaQueue {
     fn drop(&mut self) {
         // Tell the controller at once; the verbs resources go with the fields.
@@ -298,7 +392,7 @@ fn new_slot(conn: &Connection, len: usize) -> Result<Slot> {
     let mut buf = vec![0u8; len.max(1)];
     // SAFETY: the buffer is never resized while registered and is dropped after its region.
     let mr = unsafe { conn.register_remote(buf.as_mut_ptr(), buf.len()) }.map_err(|e| io_err("registering a data buffer", e))?;
-    Ok(Slot { mr, buf, state: SlotState::default(), sqe: Sqe::new(0, 0) })
+    Ok(Slot { mr, buf, state: SlotState::default(), sqe: Sqe::new(0, 0), xfer: Xfer::None })
 }
 
 /// Sleeps in poll(2) until one of `fds` is readable or `timeout` passed.

@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
         *) targets+=("$1"); shift ;;
     esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(frame target_conn host_pdus config_toml config_nvmetcli tls_server)
+[ ${#targets[@]} -gt 0 ] || targets=(frame target_conn target_rdma host_pdus config_toml config_nvmetcli tls_server)
 case "$sanitizer" in address|leak|none) ;; *) echo "fuzz: --sanitizer $sanitizer: address, leak or none" >&2; exit 2 ;; esac
 for n in "$seconds" "$runs"; do
     [[ -z "$n" || "$n" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: --seconds and --runs take a positive whole number, not '$n'" >&2; exit 2; }
@@ -42,8 +42,8 @@ fi
 export LSAN_OPTIONS="${LSAN_OPTIONS:-malloc_context_size=1}"
 
 # Per target: largest input (bytes) and the time one input may take before it counts as a hang.
-declare -A max_len=([frame]=8192 [target_conn]=4096 [host_pdus]=8192 [config_toml]=4096 [config_nvmetcli]=4096 [tls_server]=4096)
-declare -A timeout=([frame]=10 [target_conn]=20 [host_pdus]=20 [config_toml]=10 [config_nvmetcli]=10 [tls_server]=20)
+declare -A max_len=([frame]=8192 [target_conn]=4096 [target_rdma]=4096 [host_pdus]=8192 [config_toml]=4096 [config_nvmetcli]=4096 [tls_server]=4096)
+declare -A timeout=([frame]=10 [target_conn]=20 [target_rdma]=20 [host_pdus]=20 [config_toml]=10 [config_nvmetcli]=10 [tls_server]=20)
 
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo fuzz --version >/dev/null 2>&1; then

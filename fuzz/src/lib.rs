@@ -12,3 +12,4 @@ pub mod config_toml;
 pub mod frame;
 pub mod host_pdus;
 pub mod target_conn;
+pub mod target_rdma;

@@ -318,7 +318,7 @@ fn payload(n: usize, seed: u16) -> Vec<u8> {
 
 /// A command capsule: mostly well-formed commands of every kind the target handles, with
 /// lengths, namespaces and SGLs that are right or wrong in the ways hosts get them wrong.
-fn capsule(s: &mut Script) -> (Sqe, Vec<u8>) {
+pub(crate) fn capsule(s: &mut Script) -> (Sqe, Vec<u8>) {
     const IO: [u8; 6] = [io_opcode::READ, io_opcode::WRITE, io_opcode::FLUSH, io_opcode::WRITE_ZEROES, io_opcode::DATASET_MANAGEMENT, 0x55];
     const ADMIN: [u8; 7] = [
         admin_opcode::IDENTIFY,

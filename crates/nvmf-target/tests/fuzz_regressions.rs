@@ -1,5 +1,6 @@
 //! Replays the target's fuzz corpora and past crash/hang inputs through the fuzz drivers:
-//! the sans-I/O connection fed a hostile host's bytes (fuzz/corpus/target_conn) and the TOML
+//! the sans-I/O connection fed a hostile host's bytes (fuzz/corpus/target_conn), the sans-I/O
+//! RDMA queue fed hostile capsules and work completions (fuzz/corpus/target_rdma), and the TOML
 //! and nvmetcli config parsers. No fuzzing toolchain needed; docs/fuzzing.md.
 
 #[allow(dead_code)]
@@ -7,6 +8,8 @@
 mod script;
 #[path = "../../../fuzz/src/target_conn.rs"]
 mod target_conn;
+#[path = "../../../fuzz/src/target_rdma.rs"]
+mod target_rdma;
 #[path = "../../../fuzz/src/config_toml.rs"]
 mod config_toml;
 #[path = "../../../fuzz/src/config_nvmetcli.rs"]
@@ -25,6 +28,12 @@ fn fuzz_dir() -> &'static Path {
 fn connection_corpus_replays_cleanly() {
     let n = replay::replay(fuzz_dir(), "target_conn", target_conn::run, Duration::from_secs(30));
     assert!(n >= 5, "only {n} target_conn inputs found under fuzz/: the corpus is missing");
+}
+
+#[test]
+fn rdma_queue_corpus_replays_cleanly() {
+    let n = replay::replay(fuzz_dir(), "target_rdma", target_rdma::run, Duration::from_secs(30));
+    assert!(n >= 4, "only {n} target_rdma inputs found under fuzz/: the corpus is missing");
 }
 
 #[test]

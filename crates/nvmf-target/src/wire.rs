@@ -18,7 +18,6 @@
 use crate::config::PortTls;
 use crate::core::Port;
 use mio::net::TcpStream;
-use nvmf_tls::boundary::RecordBoundary;
 use nvmf_tls::ktls::{self, KtlsMode, NonData};
 use nvmf_tls::{PskIdentity, ServerConfig, SessionInfo, TlsSession};
 use std::io::{self, ErrorKind, IoSlice, IoSliceMut, Read, Write};
@@ -31,7 +30,6 @@ use std::sync::Arc;
 const TLS_HANDSHAKE: u8 = 0x16;
 /// Plaintext taken per write: several TLS records (16 KiB each) per send.
 const MAX_WRITE: usize = 256 << 10;
-const SCRATCH: usize = 64 << 10;
 
 /// What a TLS port's connections need.
 #[derive(Clone)]
@@ -64,24 +62,19 @@ enum State {
     Ktls(Box<SessionInfo>),
 }
 
+/// Userspace records: the socket reads into the session's receive buffer, where records are
+/// opened in place, and writes seal from the connection's slices straight into `out`.
 struct TlsWire {
     session: TlsSession,
-    /// Decrypted bytes not yet read; `plain_pos` of them are.
-    plain: Vec<u8>,
-    plain_pos: usize,
     /// Ciphertext the socket has not taken yet; `out_pos` of it went.
     out: Vec<u8>,
     out_pos: usize,
-    stage: Vec<u8>,
-    scratch: Vec<u8>,
-    /// The last socket read would block: what is decrypted is all there is for now.
-    drained: bool,
     /// The peer ended the stream (EOF or close_notify).
     eof: bool,
     established_logged: bool,
     /// The TLS ULP is attached: handshake reads stop at record ends, and the records go to the
     /// kernel once the handshake is done.
-    kernel: Option<RecordBoundary>,
+    kernel: bool,
 }
 
 /// A connection's socket with the port's TLS setting.
@@ -168,7 +161,7 @@ impl Wire {
     /// Decrypted bytes are waiting to be read (the socket may have none).
     pub fn has_buffered_input(&self) -> bool {
         match &self.state {
-            State::Tls(t) => t.plain_pos < t.plain.len(),
+            State::Tls(t) => t.session.has_input_ready(),
             _ => false,
         }
     }
@@ -198,9 +191,9 @@ impl Wire {
             let setup = self.tls.as_ref().ok_or_else(|| refused("TLS port without a TLS configuration".into()))?;
             let session = TlsSession::server(&setup.config).map_err(|e| refused(e.to_string()))?;
             let kernel = match setup.ktls {
-                KtlsMode::Off => None,
+                KtlsMode::Off => false,
                 mode => match ktls::attach(self.stream.as_raw_fd()) {
-                    Ok(()) => Some(RecordBoundary::new()),
+                    Ok(()) => true,
                     Err(e) if mode == KtlsMode::On => {
                         tracing::warn!(peer = ?self.peer, portid = self.port.portid, "--ktls on: {e}; closing the connection");
                         return Err(refused(e.to_string()));
@@ -208,23 +201,11 @@ impl Wire {
                     Err(e) => {
                         self.port.tls_stats.ktls_fallbacks.fetch_add(1, Relaxed);
                         tracing::debug!(peer = ?self.peer, "{e}: TLS records in userspace");
-                        None
+                        false
                     }
                 },
             };
-            self.state = State::Tls(Box::new(TlsWire {
-                session,
-                plain: Vec::new(),
-                plain_pos: 0,
-                out: Vec::new(),
-                out_pos: 0,
-                stage: Vec::new(),
-                scratch: vec![0; SCRATCH],
-                drained: false,
-                eof: false,
-                established_logged: false,
-                kernel,
-            }));
+            self.state = State::Tls(Box::new(TlsWire { session, out: Vec::new(), out_pos: 0, eof: false, established_logged: false, kernel }));
         } else if required {
             self.port.tls_stats.plain_refused.fetch_add(1, Relaxed);
             tracing::warn!(
@@ -256,23 +237,29 @@ impl TlsWire {
         Ok(true)
     }
 
+    /// A session failure: logged with the host it names, counted when the handshake failed,
+    /// and its alert sent (after the count: a peer that reads it may look at the counters).
+    fn failed(&mut self, stream: &mut TcpStream, port: &Port, peer: Option<SocketAddr>, e: nvmf_tls::TlsError, was_handshaking: bool) -> io::Error {
+        let identity = self.session.offered_identity();
+        let hostnqn = identity.as_deref().and_then(|i| PskIdentity::parse(i).ok()).map(|i| i.hostnqn);
+        if was_handshaking {
+            port.tls_stats.handshake_failures.fetch_add(1, Relaxed);
+        }
+        tracing::warn!(
+            peer = ?peer, portid = port.portid, host = hostnqn.as_deref().unwrap_or("?"),
+            identity = identity.as_deref().unwrap_or("none offered"),
+            "{e}; closing the connection"
+        );
+        self.queue_ciphertext();
+        let _ = self.flush_out(stream);
+        refused(e.to_string())
+    }
+
     fn queue_ciphertext(&mut self) {
         if self.session.has_ciphertext() {
             let c = self.session.take_ciphertext();
             self.out.extend_from_slice(&c);
         }
-    }
-
-    fn copy_out(&mut self, buf: &mut [u8]) -> usize {
-        let avail = &self.plain[self.plain_pos..];
-        let n = avail.len().min(buf.len());
-        buf[..n].copy_from_slice(&avail[..n]);
-        self.plain_pos += n;
-        if self.plain_pos == self.plain.len() {
-            self.plain.clear();
-            self.plain_pos = 0;
-        }
-        n
     }
 }
 
@@ -303,48 +290,36 @@ impl Read for Wire {
         if buf.is_empty() {
             return Ok(0);
         }
+        let mut done = 0;
         loop {
-            if t.kernel.is_some() && t.session.is_established() {
+            if t.kernel && t.session.is_established() {
                 break;
             }
-            let avail = t.plain.len() - t.plain_pos;
-            if avail >= buf.len() || (avail > 0 && (t.drained || t.eof)) {
-                return Ok(t.copy_out(buf));
+            if t.session.is_established() {
+                match t.session.read_plaintext(&mut buf[done..]) {
+                    Ok(n) => done += n,
+                    Err(e) => return Err(t.failed(&mut self.stream, &self.port, self.peer, e, false)),
+                }
+                if done == buf.len() {
+                    return Ok(done);
+                }
+                t.eof |= t.session.peer_closed();
             }
             if t.eof {
-                return Ok(0);
-            }
-            if t.plain_pos > (1 << 20) {
-                t.plain.drain(..t.plain_pos);
-                t.plain_pos = 0;
+                return Ok(done);
             }
             // With kTLS ahead, no read may go past the record being read.
-            let want = t.kernel.as_ref().map_or(t.scratch.len(), |b| b.want().min(t.scratch.len()));
-            match self.stream.read(&mut t.scratch[..want]) {
+            let limit = if t.kernel { t.session.handshake_read_limit() } else { usize::MAX };
+            let space = t.session.recv_space();
+            let want = space.len().min(limit);
+            match self.stream.read(&mut space[..want]) {
                 Ok(0) => t.eof = true,
                 Ok(n) => {
-                    if let Some(b) = &mut t.kernel {
-                        b.advance(&t.scratch[..n]);
-                    }
-                    t.drained = false;
                     let was_handshaking = t.session.is_handshaking();
-                    let fed = t.session.feed_into(&t.scratch[..n], &mut t.plain);
+                    let fed = t.session.received(n);
                     t.queue_ciphertext();
                     if let Err(e) = fed {
-                        let identity = t.session.offered_identity();
-                        let hostnqn = identity.as_deref().and_then(|i| PskIdentity::parse(i).ok()).map(|i| i.hostnqn);
-                        if was_handshaking {
-                            self.port.tls_stats.handshake_failures.fetch_add(1, Relaxed);
-                        }
-                        tracing::warn!(
-                            peer = ?self.peer, portid = self.port.portid, host = hostnqn.as_deref().unwrap_or("?"),
-                            identity = identity.as_deref().unwrap_or("none offered"),
-                            "{e}; closing the connection"
-                        );
-                        // The alert goes out once the failure is counted: a peer that reads it
-                        // may look at the counters at once.
-                        let _ = t.flush_out(&mut self.stream);
-                        return Err(refused(e.to_string()));
+                        return Err(t.failed(&mut self.stream, &self.port, self.peer, e, was_handshaking));
                     }
                     // Handshake replies go out now; a full socket keeps them pending.
                     let _ = t.flush_out(&mut self.stream);
@@ -355,15 +330,13 @@ impl Read for Wire {
                             tracing::debug!(peer = ?self.peer, identity = info.identity, suite = info.suite, "TLS established");
                         }
                     }
-                    if t.session.peer_closed() {
-                        t.eof = true;
-                    }
                 }
+                // What is decrypted is all there is for now.
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    t.drained = true;
-                    if avail == 0 {
-                        return Err(e);
+                    if done > 0 {
+                        return Ok(done);
                     }
+                    return Err(e);
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -380,9 +353,9 @@ impl Wire {
     /// server's flight went out before the client could send that Finished.
     fn hand_to_kernel(&mut self) -> io::Result<()> {
         let State::Tls(t) = &mut self.state else { return Ok(()) };
-        t.kernel = None;
+        t.kernel = false;
         let fd = self.stream.as_raw_fd();
-        let handed = match (t.out_pos < t.out.len(), t.plain_pos < t.plain.len()) {
+        let handed = match (t.out_pos < t.out.len(), t.session.has_input_ready()) {
             (false, false) => t.session.take_kernel_keys().map_err(|e| e.to_string()).and_then(|keys| ktls::enable(fd, &keys).map_err(|e| e.to_string())),
             _ => Err("handshake bytes are still buffered".to_string()),
         };
@@ -488,23 +461,10 @@ impl Write for Wire {
             // before ICReq, which comes after it).
             return Err(ErrorKind::WouldBlock.into());
         }
-        t.stage.clear();
-        for b in bufs {
-            let room = MAX_WRITE - t.stage.len();
-            if room == 0 {
-                break;
-            }
-            t.stage.extend_from_slice(&b[..b.len().min(room)]);
+        let n = t.session.seal_vectored(bufs, MAX_WRITE, &mut t.out).map_err(|e| refused(e.to_string()))?;
+        if n > 0 {
+            t.flush_out(&mut self.stream)?;
         }
-        let n = t.stage.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        let stage = std::mem::take(&mut t.stage);
-        let sent = t.session.send_into(&stage, &mut t.out);
-        t.stage = stage;
-        sent.map_err(|e| refused(e.to_string()))?;
-        t.flush_out(&mut self.stream)?;
         Ok(n)
     }
 

@@ -17,10 +17,12 @@
 
 pub mod binder;
 pub mod boundary;
+mod channel;
 pub mod derive;
 pub mod hostile;
 pub mod key;
 pub mod ktls;
+pub mod record;
 mod secret;
 pub mod session;
 

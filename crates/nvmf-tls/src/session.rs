@@ -1,5 +1,5 @@
-//! A TLS 1.3 PSK session as a sans-I/O byte transform, with OpenSSL doing the handshake and the
-//! record layer.
+//! A TLS 1.3 PSK session as a sans-I/O byte transform: OpenSSL does the handshake, and the
+//! application records are sealed and opened here ([`crate::record`]: in place, no copies).
 //!
 //! The session owns two byte queues instead of a socket. The layer that moves bytes:
 //! - passes every chunk it receives to [`TlsSession::feed`], which returns the plaintext it
@@ -7,6 +7,11 @@
 //! - after every call, sends what [`TlsSession::take_ciphertext`] returns (handshake messages,
 //!   alerts, close_notify) to the peer;
 //! - encrypts with [`TlsSession::send`] once [`TlsSession::is_established`] says so.
+//!
+//! A socket layer avoids the copies of `feed`/`send` with [`TlsSession::recv_space`] and
+//! [`TlsSession::received`] (the socket reads into the session's receive buffer, where records
+//! are opened in place), [`TlsSession::read_plaintext`], and [`TlsSession::seal_vectored`]
+//! (records sealed from the caller's slices straight into its send buffer).
 //!
 //! What is negotiated, per the NVMe/TCP transport specification: TLS 1.3 only; PSK only (no
 //! certificate: a server that is not offered a known PSK fails the handshake, and a client refuses a
@@ -17,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uchar, c_uint};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,7 +37,9 @@ use openssl::ssl::{
 };
 use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION};
 
+use crate::channel::{AppRecords, Ready};
 use crate::derive::{Derivation, IdentityVersion, PskIdentity, TlsPsk};
+use crate::record::RecvBuf;
 use crate::key::ConfiguredPsk;
 use crate::ktls::{KernelKeys, TrafficKeys};
 use crate::{Secret, TlsHash};
@@ -541,6 +548,12 @@ pub struct TlsSession {
     /// kernel must get the stream from a record's start, with no record taken here before.
     fed: crate::boundary::RecordBoundary,
     fed_after_handshake: bool,
+    /// Once established: the traffic keys until the records are ours or the kernel's.
+    keys: Option<KernelKeys>,
+    /// Once established: our record layer.
+    app: Option<AppRecords>,
+    /// Received bytes: the handshake's go to OpenSSL, records after it are opened here in place.
+    rx: RecvBuf,
 }
 
 impl std::fmt::Debug for TlsSession {
@@ -569,7 +582,7 @@ impl TlsSession {
         );
         ssl.set_connect_state();
         let mut s = TlsSession::wrap(ssl, Role::Client)?;
-        s.drive(&mut Vec::new())?;
+        s.drive()?;
         Ok(s)
     }
 
@@ -600,7 +613,20 @@ impl TlsSession {
 
     fn wrap(ssl: Ssl, role: Role) -> Result<Self, TlsError> {
         let stream = SslStream::new(ssl, MemIo::default())?;
-        Ok(TlsSession { stream, role, phase: Phase::Handshaking, peer_closed: false, info: None, hello: None, app_data_seen: false, fed: Default::default(), fed_after_handshake: false })
+        Ok(TlsSession {
+            stream,
+            role,
+            phase: Phase::Handshaking,
+            peer_closed: false,
+            info: None,
+            hello: None,
+            app_data_seen: false,
+            fed: Default::default(),
+            fed_after_handshake: false,
+            keys: None,
+            app: None,
+            rx: RecvBuf::default(),
+        })
     }
 
     pub fn role(&self) -> Role {
@@ -649,9 +675,16 @@ impl TlsSession {
         !self.stream.get_ref().output.is_empty()
     }
 
-    /// Bytes received and not yet made into records: at most one partial record.
+    /// Bytes received and not yet made into records: after [`TlsSession::feed`], at most one
+    /// partial record.
     pub fn buffered_input(&self) -> usize {
-        self.stream.get_ref().input.len()
+        self.stream.get_ref().input.len() + self.rx.unopened()
+    }
+
+    /// Plaintext can be read without receiving more: a record is open or whole (or broken, so
+    /// that the reader finds out).
+    pub fn has_input_ready(&self) -> bool {
+        !self.rx.plaintext().is_empty() || !matches!(self.rx.complete_record(), Ok(None))
     }
 
     /// Takes ciphertext from the peer; returns the plaintext it carried. Advances the handshake
@@ -664,26 +697,115 @@ impl TlsSession {
 
     /// [`TlsSession::feed`] appending the plaintext to `plaintext` (a buffer the caller reuses).
     pub fn feed_into(&mut self, ciphertext: &[u8], plaintext: &mut Vec<u8>) -> Result<(), TlsError> {
-        match &self.phase {
-            Phase::Failed(e) => return Err(e.clone()),
-            Phase::Closed => return Err(TlsError::Closed),
-            Phase::Kernel => return Err(handed_over()),
-            _ => {}
+        self.require_open()?;
+        let mut rest = ciphertext;
+        while !rest.is_empty() {
+            let space = self.rx.space();
+            let n = space.len().min(rest.len());
+            space[..n].copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            self.received(n)?;
+            self.drain_plaintext(plaintext)?;
         }
+        Ok(())
+    }
+
+    /// Where the socket's next bytes go: read into it, then call [`TlsSession::received`]. Never
+    /// empty. With kTLS ahead, read no more than the handshake's record boundary allows.
+    pub fn recv_space(&mut self) -> &mut [u8] {
+        self.rx.space()
+    }
+
+    /// During a handshake read record by record (kTLS ahead): how many bytes the next read may
+    /// take so that it stops at a record's end.
+    pub fn handshake_read_limit(&self) -> usize {
+        self.fed.want()
+    }
+
+    /// `n` bytes were read into [`TlsSession::recv_space`]. During the handshake they go to
+    /// OpenSSL (then send [`TlsSession::take_ciphertext`]); after it they are records to open.
+    pub fn received(&mut self, n: usize) -> Result<(), TlsError> {
+        self.require_open()?;
+        let (established, handshaking) = (self.is_established(), self.is_handshaking());
+        let bytes = self.rx.uncommitted(n);
         if !self.app_data_seen {
-            self.fed_after_handshake |= self.is_established() && !ciphertext.is_empty();
-            self.fed.advance(ciphertext);
+            self.fed_after_handshake |= established && n > 0;
+            self.fed.advance(bytes);
         }
-        if let (Some(hello), true) = (&self.hello, self.is_handshaking()) {
-            hello.lock().unwrap_or_else(|p| p.into_inner()).push(ciphertext);
+        if !handshaking {
+            self.rx.commit(n);
+            return Ok(());
         }
-        self.stream.get_mut().input.extend(ciphertext);
-        match self.drive(plaintext) {
+        if let Some(hello) = &self.hello {
+            hello.lock().unwrap_or_else(|p| p.into_inner()).push(bytes);
+        }
+        self.stream.get_mut().input.extend(bytes);
+        match self.drive() {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.stream.get_mut().input.clear();
                 Err(e)
             }
+        }
+    }
+
+    /// Copies decrypted bytes into `dst`: how many, 0 when no whole record has arrived (or the
+    /// peer closed: [`TlsSession::peer_closed`]).
+    pub fn read_plaintext(&mut self, dst: &mut [u8]) -> Result<usize, TlsError> {
+        self.require_open()?;
+        let mut done = 0;
+        while done < dst.len() && self.next_plaintext()? {
+            let p = self.rx.plaintext();
+            let n = p.len().min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&p[..n]);
+            self.rx.consume(n);
+            done += n;
+        }
+        Ok(done)
+    }
+
+    fn drain_plaintext(&mut self, out: &mut Vec<u8>) -> Result<(), TlsError> {
+        while self.next_plaintext()? {
+            out.extend_from_slice(self.rx.plaintext());
+            let n = self.rx.plaintext().len();
+            self.rx.consume(n);
+        }
+        Ok(())
+    }
+
+    /// Opens records until plaintext is ready in `rx`: false when none is (yet).
+    fn next_plaintext(&mut self) -> Result<bool, TlsError> {
+        let Some(app) = self.app.as_mut() else { return Ok(false) };
+        if self.peer_closed {
+            return Ok(false);
+        }
+        match app.ready(&mut self.rx) {
+            Ok(Ready::Data) => {
+                self.app_data_seen = true;
+                Ok(true)
+            }
+            Ok(Ready::Empty) => Ok(false),
+            Ok(Ready::PeerClosed) => {
+                self.peer_closed = true;
+                Ok(false)
+            }
+            Err((e, alert)) => {
+                if let Some(d) = alert {
+                    app.alert(d, &mut self.stream.get_mut().output);
+                }
+                self.rx.clear();
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    /// Ok unless failed, closed or handed to the kernel.
+    fn require_open(&self) -> Result<(), TlsError> {
+        match &self.phase {
+            Phase::Failed(e) => Err(e.clone()),
+            Phase::Closed => Err(TlsError::Closed),
+            Phase::Kernel => Err(handed_over()),
+            _ => Ok(()),
         }
     }
 
@@ -696,22 +818,24 @@ impl TlsSession {
 
     /// [`TlsSession::send`] appending the ciphertext to `out` (a buffer the caller reuses).
     pub fn send_into(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
+        self.seal_vectored(&[IoSlice::new(plaintext)], usize::MAX, out).map(|_| ())
+    }
+
+    /// Seals up to `limit` bytes of `bufs`, in order, as records of up to 16 KiB appended to
+    /// `out` (after anything else queued to send), encrypting from the slices straight into
+    /// `out`; returns how many plaintext bytes were taken.
+    pub fn seal_vectored(&mut self, bufs: &[IoSlice<'_>], limit: usize, out: &mut Vec<u8>) -> Result<usize, TlsError> {
         self.require_established()?;
-        self.app_data_seen |= !plaintext.is_empty();
-        let mut rest = plaintext;
-        while !rest.is_empty() {
-            match self.stream.ssl_write(rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(e) => return Err(self.fail(classify(self.role, &e, self.state_snapshot()))),
-            }
-        }
         let queued = &mut self.stream.get_mut().output;
         if out.is_empty() {
             std::mem::swap(out, queued);
         } else {
             out.append(queued);
         }
-        Ok(())
+        let app = self.app.as_mut().ok_or_else(|| TlsError::Setup("no record layer".into()))?;
+        let n = app.seal_vectored(bufs, limit, out)?;
+        self.app_data_seen |= n > 0;
+        Ok(n)
     }
 
     /// Ok while the session itself makes records (established, not handed to the kernel).
@@ -727,10 +851,14 @@ impl TlsSession {
 
     /// Sends close_notify; returns the bytes to send. The session takes no more data.
     pub fn close(&mut self) -> Vec<u8> {
-        if matches!(self.phase, Phase::Established | Phase::Handshaking) {
-            let _ = self.stream.shutdown();
-            self.phase = Phase::Closed;
+        match (&self.phase, self.app.as_mut()) {
+            (Phase::Established, Some(app)) => app.alert(0, &mut self.stream.get_mut().output),
+            (Phase::Handshaking, _) => {
+                let _ = self.stream.shutdown();
+            }
+            _ => return self.take_ciphertext(),
         }
+        self.phase = Phase::Closed;
         self.take_ciphertext()
     }
 
@@ -753,25 +881,10 @@ impl TlsSession {
         if self.has_ciphertext() {
             return refuse("handshake output is not sent yet");
         }
-        let hash = self.info.as_ref().map_or(TlsHash::Sha256, |i| i.hash);
-        let (client, server) = {
-            let idx = state_index()?;
-            let Some(state) = self.stream.ssl().ex_data(idx) else { return refuse("no session state") };
-            let mut s = state.secrets.lock().unwrap_or_else(|p| p.into_inner());
-            (s.client.take(), s.server.take())
-        };
-        let (Some(client), Some(server)) = (client, server) else {
-            return refuse("OpenSSL gave no application traffic secrets (keylog callback)");
-        };
-        if client.len() != hash.digest_len() || server.len() != hash.digest_len() {
-            return refuse("the traffic secrets do not match the suite's hash");
-        }
-        let (client, server) = (TrafficKeys::from_secret(hash, client.as_bytes()), TrafficKeys::from_secret(hash, server.as_bytes()));
+        let Some(keys) = self.keys.take() else { return refuse("the traffic keys are gone") };
+        self.app = None;
         self.phase = Phase::Kernel;
-        Ok(match self.role {
-            Role::Client => KernelKeys { tx: client, rx: server },
-            Role::Server => KernelKeys { tx: server, rx: client },
-        })
+        Ok(keys)
     }
 
     /// The record layer was handed to the kernel.
@@ -795,10 +908,16 @@ impl TlsSession {
         e
     }
 
-    fn drive(&mut self, plaintext: &mut Vec<u8>) -> Result<(), TlsError> {
+    /// Advances the handshake over what OpenSSL was given. Once it is done, what OpenSSL did not
+    /// read (the peer's first records may come with its Finished) moves to our record layer.
+    fn drive(&mut self) -> Result<(), TlsError> {
         if let Phase::Handshaking = self.phase {
             match self.stream.do_handshake() {
-                Ok(()) => self.established()?,
+                Ok(()) => {
+                    self.established()?;
+                    let left: Vec<u8> = std::mem::take(&mut self.stream.get_mut().input).into();
+                    self.rx.push(&left);
+                }
                 Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
                 Err(e) => {
                     let err = classify(self.role, &e, self.state_snapshot());
@@ -806,25 +925,7 @@ impl TlsSession {
                 }
             }
         }
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match self.stream.ssl_read(&mut buf) {
-                Ok(0) => return Ok(()),
-                Ok(n) => {
-                    self.app_data_seen = true;
-                    plaintext.extend_from_slice(&buf[..n]);
-                }
-                Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
-                Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
-                    self.peer_closed = true;
-                    return Ok(());
-                }
-                Err(e) => {
-                    let err = classify(self.role, &e, self.state_snapshot());
-                    return Err(self.fail(err));
-                }
-            }
-        }
+        Ok(())
     }
 
     fn established(&mut self) -> Result<(), TlsError> {
@@ -842,9 +943,38 @@ impl TlsSession {
             Role::Server => snap.offered.unwrap_or_default(),
         };
         let hash = if suite.ends_with("SHA384") { TlsHash::Sha384 } else { TlsHash::Sha256 };
+        let keys = match self.traffic_keys(hash) {
+            Ok(k) => k,
+            Err(e) => return Err(self.fail(e)),
+        };
+        self.app = Some(AppRecords::new(&keys)?);
+        self.keys = Some(keys);
         self.info = Some(SessionInfo { identity, hash, suite });
         self.phase = Phase::Established;
         Ok(())
+    }
+
+    /// Both directions' keys (tx ours, rx the peer's) from the application traffic secrets
+    /// OpenSSL's keylog callback gave.
+    fn traffic_keys(&self, hash: TlsHash) -> Result<KernelKeys, TlsError> {
+        let missing = |why: &str| TlsError::Setup(format!("no application traffic keys: {why}"));
+        let (client, server) = {
+            let idx = state_index()?;
+            let state = self.stream.ssl().ex_data(idx).ok_or_else(|| missing("no session state"))?;
+            let mut s = state.secrets.lock().unwrap_or_else(|p| p.into_inner());
+            (s.client.take(), s.server.take())
+        };
+        let (Some(client), Some(server)) = (client, server) else {
+            return Err(missing("OpenSSL gave no application traffic secrets (keylog callback)"));
+        };
+        if client.len() != hash.digest_len() || server.len() != hash.digest_len() {
+            return Err(missing("the traffic secrets do not match the suite's hash"));
+        }
+        let (client, server) = (TrafficKeys::from_secret(hash, client.as_bytes()), TrafficKeys::from_secret(hash, server.as_bytes()));
+        Ok(match self.role {
+            Role::Client => KernelKeys { tx: client, rx: server },
+            Role::Server => KernelKeys { tx: server, rx: client },
+        })
     }
 }
 

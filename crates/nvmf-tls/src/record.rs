@@ -1,0 +1,461 @@
+//! TLS 1.3 application records made here, after OpenSSL's handshake (RFC 8446 section 5), so that
+//! no byte is copied to make or open one (issue 40 item 2):
+//!
+//! - [`Sealer`] encrypts straight from the caller's slices into the send buffer, between the
+//!   5-byte header it reserves before and the content type and 16-byte tag after: the cipher's
+//!   own pass is the only one over the bytes.
+//! - [`RecvBuf`] is the receive buffer the socket reads into; [`Opener`] decrypts each record in
+//!   place there, and the plaintext is handed out from where it lies.
+//!
+//! OpenSSL's record layer (SSL_write/SSL_read over a memory BIO) copied each byte three times
+//! sending and five times receiving (docs/tls.md, "Where the time goes"). The keys are the ones
+//! kTLS gets ([`crate::ktls::TrafficKeys`]); the AEAD is OpenSSL's EVP AES-GCM, as before.
+
+use openssl::cipher::Cipher;
+use openssl::cipher_ctx::CipherCtx;
+use std::io::IoSlice;
+
+use crate::ktls::TrafficKeys;
+use crate::TlsHash;
+
+/// Largest plaintext of a record (2^14).
+pub const MAX_PLAINTEXT: usize = 1 << 14;
+/// Largest body a peer may send (RFC 8446 5.2: 2^14 + 256).
+pub const MAX_BODY: usize = MAX_PLAINTEXT + 256;
+pub const HEADER: usize = 5;
+pub const TAG: usize = 16;
+/// What a record adds around its plaintext: header, content type, tag.
+pub const OVERHEAD: usize = HEADER + 1 + TAG;
+
+pub const CHANGE_CIPHER_SPEC: u8 = 20;
+pub const ALERT: u8 = 21;
+pub const HANDSHAKE: u8 = 22;
+pub const APPLICATION_DATA: u8 = 23;
+
+/// Why a record could not be opened; each maps to the fatal alert RFC 8446 names for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordError {
+    /// The outer type is not application_data, or the inner plaintext is all padding.
+    UnexpectedMessage,
+    /// Longer than 2^14 + 256, or shorter than a tag and a content type.
+    Overflow,
+    /// The tag did not verify.
+    BadMac,
+}
+
+impl RecordError {
+    /// The alert description to send.
+    pub fn alert(self) -> u8 {
+        match self {
+            RecordError::UnexpectedMessage => 10,
+            RecordError::Overflow => 22,
+            RecordError::BadMac => 20,
+        }
+    }
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RecordError::UnexpectedMessage => "a record of an unexpected type after the handshake",
+            RecordError::Overflow => "a record longer than TLS allows (or too short to hold a tag)",
+            RecordError::BadMac => "a record failed authentication (bad record MAC)",
+        })
+    }
+}
+
+/// One direction's AEAD state: key, static IV, record sequence number.
+struct Direction {
+    ctx: CipherCtx,
+    iv: [u8; 12],
+    seq: u64,
+}
+
+impl Direction {
+    fn new(keys: &TrafficKeys, encrypt: bool) -> Result<Direction, openssl::error::ErrorStack> {
+        let cipher = match keys.hash() {
+            TlsHash::Sha256 => Cipher::aes_128_gcm(),
+            TlsHash::Sha384 => Cipher::aes_256_gcm(),
+        };
+        let mut ctx = CipherCtx::new()?;
+        if encrypt {
+            ctx.encrypt_init(Some(cipher), Some(keys.key()), None)?;
+        } else {
+            ctx.decrypt_init(Some(cipher), Some(keys.key()), None)?;
+        }
+        let mut iv = [0u8; 12];
+        iv.copy_from_slice(keys.iv());
+        Ok(Direction { ctx, iv, seq: 0 })
+    }
+
+    /// Starts the next record: nonce = IV xor the big-endian sequence number, and the header as
+    /// additional data.
+    fn start(&mut self, encrypt: bool, header: &[u8]) -> Result<(), openssl::error::ErrorStack> {
+        let mut nonce = self.iv;
+        for (n, s) in nonce[4..].iter_mut().zip(self.seq.to_be_bytes()) {
+            *n ^= s;
+        }
+        self.seq += 1;
+        if encrypt {
+            self.ctx.encrypt_init(None, None, Some(&nonce))?;
+        } else {
+            self.ctx.decrypt_init(None, None, Some(&nonce))?;
+        }
+        self.ctx.cipher_update(header, None)?;
+        Ok(())
+    }
+}
+
+fn header(content_len: usize) -> [u8; HEADER] {
+    let len = (content_len + 1 + TAG) as u16;
+    let [hi, lo] = len.to_be_bytes();
+    [APPLICATION_DATA, 3, 3, hi, lo]
+}
+
+/// Seals outgoing records.
+pub struct Sealer(Direction);
+
+impl Sealer {
+    pub fn new(keys: &TrafficKeys) -> Result<Sealer, openssl::error::ErrorStack> {
+        Direction::new(keys, true).map(Sealer)
+    }
+
+    /// Seals up to `limit` bytes of `bufs`, in order, as application data records of at most
+    /// 2^14 bytes each, appended to `out`; returns how many plaintext bytes were taken.
+    pub fn seal_vectored(&mut self, bufs: &[IoSlice<'_>], limit: usize, out: &mut Vec<u8>) -> Result<usize, openssl::error::ErrorStack> {
+        let total = bufs.iter().map(|b| b.len()).sum::<usize>().min(limit);
+        let (mut slice, mut offset, mut done) = (0, 0, 0);
+        while done < total {
+            let len = (total - done).min(MAX_PLAINTEXT);
+            let mut pieces = Vec::with_capacity(4);
+            let mut need = len;
+            while need > 0 {
+                let b = &bufs[slice][offset..];
+                let take = b.len().min(need);
+                if take > 0 {
+                    pieces.push(&b[..take]);
+                }
+                need -= take;
+                offset += take;
+                if offset == bufs[slice].len() {
+                    slice += 1;
+                    offset = 0;
+                }
+            }
+            self.seal_record(APPLICATION_DATA, &pieces, out)?;
+            done += len;
+        }
+        Ok(done)
+    }
+
+    /// Seals one record of `content_type` whose plaintext is `pieces` in order (at most 2^14
+    /// bytes in all), appended to `out`.
+    pub fn seal_record(&mut self, content_type: u8, pieces: &[&[u8]], out: &mut Vec<u8>) -> Result<(), openssl::error::ErrorStack> {
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        assert!(len <= MAX_PLAINTEXT, "a record holds at most 2^14 bytes");
+        let hdr = header(len);
+        self.0.start(true, &hdr)?;
+        let base = out.len();
+        out.reserve(HEADER + len + 1 + TAG);
+        out.extend_from_slice(&hdr);
+        // The ciphertext is written into the reserved room: the cipher's pass is the only one.
+        let mut at = base + HEADER;
+        for p in pieces.iter().chain([&&[content_type][..]]) {
+            // SAFETY: `reserve` made room for the whole record past `base`; AES-GCM writes exactly
+            // as many bytes as it reads, so [at, at + p.len()) is inside it and written before
+            // `set_len` below covers it.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(out.as_mut_ptr().add(at), p.len());
+                let n = self.0.ctx.cipher_update_unchecked(p, Some(dst))?;
+                debug_assert_eq!(n, p.len());
+                at += p.len();
+                out.set_len(at);
+            }
+        }
+        self.0.ctx.cipher_final(&mut [])?;
+        let mut tag = [0u8; TAG];
+        self.0.ctx.tag(&mut tag)?;
+        out.extend_from_slice(&tag);
+        Ok(())
+    }
+}
+
+/// Opens incoming records in place.
+pub struct Opener(Direction);
+
+impl Opener {
+    pub fn new(keys: &TrafficKeys) -> Result<Opener, openssl::error::ErrorStack> {
+        Direction::new(keys, false).map(Opener)
+    }
+
+    /// Opens `record` (header and whole body) in place: returns its inner content type and the
+    /// plaintext length; the plaintext is then `record[HEADER..HEADER + len]`.
+    pub fn open_in_place(&mut self, record: &mut [u8]) -> Result<(u8, usize), RecordError> {
+        if record[0] != APPLICATION_DATA {
+            return Err(RecordError::UnexpectedMessage);
+        }
+        let body_len = record.len() - HEADER;
+        if !(TAG + 1..=MAX_BODY).contains(&body_len) {
+            return Err(RecordError::Overflow);
+        }
+        let (hdr, body) = record.split_at_mut(HEADER);
+        let (data, tag) = body.split_at_mut(body_len - TAG);
+        let opened = (|| {
+            self.0.start(false, hdr)?;
+            let n = self.0.ctx.cipher_update_inplace(data, data.len())?;
+            debug_assert_eq!(n, data.len());
+            self.0.ctx.set_tag(tag)?;
+            self.0.ctx.cipher_final(&mut [])
+        })();
+        if opened.is_err() {
+            return Err(RecordError::BadMac);
+        }
+        // TLSInnerPlaintext: content, the type, then zero padding.
+        let Some(last) = data.iter().rposition(|&b| b != 0) else { return Err(RecordError::UnexpectedMessage) };
+        if last > MAX_PLAINTEXT {
+            return Err(RecordError::Overflow);
+        }
+        Ok((data[last], last))
+    }
+}
+
+/// Room kept free for a socket read: more than one whole record.
+const MIN_ROOM: usize = 32 << 10;
+/// The receive buffer's size: reads of up to this much at a time.
+pub const RECV_BUF: usize = 256 << 10;
+
+/// The receive buffer: the socket reads into [`RecvBuf::space`], records are opened where they
+/// lie and their plaintext is taken from there. Holds, in order: plaintext of the record being
+/// read (`plain`), then records not opened yet from `start`, up to `end`.
+#[derive(Default)]
+pub struct RecvBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    plain: std::ops::Range<usize>,
+}
+
+impl RecvBuf {
+    /// Where to read the next bytes into: never empty. Moves what is kept (plaintext not taken,
+    /// a partial record) to the front only when the room left is less than a record.
+    pub fn space(&mut self) -> &mut [u8] {
+        if self.buf.is_empty() {
+            self.buf = vec![0; RECV_BUF];
+        }
+        if self.plain.is_empty() && self.start == self.end {
+            (self.start, self.end, self.plain) = (0, 0, 0..0);
+        }
+        if self.buf.len() - self.end < MIN_ROOM {
+            let keep = if self.plain.is_empty() { self.start } else { self.plain.start };
+            self.buf.copy_within(keep..self.end, 0);
+            self.start -= keep;
+            self.end -= keep;
+            self.plain = if self.plain.is_empty() { 0..0 } else { self.plain.start - keep..self.plain.end - keep };
+            if self.buf.len() - self.end < MIN_ROOM {
+                self.buf.resize(self.end + MIN_ROOM, 0);
+            }
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// `n` bytes were read into [`RecvBuf::space`].
+    pub fn commit(&mut self, n: usize) {
+        self.end += n;
+        debug_assert!(self.end <= self.buf.len());
+    }
+
+    /// The `n` bytes read into [`RecvBuf::space`] and not committed yet.
+    pub fn uncommitted(&self, n: usize) -> &[u8] {
+        &self.buf[self.end..self.end + n]
+    }
+
+    /// Appends `bytes` (copied): for callers that have their bytes elsewhere.
+    pub fn push(&mut self, bytes: &[u8]) {
+        let space = self.space();
+        if space.len() < bytes.len() {
+            let need = self.end + bytes.len();
+            self.buf.resize(need, 0);
+        }
+        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
+    /// Received bytes not yet opened.
+    pub fn unopened(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// The plaintext of the record being read, not yet taken.
+    pub fn plaintext(&self) -> &[u8] {
+        &self.buf[self.plain.clone()]
+    }
+
+    /// `n` bytes of [`RecvBuf::plaintext`] were used.
+    pub fn consume(&mut self, n: usize) {
+        assert!(n <= self.plain.len());
+        self.plain.start += n;
+    }
+
+    /// Length of the whole record at `start`, if it has all arrived. A header claiming more
+    /// than TLS allows is an error at once, before its body.
+    pub fn complete_record(&self) -> Result<Option<usize>, RecordError> {
+        let have = &self.buf[self.start..self.end];
+        if have.len() < HEADER {
+            return Ok(None);
+        }
+        let body = u16::from_be_bytes([have[3], have[4]]) as usize;
+        if body > MAX_BODY {
+            return Err(RecordError::Overflow);
+        }
+        Ok((have.len() >= HEADER + body).then_some(HEADER + body))
+    }
+
+    /// Opens the record at `start` (which [`RecvBuf::complete_record`] said is `len` bytes) with
+    /// `opener`; on success its plaintext becomes [`RecvBuf::plaintext`] and its content type
+    /// is returned. Only when the plaintext before it was all taken.
+    pub fn open_next(&mut self, opener: &mut Opener, len: usize) -> Result<u8, RecordError> {
+        debug_assert!(self.plain.is_empty());
+        let at = self.start;
+        let (ty, n) = opener.open_in_place(&mut self.buf[at..at + len])?;
+        self.start += len;
+        self.plain = at + HEADER..at + HEADER + n;
+        Ok(ty)
+    }
+
+    /// Drops everything received (a failed session).
+    pub fn clear(&mut self) {
+        (self.start, self.end, self.plain) = (0, 0, 0..0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(hash: TlsHash) -> (Sealer, Opener) {
+        let keys = TrafficKeys::from_secret(hash, &[9; 48][..hash.digest_len()]);
+        (Sealer::new(&keys).unwrap(), Opener::new(&keys).unwrap())
+    }
+
+    /// Opens every record of `wire` through a RecvBuf fed in `step`-byte reads; returns the
+    /// plaintext of the application data records.
+    fn open_all(opener: &mut Opener, wire: &[u8], step: usize) -> Result<Vec<u8>, RecordError> {
+        let mut rb = RecvBuf::default();
+        let mut out = Vec::new();
+        for chunk in wire.chunks(step) {
+            rb.push(chunk);
+            while let Some(len) = rb.complete_record()? {
+                assert_eq!(rb.open_next(opener, len)?, APPLICATION_DATA);
+                out.extend_from_slice(rb.plaintext());
+                let n = rb.plaintext().len();
+                rb.consume(n);
+            }
+        }
+        assert_eq!(rb.unopened(), 0, "no partial record left");
+        Ok(out)
+    }
+
+    #[test]
+    fn sealed_in_place_and_opened_in_place_round_trip() {
+        for hash in [TlsHash::Sha256, TlsHash::Sha384] {
+            let (mut sealer, mut opener) = pair(hash);
+            let (a, b, c) = (vec![1u8; 72], (0..40_000u32).map(|i| i as u8).collect::<Vec<_>>(), vec![3u8; 5]);
+            let mut wire = Vec::new();
+            let bufs = [IoSlice::new(&a), IoSlice::new(&[]), IoSlice::new(&b), IoSlice::new(&c)];
+            let n = sealer.seal_vectored(&bufs, usize::MAX, &mut wire).unwrap();
+            assert_eq!(n, a.len() + b.len() + c.len());
+            // Three records: 16 KiB, 16 KiB, the rest; each adds its overhead.
+            assert_eq!(wire.len(), n + 3 * OVERHEAD);
+            assert_eq!(wire[0], APPLICATION_DATA);
+            assert!(wire.windows(b.len().min(64)).all(|w| w != &b[..64]), "no plaintext on the wire");
+            let plain = open_all(&mut opener, &wire, 1000).unwrap();
+            assert_eq!(plain, [&a[..], &b[..], &c[..]].concat());
+        }
+    }
+
+    #[test]
+    fn a_limit_stops_sealing_mid_slice() {
+        let (mut sealer, mut opener) = pair(TlsHash::Sha256);
+        let data = vec![7u8; 10_000];
+        let mut wire = Vec::new();
+        assert_eq!(sealer.seal_vectored(&[IoSlice::new(&data)], 4096, &mut wire).unwrap(), 4096);
+        assert_eq!(wire.len(), 4096 + OVERHEAD);
+        assert_eq!(open_all(&mut opener, &wire, 7).unwrap(), &data[..4096]);
+    }
+
+    #[test]
+    fn a_record_split_across_reads_opens_once_whole() {
+        let (mut sealer, mut opener) = pair(TlsHash::Sha256);
+        let mut wire = Vec::new();
+        sealer.seal_vectored(&[IoSlice::new(b"ICReq")], usize::MAX, &mut wire).unwrap();
+        let mut rb = RecvBuf::default();
+        for (i, byte) in wire.iter().enumerate() {
+            assert_eq!(rb.complete_record().unwrap(), None, "whole only after the last byte");
+            rb.push(std::slice::from_ref(byte));
+            if i + 1 < wire.len() {
+                assert!(rb.plaintext().is_empty());
+            }
+        }
+        let len = rb.complete_record().unwrap().unwrap();
+        rb.open_next(&mut opener, len).unwrap();
+        assert_eq!(rb.plaintext(), b"ICReq");
+    }
+
+    #[test]
+    fn a_tampered_record_is_refused() {
+        let (mut sealer, _) = pair(TlsHash::Sha256);
+        let mut wire = Vec::new();
+        sealer.seal_vectored(&[IoSlice::new(&[5u8; 100])], usize::MAX, &mut wire).unwrap();
+        // The type, the version (additional data), the body, the tag.
+        for at in [0, 1, HEADER, HEADER + 50, wire.len() - 1] {
+            let mut bad = wire.clone();
+            bad[at] ^= 1;
+            let want = if at == 0 { RecordError::UnexpectedMessage } else { RecordError::BadMac };
+            assert_eq!(open_all(&mut pair(TlsHash::Sha256).1, &bad, bad.len()), Err(want), "byte {at} flipped");
+        }
+        // The right record out of order (sequence 1 where 0 is expected) fails too.
+        let mut second = Vec::new();
+        sealer.seal_vectored(&[IoSlice::new(b"x")], usize::MAX, &mut second).unwrap();
+        assert_eq!(open_all(&mut pair(TlsHash::Sha256).1, &second, 64), Err(RecordError::BadMac));
+        // A header claiming more than 2^14 + 256 is refused before its body arrives.
+        let mut rb = RecvBuf::default();
+        rb.push(&[APPLICATION_DATA, 3, 3, 0x41, 0x01]);
+        assert_eq!(rb.complete_record(), Err(RecordError::Overflow));
+    }
+
+    #[test]
+    fn the_buffer_keeps_a_partial_record_and_plaintext_when_it_makes_room() {
+        let (mut sealer, mut opener) = pair(TlsHash::Sha256);
+        let data: Vec<u8> = (0..(RECV_BUF * 3) as u32).map(|i| (i * 7) as u8).collect();
+        let mut wire = Vec::new();
+        sealer.seal_vectored(&[IoSlice::new(&data)], usize::MAX, &mut wire).unwrap();
+        let mut rb = RecvBuf::default();
+        let (mut got, mut sent) = (Vec::new(), 0);
+        while got.len() < data.len() {
+            // Reads of odd sizes into the space given; plaintext taken a little at a time.
+            let space = rb.space();
+            let n = space.len().min(wire.len() - sent).min(70_001);
+            space[..n].copy_from_slice(&wire[sent..sent + n]);
+            rb.commit(n);
+            sent += n;
+            loop {
+                if rb.plaintext().is_empty() {
+                    match rb.complete_record().unwrap() {
+                        Some(len) => assert_eq!(rb.open_next(&mut opener, len).unwrap(), APPLICATION_DATA),
+                        None => break,
+                    }
+                }
+                let take = rb.plaintext().len().min(5000);
+                // The last record's tail stays untaken over the next read (while more comes),
+                // so that making room must keep plaintext as well as a partial record.
+                if take < 5000 && rb.complete_record().unwrap().is_none() && sent < wire.len() {
+                    break;
+                }
+                got.extend_from_slice(&rb.plaintext()[..take]);
+                rb.consume(take);
+            }
+        }
+        assert_eq!(got, data);
+        assert!(rb.buf.len() <= RECV_BUF + MIN_ROOM, "the buffer stayed bounded: {}", rb.buf.len());
+    }
+}

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Runs each make target named on the command line in turn, stopping at the first that fails, and
-# prints how long each took at the end (on failure and Ctrl-C too), so a slow or failing part of
-# `make test` is named without rereading the whole log. NVMFLAB_TIMINGS=FILE also writes the table
-# there as tab-separated "target seconds status" lines.
+# Runs each make target named on the command line in turn, stopping at the first step that fails,
+# and prints how long each took at the end (on failure and Ctrl-C too), so a slow or failing part
+# of `make test` is named without rereading the whole log. NVMFLAB_TIMINGS=FILE also writes the
+# table there as tab-separated "target seconds status" lines.
+#
+# A step "a+b" runs targets a and b side by side (parts that leave a core idle: a compile chain
+# beside another, a test that waits on sockets), each output line prefixed with its target's name;
+# the step ends when both have, and fails when either did.
 set -uo pipefail
-declare -a names=() seconds=() states=()
+set -m  # each side-by-side target in its own process group, so an interrupt can stop all of it
+declare -a names=() seconds=() states=() running=()
 started=$SECONDS
 
 breakdown() {
     local total=$((SECONDS - started))
     echo
-    echo "make test: time per part (total ${total} s of the 25-minute target)"
+    echo "make test: time per part (total ${total} s of the 25-minute target; parts joined by + ran side by side)"
     local i
     for i in "${!names[@]}"; do
         printf '  %-20s %5d s  %s\n' "${names[$i]}" "${seconds[$i]}" "${states[$i]}"
@@ -20,20 +25,64 @@ breakdown() {
     done
 }
 
-for part in "$@"; do
-    begin=$SECONDS
-    names+=("$part"); seconds+=(0); states+=("running")
-    last=$((${#names[@]} - 1))
-    trap 'seconds[$last]=$((SECONDS - begin)); states[$last]="interrupted"; breakdown; exit 130' INT TERM
-    make --no-print-directory "$part"
-    rc=$?
-    seconds[$last]=$((SECONDS - begin))
-    if [ "$rc" -ne 0 ]; then
-        states[$last]="FAILED (exit $rc)"
-        breakdown
-        exit "$rc"
+interrupted() {
+    local pid
+    for pid in "${running[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+    local i
+    for i in "${!states[@]}"; do
+        if [ "${states[$i]}" = running ]; then states[$i]="interrupted"; fi
+    done
+    breakdown
+    exit 130
+}
+trap interrupted INT TERM
+
+# Runs one target, its output prefixed with "[name] " when it shares the terminal; writes its
+# exit status and seconds to $2.
+run_one() {
+    local part=$1 out=$2 prefix=$3 begin=$SECONDS rc
+    if [ "$prefix" = 1 ]; then
+        make --no-print-directory "$part" 2>&1 | sed -u "s/^/[$part] /"
+        rc=${PIPESTATUS[0]}
+    else
+        make --no-print-directory "$part"
+        rc=$?
     fi
-    states[$last]="ok"
+    printf '%d %d\n' "$rc" "$((SECONDS - begin))" > "$out"
+}
+
+status_dir=$(mktemp -d)
+for step in "$@"; do
+    IFS=+ read -r -a members <<< "$step"
+    prefix=0; [ "${#members[@]}" -gt 1 ] && prefix=1
+    first=${#names[@]}
+    running=()
+    for part in "${members[@]}"; do
+        names+=("$part"); seconds+=(0); states+=("running")
+        run_one "$part" "$status_dir/$part" "$prefix" &
+        running+=("$!")
+    done
+    failed_rc=0
+    for pid in "${running[@]}"; do wait "$pid"; done
+    running=()
+    for ((i = first; i < ${#names[@]}; i++)); do
+        read -r rc secs < "$status_dir/${names[$i]}" || { rc=1; secs=0; }
+        seconds[$i]=$secs
+        if [ "$rc" -ne 0 ]; then
+            states[$i]="FAILED (exit $rc)"
+            [ "$failed_rc" -eq 0 ] && failed_rc=$rc
+        elif [ "$prefix" = 1 ]; then
+            states[$i]="ok (beside ${step//+/, })"
+        else
+            states[$i]="ok"
+        fi
+    done
+    if [ "$failed_rc" -ne 0 ]; then
+        rm -rf "$status_dir"
+        breakdown
+        exit "$failed_rc"
+    fi
 done
+rm -rf "$status_dir"
 trap - INT TERM
 breakdown

@@ -5,8 +5,9 @@ two-guest bed (tests/bed/test_bed_studies.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
-from conftest import nvmflab
 from pydantic import ValidationError
 
 from nvmflab.studies import transports
@@ -25,13 +26,18 @@ def test_a_malformed_pair_is_refused_by_name(bad):
         transports.Params(pairs=[bad])
 
 
-def test_a_mixed_pair_plans_our_target_and_the_kernel_host(tmp_path, fake_env):
+def test_a_mixed_pair_plans_our_target_and_the_kernel_host(tmp_path, fake_env, monkeypatch, capsys):
+    from nvmflab import cli
+
     spec = tmp_path / "t.toml"
     spec.write_text(TINY.replace('configs = ["tcp", "tls", "rdma"]', 'configs = ["tcp"]\npairs = ["ours/kernel"]')
                     .replace("repeats = 2", "repeats = 1"))
-    done = nvmflab("run", str(spec), "--plan", env=fake_env)
-    assert done.returncode == 0, done.stderr
-    points = done.stdout.split("\n# ")  # one block per point: its header, then what it runs
+    monkeypatch.setattr(sys, "argv", ["nvmflab", "run", str(spec), "--plan"])  # in this process: no start-up
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    out = capsys.readouterr()
+    assert exit_.value.code == 0, out.err
+    points = out.out.split("\n# ")  # one block per point: its header, then what it runs
     mixed = [" ".join(p.split()) for p in points if "· ours/kernel/tcp ·" in p]  # lines may be wrapped
     assert len(mixed) == 3, done.stdout[-2000:]  # L-app, T-app, B-app of the pair
     assert all("host_stack=kernel" in p and "target_stack=ours" in p and "stack=ours/kernel" in p for p in mixed)

@@ -6,7 +6,8 @@
 //!   and `NVMe1R<hh> ... <digest>`, checked byte for byte against libnvme's and the kernel's.
 //! - [`session`]: a TLS 1.3 PSK session (OpenSSL) as a sans-I/O byte transform:
 //!   [`session::TlsSession::feed`] takes ciphertext and gives plaintext,
-//!   [`session::TlsSession::send`] takes plaintext and gives ciphertext.
+//!   [`session::TlsSession::send`] takes plaintext and gives ciphertext. OpenSSL runs the
+//!   handshake; the application records are [`record`]'s, sealed and opened in place.
 //!
 //! - [`hostile`]: drivers that feed hostile bytes to the server side, for property tests and fuzzing.
 //! - [`ktls`]: hands an established session's records to the kernel (kTLS), and

@@ -5,8 +5,9 @@
 # table there as tab-separated "target seconds status" lines.
 #
 # A step "a+b" runs targets a and b side by side (parts that leave a core idle: a compile chain
-# beside another, a test that waits on sockets), each output line prefixed with its target's name;
-# the step ends when both have, and fails when either did.
+# beside another, a guest that waits on its host), each output line prefixed with its target's
+# name; the step ends when both have, and fails when either did. A side may be a chain "b,c,d":
+# its targets run one after another, and it stops at the first that fails.
 set -uo pipefail
 set -m  # each side-by-side target in its own process group, so an interrupt can stop all of it
 declare -a names=() seconds=() states=() running=()
@@ -28,51 +29,66 @@ breakdown() {
 interrupted() {
     local pid
     for pid in "${running[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
-    local i
+    local i rc secs
     for i in "${!states[@]}"; do
-        if [ "${states[$i]}" = running ]; then states[$i]="interrupted"; fi
+        [ "${states[$i]}" = running ] || continue
+        if read -r rc secs 2>/dev/null < "$status_dir/${names[$i]}"; then
+            seconds[$i]=$secs; states[$i]="exit $rc, then interrupted"
+        else
+            states[$i]="interrupted"
+        fi
     done
     breakdown
     exit 130
 }
+status_dir=$(mktemp -d)
 trap interrupted INT TERM
 
-# Runs one target, its output prefixed with "[name] " when it shares the terminal; writes its
-# exit status and seconds to $2.
-run_one() {
-    local part=$1 out=$2 prefix=$3 begin=$SECONDS rc
-    if [ "$prefix" = 1 ]; then
-        make --no-print-directory "$part" 2>&1 | sed -u "s/^/[$part] /"
-        rc=${PIPESTATUS[0]}
-    else
-        make --no-print-directory "$part"
-        rc=$?
-    fi
-    printf '%d %d\n' "$rc" "$((SECONDS - begin))" > "$out"
+# Runs the targets of one chain in turn, each one's output prefixed with "[name] " when it shares
+# the terminal, and writes each one's exit status and seconds to $status_dir/NAME; stops at the
+# first that fails.
+run_chain() {
+    local prefix=$1 part begin rc
+    shift
+    for part in "$@"; do
+        begin=$SECONDS
+        if [ "$prefix" = 1 ]; then
+            make --no-print-directory "$part" 2>&1 | sed -u "s/^/[$part] /"
+            rc=${PIPESTATUS[0]}
+        else
+            make --no-print-directory "$part"
+            rc=$?
+        fi
+        printf '%d %d\n' "$rc" "$((SECONDS - begin))" > "$status_dir/$part"
+        [ "$rc" -eq 0 ] || return "$rc"
+    done
 }
 
-status_dir=$(mktemp -d)
 for step in "$@"; do
-    IFS=+ read -r -a members <<< "$step"
-    prefix=0; [ "${#members[@]}" -gt 1 ] && prefix=1
+    IFS=+ read -r -a chains <<< "$step"
+    prefix=0; [ "${#chains[@]}" -gt 1 ] && prefix=1
     first=${#names[@]}
     running=()
-    for part in "${members[@]}"; do
-        names+=("$part"); seconds+=(0); states+=("running")
-        run_one "$part" "$status_dir/$part" "$prefix" &
+    for chain in "${chains[@]}"; do
+        IFS=, read -r -a parts <<< "$chain"
+        for part in "${parts[@]}"; do names+=("$part"); seconds+=(0); states+=("running"); done
+        run_chain "$prefix" "${parts[@]}" &
         running+=("$!")
     done
     failed_rc=0
     for pid in "${running[@]}"; do wait "$pid"; done
     running=()
     for ((i = first; i < ${#names[@]}; i++)); do
-        read -r rc secs < "$status_dir/${names[$i]}" || { rc=1; secs=0; }
+        if ! read -r rc secs 2>/dev/null < "$status_dir/${names[$i]}"; then
+            states[$i]="not run (its chain stopped)"
+            continue
+        fi
         seconds[$i]=$secs
         if [ "$rc" -ne 0 ]; then
             states[$i]="FAILED (exit $rc)"
             [ "$failed_rc" -eq 0 ] && failed_rc=$rc
         elif [ "$prefix" = 1 ]; then
-            states[$i]="ok (beside ${step//+/, })"
+            states[$i]="ok (beside: $step)"
         else
             states[$i]="ok"
         fi

@@ -38,8 +38,26 @@ def test_side_by_side_parts_run_together_and_are_named_in_the_breakdown(tmp_path
     assert (tmp_path / "log").read_text().splitlines() == ["first ran", "after ran"]
     rows = [line.split("\t") for line in (tmp_path / "t.tsv").read_text().splitlines()]
     assert [r[0] for r in rows] == ["first", "left", "right", "after"]
-    assert rows[1][2] == rows[2][2] == "ok (beside left, right)"
+    assert rows[1][2] == rows[2][2] == "ok (beside: left+right)"
     assert "time per part" in done.stdout
+
+
+def test_a_chain_runs_its_parts_in_turn_beside_the_other_side(tmp_path):
+    done = _run(tmp_path, "left+first,right,after")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "log").read_text().splitlines() == ["first ran", "after ran"]
+    rows = [line.split("\t") for line in (tmp_path / "t.tsv").read_text().splitlines()]
+    assert [r[0] for r in rows] == ["left", "first", "right", "after"]
+    assert {r[2] for r in rows} == {"ok (beside: left+first,right,after)"}
+
+
+def test_a_failing_chain_stops_and_its_later_parts_are_named_not_run(tmp_path):
+    done = _run(tmp_path, "broken,after+first")
+    assert done.returncode == 2
+    states = {r.split("\t")[0]: r.split("\t")[2] for r in (tmp_path / "t.tsv").read_text().splitlines()}
+    assert states == {"broken": "FAILED (exit 2)", "after": "not run (its chain stopped)",
+                      "first": "ok (beside: broken,after+first)"}
+    assert (tmp_path / "log").read_text().splitlines() == ["first ran"]
 
 
 def test_a_failing_part_stops_the_run_with_its_status_and_the_rest_is_not_run(tmp_path):

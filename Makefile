@@ -42,11 +42,13 @@ $(VENV)/.installed: pyproject.toml | deps
 
 # Every part of `make test`, in order; scripts/timed-parts.sh runs them one after another and prints
 # the seconds each took at the end (CI's breakdown), stopping at the first that fails. Parts joined
-# by + run side by side: Debian's cargo check beside the release test build, whose chain of
-# workspace crates leaves a core idle much of the time. The build and the venv come first, side by
-# side too (cargo compiles while pip downloads and unpacks).
-TEST_PARTS := test-msrv+test-rust test-python test-spdk test-fio test-fuzz test-soak interop test-guest \
-              test-tls-interop test-conformance test-rdma-quick
+# by + run side by side, a comma chaining parts on one side: Debian's cargo check beside the
+# release test build, whose chain of workspace crates leaves a core idle much of the time; the
+# bookworm guests of `interop` beside the trixie guests, which wait on their hosts and on qemu's
+# single-threaded device emulation. The build and the venv come first, side by side too (cargo
+# compiles while pip downloads and unpacks).
+TEST_PARTS := test-msrv+test-rust test-python test-spdk test-fio test-fuzz test-soak \
+              interop+test-guest,test-tls-interop,test-conformance,test-rdma-quick
 test: deps-test
 	@$(MAKE) --no-print-directory -j2 build venv spdk
 	@bash scripts/timed-parts.sh $(TEST_PARTS)
@@ -70,8 +72,9 @@ test-rust: build
 	else echo "clippy: not in this toolchain, lint skipped"; fi
 
 # Tests marked `long` (minutes each; see pyproject.toml) run in `make test-long`, not in `make test`.
-# Two workers (pytest-xdist, one test file each at a time) for all but the `serial` modules (real
-# binaries timed on this machine, SSH beds; conftest.SERIAL_FILES), which run alone afterwards.
+# Two workers (pytest-xdist, one test file each at a time, the longest first) for all but the
+# `serial` modules (assertions another worker's load could decide; conftest.SERIAL_FILES), which
+# run alone afterwards.
 test-python: deps-test build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q --durations=15 -n 2 --dist loadfile \
 	  -m "not long and not serial" python/tests

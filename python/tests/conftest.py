@@ -18,21 +18,27 @@ NVMFLAB = [sys.executable, "-c", "from nvmflab.cli import main; main()"]
 # the noise is still recorded. test_sysstat.py sets its own limit.
 os.environ.setdefault("NVMFLAB_NOISE_LIMIT_PCT", "off")
 
-# Modules whose tests run our real binaries for timed windows, start SSH beds in namespaces or
-# count this machine's processes and CPU: `make test` runs them one at a time after the rest, which
-# it spreads over two workers (pytest-xdist), so a second worker's load never decides their outcome.
+# Modules whose assertions a second worker's load could decide (start skew across hosts, an A/A
+# run's verdict, a bench's probes, interference calibration, flows cut to a storage window): `make
+# test` runs them one at a time after the rest, which it spreads over two workers (pytest-xdist).
+# Everything else runs beside another module, real binaries and SSH beds included (each bed has
+# its own namespaces, subnet and sshd).
 SERIAL_FILES = {
-    "test_aa_run.py", "test_bed_forward.py", "test_bench_smoke.py", "test_contention_layout.py",
-    "test_docs_commands.py", "test_e2e.py", "test_e2e_extra.py", "test_model_backend.py",
-    "test_overhead_device.py", "test_polling_rx.py", "test_queues_cores.py", "test_spread.py",
-    "test_study_security.py", "test_tls_knob.py", "test_topology_ssh.py", "test_transport_knob.py",
+    "test_aa_run.py", "test_bench_smoke.py", "test_contention_layout.py", "test_e2e.py", "test_spread.py",
 }
+# The longest modules go first, so that no worker starts one of them when the other is nearly done
+# (pytest-xdist hands out whole modules, in collection order).
+LONGEST_FIRST = [
+    "test_topology_ssh.py", "test_cli.py", "test_docs_commands.py", "test_e2e_extra.py", "test_runner.py",
+]
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's order is kept
 
 
 TINY_SPEC = """

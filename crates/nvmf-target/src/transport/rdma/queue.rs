@@ -191,7 +191,8 @@ impl Queue {
     fn forget_stale_registrations(&mut self) {
         for (slot, mr) in self.data_mrs.iter_mut().enumerate() {
             let Some(m) = mr else { continue };
-            let current = self.machine.buffer(slot as u16).map(|b| (b.as_mut_ptr() as usize, b.capacity()));
+            // Read through as_slice: as_mut_ptr would forget that the buffer is known zero.
+            let current = self.machine.buffer(slot as u16).map(|b| (b.as_slice().as_ptr() as usize, b.capacity()));
             if current != Some((m.addr, m.cap)) {
                 *mr = None;
             }

@@ -18,6 +18,7 @@ use crate::connection::ConnectOptions;
 use crate::error::{Error, Result};
 use crate::queue::QueueTransport;
 
+pub mod machine;
 #[cfg(feature = "rdma")]
 pub mod queue;
 

@@ -1,51 +1,49 @@
-//! One NVMe/RDMA queue pair on rdma-core (through `nvmf-rdma`): RDMA CM connect with the
-//! binding's private data, capsules by SEND, completions received into posted buffers, data
-//! moved by the controller through keyed SGLs on the slots' registered buffers.
+//! One NVMe/RDMA queue pair on rdma-core (through `nvmf-rdma`): the thin driver of
+//! [`RdmaMachine`]. It does RDMA CM connect with the binding's private data, registers the
+//! machine's capsule and receive areas and the slots' data buffers, posts the verbs the machine
+//! returns, and feeds it the work completions it polls.
 //!
 //! Memory: each slot's data buffer is registered once for the controller's RDMA READ and WRITE
-//! (re-registered when an admin command grows it) and named by its remote key in every keyed SGL,
-//! never invalidated; the capsule area (one SQE plus in-capsule data per slot) and the receive
-//! area (one 16-byte completion per posted receive) are registered for local access only.
+//! (re-registered when an admin command grows it, and on the fresh connection after a reconnect)
+//! and named by its remote key in every keyed SGL, never invalidated; the capsule area (one SQE
+//! plus in-capsule data per slot) and the receive area (one 16-byte completion per posted
+//! receive) are registered for local access only.
 
 use std::any::Any;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use nvmf_proto::nvme::{CQE_LEN, SQE_LEN};
+use nvmf_proto::nvme::CQE_LEN;
 use nvmf_proto::rdma::{cm_status, parse_cm_reject, parse_cm_reply};
-use nvmf_proto::{Cqe, Sqe};
+use nvmf_proto::Sqe;
 use nvmf_rdma::{Connection, Connector, EventKind, MemoryRegion, SendOp, WorkCompletion};
 
-use super::{build_command, cm_request, split_addr, DataPath, RemoteBuffer, SlotState};
-use crate::command::{command_name, Completion, Xfer};
+use super::machine::{Post, RdmaMachine, WorkDone, RECV_BIT};
+use super::{cm_request, split_addr, RemoteBuffer};
+use crate::command::{Completion, Xfer};
 use crate::error::{Error, Result};
 use crate::queue::{wrong_transport, QueueTransport};
 
-/// Receive work requests carry this bit in their ID; sends carry the slot's tag.
-const RECV_BIT: u64 = 1 << 63;
-
-struct Slot {
+/// A slot's data buffer and its registration.
+struct DataBuffer {
     // Declared before `buf`: the registration goes before the memory it covers.
     mr: MemoryRegion,
     buf: Vec<u8>,
-    state: SlotState,
-    /// The command as submitted, kept to resubmit it on a new connection after a reconnect.
-    sqe: Sqe,
-    xfer: Xfer,
+}
+
+impl DataBuffer {
+    fn remote(&self) -> RemoteBuffer {
+        RemoteBuffer { addr: self.buf.as_ptr() as u64, len: self.buf.len(), rkey: self.mr.rkey }
+    }
 }
 
 /// An NVMe/RDMA queue pair.
 pub struct RdmaQueue {
-    qid: u16,
-    in_capsule_max: usize,
-    slots: Vec<Slot>,
-    /// One capsule (SQE + in-capsule data) per slot, at `tag * capsule_len`.
-    capsules: Vec<u8>,
+    buffers: Vec<DataBuffer>,
     capsules_mr: MemoryRegion,
-    capsule_len: usize,
-    /// One completion per posted receive, at `i * CQE_LEN`.
-    responses: Vec<u8>,
     responses_mr: MemoryRegion,
+    /// Owns the capsule and receive areas the two regions above cover.
+    machine: RdmaMachine,
     wc: [WorkCompletion; 32],
     /// A SEND that could not be posted (the connection is failing): its command stays in
     /// flight, and the next commit or poll reports the loss, as NVMe/TCP's would, so that a
@@ -76,30 +74,17 @@ impl RdmaQueue {
         let depth = depth.clamp(1, req.depth() as usize);
         let receives = req.hrqsize as usize;
         let conn = Connection::create(cm.id(), depth as u32 + 1, receives as u32).map_err(connect_err)?;
-        let in_capsule_max = if qid == 0 { 0 } else { in_capsule_max };
-        let capsule_len = SQE_LEN + in_capsule_max;
-        let mut capsules = vec![0u8; capsule_len * depth];
-        let mut responses = vec![0u8; CQE_LEN * receives];
-        // SAFETY: the vectors are never resized and outlive their regions (field order).
+        let mut machine = RdmaMachine::new(qid, depth, receives, in_capsule_max);
+        let capsules = machine.capsule_area();
+        // SAFETY: the machine never resizes its areas, and it outlives their regions (field order).
         let capsules_mr = unsafe { conn.register(capsules.as_mut_ptr(), capsules.len()) }.map_err(|e| io_err("registering capsules", e))?;
+        let responses = machine.response_area();
         let responses_mr = unsafe { conn.register(responses.as_mut_ptr(), responses.len()) }.map_err(|e| io_err("registering receive buffers", e))?;
-        let slots = (0..depth).map(|_| new_slot(&conn, buf_len)).collect::<Result<Vec<_>>>()?;
-        let mut q = RdmaQueue {
-            qid,
-            in_capsule_max,
-            slots,
-            capsules,
-            capsules_mr,
-            capsule_len,
-            responses,
-            responses_mr,
-            wc: [WorkCompletion::default(); 32],
-            post_error: None,
-            conn,
-            cm,
-        };
-        for i in 0..receives {
-            q.post_recv(i)?;
+        let buffers = (0..depth).map(|_| new_buffer(&conn, buf_len)).collect::<Result<Vec<_>>>()?;
+        let mut q = RdmaQueue { buffers, capsules_mr, responses_mr, machine, wc: [WorkCompletion::default(); 32], post_error: None, conn, cm };
+        let receives: Vec<Post> = q.machine.initial_receives().collect();
+        for post in receives {
+            q.post(post)?;
         }
         q.conn.connect(&req.encode()).map_err(connect_err)?;
         let deadline = Instant::now() + timeout;
@@ -116,11 +101,11 @@ impl RdmaQueue {
                 EventKind::Established => {
                     // CRQSIZE: the controller's receive queue; fewer than our slots would overrun it.
                     if let Some(crq) = parse_cm_reply(&ev.private_data) {
-                        if (crq as usize) < q.slots.len() {
-                            return Err(Error::Protocol(format!("the controller's receive queue ({crq}) is smaller than queue {qid}'s {} slots", q.slots.len())));
+                        if (crq as usize) < depth {
+                            return Err(Error::Protocol(format!("the controller's receive queue ({crq}) is smaller than queue {qid}'s {depth} slots")));
                         }
                     }
-                    tracing::debug!(qid, depth, receives, "NVMe/RDMA queue connected");
+                    tracing::debug!(qid, depth, receives = req.hrqsize, "NVMe/RDMA queue connected");
                     return Ok(q);
                 }
                 EventKind::Rejected => {
@@ -140,52 +125,43 @@ impl RdmaQueue {
 
     /// Grows `tag`'s buffer (admin commands with large data), registering it anew.
     pub fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()> {
-        if self.slots[tag as usize].buf.len() >= len {
+        if self.buffers[tag as usize].buf.len() >= len {
             return Ok(());
         }
-        let slot = &mut self.slots[tag as usize];
-        if slot.state.is_active() {
+        if self.machine.is_active(tag) {
             return Err(Error::Unsupported(format!("tag {tag}'s buffer cannot grow while its command is in flight")));
         }
-        let fresh = new_slot(&self.conn, len)?;
-        // The old registration goes before its buffer (Slot's field order).
-        *slot = fresh;
+        // The old registration goes before its buffer (DataBuffer's field order).
+        self.buffers[tag as usize] = new_buffer(&self.conn, len)?;
         Ok(())
     }
 
-    fn post_recv(&mut self, i: usize) -> Result<()> {
-        let p = self.responses[i * CQE_LEN..].as_mut_ptr();
-        // SAFETY: the slice lies in responses_mr, which lives as long as the connection.
-        unsafe { self.conn.post_recv(RECV_BIT | i as u64, p, CQE_LEN as u32, self.responses_mr.lkey) }.map_err(|e| io_err("posting a receive", e))
+    /// Posts what the machine asked for. A receive that cannot be posted ends the queue; a
+    /// SEND's failure is kept for the next commit or poll.
+    fn post(&mut self, post: Post) -> Result<()> {
+        match post {
+            Post::Recv { index } => {
+                let p = self.machine.response_area()[index * CQE_LEN..].as_mut_ptr();
+                // SAFETY: the slice lies in responses_mr, which lives as long as the connection.
+                unsafe { self.conn.post_recv(RECV_BIT | index as u64, p, CQE_LEN as u32, self.responses_mr.lkey) }.map_err(|e| io_err("posting a receive", e))
+            }
+            Post::Send { tag, len } => {
+                let p = self.machine.capsule(tag).as_mut_ptr();
+                // SAFETY: the capsule lies in capsules_mr and is not touched until the SEND completes.
+                if let Err(e) = unsafe { self.conn.post_send(SendOp::Send, tag as u64, true, p, len as u32, self.capsules_mr.lkey) } {
+                    self.post_error.get_or_insert(io_err("posting a SEND", e));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Sends a command with CID `tag` (SEND of its capsule). A SEND the connection refuses is
     /// reported at the next commit or poll, its command in flight.
-    pub fn submit(&mut self, tag: u16, mut sqe: Sqe, xfer: Xfer) -> Result<()> {
-        let (qid, icmax, clen) = (self.qid, self.in_capsule_max, self.capsule_len);
-        let slot = self.slots.get_mut(tag as usize).ok_or_else(|| Error::Unsupported(format!("tag {tag} beyond queue depth")))?;
-        if slot.state.is_active() {
-            return Err(Error::Unsupported(format!("tag {tag} is already in flight")));
-        }
-        let buf = RemoteBuffer { addr: slot.buf.as_ptr() as u64, len: slot.buf.len(), rkey: slot.mr.rkey };
-        let path = build_command(&mut sqe, tag, xfer, qid, icmax, buf)?;
-        let capsule = &mut self.capsules[tag as usize * clen..][..clen];
-        capsule[..SQE_LEN].copy_from_slice(&sqe.0);
-        let data = match path {
-            DataPath::InCapsule(n) => {
-                capsule[SQE_LEN..SQE_LEN + n].copy_from_slice(&slot.buf[..n]);
-                n
-            }
-            DataPath::None | DataPath::Keyed(_) => 0,
-        };
-        slot.state.start();
-        (slot.sqe, slot.xfer) = (sqe, xfer);
-        let p = capsule.as_mut_ptr();
-        // SAFETY: the capsule lies in capsules_mr and is not touched until the SEND completes.
-        if let Err(e) = unsafe { self.conn.post_send(SendOp::Send, tag as u64, true, p, (SQE_LEN + data) as u32, self.capsules_mr.lkey) } {
-            self.post_error.get_or_insert(io_err("posting a SEND", e));
-        }
-        Ok(())
+    pub fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()> {
+        let buf = self.buffers.get(tag as usize).ok_or_else(|| Error::Unsupported(format!("tag {tag} beyond queue depth")))?;
+        let post = self.machine.submit(tag, sqe, xfer, &buf.buf, buf.remote())?;
+        self.post(post)
     }
 
     /// Takes the completions that are in, pushing finished commands into `done` (cleared
@@ -231,25 +207,15 @@ impl RdmaQueue {
         Ok(())
     }
 
+    /// Feeds the machine what the CQ holds and posts the receives it hands back.
     fn reap(&mut self, done: &mut Vec<Completion>) -> Result<()> {
         loop {
             let n = self.conn.poll(&mut self.wc).map_err(|e| io_err("polling the CQ", e))?;
             for i in 0..n {
                 let wc = self.wc[i];
-                if !wc.ok() {
-                    // Flushed work after a disconnect, or a transport error: the queue is gone.
-                    return Err(Error::Io(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        format!("RDMA work request failed on queue {}: {}", self.qid, wc.status_name()),
-                    )));
-                }
-                if wc.wr_id & RECV_BIT != 0 {
-                    self.response((wc.wr_id & !RECV_BIT) as usize, wc.byte_len as usize, done)?;
-                } else {
-                    let tag = wc.wr_id as u16;
-                    if let Some(result) = self.slots.get_mut(tag as usize).and_then(|s| s.state.sent()) {
-                        done.push(Completion { tag, result });
-                    }
+                let wc = WorkDone { wr_id: wc.wr_id, byte_len: wc.byte_len, failed: (!wc.ok()).then(|| wc.status_name()) };
+                if let Some(post) = self.machine.completed(&wc, done)? {
+                    self.post(post)?;
                 }
             }
             if n < self.wc.len() {
@@ -258,73 +224,35 @@ impl RdmaQueue {
         }
     }
 
-    /// Receive buffer `i` holds a completion: record it on its slot and post the buffer again.
-    fn response(&mut self, i: usize, len: usize, done: &mut Vec<Completion>) -> Result<()> {
-        if i * CQE_LEN >= self.responses.len() {
-            return Err(Error::Protocol(format!("a receive completion for buffer {i}, which was never posted")));
-        }
-        if len < CQE_LEN {
-            return Err(Error::Protocol(format!("a {len}-byte response on queue {} (a completion has {CQE_LEN})", self.qid)));
-        }
-        let cqe = Cqe::decode(self.responses[i * CQE_LEN..][..CQE_LEN].try_into().expect("16 bytes"));
-        self.post_recv(i)?;
-        let qid = self.qid;
-        let Some(slot) = self.slots.get_mut(cqe.cid as usize) else {
-            return Err(Error::Protocol(format!("a completion for CID {} beyond queue {qid}'s depth", cqe.cid)));
-        };
-        let result = if cqe.status.is_success() {
-            Ok(cqe.result)
-        } else {
-            Err(Error::Status { command: command_name(slot.sqe.opcode(), slot.sqe.fctype(), qid), status: cqe.status })
-        };
-        if let Some(result) = slot.state.respond(result, cqe.cid, qid)? {
-            done.push(Completion { tag: cqe.cid, result });
-        }
-        Ok(())
-    }
-}
-
-impl RdmaQueue {
     /// Takes over `fresh`'s connection (a new one, joined to the controller, with as many
     /// slots) and posts again every command that was in flight here. The slots keep their
     /// buffers, so data of commands that finished before the loss stays where the caller
     /// reads it; each buffer is registered anew in the fresh connection's protection domain.
     fn take_over(&mut self, mut fresh: RdmaQueue) -> Result<usize> {
-        if fresh.qid != self.qid || fresh.slots.len() < self.slots.len() {
-            return Err(Error::Unsupported(format!(
-                "resubmitting queue {} ({} slots) onto queue {} with {} slots",
-                self.qid,
-                self.slots.len(),
-                fresh.qid,
-                fresh.slots.len()
-            )));
+        let (qid, depth) = (self.machine.qid(), self.machine.depth());
+        if fresh.machine.qid() != qid || fresh.machine.depth() < depth {
+            let (fq, fd) = (fresh.machine.qid(), fresh.machine.depth());
+            return Err(Error::Unsupported(format!("resubmitting queue {qid} ({depth} slots) onto queue {fq} with {fd} slots")));
         }
-        // The connection and its capsule and receive areas change places: `fresh` now holds
-        // the old ones and goes at the end, with the buffers it was connected with.
+        // The connection, the machine (its capsule and receive areas) and their regions change
+        // places: `fresh` now holds the old ones, and what was in flight is taken from them.
         std::mem::swap(&mut self.conn, &mut fresh.conn);
         std::mem::swap(&mut self.cm, &mut fresh.cm);
-        std::mem::swap(&mut self.capsules, &mut fresh.capsules);
+        std::mem::swap(&mut self.machine, &mut fresh.machine);
         std::mem::swap(&mut self.capsules_mr, &mut fresh.capsules_mr);
-        std::mem::swap(&mut self.responses, &mut fresh.responses);
         std::mem::swap(&mut self.responses_mr, &mut fresh.responses_mr);
-        (self.in_capsule_max, self.capsule_len) = (fresh.in_capsule_max, fresh.capsule_len);
         self.post_error = None;
-        for slot in &mut self.slots {
-            // SAFETY: as in new_slot; the old registration goes at the assignment, one
-            // buffer at a time, so no more memory is pinned than one buffer's worth.
-            let mr = unsafe { self.conn.register_remote(slot.buf.as_mut_ptr(), slot.buf.len()) };
-            // Some slots would stay registered on the old connection: not worth retrying.
-            slot.mr = mr.map_err(|e| Error::Unsupported(format!("registering a data buffer again after a reconnect: {e}")))?;
+        let in_flight = fresh.machine.take_in_flight();
+        for b in &mut self.buffers {
+            // SAFETY: as in new_buffer; the old registration goes at the assignment, one
+            // buffer at a time, so at most one buffer's worth more is pinned.
+            let mr = unsafe { self.conn.register_remote(b.buf.as_mut_ptr(), b.buf.len()) };
+            // Some buffers would stay registered on the old connection: not worth retrying.
+            b.mr = mr.map_err(|e| Error::Unsupported(format!("registering a data buffer again after a reconnect: {e}")))?;
         }
-        let mut n = 0;
-        for tag in 0..self.slots.len() {
-            let slot = &mut self.slots[tag];
-            if slot.state.is_active() {
-                slot.state.abort();
-                let (sqe, xfer) = (slot.sqe, slot.xfer);
-                self.submit(tag as u16, sqe, xfer)?;
-                n += 1;
-            }
+        let n = in_flight.len();
+        for (tag, sqe, xfer) in in_flight {
+            self.submit(tag, sqe, xfer)?;
         }
         Ok(n)
     }
@@ -332,19 +260,19 @@ impl RdmaQueue {
 
 impl QueueTransport for RdmaQueue {
     fn qid(&self) -> u16 {
-        self.qid
+        self.machine.qid()
     }
 
     fn depth(&self) -> usize {
-        self.slots.len()
+        self.machine.depth()
     }
 
     fn in_capsule_max(&self) -> usize {
-        self.in_capsule_max
+        self.machine.in_capsule_max()
     }
 
     fn buffer(&mut self, tag: u16) -> &mut [u8] {
-        &mut self.slots[tag as usize].buf
+        &mut self.buffers[tag as usize].buf
     }
 
     fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()> {
@@ -368,7 +296,7 @@ impl QueueTransport for RdmaQueue {
     /// Every slot, with buffers only as large as Connect's data: capsules are registered per
     /// connection, the slots' own buffers move over and are registered again.
     fn fresh_shape(&self, _buf_len: usize) -> (usize, usize) {
-        (self.slots.len(), 0)
+        (self.machine.depth(), 0)
     }
 
     fn resubmit_on(&mut self, fresh: Box<dyn Any>, _in_capsule_max: usize) -> Result<usize> {
@@ -388,11 +316,11 @@ impl Drop for RdmaQueue {
     }
 }
 
-fn new_slot(conn: &Connection, len: usize) -> Result<Slot> {
+fn new_buffer(conn: &Connection, len: usize) -> Result<DataBuffer> {
     let mut buf = vec![0u8; len.max(1)];
     // SAFETY: the buffer is never resized while registered and is dropped after its region.
     let mr = unsafe { conn.register_remote(buf.as_mut_ptr(), buf.len()) }.map_err(|e| io_err("registering a data buffer", e))?;
-    Ok(Slot { mr, buf, state: SlotState::default(), sqe: Sqe::new(0, 0), xfer: Xfer::None })
+    Ok(DataBuffer { mr, buf })
 }
 
 /// Sleeps in poll(2) until one of `fds` is readable or `timeout` passed.

@@ -246,11 +246,54 @@ ours_down() {
     wait $pid; rc=$?; [ $rc = 0 ] && pass "ours stop" || fail "ours stop" "exit $rc"; fi
 }
 
+# Our host rides through a restart of our target (test_reconnect.py reads what this leaves): nvmf-perf
+# -t rdma writes 1 MiB in 4k writes at 100 IOPS at most (about 70 under TCG) with --verify and
+# reconnect options; once its I/O queue is connected the target is stopped (so the queue's commands
+# stay in flight), killed, and started again half a second later on the same file. The run must end
+# with every write done once and every block read back correct (perf-reconnect.json). With 4 MiB at
+# 400 IOPS the check took 38 s of guest time under TCG (about 70 IOPS there), hence 1 MiB.
+RECONNECT_PORT=4423
+NQN_RECONNECT=nqn.2024-01.io.nvmflab:rdma-reconnect
+
+# Starts our target for the reconnect check, logging to reconnect-target-$1.log; its pid in RECONNECT_PID.
+reconnect_target() {
+  local log=$OUT/reconnect-target-$1.log i
+  /usr/local/bin/nvmf-target --listen rdma:$ADDR:$RECONNECT_PORT --nqn $NQN_RECONNECT --ns file:/tmp/reconnect-ns.img >$log 2>&1 &
+  RECONNECT_PID=$!
+  for i in $(seq 100); do grep -q "^ready" $log && return 0; kill -0 $RECONNECT_PID 2>/dev/null || return 1; sleep 0.1; done
+  return 1
+}
+
+reconnect_check() {
+  local perf i rc
+  truncate -s 16M /tmp/reconnect-ns.img
+  reconnect_target 1 || { fail "reconnect start" "no ready line (reconnect-target-1.log)"; return; }
+  pass "reconnect start"
+  timeout 90 nvmf-perf run -t rdma -a $ADDR -s $RECONNECT_PORT -n $NQN_RECONNECT --rw write --bs 4k --size 1MiB --iodepth 4 \
+    --verify --rate_iops 100 --reconnect-delay 200ms --ctrl-loss-tmo 30 --output-format json \
+    >$OUT/perf-reconnect.json 2>$OUT/perf-reconnect.err &
+  perf=$!
+  for i in $(seq 200); do grep -q "qid=1" $OUT/reconnect-target-1.log && break; sleep 0.1; done
+  sleep 0.3
+  kill -STOP $RECONNECT_PID; sleep 0.3; kill -KILL $RECONNECT_PID; wait $RECONNECT_PID 2>/dev/null
+  say "reconnect: target killed"
+  sleep 0.5
+  if reconnect_target 2; then pass "reconnect restart"; else fail "reconnect restart" "no ready line (reconnect-target-2.log)"; fi
+  wait $perf; rc=$?
+  if [ $rc = 0 ] && grep -q reconnected $OUT/perf-reconnect.err; then
+    pass "reconnect perf"
+  else
+    fail "reconnect perf" "nvmf-perf exit $rc (perf-reconnect.err)"
+  fi
+  kill -INT $RECONNECT_PID 2>/dev/null; wait $RECONNECT_PID 2>/dev/null
+}
+
 CHECKS=${RDMA_CHECKS:-control ours perf}
 NVMET_UP= OURS_PID=
 setup_rxe || exit 1
 case "$CHECKS" in *control*) control_nvmet ;; esac
 case "$CHECKS" in *ours*) ours ;; esac
+case "$CHECKS" in *reconnect*) reconnect_check ;; esac
 # SPDK's hosts go to every target still up, so the targets above stop only after it.
 case "$CHECKS" in *spdk*) . /etc/nvmflab/spdk-check.sh; spdk_checks ;; esac
 ours_down

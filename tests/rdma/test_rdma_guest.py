@@ -6,12 +6,12 @@ namespace added and removed while connected: asynchronous events over RDMA), and
 With NVMFLAB_RDMA_SPDK=1 (`make test-rdma`) the same boot also runs SPDK over RDMA
 (spdk-check.sh): SPDK's target with the kernel host and nvmf-perf, and SPDK's hosts against all
 three targets. Without it (`make test`, where it would cost minutes more) or without an SPDK
-build that has RDMA, the SPDK tests skip and say why."""
+build that has RDMA, the SPDK tests skip and say why. The boot is conftest.py's `guest` fixture,
+which test_reconnect.py shares."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -21,32 +21,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "guest"))
-import check  # noqa: E402
 import trixie  # noqa: E402
 
 SIZES = ("4k", "128k", "1m")
-WITH_SPDK = os.environ.get("NVMFLAB_RDMA_SPDK") == "1"
-
-
-@pytest.fixture(scope="module")
-def guest(tmp_path_factory):
-    """(run, {step: result line}, why SPDK did not run or None)."""
-    checks, no_spdk = "control ours perf", "SPDK over RDMA runs in make test-rdma (NVMFLAB_RDMA_SPDK=1), not here"
-    if WITH_SPDK:
-        try:
-            check.spdk_files()
-            checks, no_spdk = checks + " spdk", None
-        except check.SpdkUnavailable as e:
-            no_spdk = str(e)
-    try:
-        bindir = check.build()
-        run, results = check.run(bindir, checks, tmp_path_factory.mktemp("rdma"), timeout_s=600 if no_spdk is None else 420)
-    except trixie.GuestUnavailable as e:
-        if os.environ.get("NVMFLAB_CONFORMANCE_REQUIRE") == "1":
-            raise
-        pytest.skip(str(e))
-    assert run.finished, f"{run.why}\n{run.console[-3000:]}"
-    return run, {line.split(":")[0].removeprefix("PASS ").removeprefix("FAIL "): line for line in results}, no_spdk
 
 
 def steps(tag: str) -> list[str]:

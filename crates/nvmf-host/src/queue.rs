@@ -77,7 +77,7 @@ impl QueuePair {
         }
     }
 
-    /// An NVMe/TCP queue pair on `link`: see [`TcpQueue::open`].
+    /// An NVMe/TCP queue pair on `link`, initialized (ICReq/ICResp) within `opts.timeout`.
     pub fn open(link: Box<dyn Link>, opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize) -> Result<QueuePair> {
         Ok(QueuePair(Held::Tcp(TcpQueue::open(link, opts, qid, depth, buf_len, in_capsule_max)?)))
     }

@@ -2,7 +2,7 @@
 //! [`crate::machine::QueueMachine`]: fed with commands and work completions, it returns the
 //! verbs to post ([`Post`]) and pushes finished commands. It owns the capsule area (one SQE
 //! plus in-capsule data per slot) and the receive area (one 16-byte completion per posted
-//! receive); the driver ([`super::queue::RdmaQueue`]) registers both, registers the slots' data
+//! receive); the driver (`queue::RdmaQueue`, with the `rdma` feature) registers both, registers the slots' data
 //! buffers, and posts what it is told. Always built: its tests need no RDMA device.
 
 use nvmf_proto::nvme::{CQE_LEN, SQE_LEN};

@@ -1,6 +1,7 @@
-//! NVMe over RDMA on the host side: what a queue pair decides, with no RDMA device (this file,
-//! always built and tested), and the queue pair on rdma-core ([`queue::RdmaQueue`], with the
-//! `rdma` cargo feature).
+//! NVMe over RDMA on the host side: what a queue pair decides (this file) and its protocol as a
+//! sans-I/O machine ([`machine::RdmaMachine`]), both with no RDMA device, always built and
+//! tested; and the machine's thin driver on rdma-core (`queue::RdmaQueue`, with the `rdma`
+//! cargo feature).
 //!
 //! The binding, per command: the SQE goes by SEND; write data of an I/O queue rides in the
 //! capsule after the SQE when it fits IOCCSZ, otherwise the command names the slot's buffer with
@@ -33,7 +34,7 @@ pub fn cm_request(qid: u16, sqsize: u16, cntlid: u16) -> CmRequest {
 }
 
 /// Connects NVMe/RDMA queue `qid` to `opts.addr` for [`crate::QueuePair::connect`] (see
-/// [`queue::RdmaQueue::connect`]); without the `rdma` cargo feature, an error that says how to
+/// `queue::RdmaQueue::connect`); without the `rdma` cargo feature, an error that says how to
 /// build one.
 #[allow(clippy::too_many_arguments)]
 pub fn connect_queue(opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize, sqsize: u16, cntlid: u16) -> Result<Box<dyn QueueTransport>> {

@@ -58,12 +58,6 @@ impl MemoryBudget {
         }
     }
 
-    /// [`try_take`](Self::try_take) as a [`Charge`] that gives the bytes back when dropped, for
-    /// buffers whose owner has no single place where they are freed (an RDMA queue's).
-    pub fn charge(self: &Arc<Self>, n: usize, force: bool) -> Option<Charge> {
-        self.try_take(n, force).then(|| Charge { budget: self.clone(), bytes: n })
-    }
-
     pub fn give_back(&self, n: usize) {
         self.used.fetch_sub(n, Relaxed);
     }
@@ -78,25 +72,6 @@ impl MemoryBudget {
     /// caching them, so memory flows to the connections that wait for it.
     pub fn under_pressure(&self) -> bool {
         self.used() > self.limit / 2
-    }
-}
-
-/// Bytes taken from a [`MemoryBudget`], given back when dropped.
-#[derive(Debug)]
-pub struct Charge {
-    budget: Arc<MemoryBudget>,
-    bytes: usize,
-}
-
-impl Charge {
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.budget.give_back(self.bytes);
     }
 }
 
@@ -118,20 +93,5 @@ mod tests {
         assert_eq!(b.used(), 0);
         assert!(!b.under_pressure());
         assert_eq!(b.peak(), 110, "the peak stays after the bytes go back");
-    }
-
-    #[test]
-    fn a_charge_gives_its_bytes_back_when_dropped() {
-        let b = Arc::new(MemoryBudget::new(100));
-        let first = b.charge(70, false).expect("fits");
-        assert!(b.charge(31, false).is_none(), "over the cap");
-        assert_eq!(b.refusals(), 1);
-        let forced = b.charge(50, true).expect("forced");
-        assert_eq!((b.used(), first.bytes(), forced.bytes()), (120, 70, 50));
-        drop(first);
-        assert_eq!(b.used(), 50);
-        let again = b.charge(50, false).expect("room again");
-        drop((forced, again));
-        assert_eq!((b.used(), b.peak()), (0, 120));
     }
 }

@@ -9,7 +9,7 @@ mod model;
 mod null;
 mod ram;
 
-pub use budget::{Charge, MemoryBudget};
+pub use budget::MemoryBudget;
 pub use buf::{AlignedBuf, AllocError};
 pub use file::{DurabilityCounters, FileStore};
 pub use model::{ModelParams, ModelStore};

@@ -4,7 +4,6 @@
 //! buffer that grows, nothing for buffers reused at their size.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct MemoryBudget {

@@ -1,8 +1,10 @@
 """CLI: one-line errors, results list/show/export, env, studies end to end on the fakes."""
 
 import os
+import re
 
 import pandas as pd
+import pytest
 from conftest import FAKEPATH, nvmflab
 
 from nvmflab.store import ResultsStore
@@ -77,6 +79,31 @@ def test_env_lists_cores_and_tools(fake_env):
         assert item in done.stdout
 
 
+# The legs `make run` (study all --quick) must run, as (study, leg).
+QUICK_LEGS = {("polling", "completion"), ("polling", "idle_poll"), ("polling", "matrix"), ("overhead", "local"),
+              ("overhead", "loopback"), ("overhead", "netns"), ("saturation", "initiator"), ("saturation", "target"),
+              ("interference", "calibrate_initiator"), ("interference", "initiator"),
+              ("interference", "target"), ("contention", "isolated"), ("contention", "same_core"),
+              ("contention", "lapps_flows")}
+
+
+def test_quick_studies_plan_every_leg_three_times(tmp_path, fake_env):
+    """`make run`'s command planned, in seconds: every leg of every quick study, three interleaved
+    repeats (issue 22 item 12), nothing stored. Running it all is test_quick_studies_run_every_leg
+    (`make test-long`: a minute and a half of CPU on the fakes)."""
+    no_spdk = tmp_path / "no-spdk"
+    no_spdk.mkdir()
+    env = fake_env | {"NVMFLAB_SPDK_DIR": str(no_spdk), "PATH": f"{FAKEPATH}{os.pathsep}{os.environ['PATH']}"}
+    results = tmp_path / "r"
+    done = nvmflab("study", "all", "--quick", "--plan", "--results", str(results), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    planned = re.findall(r"^# ([\w-]+): [^\n]*? · (\w+) · repeat (\d+) ·", done.stdout, re.M)
+    assert QUICK_LEGS <= {(study, leg) for study, leg, _ in planned}
+    assert {int(r) for _, _, r in planned} == {0, 1, 2}
+    assert not (results / "results.sqlite").exists()
+
+
+@pytest.mark.long
 def test_quick_studies_run_every_leg(tmp_path, fake_env):
     # No SPDK build: a real spdk_nvme_perf cannot talk to the fake target, and its failed points
     # would (rightly) make the run exit 1. The stacks study skips SPDK's pairs with the reason.
@@ -93,11 +120,7 @@ def test_quick_studies_run_every_leg(tmp_path, fake_env):
     assert done.stdout.strip().splitlines()[-1].endswith("report.html")
     frame = ResultsStore(results).measurements()
     legs = {(s, leg) for s, leg in zip(frame["study"], frame["leg"])}
-    assert {("polling", "completion"), ("polling", "idle_poll"), ("polling", "matrix"), ("overhead", "local"),
-            ("overhead", "loopback"), ("overhead", "netns"), ("saturation", "initiator"), ("saturation", "target"),
-            ("interference", "calibrate_initiator"), ("interference", "initiator"),
-            ("interference", "target"), ("contention", "isolated"), ("contention", "same_core"),
-            ("contention", "lapps_flows")} <= legs
+    assert QUICK_LEGS <= legs
     flows = frame[(frame["study"] == "contention") & (frame["engine"] == "iperf3")]
     assert len(flows) > 0 and (flows["bw_bytes"] > 0).all()
     inter = frame[(frame["study"] == "interference") & frame["bg_load_pct"].notna()]

@@ -14,6 +14,7 @@ GONE = [
     ("nvmf-target", "core", "wire"),  # PortTlsStats lives in port_stats.rs
     ("nvmf-target", "backend", "config"),  # BackendConfig and ModelParams in backend/, parse_size in nvmf_proto::units
     ("nvmf-host", "connection", "tls"),  # the Link trait lives in link.rs
+    ("nvmf-tls", "channel", "session"),  # TlsError lives in error.rs
 ]
 
 

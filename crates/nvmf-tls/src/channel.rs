@@ -8,7 +8,7 @@ use std::io::IoSlice;
 
 use crate::ktls::{classify_non_data, KernelKeys, NonData};
 use crate::record::{Opener, RecordError, RecvBuf, Sealer, ALERT, APPLICATION_DATA};
-use crate::session::TlsError;
+use crate::error::TlsError;
 
 /// Both directions' record state.
 pub(crate) struct AppRecords {

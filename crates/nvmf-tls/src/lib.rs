@@ -20,6 +20,7 @@ pub mod binder;
 pub mod boundary;
 mod channel;
 pub mod derive;
+mod error;
 pub mod hostile;
 pub mod key;
 pub mod ktls;

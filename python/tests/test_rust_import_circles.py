@@ -15,6 +15,7 @@ GONE = [
     ("nvmf-target", "backend", "config"),  # BackendConfig and ModelParams in backend/, parse_size in nvmf_proto::units
     ("nvmf-host", "connection", "tls"),  # the Link trait lives in link.rs
     ("nvmf-tls", "channel", "session"),  # TlsError lives in error.rs
+    ("nvmf-host", "queue", "rdma"),  # QueueTransport lives in queue_transport.rs
 ]
 
 

@@ -24,6 +24,7 @@ use nvmf_proto::{digest, Cqe, Digests, FrameHeader, Framer, PduHeader, Role, Sgl
 
 use crate::command::{command_name, Completion, Xfer};
 use crate::error::{fes_name, Error, Result};
+use crate::queue_transport::ProtocolMachine;
 
 /// C2HData payloads of at least this many bytes are received straight into the slot's buffer;
 /// smaller ones are copied from the receive buffer, where one large read(2) carries many PDUs.
@@ -147,24 +148,12 @@ impl QueueMachine {
         self.phase == Phase::Ready
     }
 
-    pub fn qid(&self) -> u16 {
-        self.qid
-    }
-
-    pub fn depth(&self) -> usize {
-        self.slots.len()
-    }
-
     pub fn digests(&self) -> Digests {
         self.framer.digests
     }
 
     pub fn maxh2cdata(&self) -> u32 {
         self.maxh2cdata
-    }
-
-    pub fn in_capsule_max(&self) -> usize {
-        self.in_capsule_max
     }
 
     /// The data buffer of `tag`: fill it before a write, read it after a read completes.
@@ -564,6 +553,20 @@ impl QueueMachine {
             pos += n;
         }
         Ok(())
+    }
+}
+
+impl ProtocolMachine for QueueMachine {
+    fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn in_capsule_max(&self) -> usize {
+        self.in_capsule_max
     }
 }
 

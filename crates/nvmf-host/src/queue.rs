@@ -1,6 +1,6 @@
-//! A queue pair on one connection, behind one trait: [`QueueTransport`] is what a transport's
-//! queue pair supplies (buffers, submit, commit, poll, and moving onto a fresh connection after a
-//! reconnect), and [`QueuePair`] is what the admin queue, I/O queues ([`crate::IoQueue`]) and
+//! A queue pair on one connection, behind one trait: [`QueueTransport`] (in
+//! [`crate::queue_transport`]) is what a transport's queue pair supplies (buffers, submit, commit,
+//! poll, and moving onto a fresh connection after a reconnect), and [`QueuePair`] is what the admin queue, I/O queues ([`crate::IoQueue`]) and
 //! reconnect ([`crate::Session`]) use, whatever the transport.
 //!
 //! NVMe/TCP's queue pair ([`TcpQueue`], here) is the sans-I/O [`QueueMachine`] (slots, PDUs,
@@ -22,38 +22,11 @@ pub use crate::command::{command_name, Completion, Xfer};
 use crate::connection::{open_link, ConnectOptions, Link, Transport};
 use crate::error::{Error, Result};
 pub use crate::machine::QueueMachine;
+use crate::queue_transport::{wrong_transport, ProtocolMachine};
+pub use crate::queue_transport::QueueTransport;
 
 /// Slices handed to one vectored write: enough for a few dozen PDUs.
 const SEND_SLICES: usize = 64;
-
-/// What a transport's queue pair supplies. Tags are command slots (the CID), `0..depth()`.
-pub trait QueueTransport: Send {
-    fn qid(&self) -> u16;
-    fn depth(&self) -> usize;
-    /// Bytes of write data a command may carry in its capsule.
-    fn in_capsule_max(&self) -> usize;
-    /// The data buffer of `tag`: fill it before a write, read it after a read completes.
-    fn buffer(&mut self, tag: u16) -> &mut [u8];
-    /// Grows `tag`'s buffer to at least `len` bytes (admin commands; never on the data path).
-    fn ensure_buffer(&mut self, tag: u16, len: usize) -> Result<()>;
-    /// Queues (or posts) a command with CID `tag`.
-    fn submit(&mut self, tag: u16, sqe: Sqe, xfer: Xfer) -> Result<()>;
-    /// Sends what is queued without waiting.
-    fn commit(&mut self) -> Result<()>;
-    /// Processes what has arrived, pushing finished commands into `done` (cleared first).
-    /// With a non-zero `wait` it sleeps up to `wait` until at least one finishes.
-    fn poll(&mut self, wait: Duration, done: &mut Vec<Completion>) -> Result<()>;
-    /// The slots and buffer length a fresh queue pair of this transport needs so that this one
-    /// can move onto it ([`QueueTransport::resubmit_on`]), given `buf_len`, this queue's own.
-    /// The fresh pair's buffers carry only Connect before that.
-    fn fresh_shape(&self, buf_len: usize) -> (usize, usize);
-    /// Moves this queue onto `fresh` (same transport, already joined to the controller),
-    /// keeping its slots and buffers, and submits again every command in flight on the old
-    /// connection (a write may then run twice, which rewrites the same data). Returns how many.
-    fn resubmit_on(&mut self, fresh: Box<dyn Any>, in_capsule_max: usize) -> Result<usize>;
-    /// This queue as `Any`, for [`QueueTransport::resubmit_on`] on its own kind.
-    fn into_any(self: Box<Self>) -> Box<dyn Any>;
-}
 
 /// A queue pair on its own connection.
 pub struct QueuePair(Held);
@@ -192,11 +165,6 @@ impl QueuePair {
     }
 }
 
-/// What `resubmit_on` answers when handed a fresh queue pair of another transport.
-pub(crate) fn wrong_transport() -> Error {
-    Error::Unsupported("resubmitting onto a queue pair of another transport".into())
-}
-
 /// An NVMe/TCP queue pair: the protocol machine and the link that moves its bytes.
 pub struct TcpQueue {
     link: Box<dyn Link>,
@@ -313,16 +281,8 @@ impl TcpQueue {
 }
 
 impl QueueTransport for TcpQueue {
-    fn qid(&self) -> u16 {
-        self.machine.qid()
-    }
-
-    fn depth(&self) -> usize {
-        self.machine.depth()
-    }
-
-    fn in_capsule_max(&self) -> usize {
-        self.machine.in_capsule_max()
+    fn machine(&self) -> &dyn ProtocolMachine {
+        &self.machine
     }
 
     fn buffer(&mut self, tag: u16) -> &mut [u8] {

@@ -11,6 +11,7 @@ use nvmf_proto::{Cqe, Sqe};
 use super::{build_command, DataPath, RemoteBuffer, SlotState};
 use crate::command::{command_name, Completion, Xfer};
 use crate::error::{Error, Result};
+use crate::queue_transport::ProtocolMachine;
 
 /// Receive work requests carry this bit in their ID; sends carry the slot's tag.
 pub const RECV_BIT: u64 = 1 << 63;
@@ -70,18 +71,6 @@ impl RdmaMachine {
             capsules: vec![0; capsule_len * depth],
             responses: vec![0; CQE_LEN * receives],
         }
-    }
-
-    pub fn qid(&self) -> u16 {
-        self.qid
-    }
-
-    pub fn depth(&self) -> usize {
-        self.slots.len()
-    }
-
-    pub fn in_capsule_max(&self) -> usize {
-        self.in_capsule_max
     }
 
     /// The receives to post before connecting: every response buffer.
@@ -192,6 +181,20 @@ impl RdmaMachine {
             }
         }
         v
+    }
+}
+
+impl ProtocolMachine for RdmaMachine {
+    fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn in_capsule_max(&self) -> usize {
+        self.in_capsule_max
     }
 }
 

@@ -17,7 +17,7 @@ use nvmf_proto::Sqe;
 use crate::command::Xfer;
 use crate::connection::ConnectOptions;
 use crate::error::{Error, Result};
-use crate::queue::QueueTransport;
+use crate::queue_transport::QueueTransport;
 
 pub mod machine;
 #[cfg(feature = "rdma")]

@@ -22,7 +22,7 @@ use super::machine::{Post, RdmaMachine, WorkDone, RECV_BIT};
 use super::{cm_request, split_addr, RemoteBuffer};
 use crate::command::{Completion, Xfer};
 use crate::error::{Error, Result};
-use crate::queue::{wrong_transport, QueueTransport};
+use crate::queue_transport::{wrong_transport, ProtocolMachine, QueueTransport};
 
 /// A slot's data buffer and its registration.
 struct DataBuffer {
@@ -259,16 +259,8 @@ impl RdmaQueue {
 }
 
 impl QueueTransport for RdmaQueue {
-    fn qid(&self) -> u16 {
-        self.machine.qid()
-    }
-
-    fn depth(&self) -> usize {
-        self.machine.depth()
-    }
-
-    fn in_capsule_max(&self) -> usize {
-        self.machine.in_capsule_max()
+    fn machine(&self) -> &dyn ProtocolMachine {
+        &self.machine
     }
 
     fn buffer(&mut self, tag: u16) -> &mut [u8] {

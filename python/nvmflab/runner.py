@@ -27,6 +27,13 @@ from .topology.local import LocalHost
 
 # Seconds a load generator may take beyond ramp_time + runtime (connect, teardown) before it is killed.
 PERF_GRACE_S = 30.0
+# After a failed point each remote host must answer `true` within this (twice), or the run ends.
+HOST_PROBE_S = 30.0
+
+
+class HostLost(HostError):
+    """A remote host stopped answering during the run (powered off, its network gone): the run
+    ends naming it, instead of failing every later point on it; stored points stay (resumable)."""
 
 
 class PointFailed(Exception):
@@ -148,6 +155,7 @@ class Runner:
                     self._drop_target()
                 raw["noisy_tries"] = noisy_tries
                 self._save(point, "failed", message, [], started, raw)
+                self._hosts_answer()
                 return Outcome(point, "failed", message)
             noise = raw.get("noise") or {}
             if not noise.get("noisy") or attempt == tries - 1:
@@ -159,6 +167,22 @@ class Runner:
             row["noise_tries"] = attempt + 1
         self._save(point, status, detail, measurements, started, raw)
         return Outcome(point, status, detail)
+
+    def _hosts_answer(self) -> None:
+        """After a failed point: HostLost for a remote host that no longer answers (two tries, a
+        loaded machine may miss one). A host that answers lets the sweep go on to the next point."""
+        for host in self.hosts.all():
+            if not host.remote:
+                continue
+            for attempt in range(2):
+                try:
+                    host.run(["true"], timeout=HOST_PROBE_S)
+                    break
+                except HostError as err:
+                    if attempt == 1:
+                        raise HostLost(f"{host.name} stopped answering during the run ({_one_line(err)}); the "
+                                       "points measured before are stored: once it is back, run the same command "
+                                       "again to resume") from None
 
     def close(self) -> None:
         """Stop the target and every load generator; the hosts stay open (the session closes them)."""

@@ -39,12 +39,14 @@ def test_target_keys_a_host_entry_of_its_own_and_admits_only_it(fake, tmp_path):
 
 
 def test_target_refuses_to_rekey_a_host_entry_it_did_not_make(fake, tmp_path):
+    # A host NQN of the user's (the spec's hostnqn); one with nvmflab's own NQN is a leftover of a
+    # killed run, removed first (test_bed_faults_unit.py).
     host, stack = fake
-    nvmet = host.root / "sys/kernel/config/nvmet"
-    _attrs(nvmet / "hosts" / TLS_HOSTNQN, {"dhchap_key": "theirs"}, [])
+    nvmet, theirs = host.root / "sys/kernel/config/nvmet", "nqn.2026-01.example:theirs"
+    _attrs(nvmet / "hosts" / theirs, {"dhchap_key": "theirs"}, [])
     before = snapshot(host.root)
     with pytest.raises(StackError, match="does not change the DH-HMAC-CHAP key of an entry it did not make"):
-        stack.start_target(dhchap_setup(), host, tmp_path)
+        stack.start_target(dhchap_setup(allowed_hosts=(theirs,)), host, tmp_path)
     assert snapshot(host.root) == before  # rolled back; their key untouched
 
 

@@ -44,6 +44,8 @@ class FakeKernel(LocalHost):
     def run(self, argv, timeout=60.0, check=True, input=None):
         self.commands.append(list(argv))
         cfg = self.root / "sys/kernel/config"
+        if argv[:3] == ["sh", "-c", kernel.leftovers.SCAN_KEYS]:  # this machine's own keyring stays out of it
+            return self._done(argv)
         if argv[:2] == ["sh", "-c"] and "modprobe -r" in argv[2]:  # unload only when loaded
             argv = ["modprobe", "-r", argv[5]] if (self.root / "sys/module" / argv[5]).exists() else ["true"]
             self.commands.append(argv)

@@ -8,6 +8,10 @@ Teardown guarantee: the target records one undo command for each thing it create
 configfs directory, a symlink, `enable`, a module parameter, a module it loaded, a file in
 /dev/shm) and runs them in reverse order. A subsystem, port, nullb device or file that already
 exists is refused, never reused, so nothing it did not create is ever touched.
+
+Leftovers: what a run killed before its teardown left (SIGKILL, a lost connection) carries
+nvmflab's marks (kernel_leftovers.py); before its first target or host on a machine, the stack
+removes those, and only those.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import re
 import sys
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -26,6 +31,7 @@ from ..topology import tls as tls_facts
 from ..topology.base import Host, HostError
 from ..knobs import KnobMap, Setter, apply, tcp_only
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
+from . import kernel_leftovers as leftovers
 from . import kernel_tls
 from .fio import LOG_AVG_MSEC, fio_argv, fio_intervals, log_prefix, parse_fio
 from .ours import TLS_HOSTNQN
@@ -45,6 +51,9 @@ _SCAN = r"""for c in "$1"/nvme*; do
   echo
 done"""
 _CTRL = re.compile(r"nvme\d{1,6}")
+# Machines whose leftovers this process removed already: once per machine, whichever side (and
+# whichever KernelStack instance) comes first, so nothing this run made is ever taken for one.
+_CLEANED: "weakref.WeakSet[Host]" = weakref.WeakSet()
 _NS = re.compile(r"nvme(\d{1,6})(?:c\d{1,6})?n(\d{1,6})")
 
 
@@ -397,6 +406,7 @@ class KernelStack(Stack):
     # -- target side ----------------------------------------------------------------------------
     def start_target(self, setup: TargetSetup, host: Host, workdir: Path) -> KernelTarget:
         try:
+            self.clean_leftovers(host)
             return KernelTarget(self, setup, host)
         except HostError as err:
             raise StackError(str(err)) from None
@@ -454,6 +464,7 @@ class KernelStack(Stack):
     # -- host side ------------------------------------------------------------------------------
     def open_host(self, job: PerfJob, target: RunningTarget | None, host: Host, workdir: Path) -> KernelSession:
         try:
+            self.clean_leftovers(host)
             return self._open(job, target, host)
         except HostError as err:
             raise StackError(str(err)) from None
@@ -577,6 +588,25 @@ class KernelStack(Stack):
         return self._engines[host.name]
 
     # -- both -----------------------------------------------------------------------------------
+    def clean_leftovers(self, host: Host) -> list[str]:
+        """Once per machine and process, before anything else of the kernel stack there: remove what
+        an earlier run left (only nvmflab's marked entries, kernel_leftovers.py) and say so on
+        stderr. Returns what was found; a step that fails is said, and the start that follows
+        refuses what is still there by name."""
+        if host in _CLEANED:
+            return []
+        _CLEANED.add(host)
+        found = leftovers.Leftovers()
+        for script in (leftovers.SCAN_TARGET, leftovers.SCAN_KEYS):
+            leftovers.parse(self._run(host, ["sh", "-c", script, "sh", self.root], check=False).stdout or "", found)
+        if not found:
+            return []
+        failed = [" ".join(argv) for argv in found.steps(self.root) if self._run(host, argv, check=False).returncode]
+        names = found.names()
+        print(f"nvmflab: {host.name}: removed what an earlier nvmflab run left: {', '.join(names)}"
+              + (f" ({len(failed)} step(s) failed, first: `{failed[0]}`)" if failed else ""), file=sys.stderr)
+        return names
+
     def unavailable(self, host: Host, side) -> str | None:
         try:
             if not self._is_root(host):

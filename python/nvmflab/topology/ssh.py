@@ -36,7 +36,7 @@ from ..tools import OUR_BINARIES, ToolMissing, require_tool
 from .base import Host, HostError, HostProcess, Hosts, checked
 from .inventory import HostEntry, load_inventory
 
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 10  # ssh's ConnectTimeout unless the inventory's ssh_options give one
 CONTROL_PREFIX = "nvmflab-ssh-"
 STOP_GRACE_S = 5
 _PR_SET_PDEATHSIG = 1
@@ -256,7 +256,7 @@ class SshHost(Host):
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
                     start_new_session=True, preexec_fn=_die_with_parent)
             _open_hosts.add(self)
-            deadline = time.monotonic() + CONNECT_TIMEOUT_S + 5
+            deadline = time.monotonic() + login_limit_s(self.entry.ssh_options)
             while not socket.exists():
                 if self._master.poll() is not None or time.monotonic() > deadline:
                     self._stop_master()
@@ -431,6 +431,24 @@ class SshHost(Host):
             shutil.rmtree(self._control_dir, ignore_errors=True)
             self._control_dir = None
         _open_hosts.discard(self)
+
+
+def connect_timeout_s(ssh_options: list[str]) -> int:
+    """The ConnectTimeout ssh uses: the inventory's (ssh keeps the first value given, and the
+    inventory's options come before ours), else CONNECT_TIMEOUT_S."""
+    for option in ssh_options:  # "ConnectTimeout=60" after "-o", or "-oConnectTimeout 60"
+        words = option.removeprefix("-o").replace("=", " ").split()
+        if len(words) == 2 and words[0].lower() == "connecttimeout" and words[1].isdigit():
+            return int(words[1])
+    return CONNECT_TIMEOUT_S
+
+
+def login_limit_s(ssh_options: list[str]) -> int:
+    """How long a login may take before it is a failure: ssh's ConnectTimeout covers the TCP connect
+    and, again, the SSH handshake, so twice that and 5 s for authentication. A slow host (an emulated
+    guest on a loaded machine) gets more with `ssh_options = ["-o", "ConnectTimeout=60"]`; a refused
+    connection or key still fails at once, as ssh exits."""
+    return 2 * connect_timeout_s(ssh_options) + 5
 
 
 def _remove_stale_control_dirs() -> None:

@@ -51,6 +51,9 @@ class Knob:
 
 
 def _registry() -> dict[str, Knob]:
+    stale = sorted(set(TCP_ONLY) - set(Knobs.model_fields))
+    if stale:  # a renamed knob would otherwise lose its limit without a word
+        raise RuntimeError(f"knobs.TCP_ONLY names {', '.join(stale)}, which spec.Knobs does not have")
     out = {}
     for name, field in Knobs.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}

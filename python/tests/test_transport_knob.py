@@ -237,8 +237,8 @@ def test_transport_check_refuses_with_the_reason(monkeypatch):
     assert check.refusal(rdma_point(), _Stack(), _Stack()) == (
         "lab-0 has no RDMA device: only mlx5_0: NIC (port 1 Ethernet DOWN), no port up; see docs/rdma.md for Soft-RoCE")
     assert "TLS is an NVMe/TCP feature" in check.refusal(rdma_point(tls="on"), _Stack(), _Stack())
-    assert "hdr_digest = true: digests are NVMe/TCP PDU fields" in check.refusal(rdma_point(hdr_digest=True), _Stack(),
-                                                                                 _Stack())
+    assert check.refusal(rdma_point(hdr_digest=True), _Stack(), _Stack()) == (
+        'hdr_digest = true with transport = "rdma": it holds over tcp only (digests are NVMe/TCP PDU fields)')
 
 
 def test_transport_check_asks_each_stack_side_once(monkeypatch):

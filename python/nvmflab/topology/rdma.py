@@ -173,9 +173,10 @@ def usable(devices: list[Device]) -> list[Device]:
 
 
 class TransportCheck:
-    """Why a point's transport cannot run on its hosts, or None: a host with no RDMA device whose
-    port is up, or a stack side without RDMA (`Stack.rdma_unavailable`: a build without it, a
-    missing kernel module). Each host and stack side is asked once per check."""
+    """Why a point's transport cannot run on its hosts, or None: a knob or target setup that does
+    not hold over the transport (the knob registry, `knobs.transport_refusal`, asked first), a host
+    with no RDMA device whose port is up, or a stack side without RDMA (`Stack.rdma_unavailable`: a
+    build without it, a missing kernel module). Each host and stack side is asked once per check."""
 
     def __init__(self, runner: Any):
         self.runner = runner  # its hosts are looked at only for a point that is not all tcp
@@ -188,13 +189,8 @@ class TransportCheck:
             return None
         if len(wanted) > 1:
             return f"the target and the load generators name different transports ({', '.join(sorted(wanted))})"
-        transport = wanted.pop()
-        if "on" in {point.knobs.get("tls")} | {j.knobs.get("tls") for j in point.jobs}:
-            return f"tls = on: TLS is an NVMe/TCP feature, not one of NVMe over {transport.upper()}"
-        for digest in ("hdr_digest", "data_digest"):
-            if any(k.get(digest) for k in [point.knobs, *(j.knobs for j in point.jobs)]):
-                return f"{digest} = true: digests are NVMe/TCP PDU fields, not part of NVMe over {transport.upper()}"
-        # knobs and target setup the knob registry says do not hold over this transport (knobs.py)
+        # knobs and target setup the knob registry says do not hold over this transport (knobs.py:
+        # TLS, digests, socket options on every stack; what a stack side ignores), before any probe
         limited = transport_refusal(point, target_stack, host_stack)
         if limited:
             return limited

@@ -1,10 +1,14 @@
 """Which transports each knob holds on (issue 38 item 3): our RDMA transport is one thread per port
-that ignores cores, target mode, idle polling and placement, and socket options do not exist over
-RDMA on any stack, so planning refuses such a point by name instead of comparing a pinned, polling
-TCP target with an unpinned RDMA thread. No RDMA runs: the device probe and the builds' RDMA
-support are faked, so a refusal here can only come from the knob registry."""
+that ignores cores, target mode, idle polling and placement, and socket options, TLS and the digests
+do not exist over RDMA on any stack, so planning refuses such a point by name instead of comparing a
+pinned, polling TCP target with an unpinned RDMA thread. No RDMA runs: the device probe and the
+builds' RDMA support are faked, so a refusal here can only come from the knob registry. Each plan
+sweeps `transport` beside the knob, so one plan shows the RDMA point refused and the TCP one planned."""
 
 from __future__ import annotations
+
+import json
+import sys
 
 import pytest
 
@@ -18,6 +22,12 @@ from nvmflab.topology import rdma
 
 NQN = "nqn.2024-01.io.nvmflab:s1"
 ISSUE = "our RDMA transport runs one thread per port and ignores cores/mode/placement: issue 38"
+STACKS = ("ours", "kernel", "spdk")
+# Knobs that act on a TCP socket, TCP itself or an NVMe/TCP PDU: no stack can honour them over RDMA.
+TCP_ONLY = {"so_priority": 3, "busy_poll_us": 50, "tcp_congestion": "cubic", "tls": "on", "hdr_digest": True,
+            "data_digest": True}
+HEAD = ('runtime = 1\nramp_time = 0\nrepeats = 1\n[topology]\nkind = "local"\ntarget_cores = {cores}\n'
+        'host_cores = [1]\n[backend]\nkind = "null"\nsize = "64MiB"\n')
 
 
 @pytest.fixture
@@ -25,71 +35,161 @@ def rdma_here(monkeypatch):
     """An RDMA device whose port is up, and every stack side able to speak RDMA."""
     device = rdma.Device("rxe0", [rdma.Port(1, "Ethernet", "ACTIVE")])
     monkeypatch.setattr(rdma, "probe", lambda host, root="": ([device], []))
-    for name in ("ours", "kernel", "spdk"):
+    for name in STACKS:
         monkeypatch.setattr(type(get_stack(name)), "rdma_unavailable", lambda self, host, side: None)
 
 
-def plan(tmp_path, knobs_toml: str, target_cores: str = "[0]") -> str:
-    """`nvmflab run --plan` of a one-point sweep with these [knobs]; the plan's text."""
-    tmp_path.mkdir(exist_ok=True)
+def plan(tmp_path, body: str, target_cores: str = "[0]", top: str = "") -> list[tuple[dict[str, str], str | None]]:
+    """`nvmflab run --plan` of a spec (`top` keys, HEAD, then `body`): each point's knobs (as the
+    plan prints them) and the reason it is not run, or None where it runs."""
     path = tmp_path / "k.toml"
-    path.write_text(f'name = "k"\nruntime = 0.2\nramp_time = 0\nrepeats = 2\n[topology]\nkind = "local"\n'
-                    f'target_cores = {target_cores}\nhost_cores = [1]\n[backend]\nkind = "null"\nsize = "64MiB"\n'
-                    f"[knobs]\n{knobs_toml}\n")
-    return run_spec(load_study_spec(path), path, "sweep", tmp_path / "r", quick=False, plan=True).text
+    path.write_text(f'name = "k"\n{top}' + HEAD.format(cores=target_cores) + body)
+    spec = load_study_spec(path)
+    text = run_spec(spec, path, spec.study or "sweep", tmp_path / "r", quick=True, plan=True).text
+    points: list[tuple[dict[str, str], str | None]] = []
+    for line in text.splitlines():
+        if line.startswith("# "):  # "# DESCRIPTION · LEG · repeat N · k=v, k=v, ..."
+            pairs = line.rsplit(" · ", 1)[1].split(", ")
+            points.append((dict(p.split("=", 1) for p in pairs if "=" in p), None))
+        elif line.strip().startswith("(not run: "):
+            points[-1] = (points[-1][0], line.strip()[len("(not run: "):-1])
+    assert points, text
+    return points
 
 
-def refusal(plan_text: str) -> str | None:
-    """The reason the plan's points are not run (each the same here), or None when they run."""
-    reasons = {line.strip()[len("(not run: "):-1] for line in plan_text.splitlines() if "(not run: " in line}
-    assert len(reasons) <= 1, reasons
-    return reasons.pop() if reasons else None
+def by_transport(points) -> dict[str, list[tuple[dict[str, str], str | None]]]:
+    out: dict[str, list] = {}
+    for point in points:
+        out.setdefault(point[0]["transport"], []).append(point)
+    return out
 
 
-@pytest.mark.parametrize("setting", ['target_mode = "poll"', "idle_poll_us = 50", "tos = 16"])
-def test_a_knob_our_rdma_thread_ignores_is_refused_by_name(tmp_path, fake_env, rdma_here, setting):
-    why = refusal(plan(tmp_path, f'transport = "rdma"\n{setting}'))
-    assert why is not None and why.startswith(f'{setting} with transport = "rdma": the ours target honours it '
-                                              "over tcp only ("), why
-    if not setting.startswith("tos"):
-        assert why.endswith(f"({ISSUE})")
-    assert refusal(plan(tmp_path / "tcp", setting)) is None  # over TCP the same knob plans
+def test_the_registry_names_the_transports_of_every_knob():
+    assert set(knobs.TRANSPORTS) == {"tcp", "rdma"}
+    for knob in [*knobs.KNOBS.values(), *knobs.SETUP.values()]:
+        assert knob.transports and set(knob.transports) <= set(knobs.TRANSPORTS), knob.name
+        assert knob.transports == knobs.TRANSPORTS or knob.why_not, f"{knob.name}: limited without a reason"
+    assert {n for n, k in knobs.KNOBS.items() if k.transports == ("tcp",)} == set(TCP_ONLY)
+    # a stack side narrows a knob only within the knob's own transports, and names only SETUP choices
+    for name in STACKS:
+        for side in knobs.SIDES:
+            for knob_name, setting in get_stack(name).knob_map(side).items():
+                if isinstance(setting, knobs.Setter):
+                    assert set(setting.transports or ()) <= set(knobs.KNOBS[knob_name].transports), (name, knob_name)
+                    assert set(setting.setup_tcp_only) <= set(knobs.SETUP), (name, knob_name)
+                    assert not (setting.transports or setting.setup_tcp_only) or setting.why_not, (name, knob_name)
+
+
+def test_the_knob_map_has_a_transports_column():
+    table = knobs.markdown({n: get_stack(n) for n in STACKS})
+    header, _, *body = table.splitlines()
+    assert header.split(" | ")[2] == "transports"
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in body}
+    assert set(rows) == set(knobs.KNOBS) | set(knobs.SETUP)
+    for name, cells in rows.items():
+        owner = knobs.KNOBS.get(name) or knobs.SETUP[name]
+        assert cells[2] == ", ".join(owner.transports), name
+    assert "config `mode`; over tcp only (" + ISSUE + ")" in rows["target_mode"][3]
+    assert ISSUE in rows["cores"][3] and ISSUE in rows["placement"][3]
+
+
+def test_busy_polling_is_refused_over_rdma_by_name_and_plans_over_tcp(tmp_path, fake_env, rdma_here):
+    points = by_transport(plan(tmp_path, '[sweep]\ntransport = ["tcp", "rdma"]\nbusy_poll_us = [0, 50]\n'))
+    assert [why for _, why in points["tcp"]] == [None, None]
+    refused = {k["busy_poll_us"]: why for k, why in points["rdma"]}
+    assert refused["0"] is None  # RDMA at the defaults plans
+    assert refused["50"] == ('busy_poll_us = 50 with transport = "rdma": it holds over tcp only (a socket option, '
+                             "and NVMe over RDMA has no socket)")
+
+
+@pytest.mark.parametrize("name", sorted(TCP_ONLY))
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_tcp_only_knob_is_refused_over_rdma_on_every_stack(stack, name):
+    """Refused from the knob's own row, before any stack map is asked (a stack lacking the knob
+    would refuse it anyway, but not by naming the transport)."""
+    chosen = get_stack(stack)
+    why = knobs.transport_refusal(point({name: TCP_ONLY[name]}), chosen, chosen)
+    assert why == (f'{name} = {json.dumps(TCP_ONLY[name])} with transport = "rdma": it holds over tcp only '
+                   f"({knobs.TCP_ONLY[name]})")
+
+
+def test_what_our_rdma_thread_ignores_is_refused_by_name(tmp_path, fake_env, rdma_here):
+    points = by_transport(plan(tmp_path, '[sweep]\ntransport = ["tcp", "rdma"]\ntarget_mode = ["event", "poll"]\n'
+                                         "idle_poll_us = [0, 50]\ntos = [0, 16]\n"))
+    assert len(points["tcp"]) == 8 and all(why is None for _, why in points["tcp"])  # over TCP each plans
+    for k, why in points["rdma"]:
+        asked = [s for s in (f'target_mode = "{k["target_mode"]}"', f'idle_poll_us = {k["idle_poll_us"]}',
+                             f'tos = {k["tos"]}') if not s.endswith(('"event"', " 0"))]
+        if not asked:
+            assert why is None, k
+            continue
+        # one of the knobs asked is named, with its value, the transport and the stack side
+        named = [a for a in asked if why is not None and why.startswith(
+            f'{a} with transport = "rdma": the ours target honours it over tcp only (')]
+        assert named, (k, why)
+        assert why.endswith(f"({ISSUE})") or named[0].startswith("tos"), why
 
 
 def test_more_target_cores_than_one_are_refused_over_rdma(tmp_path, fake_env, rdma_here):
-    why = refusal(plan(tmp_path, 'transport = "rdma"', target_cores="[0, 1]"))
-    assert why == f'cores = 2 with transport = "rdma": the ours target honours it over tcp only ({ISSUE})'
-    assert refusal(plan(tmp_path / "tcp", "", target_cores="[0, 1]")) is None
+    points = by_transport(plan(tmp_path, '[sweep]\ntransport = ["tcp", "rdma"]\n', target_cores="[0, 1]"))
+    assert points["tcp"][0][1] is None
+    assert points["rdma"][0][1] == (f'cores = 2 with transport = "rdma": the ours target honours it over tcp '
+                                    f"only ({ISSUE})")
 
 
-def test_a_run_where_every_point_is_refused_runs_nothing(tmp_path, fake_env):
-    from conftest import nvmflab
+def test_the_kernel_target_refuses_its_nvmet_tcp_parameter_over_rdma(tmp_path, fake_env, rdma_here):
+    points = by_transport(plan(tmp_path, '[sweep]\ntransport = ["tcp", "rdma"]\nidle_poll_us = [0, 50]\n',
+                               top='stack = "kernel"\n'))
+    assert [why for _, why in points["tcp"]] == [None, None]
+    refused = {k["idle_poll_us"]: why for k, why in points["rdma"]}
+    assert refused["0"] is None
+    assert refused["50"] == ('idle_poll_us = 50 with transport = "rdma": the kernel target honours it over tcp only '
+                             "(an nvmet_tcp module parameter, which an nvmet rdma port does not use)")
 
+
+def test_the_transports_study_plans_its_rdma_points(tmp_path, fake_env, rdma_here):
+    """Its default knobs hold over RDMA on every stack; only our target's second core is refused."""
+    points = plan(tmp_path, '[params]\nconfigs = ["rdma"]\niodepth = [1]\nbs = ["4k"]\ncores = [1, 2]\n',
+                  top='study = "transports"\n')
+    refused = {(k["stack"], k["app"], k.get("cores")): why for k, why in points if why is not None}
+    assert refused == {("ours", "cores", "2"): f'cores = 2 with transport = "rdma": the ours target honours it over '
+                                               f"tcp only ({ISSUE})"}
+    assert {k["stack"] for k, _ in points} == set(STACKS) and all(k["transport"] == "rdma" for k, _ in points)
+
+
+def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    """`nvmflab ARGS` in this process (its imports are already paid for): exit status, stdout+stderr."""
+    from nvmflab.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["nvmflab", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    said = capsys.readouterr()
+    return done.value.code, said.out + said.err
+
+
+REFUSED_SPEC = '[knobs]\ntransport = "rdma"\ntarget_mode = "poll"\n'
+
+
+def test_the_plan_command_shows_the_refusal_without_a_traceback(tmp_path, fake_env, monkeypatch, capsys):
     spec = tmp_path / "rd.toml"
-    spec.write_text('name = "rd"\nruntime = 0.2\nramp_time = 0\n[topology]\nkind = "local"\ntarget_cores = [0]\n'
-                    'host_cores = [1]\n[backend]\nkind = "null"\nsize = "64MiB"\n[knobs]\ntransport = "rdma"\n'
-                    'target_mode = "poll"\n')
-    done = nvmflab("run", str(spec), "--results", str(tmp_path / "r"), env=fake_env)
-    assert done.returncode == 2, done.stderr
+    spec.write_text('name = "rd"\n' + HEAD.format(cores="[0]") + REFUSED_SPEC)
+    code, said = cli(monkeypatch, capsys, "run", str(spec), "--plan")
+    assert code == 0, said
     # the knob is refused before any device is looked for, so the reason is the same with or without one
-    assert 'target_mode = "poll" with transport = "rdma"' in done.stdout + done.stderr
+    assert '(not run: target_mode = "poll" with transport = "rdma": the ours target' in said
+    assert "Traceback" not in said and "internal error" not in said
+
+
+@pytest.mark.long  # the run writes its report: 3-5 s on a busy 2-core VM; the plan test above is in make test
+def test_a_run_where_every_point_is_refused_says_why_and_exits_2(tmp_path, fake_env, monkeypatch, capsys):
+    spec = tmp_path / "rd.toml"
+    spec.write_text('name = "rd"\n' + HEAD.format(cores="[0]") + REFUSED_SPEC)
+    code, said = cli(monkeypatch, capsys, "run", str(spec), "--results", str(tmp_path / "r"))
+    assert code == 2, said
+    assert 'target_mode = "poll" with transport = "rdma"' in said
+    assert "Traceback" not in said and "internal error" not in said
     assert not (tmp_path / "perf.log").exists()  # no load generator ran
-
-
-def test_rdma_at_the_defaults_plans(tmp_path, fake_env, rdma_here):
-    text = plan(tmp_path, 'transport = "rdma"')
-    assert refusal(text) is None and " -t rdma " in text
-
-
-def test_socket_options_are_refused_over_rdma_on_every_stack(tmp_path, fake_env, rdma_here):
-    assert refusal(plan(tmp_path, 'transport = "rdma"\nso_priority = 3')) == (
-        'so_priority = 3 with transport = "rdma": it holds over tcp only (a socket option, and NVMe over RDMA has '
-        "no socket)")
-    for name in ("ours", "kernel", "spdk"):
-        stack = get_stack(name)
-        for side in knobs.SIDES:
-            assert knobs.limit(stack.knob_map(side), knobs.KNOBS["busy_poll_us"], "rdma") is not None
-            assert knobs.limit(stack.knob_map(side), knobs.KNOBS["tcp_congestion"], "rdma") is not None
 
 
 def point(stack_knobs: dict, cores=(0,), reactor=None) -> Point:
@@ -102,22 +202,14 @@ def point(stack_knobs: dict, cores=(0,), reactor=None) -> Point:
 
 
 def test_only_what_does_not_apply_is_refused_per_stack():
-    ours, kernel, spdk = (get_stack(n) for n in ("ours", "kernel", "spdk"))
+    ours, kernel, spdk = (get_stack(n) for n in STACKS)
     # placement: ours binds nothing to a reactor over RDMA
-    assert "placement = true" in knobs.transport_refusal(point({}, reactor=0), ours, ours)
-    # nvmet_tcp's idle polling is a module parameter an nvmet rdma port does not use
-    assert "nvmet_tcp module parameter" in knobs.transport_refusal(point({"idle_poll_us": 50}), kernel, kernel)
-    # SPDK's poll groups serve RDMA too: several cores and its polling hold; nvme_rdma honours --tos
-    polling = point({"target_mode": "poll", "completion": "poll"}, cores=(0, 1))
+    assert knobs.transport_refusal(point({}, reactor=0), ours, ours) == (
+        f'placement = true with transport = "rdma": the ours target honours it over tcp only ({ISSUE})')
+    # SPDK's poll groups serve RDMA too: several cores, placement and its polling hold; nvme_rdma honours --tos
+    polling = point({"target_mode": "poll", "completion": "poll"}, cores=(0, 1), reactor=1)
     assert knobs.transport_refusal(polling, spdk, spdk) is None
     assert knobs.transport_refusal(point({"tos": 16}), kernel, kernel) is None
-    # our host's completion polling and in-capsule size hold over RDMA
-    assert knobs.transport_refusal(point({"completion": "poll", "in_capsule_data_size": 4096}), ours, ours) is None
-
-
-def test_the_knob_map_says_which_transports_each_knob_holds_on():
-    table = knobs.markdown({n: get_stack(n) for n in ("ours", "kernel", "spdk")})
-    rows = {line.split(" | ")[0].strip("| `"): line for line in table.splitlines()[2:]}
-    assert " | tcp | " in rows["so_priority"] and " | tcp, rdma | " in rows["target_mode"]
-    assert "config `mode`; over tcp only (" + ISSUE + ")" in rows["target_mode"]
-    assert {"cores", "placement"} <= set(rows) and ISSUE in rows["cores"]
+    # our host's completion polling, in-capsule size, SQ flow control and DH-HMAC-CHAP hold over RDMA
+    held = {"completion": "poll", "in_capsule_data_size": 4096, "sqflow": "off", "dhchap": "ffdhe2048"}
+    assert knobs.transport_refusal(point(held), ours, ours) is None

@@ -9,6 +9,9 @@ rusage; a polling process spins its core, so event-mode rows are the ones that s
 
 With --perf-a (and --perf-b) each side gets its own nvmf-perf too: the whole stack before against
 after, for changes to both sides. With --tls every run is over TLS 1.3 (one random PSK).
+With --host spdk_nvme_perf the load comes from SPDK's host (its build as the bench finds it,
+polling on the host core, `--no-huge`), so a change to the target is measured as a host we did
+not write sees it (issue 40 item 3); not with --tls.
 
 Every run is bracketed by the bench's speed probe (nvmfbench/speed.py: a short busy ping-pong on
 the two cores, the target paused) and waits, within --wait-for-fast seconds in all, for the VM's
@@ -24,7 +27,7 @@ best: a polling FIFO target holds its core between runs too.
 
 Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
-                   [--no-probe] [--wait-for-fast 120] [--tls] [--fifo]
+                   [--no-probe] [--wait-for-fast 120] [--tls] [--fifo] [--host spdk_nvme_perf]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nvmflab.analysis.decide import fieller, welch  # noqa: E402
+from nvmflab.plan import PerfJob  # noqa: E402
+from nvmflab.spec import Knobs, Workload  # noqa: E402
+from nvmflab.stacks import StackError  # noqa: E402
+from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
+from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
 from nvmfbench import speed, stats  # noqa: E402
 
@@ -107,26 +116,65 @@ class Target:
         self.stop()
 
 
-def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int,
-            prefix: tuple[str, ...] = ()) -> dict:
-    """One nvmf-perf run: IOPS, bandwidth and the target's CPU per GiB (the caller adds the
-    host's, from the children's rusage)."""
-    argv = [*prefix, perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
+HOSTS = ("nvmf-perf", "spdk_nvme_perf")
+
+
+def spdk_perf_binary() -> str:
+    """SPDK's spdk_nvme_perf from the build the bench uses (NVMFLAB_SPDK_DIR or ~/.cache/nvmflab)."""
+    root = spdk_stack.spdk_dir(LocalHost())
+    if root is None:
+        raise StackError(f"--host spdk_nvme_perf: no SPDK build found; {spdk_stack.BUILD_HINT}")
+    return f"{root}/build/bin/spdk_nvme_perf"
+
+
+def host_argv(host: str, perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int) -> list[str]:
+    """The load generator's command line, its JSON (nvmf-perf) or text report (spdk_nvme_perf,
+    which always polls: the work's mode is the target's only) on stdout."""
+    if host == "spdk_nvme_perf":
+        knobs = Workload(rw=work["rw"], bs=work["bs"], iodepth=work["iodepth"]).model_dump() | Knobs(completion="poll").model_dump()
+        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=NQN)
+        return [perf, "--no-huge", "-s", str(spdk_stack.BASE_MEM_MB),
+                *spdk_stack.perf_args(job, "127.0.0.1", int(target.port), seconds, ramp)]
+    argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
     if target.tls_key:
         argv += ["--tls-key", target.tls_key, "-q", TLS_HOSTNQN]
+    return argv
+
+
+def report_of(host: str, out: str, work: dict, seconds: int, ramp: int) -> dict:
+    """The host's report in fio's layout."""
+    if host == "spdk_nvme_perf":
+        return spdk_stack.parse_perf_text(out, work["rw"], 50, work["bs"], seconds, ramp)
+    return json.loads(out)
+
+
+def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int,
+            prefix: tuple[str, ...] = (), host: str = "nvmf-perf") -> dict:
+    """One load-generator run: IOPS, bandwidth and the target's CPU per GiB (the caller adds the
+    host's, from the children's rusage)."""
+    argv = [*prefix, *host_argv(host, perf, target, work, host_core, seconds, ramp)]
     before = cpu_of(target.proc.pid)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        return {"error": f"{host} did not start: {e}"}
     try:
         out, err = proc.communicate(timeout=seconds + ramp + 30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        return {"error": "nvmf-perf did not finish"}
+        proc.wait()
+        return {"error": f"{host} did not finish"}
+    finally:
+        shutil.rmtree(f"/var/run/dpdk/spdk_pid{proc.pid}", ignore_errors=True)  # what DPDK leaves behind
     after = cpu_of(target.proc.pid)
     if proc.returncode != 0:
         return {"error": (err.strip().splitlines() or ["?"])[-1]}
-    doc = json.loads(out)
+    try:
+        doc = report_of(host, out, work, seconds, ramp)
+    except (StackError, ValueError) as e:
+        return {"error": f"{host} report unreadable: {e}"}
     side = "write" if "write" in work["rw"] else "read"
     bw = sum(j[side]["bw_bytes"] for j in doc["jobs"])
     iops = sum(j[side]["iops"] for j in doc["jobs"])
@@ -188,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a", required=True, help="the baseline nvmf-target binary")
     ap.add_argument("--b", required=True, help="the nvmf-target binary measured against it")
-    ap.add_argument("--perf", default=str(Path(__file__).resolve().parent.parent / "target/release/nvmf-perf"))
+    ap.add_argument("--host", choices=HOSTS, default="nvmf-perf",
+                    help="the load generator: nvmf-perf, or SPDK's spdk_nvme_perf (polling; not with --tls)")
+    ap.add_argument("--perf", help="the load generator's binary (default: target/release/nvmf-perf, or SPDK's build)")
     ap.add_argument("--perf-a", help="nvmf-perf for side A (default --perf)")
     ap.add_argument("--perf-b", help="nvmf-perf for side B (default --perf)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -207,6 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fifo", action="store_true",
                     help="run the target and nvmf-perf under SCHED_FIFO (chrt -f 10), each killed after a bound; implies --no-probe")
     a = ap.parse_args(argv)
+    if a.host == "spdk_nvme_perf" and a.tls:
+        ap.error("--tls with --host spdk_nvme_perf: its ssl socket stalls on SPDK 24.01's 4 KiB buffers (bench/README.md)")
+    try:
+        a.perf = a.perf or (spdk_perf_binary() if a.host == "spdk_nvme_perf"
+                            else str(Path(__file__).resolve().parent.parent / "target/release/nvmf-perf"))
+    except StackError as e:
+        print(f"ab: {e}", file=sys.stderr)
+        return 2
     gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe and not a.fifo else None
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
@@ -227,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                         with bracket or contextlib.nullcontext():
                             t0 = os.times()
                             run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp,
-                                          fifo_prefix(a.fifo, a.seconds + a.ramp + 30))
+                                          fifo_prefix(a.fifo, a.seconds + a.ramp + 30), a.host)
                             usr, sys_ = host_cpu(t0, os.times())
                         if bracket:
                             run |= bracket.fields

@@ -1,10 +1,12 @@
 """bench/ab.py --tls: the target requires TLS with the run's PSK for one host NQN and nvmf-perf
-offers that key as that host (fake binaries record their command lines); without it, neither does."""
+offers that key as that host (fake binaries record their command lines); without it, neither does.
+bench/ab.py --host spdk_nvme_perf: SPDK's host polling on the host core, its text report read."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import pytest
 import stat
 from pathlib import Path
 
@@ -40,3 +42,24 @@ def test_ab_with_tls_gives_target_and_host_the_same_key(tmp_path):
     with ab.Target(target, 0, "poll") as t:
         ab.measure(perf, t, work, 1, 1, 0)
     assert "--tls" not in target_log.read_text() and "--tls" not in perf_log.read_text()
+
+
+def test_ab_with_spdks_host_runs_spdk_nvme_perf_polling_and_reads_its_text_report(tmp_path, capsys):
+    ab = _ab()
+    perf_log = tmp_path / "perf.argv"
+    target = _script(tmp_path / "target", 'echo "ready listen=127.0.0.1:4420"; exec sleep 30')
+    report = Path(__file__).parent / "data" / "spdk_nvme_perf_randread_2cores.txt"
+    perf = _script(tmp_path / "spdk_nvme_perf", f'echo "$@" > {perf_log}; cat {report}')
+    work = ab.parse_work("4k-randread-qd32-event")
+    with ab.Target(target, 0, "event") as t:
+        run = ab.measure(perf, t, work, 1, 2, 1, host="spdk_nvme_perf")
+    assert run["iops"] == 40385.82  # the report's Total row
+    argv = perf_log.read_text()
+    assert "--no-huge -s 1024 -r trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:" + ab.NQN in argv
+    assert "-c 0x2 -q 32 -o 4096 -w randread -t 2 -LL -a 1" in argv
+    with ab.Target(target, 0, "poll") as t:
+        missing = ab.measure(str(tmp_path / "absent"), t, work, 1, 2, 1, host="spdk_nvme_perf")
+    assert missing["error"].startswith("spdk_nvme_perf did not start:")
+    with pytest.raises(SystemExit):
+        ab.main(["--a", target, "--b", target, "--host", "spdk_nvme_perf", "--tls"])
+    assert "--tls with --host spdk_nvme_perf" in capsys.readouterr().err

@@ -86,9 +86,12 @@ pub fn records_name(kernel: bool) -> &'static str {
     }
 }
 
-/// Key and IV of one direction, derived from its application traffic secret.
+/// Key and IV of one direction, derived from its application traffic secret (kept for the
+/// next generation: [`TrafficKeys::updated`]).
+#[derive(Clone)]
 pub struct TrafficKeys {
     hash: TlsHash,
+    secret: Secret,
     key: Secret,
     iv: Secret,
 }
@@ -104,9 +107,18 @@ impl TrafficKeys {
         let label = |name, len| hkdf_label(len, name, &[], false).expect("empty context");
         TrafficKeys {
             hash,
+            secret: Secret::from_slice(secret),
             key: hkdf_expand(hash, secret, &label("key", key_len), key_len),
             iv: hkdf_expand(hash, secret, &label("iv", 12), 12),
         }
+    }
+
+    /// The keys after a KeyUpdate (RFC 8446 7.2): application_traffic_secret_N+1 =
+    /// HKDF-Expand-Label(application_traffic_secret_N, "traffic upd", "", Hash.length).
+    pub fn updated(&self) -> TrafficKeys {
+        let len = self.hash.digest_len();
+        let label = hkdf_label(len, "traffic upd", &[], false).expect("empty context");
+        TrafficKeys::from_secret(self.hash, hkdf_expand(self.hash, self.secret.as_bytes(), &label, len).as_bytes())
     }
 
     pub fn hash(&self) -> TlsHash {

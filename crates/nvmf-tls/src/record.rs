@@ -120,6 +120,12 @@ impl Sealer {
         Direction::new(keys, true).map(Sealer)
     }
 
+    /// Seals the next records with `keys`, from sequence 0 (after a KeyUpdate).
+    pub fn rekey(&mut self, keys: &TrafficKeys) -> Result<(), openssl::error::ErrorStack> {
+        self.0 = Direction::new(keys, true)?;
+        Ok(())
+    }
+
     /// Seals up to `limit` bytes of `bufs`, in order, as application data records of at most
     /// 2^14 bytes each, appended to `out`; returns how many plaintext bytes were taken.
     pub fn seal_vectored(&mut self, bufs: &[IoSlice<'_>], limit: usize, out: &mut Vec<u8>) -> Result<usize, openssl::error::ErrorStack> {
@@ -186,6 +192,12 @@ pub struct Opener(Direction);
 impl Opener {
     pub fn new(keys: &TrafficKeys) -> Result<Opener, openssl::error::ErrorStack> {
         Direction::new(keys, false).map(Opener)
+    }
+
+    /// Opens the next records with `keys`, from sequence 0 (after the peer's KeyUpdate).
+    pub fn rekey(&mut self, keys: &TrafficKeys) -> Result<(), openssl::error::ErrorStack> {
+        self.0 = Direction::new(keys, false)?;
+        Ok(())
     }
 
     /// Opens `record` (header and whole body) in place: returns its inner content type and the

@@ -337,7 +337,7 @@ impl TlsSession {
         if self.peer_closed {
             return Ok(false);
         }
-        match app.ready(&mut self.rx) {
+        match app.ready(&mut self.rx, &mut self.stream.get_mut().output) {
             Ok(Ready::Data) => {
                 self.app_data_seen = true;
                 Ok(true)

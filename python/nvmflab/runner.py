@@ -151,11 +151,11 @@ class Runner:
                 measurements, status, detail = self._measure(point, raw)
             except Exception as err:  # whatever breaks one point fails that point; Ctrl-C still ends the sweep
                 message = _one_line(err)
-                if self._target is not None and not self._target.alive():
-                    self._drop_target()
                 raw["noisy_tries"] = noisy_tries
                 self._save(point, "failed", message, [], started, raw)
                 self._hosts_answer()
+                if self._target is not None and not self._target_alive():
+                    self._drop_target()
                 return Outcome(point, "failed", message)
             noise = raw.get("noise") or {}
             if not noise.get("noisy") or attempt == tries - 1:
@@ -167,6 +167,12 @@ class Runner:
             row["noise_tries"] = attempt + 1
         self._save(point, status, detail, measurements, started, raw)
         return Outcome(point, status, detail)
+
+    def _target_alive(self) -> bool:
+        try:
+            return self._target.alive()
+        except (HostError, StackError):  # its host did not answer the question: started again
+            return False
 
     def _hosts_answer(self) -> None:
         """After a failed point: HostLost for a remote host that no longer answers (two tries, a

@@ -160,3 +160,11 @@ def test_the_login_allowance_follows_the_inventorys_connect_timeout():
     assert login_limit_s(["-o", "ConnectTimeout=60"]) == 125
     assert login_limit_s(["-oConnectTimeout 30", "-o", "ConnectTimeout=99"]) == 65  # ssh keeps the first
     assert login_limit_s(["-o", "ConnectTimeout=soon"]) == 25
+
+
+def test_a_target_whose_host_cannot_be_asked_counts_as_gone_not_as_a_crash():
+    class Unanswered:
+        def alive(self):
+            raise StackError("bed1: `test -e /sys/kernel/config/nvmet/ports/1` exited 255: Connection refused")
+
+    assert Runner._target_alive(SimpleNamespace(_target=Unanswered())) is False

@@ -15,7 +15,8 @@ networking with restrict=on (no route out of the guest) and one port forwarded f
 sshd. So no traffic leaves the guests and this machine's loopback.
 
     python3 tests/bed/bed.py up DIR     boots both, writes DIR/bed.toml and DIR/bed.yml, then
-                                        holds them until SIGINT/SIGTERM (both qemus are killed)
+                                        holds them until SIGINT/SIGTERM (both qemus are killed);
+                                        a guest that stops (powered off) is booted again
 
 While it holds them, NVMFLAB_BED_ATTACH=DIR runs the bed's tests against those guests (Bed.attach)
 instead of booting two more: a test at a time, without a boot each time.
@@ -53,7 +54,11 @@ MEMORY_MB = 1536
 # Under TCG on a loaded two-core machine one guest boots in 20 s to a few minutes; both at once
 # take longer. A guest that has not printed SSHD-READY by then is a failed bed.
 BOOT_LIMIT_S = 600
-SSH_LIMIT_S = 120
+SSH_LIMIT_S = 300
+# In the inventories too: the harness allows a login 2 x this + 5 s (topology/ssh.login_limit_s).
+# A loaded machine's TCG guest once took more than the 15 s nvmflab allowed by default ("cannot
+# log in with ssh" at load 9); a refused connection or key still fails at once.
+SSH_CONNECT_TIMEOUT_S = 60
 
 
 class BedError(RuntimeError):
@@ -97,6 +102,8 @@ class Bed:
     work: Path
     guests: list[Guest] = field(default_factory=list)
     key: Path = Path()
+    _booted_from: tuple = ()  # (kernel, initrd, link ports): what restart() boots a guest from
+    attached: bool = False  # the qemus are `bed.py up`'s (attach): it boots a stopped guest again
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -149,6 +156,7 @@ class Bed:
         """The bed `bed.py up DIR` holds: its guests' SSH ports read back from DIR/bed.toml. Its
         qemus are not ours, so close() leaves them to the `up` that started them."""
         made = cls(work)
+        made.attached = True
         try:
             text = (work / "bed.toml").read_text()
         except OSError as e:
@@ -160,6 +168,7 @@ class Bed:
                 raise BedError(f"{work}/bed.toml names no SSH port for {guest.name}")
             guest.ssh_port = int(ports[0])
             made._wait_ssh(guest)
+        made.write_inventories()  # this checkout's SSH options, on the same ports
         return made
 
     # -- booting ---------------------------------------------------------------------------------
@@ -167,10 +176,35 @@ class Bed:
     def up(self, progress=lambda line: print(f"bed: {line}", flush=True)) -> None:
         kernel, initrd = self.initrd()
         link_ports = (free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM))
-        start = time.monotonic()
+        self._booted_from = (kernel, initrd, link_ports)
         for guest in self.guests:
             self._start(guest, kernel, initrd, link_ports)
-        waiting = list(self.guests)
+        self._wait_up(self.guests, progress)
+        self.write_inventories()
+
+    def restart(self, name: str, progress=lambda line: print(f"bed: {line}", flush=True)) -> None:
+        """Boot NAME again after it stopped (powered off by a fault test), on the same SSH port and
+        link, so the inventories still hold."""
+        guest = self.guest(name)
+        if guest.qemu is not None and guest.qemu.poll() is None:
+            raise BedError(f"{name} is still running")
+        self._start(guest, *self._booted_from)
+        self._wait_up([guest], progress)
+
+    def back_up(self, name: str) -> None:
+        """NAME, powered off by a test, running and answering SSH again: booted here, or by the
+        `bed.py up` an attached bed belongs to (its loop boots a stopped guest within seconds)."""
+        guest = self.guest(name)
+        if not self.attached:
+            guest.qemu.wait(30)
+            self.restart(name)
+            return
+        time.sleep(10)  # up's loop notices the stop within 5 s; its boot rewrites the console
+        self._wait_ssh(guest)
+
+    def _wait_up(self, guests: list[Guest], progress) -> None:
+        start = time.monotonic()
+        waiting = list(guests)
         while waiting:
             time.sleep(1)
             for guest in list(waiting):
@@ -183,9 +217,8 @@ class Bed:
             if waiting and time.monotonic() - start > BOOT_LIMIT_S:
                 raise BedError(f"{', '.join(g.name for g in waiting)} not up in {BOOT_LIMIT_S} s: "
                                f"{_tail(waiting[0].console.read_text(errors='replace'))}")
-        for guest in self.guests:
+        for guest in guests:
             self._wait_ssh(guest)
-        self.write_inventories()
 
     def _start(self, guest: Guest, kernel: Path, initrd: Path, link_ports: tuple[int, int]) -> None:
         guest.console = self.work / f"{guest.name}.console.log"
@@ -195,7 +228,8 @@ class Bed:
                    f"nvmflab.link_mac={guest.mac(2)} nvmflab.rxe={int(guest.rxe)}")
         argv = [
             "qemu-system-x86_64", "-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "2", "-m", str(MEMORY_MB),
-            "-nodefaults", "-no-reboot", "-display", "none", "-monitor", "none",
+            "-nodefaults", "-no-reboot", "-display", "none",
+            "-monitor", f"unix:{self.monitor_path(guest)},server=on,wait=off",
             "-serial", f"file:{guest.console}", "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
             "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{guest.ssh_port}-:22",
             "-device", f"virtio-net-pci,netdev=mgmt,mac={guest.mac(1)}",
@@ -206,15 +240,54 @@ class Bed:
                                       stderr=open(self.work / f"{guest.name}.qemu.log", "wb"),
                                       preexec_fn=trixie._die_with_parent)
 
+    # -- faults (tests/bed/test_bed_faults.py) ----------------------------------------------------
+
+    def monitor_path(self, guest: Guest) -> Path:
+        return self.work / f"{guest.name}.monitor"
+
+    def monitor(self, name: str, command: str) -> str:
+        """One command to NAME's qemu human monitor (its unix socket in the bed's directory, so an
+        attached bed has it too); returns what the monitor printed. The guest sees nothing of it."""
+        guest = self.guest(name)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(self.monitor_path(guest)))
+            out = self._read_prompt(s)
+            s.sendall(command.encode() + b"\n")
+            out = self._read_prompt(s, quit=command == "quit")
+        return out
+
+    @staticmethod
+    def _read_prompt(s: socket.socket, quit: bool = False) -> str:
+        got = b""
+        while not got.endswith(b"(qemu) "):
+            try:
+                chunk = s.recv(4096)
+            except OSError:  # `quit` closes the socket under us
+                break
+            if not chunk:
+                break
+            got += chunk
+        return got.decode(errors="replace")
+
+    def set_link(self, up: bool) -> None:
+        """Cut or restore the link between the guests (qemu's set_link on both ends' netdev): the
+        guests' NICs stay, their carrier goes, as if a cable were pulled."""
+        for guest in self.guests:
+            self.monitor(guest.name, f"set_link link {'on' if up else 'off'}")
+
+    def guest(self, name: str) -> Guest:
+        return next(g for g in self.guests if g.name == name)
+
     def ssh_argv(self, guest: Guest) -> list[str]:
         return ["ssh", *self.ssh_options(), "-p", str(guest.ssh_port), "root@127.0.0.1"]
 
     def ssh_options(self) -> list[str]:
         return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR"]
+                "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", "-o", "LogLevel=ERROR"]
 
     def ssh(self, name: str, command: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        guest = next(g for g in self.guests if g.name == name)
+        guest = self.guest(name)
         done = subprocess.run(self.ssh_argv(guest) + [command], capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise BedError(f"{name}: `{command}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
@@ -223,12 +296,16 @@ class Bed:
     def _wait_ssh(self, guest: Guest) -> None:
         deadline = time.monotonic() + SSH_LIMIT_S
         while True:
-            done = subprocess.run(self.ssh_argv(guest) + ["true"], capture_output=True, text=True, timeout=60)
-            if done.returncode == 0:
-                return
+            try:
+                done = subprocess.run(self.ssh_argv(guest) + ["true"], capture_output=True, text=True,
+                                      timeout=2 * SSH_CONNECT_TIMEOUT_S + 10)
+                if done.returncode == 0:
+                    return
+                why = done.stderr.strip()[-200:]
+            except subprocess.TimeoutExpired:
+                why = "no answer"
             if time.monotonic() > deadline:
-                raise BedError(f"{guest.name}: ssh -p {guest.ssh_port} did not answer in {SSH_LIMIT_S} s: "
-                               f"{done.stderr.strip()[-200:]}")
+                raise BedError(f"{guest.name}: ssh -p {guest.ssh_port} did not answer in {SSH_LIMIT_S} s: {why}")
             time.sleep(2)
 
     # -- the inventories -------------------------------------------------------------------------
@@ -291,10 +368,12 @@ def main() -> int:
         bed.up()
         print(f"bed: ready; inventories {bed.work}/bed.toml and {bed.work}/bed.yml; Ctrl-C stops both guests",
               flush=True)
-        while all(g.qemu.poll() is None for g in bed.guests):
+        while True:  # a guest that stops (a fault test powered it off) is booted again
             time.sleep(5)
-        print("bed: a guest stopped", flush=True)
-        return 1
+            for guest in bed.guests:
+                if guest.qemu.poll() is not None:
+                    print(f"bed: {guest.name} stopped; booting it again", flush=True)
+                    bed.restart(guest.name)
     except BedError as e:
         print(f"bed: {e}", file=sys.stderr)
         return 1

@@ -168,3 +168,20 @@ def test_a_target_whose_host_cannot_be_asked_counts_as_gone_not_as_a_crash():
             raise StackError("bed1: `test -e /sys/kernel/config/nvmet/ports/1` exited 255: Connection refused")
 
     assert Runner._target_alive(SimpleNamespace(_target=Unanswered())) is False
+
+
+def test_a_host_allowed_a_slow_login_gets_as_long_for_a_short_command(monkeypatch, tmp_path):
+    from nvmflab.topology import ssh
+    from nvmflab.topology.inventory import HostEntry
+
+    asked = []
+    monkeypatch.setattr(ssh.subprocess, "run", lambda argv, **kw: asked.append(kw["timeout"]) or
+                        subprocess.CompletedProcess(argv, 0, "", ""))
+    for options, want in (([], [10, 30]), (["-o", "ConnectTimeout=60"], [60, 60])):
+        host = ssh.SshHost(HostEntry(name="bed1", ssh="127.0.0.1", data_ip="192.168.77.1", ssh_options=options))
+        host._control_dir = tmp_path
+        monkeypatch.setattr(host, "connect", lambda: None)
+        asked.clear()
+        host.run(["cat", "/proc/1/stat"], timeout=10)  # SshProcess.cpu_seconds' allowance
+        host.run(["true"], timeout=30)
+        assert asked == want

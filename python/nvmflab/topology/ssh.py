@@ -286,6 +286,9 @@ class SshHost(Host):
     def run(self, argv: list[str], timeout: float = 60.0, check: bool = True,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
         self.connect()
+        # A host whose inventory allows a slow login (an emulated or loaded server) is as slow to
+        # answer a short command: none gets less than its ConnectTimeout (10 s by default).
+        timeout = max(timeout, connect_timeout_s(self.entry.ssh_options))
         try:
             done = subprocess.run(self.ssh_argv() + [shlex.join(argv)], capture_output=True, text=True,
                                   errors="replace", timeout=timeout, input=input,

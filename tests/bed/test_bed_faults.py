@@ -12,6 +12,7 @@ once). No timing is asserted; the points are functional (specs/faults.toml)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -38,6 +39,7 @@ def study(bed, name: str, params: dict[str, str], spec: str = "faults") -> tuple
     path.write_text(text)
     study_name = next(line.split('"')[1] for line in text.splitlines() if line.startswith("study = "))
     results = bed.work / f"results-{name}"
+    shutil.rmtree(results, ignore_errors=True)  # an earlier try's points would be resumed, not measured
     return [str(NVMFLAB), "study", study_name, "--spec", str(path), "--results", str(results)], results
 
 

@@ -16,10 +16,10 @@
 //! On the data path nothing allocates: slots and buffers are made once, PDU headers go into a
 //! reused send buffer, completions into the caller's vector.
 
-use std::collections::VecDeque;
 use std::io::IoSlice;
 
 use nvmf_proto::pdu::{encode_pdu, encode_pdu_header, C2HData, CapsuleCmd, H2CData, IcReq, TermReq, PFV_1_0, R2T};
+use nvmf_proto::spliced::SplicedOutput;
 use nvmf_proto::{digest, Cqe, Digests, FrameHeader, Framer, PduHeader, Role, SglDescriptor, Sqe, Status};
 
 use crate::command::{command_name, Completion, Xfer};
@@ -70,15 +70,6 @@ struct Landing {
     digest: bool,
 }
 
-/// Bytes of a slot's buffer sent after `out[..at]` and before the rest of `out`.
-#[derive(Debug, Clone, Copy)]
-struct SlotSend {
-    at: usize,
-    tag: u16,
-    start: usize,
-    end: usize,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// ICReq queued, ICResp not yet received.
@@ -104,12 +95,9 @@ pub struct QueueMachine {
     landing: Option<Landing>,
     /// Reads of at least [`DIRECT_RECV_MIN`] bytes in flight: while any is, receive reads are short.
     large_reads: usize,
-    /// PDU bytes to send (headers, digests, small payloads); `out_pos` of them went out.
-    out: Vec<u8>,
-    out_pos: usize,
-    /// Slot payloads interleaved with `out`, in order; `send_pos` bytes of the first went out.
-    sends: VecDeque<SlotSend>,
-    send_pos: usize,
+    /// PDU bytes to send (headers, digests, small payloads), with large payloads spliced in
+    /// from their slots' buffers (by tag).
+    out: SplicedOutput,
 }
 
 impl QueueMachine {
@@ -133,13 +121,10 @@ impl QueueMachine {
             rx_end: 0,
             landing: None,
             large_reads: 0,
-            out: Vec::with_capacity(64 << 10),
-            out_pos: 0,
-            sends: VecDeque::with_capacity(2 * depth),
-            send_pos: 0,
+            out: SplicedOutput::with_capacity(64 << 10, 2 * depth),
         };
         let req = IcReq { pfv: PFV_1_0, hpda: 0, hdgst: digests.header, ddgst: digests.data, maxr2t: 0 };
-        encode_pdu(&mut m.out, &PduHeader::IcReq(req), &[], Digests::default());
+        encode_pdu(m.out.bytes_mut(), &PduHeader::IcReq(req), &[], Digests::default());
         m
     }
 
@@ -200,7 +185,7 @@ impl QueueMachine {
             self.large_reads += 1;
         }
         let data_len = if in_capsule { len } else { 0 };
-        encode_pdu_header(&mut self.out, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), data_len, self.framer.digests);
+        encode_pdu_header(self.out.bytes_mut(), &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), data_len, self.framer.digests);
         self.queue_payload(tag, 0, data_len);
         Ok(())
     }
@@ -213,12 +198,12 @@ impl QueueMachine {
         }
         let data = &self.slots[tag as usize].buf[start..start + len];
         if len >= DIRECT_SEND_MIN {
-            self.sends.push_back(SlotSend { at: self.out.len(), tag, start, end: start + len });
+            self.out.splice(tag, start..start + len);
         } else {
-            self.out.extend_from_slice(data);
+            self.out.bytes_mut().extend_from_slice(data);
         }
         if self.framer.digests.data {
-            self.out.extend_from_slice(&digest::data_digest(data).to_le_bytes());
+            self.out.bytes_mut().extend_from_slice(&digest::data_digest(data).to_le_bytes());
         }
     }
 
@@ -226,8 +211,8 @@ impl QueueMachine {
     /// and queues again every command that was in flight here, from its kept SQE and buffer: a
     /// write may then run twice, which rewrites the same data. Returns how many.
     pub fn resubmit_on(&mut self, fresh: QueueMachine, in_capsule_max: usize) -> Result<usize> {
-        let QueueMachine { phase, framer, maxh2cdata, rx, rx_start, rx_end, landing, out, out_pos, .. } = fresh;
-        if landing.is_some() || out_pos != out.len() {
+        let QueueMachine { phase, framer, maxh2cdata, rx, rx_start, rx_end, landing, out, .. } = fresh;
+        if landing.is_some() || !out.is_empty() {
             return Err(Error::Unsupported("resubmitting onto a connection that is still busy".into()));
         }
         (self.phase, self.framer, self.maxh2cdata) = (phase, framer, maxh2cdata);
@@ -235,9 +220,6 @@ impl QueueMachine {
         self.landing = None;
         self.large_reads = 0;
         self.out.clear();
-        self.out_pos = 0;
-        self.sends.clear();
-        self.send_pos = 0;
         self.in_capsule_max = in_capsule_max;
         let mut n = 0;
         for tag in 0..self.slots.len() {
@@ -265,68 +247,25 @@ impl QueueMachine {
 
     /// Bytes are waiting to be sent.
     pub fn has_output(&self) -> bool {
-        self.out_pos < self.out.len() || !self.sends.is_empty()
+        !self.out.is_empty()
     }
 
     /// Fills `iov` with the next bytes to send, in order; returns how many slices it used.
     pub fn output_slices<'a>(&'a self, iov: &mut [IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        let mut pos = self.out_pos;
-        let mut skip = self.send_pos;
-        for s in &self.sends {
-            let data = &self.slots[s.tag as usize].buf[s.start + skip..s.end];
-            for bytes in [&self.out[pos..s.at], data] {
-                if n == iov.len() {
-                    return n;
-                }
-                if !bytes.is_empty() {
-                    iov[n] = IoSlice::new(bytes);
-                    n += 1;
-                }
-            }
-            pos = s.at;
-            skip = 0;
-        }
-        if n < iov.len() && pos < self.out.len() {
-            iov[n] = IoSlice::new(&self.out[pos..]);
-            n += 1;
-        }
-        n
+        self.out.slices(iov, |tag| &self.slots[tag as usize].buf)
     }
 
     /// `n` bytes of the output were sent.
-    pub fn consume_output(&mut self, mut n: usize) {
-        while n > 0 {
-            let next_at = self.sends.front().map_or(self.out.len(), |s| s.at);
-            if self.out_pos < next_at {
-                let k = n.min(next_at - self.out_pos);
-                self.out_pos += k;
-                n -= k;
-                continue;
-            }
-            let Some(s) = self.sends.front().copied() else { break };
-            let k = n.min(s.end - s.start - self.send_pos);
-            self.send_pos += k;
-            n -= k;
-            if self.send_pos == s.end - s.start {
-                self.sends.pop_front();
-                self.send_pos = 0;
-            }
-        }
-        if !self.has_output() {
-            self.out.clear();
-            self.out_pos = 0;
-        }
+    pub fn consume_output(&mut self, n: usize) {
+        // A slot's buffer is reused only by a later command, after its response: nothing to free.
+        self.out.consume(n, |_| {});
     }
 
     /// Replaces whatever was to be sent with an H2CTermReq (the connection then ends).
     fn terminate(&mut self, fes: u16, fei: u32, header: Vec<u8>) {
         self.out.clear();
-        self.out_pos = 0;
-        self.sends.clear();
-        self.send_pos = 0;
         let t = TermReq { fes, fei, header };
-        encode_pdu(&mut self.out, &PduHeader::H2CTermReq(t), &[], Digests::default());
+        encode_pdu(self.out.bytes_mut(), &PduHeader::H2CTermReq(t), &[], Digests::default());
     }
 
     // ---- input ----
@@ -548,7 +487,7 @@ impl QueueMachine {
         while pos < off + rl {
             let n = chunk_max.min(off + rl - pos);
             let hdr = H2CData { cccid: r.cccid, ttag: r.ttag, datao: pos as u32, datal: n as u32, last: pos + n == off + rl };
-            encode_pdu_header(&mut self.out, &PduHeader::H2CData(hdr), n, self.framer.digests);
+            encode_pdu_header(self.out.bytes_mut(), &PduHeader::H2CData(hdr), n, self.framer.digests);
             self.queue_payload(r.cccid, pos, n);
             pos += n;
         }

@@ -4,7 +4,8 @@
 //! the Fabrics and Admin structures NVMe/TCP needs, and the CRC32C digests. Nothing here does I/O,
 //! spawns threads or panics on input, so the target and the host drive it directly and tests and
 //! fuzzers can feed it anything. The one exception is [`sockopts`]: the socket options both sides
-//! set on a connection, here so that they are written once.
+//! set on a connection, here so that they are written once. [`spliced`] is the output queue both
+//! sides send from (PDU bytes with payloads spliced in from command buffers).
 //!
 //! Layouts follow the NVMe/TCP Transport Specification 1.0, NVMe over Fabrics 1.1 and NVMe Base 2.0;
 //! all multi-byte fields are little endian.
@@ -20,6 +21,7 @@ pub mod nvme;
 pub mod pdu;
 pub mod rdma;
 pub mod sockopts;
+pub mod spliced;
 pub mod units;
 mod le;
 

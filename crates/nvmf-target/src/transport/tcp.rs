@@ -22,7 +22,6 @@ mod output;
 use super::slots::{SlotState, Slots, BUFFER_BUDGET};
 use super::{Transport, TransportKind};
 use landing::{Arrival, Landing, Sink};
-use output::DataSend;
 use super::stall::StallWatch;
 use crate::backend::IoCompletion;
 use crate::command::{Action, BackendRequest, Commands, Work};
@@ -33,6 +32,7 @@ use nvmf_proto::pdu::{
     encode_pdu, fes, CapsuleResp, H2CData, IcReq, IcResp, TermReq, R2T,
     TERM_REQ_MAX_HEADER,
 };
+use nvmf_proto::spliced::SplicedOutput;
 use nvmf_proto::{Cqe, Digests, FatalError, Framer, PduHeader, Role, Sqe, Status};
 use std::io::IoSliceMut;
 use std::sync::{Arc, LazyLock};
@@ -114,13 +114,10 @@ pub struct Connection {
     inbuf: Vec<u8>,
     in_pos: usize,
     in_len: usize,
-    /// Output, in order: the bytes of `out` from `out_pos`, with read data segments (still in
-    /// their slots' buffers, written from there: no copy) spliced in where `sends` says.
-    out: Vec<u8>,
-    out_pos: usize,
-    /// The most output bytes queued at once since the last tick: an output buffer grown by a
-    /// burst is given back once a tick passes with no need for it.
-    out_high: usize,
+    /// Output, in order: encoded PDUs, with read data segments (still in their slots' buffers,
+    /// written from there: no copy) spliced in. The most bytes it held since the last tick
+    /// (`take_high`) tells whether a buffer grown by a burst is still needed.
+    out: SplicedOutput,
     /// Bytes of `out`'s capacity above [`OUT_KEEP`] taken from the process's buffer cap: a host
     /// that does not read its responses makes us hold them, with many connections together
     /// more than the machine has.
@@ -133,11 +130,6 @@ pub struct Connection {
     land_min: usize,
     /// Payload bytes that landed in their buffer (the rest of a PDU's were copied).
     landed_bytes: u64,
-    sends: std::collections::VecDeque<DataSend>,
-    /// Bytes of the first of `sends` already written.
-    send_pos: usize,
-    /// Bytes of all of `sends` (written ones included).
-    send_bytes: usize,
     attached: bool,
     token: u32,
     slots: Slots,
@@ -169,17 +161,12 @@ impl Connection {
             inbuf: vec![0; RECV_CHUNK],
             in_pos: 0,
             in_len: 0,
-            out: Vec::with_capacity(OUT_KEEP),
-            out_high: 0,
+            out: SplicedOutput::with_capacity(OUT_KEEP, 0),
             out_charged: 0,
             input_held: false,
             landing: None,
             land_min: LAND_MIN,
             landed_bytes: 0,
-            out_pos: 0,
-            sends: std::collections::VecDeque::new(),
-            send_pos: 0,
-            send_bytes: 0,
             attached: false,
             token: 0,
             slots,
@@ -334,7 +321,7 @@ impl Connection {
     /// memory is freed.
     pub fn reads_input(&self) -> bool {
         self.output_len() < OUT_HIGH_WATER
-            && (self.out.len() - self.out_pos < OUT_KEEP || !self.target.buffers.full())
+            && (self.out.buffered() < OUT_KEEP || !self.target.buffers.full())
     }
 
     /// Charges the output buffer's growth to the process's buffer cap, or gives back what it
@@ -368,11 +355,11 @@ impl Connection {
         if pressure {
             self.slots.trim();
         }
-        if self.output_len() == 0 && (self.out_high <= OUT_KEEP || pressure) && self.out.capacity() > OUT_KEEP {
-            self.out = Vec::with_capacity(OUT_KEEP);
+        let high = self.out.take_high();
+        if self.output_len() == 0 && (high <= OUT_KEEP || pressure) && self.out.capacity() > OUT_KEEP {
+            self.out.shrink(OUT_KEEP);
             self.charge_output();
         }
-        self.out_high = 0;
         if self.stall.expired(self.waiting_on_host(), now) {
             let ms = self.target.settings.stall_timeout_ms;
             tracing::warn!(stall_timeout_ms = ms, "dropping connection stalled mid-PDU, on an R2T or on its output");
@@ -524,7 +511,7 @@ impl Connection {
 
     fn term_req(&mut self, fes: u16, fei: u32, header: Vec<u8>) {
         let hdr = PduHeader::C2HTermReq(TermReq { fes, fei, header });
-        encode_pdu(&mut self.out, &hdr, &[], self.digests);
+        encode_pdu(self.out.bytes_mut(), &hdr, &[], self.digests);
         self.phase = Phase::Closing;
         self.cmd.release();
     }
@@ -572,7 +559,7 @@ impl Connection {
             ddgst: req.ddgst,
             maxh2cdata: self.target.settings.maxh2cdata,
         };
-        encode_pdu(&mut self.out, &PduHeader::IcResp(resp), &[], Digests::default());
+        encode_pdu(self.out.bytes_mut(), &PduHeader::IcResp(resp), &[], Digests::default());
         self.digests = Digests { header: req.hdgst, data: req.ddgst };
         self.framer.digests = self.digests;
         self.phase = Phase::Ready;
@@ -581,7 +568,7 @@ impl Connection {
     fn respond(&mut self, cid: u16, status: Status, result: u64) {
         let (sqid, sqhd) = self.cmd.sq_ids();
         let cqe = Cqe { result, sqhd, sqid, cid, status };
-        encode_pdu(&mut self.out, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
+        encode_pdu(self.out.bytes_mut(), &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
     }
 
     fn capsule(&mut self, sqe: Sqe, data: &[u8], data_ok: bool, now: Instant) {
@@ -599,7 +586,7 @@ impl Connection {
         match action {
             Action::Respond(status, result) => self.respond(cid, status, result),
             Action::Send(data) => {
-                Self::send_copied(&mut self.out, self.digests, cid, &data, false, false);
+                Self::send_copied(self.out.bytes_mut(), self.digests, cid, &data, false, false);
                 self.respond(cid, Status::SUCCESS, 0);
             }
             Action::Hold => {}
@@ -722,7 +709,7 @@ impl Connection {
         while slot.r2t_upto < slot.len && (slot.r2t_upto - done_chunks) / chunk < self.maxr2t {
             let r2tl = chunk.min(slot.len - slot.r2t_upto);
             let r2t = R2T { cccid: slot.cid, ttag: idx, r2to: slot.r2t_upto, r2tl };
-            encode_pdu(&mut self.out, &PduHeader::R2T(r2t), &[], self.digests);
+            encode_pdu(self.out.bytes_mut(), &PduHeader::R2T(r2t), &[], self.digests);
             slot.r2t_upto += r2tl;
         }
     }
@@ -834,7 +821,7 @@ impl Connection {
                 self.send_slot_data(idx, success_flag);
             } else if read > 0 {
                 let zeros = slot.buf.known_zero() == slot.buf.len();
-                Self::send_copied(&mut self.out, self.digests, cid, slot.buf.as_slice(), zeros, success_flag);
+                Self::send_copied(self.out.bytes_mut(), self.digests, cid, slot.buf.as_slice(), zeros, success_flag);
             }
             if !success_flag {
                 self.respond(cid, status, 0);

@@ -24,9 +24,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from . import exits
+from .analysis import student as student_t
 from .analysis.decide import ALPHA, summary
 
 SLOWER = "slower beyond threshold"

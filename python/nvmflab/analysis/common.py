@@ -8,8 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from scipy.stats import t as _student_t
-
+from . import student as _student_t
 from .decide import ALPHA, holm
 from .recorded import DESCRIPTIVE, note
 from .stats import (  # noqa: F401  (study_rows: the analyses import it from here)

@@ -42,7 +42,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.stats import t as _student_t
+
+from . import student as _student_t
 
 ALPHA = 0.05
 

@@ -1,7 +1,7 @@
 """Statistics over repeats and over latency histograms.
 
 Every study repeats each point; a figure or table shows the mean with a 95 % confidence interval
-(Student's t from scipy.stats, because three repeats is the usual count). Latency CDFs and percentiles across
+(Student's t, because three repeats is the usual count). Latency CDFs and percentiles across
 repeats come from the merged histograms, not from averaging percentiles.
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import t as _student_t
+
+from . import student as _student_t
 
 # The knobs that define a point; grouping by them merges repeats of the same point.
 KNOB_COLUMNS = [

@@ -197,10 +197,6 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
                 .map_err(StartError::Thread)?,
         );
     }
-    // Each RDMA port's thread serves its queues as a reactor does: listed after the reactors.
-    let rdma_stats: Vec<Arc<stats::ReactorStats>> =
-        target.ports.iter().filter(|p| p.transport == transport::TransportKind::Rdma).enumerate().map(|(i, _)| Arc::new(stats::ReactorStats::rdma(reactor_stats.len() + i))).collect();
-    reactor_stats.extend(rdma_stats.iter().cloned());
     let registry = Arc::new(StatsRegistry {
         start: Instant::now(),
         reactors: reactor_stats,
@@ -219,6 +215,8 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     if let Some(path) = &t.control {
         threads.push(control::socket::serve(path, control.clone(), stop.clone()).map_err(StartError::Control)?);
     }
+    let placement = Arc::new(Placement::new(&config));
+    let rdma_addrs = start_rdma(&target, &handles, &placement, &stop, &mut threads)?;
     let ports = target.ports.clone();
     let tls_config = tls_server_config(&config, &ports)?;
     let acceptor = Acceptor {
@@ -226,7 +224,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         target: target.clone(),
         listeners: listeners.into_iter().zip(ports).collect(),
         reactors: handles,
-        placement: Placement::new(&config),
+        placement,
         sockopts: SocketOptions {
             so_priority: t.so_priority,
             tos: t.tos,
@@ -238,7 +236,6 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
     threads.push(
         std::thread::Builder::new().name("nvmf-acceptor".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?,
     );
-    let rdma_addrs = start_rdma(&target, rdma_stats, &stop, &mut threads)?;
     std::mem::forget(guard);
     let listen_addrs = bound.iter().map(|p| p.addr).collect();
     Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry, control })
@@ -281,21 +278,26 @@ fn tls_server_config(config: &TargetConfig, ports: &[core::Port]) -> Result<Opti
     Ok(Some(wire::TlsSetup { config: Arc::new(server), ktls }))
 }
 
-/// Starts one NVMe/RDMA listener thread per RDMA port, each counting into its `stats`; returns
-/// their addresses.
+/// Binds every RDMA port and starts the RDMA CM acceptor thread, which hands each queue past
+/// Connect to the reactor `placement` picks, as the TCP acceptor does; returns the bound
+/// addresses. No thread without an RDMA port.
 #[cfg(feature = "rdma")]
 fn start_rdma(
     target: &Arc<core::Target>,
-    stats: Vec<Arc<stats::ReactorStats>>,
+    reactors: &[reactor::ReactorHandle],
+    placement: &Arc<Placement>,
     stop: &Arc<AtomicBool>,
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<Vec<SocketAddr>, StartError> {
-    let mut addrs = Vec::new();
-    for (port, stats) in target.ports.iter().filter(|p| p.transport == transport::TransportKind::Rdma).zip(stats) {
-        let h = transport::rdma::spawn(target.clone(), port.clone(), stats, stop.clone())
-            .map_err(|source| StartError::RdmaListen { addr: port.addr, source })?;
-        threads.push(h.thread);
-        addrs.push(h.addr);
+    let mut listeners = Vec::new();
+    for port in target.ports.iter().filter(|p| p.transport == transport::TransportKind::Rdma) {
+        let l = transport::rdma::RdmaListener::bind(port.clone()).map_err(|source| StartError::RdmaListen { addr: port.addr, source })?;
+        listeners.push(l);
+    }
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.port.addr).collect();
+    if !listeners.is_empty() {
+        let acceptor = reactor::RdmaAcceptor::new(target.clone(), listeners, reactors.to_vec(), placement.clone(), stop.clone());
+        threads.push(std::thread::Builder::new().name("nvmf-rdma-cm".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?);
     }
     Ok(addrs)
 }
@@ -304,7 +306,8 @@ fn start_rdma(
 #[cfg(not(feature = "rdma"))]
 fn start_rdma(
     _: &Arc<core::Target>,
-    _: Vec<Arc<stats::ReactorStats>>,
+    _: &[reactor::ReactorHandle],
+    _: &Arc<Placement>,
     _: &Arc<AtomicBool>,
     _: &mut Vec<JoinHandle<()>>,
 ) -> Result<Vec<SocketAddr>, StartError> {

@@ -33,6 +33,8 @@ pub struct QueueStats {
     pub cntlid: u16,
     pub qid: u16,
     pub connected: AtomicBool,
+    /// An NVMe/RDMA queue (else NVMe/TCP): a reactor serves queues of both transports.
+    pub rdma: AtomicBool,
     pub commands: Counter,
     pub read: Counter,
     pub write: Counter,
@@ -53,6 +55,7 @@ impl QueueStats {
             cntlid,
             qid,
             connected: AtomicBool::new(true),
+            rdma: AtomicBool::new(false),
             commands: Counter::default(),
             read: Counter::default(),
             write: Counter::default(),
@@ -82,10 +85,8 @@ pub struct NsStats {
 #[derive(Debug)]
 pub struct ReactorStats {
     pub index: usize,
-    /// The core the thread is pinned to; None for an RDMA port's thread, which is not pinned.
-    pub core: Option<usize>,
-    /// The transport of the queues it serves: "tcp" (reactors) or "rdma" (an RDMA port's thread).
-    pub transport: &'static str,
+    /// The core the thread is pinned to.
+    pub core: usize,
     pub mode: ReactorMode,
     pub idle_poll_us: u64,
     pub busy_ns: Counter,
@@ -100,20 +101,9 @@ pub struct ReactorStats {
 
 impl ReactorStats {
     pub fn new(index: usize, core: usize, mode: ReactorMode, idle_poll_us: u64) -> ReactorStats {
-        ReactorStats::serving("tcp", index, Some(core), mode, idle_poll_us)
-    }
-
-    /// The counters of an RDMA port's thread, which serves that port's queues as a reactor
-    /// serves its connections: unpinned, sleeping when idle.
-    pub fn rdma(index: usize) -> ReactorStats {
-        ReactorStats::serving("rdma", index, None, ReactorMode::Event, 0)
-    }
-
-    fn serving(transport: &'static str, index: usize, core: Option<usize>, mode: ReactorMode, idle_poll_us: u64) -> ReactorStats {
         ReactorStats {
             index,
             core,
-            transport,
             mode,
             idle_poll_us,
             busy_ns: Counter::default(),
@@ -200,7 +190,7 @@ impl StatsRegistry {
                 let queues = r.queues();
                 let sum = |f: fn(&QueueStats) -> u64| queues.iter().map(|q| f(q)).sum::<u64>();
                 json!({
-                    "index": r.index, "core": r.core, "transport": r.transport, "mode": r.mode.as_str(), "idle_poll_us": r.idle_poll_us,
+                    "index": r.index, "core": r.core, "mode": r.mode.as_str(), "idle_poll_us": r.idle_poll_us,
                     "busy_ns": r.busy_ns.get(), "idle_ns": r.idle_ns.get(), "wakeups": r.wakeups.get(),
                     "commands": sum(|q| q.commands.get()) + r.retired_commands.load(Relaxed),
                     "bytes_read": sum(|q| q.bytes_read.get()),
@@ -212,7 +202,8 @@ impl StatsRegistry {
                     })).collect::<Vec<_>>(),
                     "queues": queues.iter().map(|q| json!({
                         "subnqn": q.subnqn, "hostnqn": q.hostnqn, "cntlid": q.cntlid, "qid": q.qid,
-                        "connected": q.connected.load(Relaxed), "commands": q.commands.get(),
+                        "connected": q.connected.load(Relaxed),
+                        "transport": if q.rdma.load(Relaxed) { "rdma" } else { "tcp" }, "commands": q.commands.get(),
                         "by_opcode": {
                             "read": q.read.get(), "write": q.write.get(), "flush": q.flush.get(),
                             "write_zeroes": q.write_zeroes.get(), "dsm": q.dsm.get(),
@@ -385,20 +376,22 @@ mod tests {
         q.bytes_read.add(4096);
         r.add_queue(q);
         r.namespace("nqn.s", 1).reads.add(1);
-        let rdma = Arc::new(ReactorStats::rdma(1));
-        rdma.add_queue(Arc::new(QueueStats::new("nqn.s", "nqn.h", 2, 0)));
+        let rdma = Arc::new(QueueStats::new("nqn.s", "nqn.h", 2, 0));
+        rdma.rdma.store(true, Relaxed);
+        let r1 = Arc::new(ReactorStats::new(1, 5, ReactorMode::Poll, 0));
+        r1.add_queue(rdma);
         let buffers = Arc::new(crate::backend::MemoryBudget::new(1 << 20));
         assert!(buffers.try_take(4096, false) && !buffers.try_take(1 << 20, false));
-        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r, rdma], ports: Vec::new(), buffers };
+        let reg = StatsRegistry { start: Instant::now(), reactors: vec![r, r1], ports: Vec::new(), buffers };
         let j = reg.json();
         assert_eq!(j["version"], 1);
         assert_eq!(j["buffer_memory"], json!({"limit": 1 << 20, "used": 4096, "peak": 4096, "refusals": 1}));
         let r1 = &j["reactors"][1];
-        assert_eq!((r1["index"].as_u64(), r1["core"].is_null(), &r1["transport"]), (Some(1), true, &json!("rdma")), "{r1}");
-        assert_eq!(r1["queues"][0]["cntlid"], 2);
+        assert_eq!((r1["index"].as_u64(), r1["core"].as_u64(), &r1["mode"]), (Some(1), Some(5), &json!("poll")), "{r1}");
+        assert_eq!((&r1["queues"][0]["cntlid"], &r1["queues"][0]["transport"]), (&json!(2), &json!("rdma")));
         let r0 = &j["reactors"][0];
         assert_eq!(r0["core"], 3);
-        assert_eq!(r0["transport"], "tcp");
+        assert_eq!(r0["queues"][0]["transport"], "tcp");
         assert_eq!(r0["mode"], "event");
         assert_eq!(r0["commands"], 2);
         assert_eq!(r0["bytes_read"], 4096);

@@ -1,7 +1,8 @@
 //! The acceptor thread: takes new connections through ICReq and Connect (with TLS where the
 //! port has it), then hands each to the reactor the placement policy picks.
 
-use super::{apply_socket_options, read_all, write_all, ConnectionPermit, Handoff, Placement, ReactorHandle, SocketOptions, MAX_SLEEP, TICK};
+use super::tcp::{read_all, write_all};
+use super::{apply_socket_options, AnyQueue, ConnectionPermit, Handoff, Placement, ReactorHandle, SocketOptions, TcpQueue, MAX_SLEEP, TICK};
 use std::io::ErrorKind;
 use crate::core::{Port, Target};
 use crate::transport::tcp::Connection;
@@ -17,7 +18,7 @@ pub struct Acceptor {
     pub target: Arc<Target>,
     pub listeners: Vec<(TcpListener, Port)>,
     pub reactors: Vec<ReactorHandle>,
-    pub placement: Placement,
+    pub placement: Arc<Placement>,
     pub sockopts: SocketOptions,
     pub stop: Arc<AtomicBool>,
     /// The TLS server config and record layer choice, when a port allows TLS.
@@ -123,10 +124,8 @@ impl Acceptor {
                     let Some(mut p) = pending[i].take() else { continue };
                     let _ = poll.registry().deregister(&mut p.stream.stream);
                     p.stream.note_napi_id();
-                    let handle = &self.reactors[r];
-                    if handle.tx.send(Handoff { stream: p.stream, conn: p.conn, permit: p.permit }).is_ok() {
-                        let _ = handle.waker.wake();
-                    }
+                    let queue = AnyQueue::Tcp(TcpQueue { stream: p.stream, conn: p.conn });
+                    self.reactors[r].send(Handoff::Queue(queue, p.permit));
                 }
             }
             while matches!(pending.last(), Some(None)) {

@@ -1,18 +1,29 @@
-//! Reactor threads: each owns its connections for their whole life (no locks on the data path),
-//! polls their sockets with mio, batches socket reads and writes, and reaps its own io_uring.
-//! The acceptor thread takes new connections through ICReq and Connect, then hands each to the
-//! reactor the placement policy picks (subsystem and host NQN are known only after Connect).
+//! Reactor threads: each owns its queues, of every transport, for their whole life (no locks on
+//! the data path), polls their fds with mio (TCP sockets; RDMA completion channels in event
+//! mode, completion queues directly while polling), batches socket reads and writes, and reaps
+//! its own io_uring. The acceptors (TCP: `acceptor`; RDMA CM: `rdma_acceptor`) take new queues
+//! through Connect, then hand each to the reactor the placement policy picks (subsystem and
+//! host NQN are known only after Connect).
 //!
-//! Here: the reactor loop and what it shares with the acceptor (socket reads and writes, the
-//! hand-off); `acceptor`, `placement`, `sockopts` (options every accepted socket gets) and
-//! `drive` (the same driving without a socket, for tests and fuzzers) beside it.
+//! Here: the reactor loop, written once against [`QueueDriver`], and the hand-off; `tcp` (the
+//! TCP queue's driver and the socket reads and writes the acceptor shares), `queues` (the queue
+//! of either transport), `placement`, `sockopts` (options every accepted socket gets) and
+//! `drive` (driving without a socket, for tests and fuzzers) beside it.
 
 mod acceptor;
 mod drive;
 mod placement;
+mod queues;
+#[cfg(feature = "rdma")]
+mod rdma_acceptor;
 mod sockopts;
+mod tcp;
 
 pub use acceptor::Acceptor;
+pub use queues::AnyQueue;
+#[cfg(feature = "rdma")]
+pub use rdma_acceptor::RdmaAcceptor;
+pub use tcp::TcpQueue;
 pub use drive::{drive, drive_and_take_output, submit};
 pub use placement::Placement;
 pub use sockopts::{apply_socket_options, set_congestion_control, SocketOptions};
@@ -21,10 +32,9 @@ use crate::backend::{IoCompletion, IoEngine};
 use crate::config::ReactorMode;
 use crate::core::Target;
 use crate::stats::ReactorStats;
-use crate::transport::tcp::Connection;
-use crate::wire::Wire;
+use crate::transport::QueueDriver;
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
+use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -62,11 +72,13 @@ fn pin_to_core(core: usize) {
     }
 }
 
-/// A connection moving from the acceptor to a reactor.
-pub struct Handoff {
-    pub stream: Wire,
-    pub conn: Connection,
-    pub permit: ConnectionPermit,
+/// What an acceptor sends a reactor: a queue past Connect, or a CM event for an RDMA queue it
+/// may own (the RDMA acceptor reads every queue's CM events and tells every reactor).
+#[allow(clippy::large_enum_variant)] // sent once per queue
+pub enum Handoff {
+    Queue(AnyQueue, ConnectionPermit),
+    #[cfg(feature = "rdma")]
+    RdmaDisconnected(nvmf_rdma::CmId),
 }
 
 /// One of `max_connections`: taken at accept, given back when the connection is dropped
@@ -89,88 +101,29 @@ impl Drop for ConnectionPermit {
 }
 
 /// The acceptor's handle on one reactor.
+#[derive(Clone)]
 pub struct ReactorHandle {
     pub tx: Sender<Handoff>,
     pub waker: Arc<Waker>,
 }
 
+impl ReactorHandle {
+    /// Sends `h` and wakes the reactor; false when it has stopped.
+    pub fn send(&self, h: Handoff) -> bool {
+        let sent = self.tx.send(h).is_ok();
+        if sent {
+            let _ = self.waker.wake();
+        }
+        sent
+    }
+}
+
 
 struct Entry {
-    stream: Wire,
-    conn: Connection,
-    /// Socket closed; kept only until the backend finishes with the connection's buffers.
+    queue: AnyQueue,
+    /// Connection ended; kept only until the backend finishes with the queue's buffers.
     gone: bool,
     _permit: ConnectionPermit,
-}
-
-/// Reads all available bytes: how many, or None when the peer closed or the socket failed.
-///
-/// Readiness is edge-triggered, so the socket must be read until it would block. Each read is
-/// vectored: a large payload whose header is in lands straight in its command buffer, the
-/// bytes after it in the receive buffer. After a read that filled all it was given, the PDUs
-/// in are processed: that makes room, and tells where the next payload goes. Only if that
-/// frees nothing (output backpressure, or a connection that is not attached yet) does reading
-/// stop; the reactor reads again once output drains.
-fn read_all(stream: &mut Wire, conn: &mut Connection, now: Instant) -> Option<usize> {
-    let mut total = 0;
-    loop {
-        if !conn.wants().read {
-            return Some(total); // backpressure: resume once output drains
-        }
-        let result = {
-            let mut iov: [IoSliceMut; 4] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
-            let n = conn.recv_slices(&mut iov);
-            let want: usize = iov[..n].iter().map(|s| s.len()).sum();
-            (want > 0).then(|| (stream.read_vectored(&mut iov[..n]), want))
-        };
-        let Some((read, want)) = result else {
-            conn.process(now);
-            let mut probe: [IoSliceMut; 4] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
-            if conn.recv_slices(&mut probe) == 0 {
-                return Some(total);
-            }
-            continue;
-        };
-        match read {
-            Ok(0) => return None,
-            Ok(n) => {
-                conn.recv_commit(n);
-                total += n;
-                if n < want {
-                    return Some(total);
-                }
-                conn.process(now);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Some(total),
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Writes as much queued output as the socket takes, many PDUs per syscall: one vectored
-/// write gathers headers and responses with read data straight from the command buffers.
-fn write_all(stream: &mut Wire, conn: &mut Connection) -> bool {
-    match stream.flush_pending() {
-        Ok(true) => {}
-        Ok(false) => return true,
-        Err(_) => return false,
-    }
-    while conn.output_len() > 0 {
-        let written = {
-            let mut iov = [IoSlice::new(&[]); 64];
-            let n = conn.output_slices(&mut iov);
-            stream.write_vectored(&iov[..n])
-        };
-        match written {
-            Ok(0) => return false,
-            Ok(n) => conn.consume_output(n),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        }
-    }
-    true
 }
 
 pub struct Reactor {
@@ -207,6 +160,9 @@ impl Reactor {
         }
         let mut conns: Vec<Option<Entry>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
+        // Queues whose input is taken every turn the reactor does not sleep (RDMA completion
+        // queues), and which are armed before it sleeps.
+        let mut polled = 0usize;
         let mut events = Events::with_capacity(1024);
         let mut done: Vec<IoCompletion> = Vec::with_capacity(1024);
         let mut touched: Vec<usize> = Vec::with_capacity(1024);
@@ -219,13 +175,30 @@ impl Reactor {
         while !self.stop.load(Relaxed) {
             let loop_start = turn_end;
             turn = turn.wrapping_add(1);
+            touched.clear();
             let direct = self.mode == ReactorMode::Poll && conns.len() - free.len() <= DIRECT_POLL_MAX;
-            let timeout = match self.mode {
+            let mut timeout = match self.mode {
                 _ if engine.has_completions() => Some(Duration::ZERO),
                 ReactorMode::Poll => Some(Duration::ZERO),
                 ReactorMode::Event if loop_start.duration_since(last_work) < self.idle_poll => Some(Duration::ZERO),
                 ReactorMode::Event => Some(MAX_SLEEP),
             };
+            // About to sleep: queues that must ask for a wake-up do, and input that came before
+            // they asked is taken now instead.
+            let mut armed_input = false;
+            if timeout != Some(Duration::ZERO) && polled > 0 {
+                for (idx, slot) in conns.iter_mut().enumerate() {
+                    if let Some(e) = slot.as_mut().filter(|e| !e.gone) {
+                        if e.queue.arm(loop_start) {
+                            armed_input = true;
+                            touched.push(idx);
+                        }
+                    }
+                }
+                if armed_input {
+                    timeout = Some(Duration::ZERO);
+                }
+            }
             if direct && turn % DIRECT_POLL_EPOLL_EVERY != 0 {
                 events.clear();
             } else if let Err(e) = self.poll.poll(&mut events, timeout) {
@@ -240,27 +213,32 @@ impl Reactor {
                 self.stats.wakeups.add(1);
             }
             let work_start = now;
-            let mut worked = !events.is_empty();
-            touched.clear();
+            let mut worked = !events.is_empty() || armed_input;
 
             while let Ok(h) = self.rx.try_recv() {
                 worked = true;
+                let (mut queue, permit) = match h {
+                    Handoff::Queue(q, permit) => (q, permit),
+                    #[cfg(feature = "rdma")]
+                    Handoff::RdmaDisconnected(id) => {
+                        if let Some(idx) = conns.iter_mut().position(|s| s.as_mut().is_some_and(|e| e.queue.rdma_disconnected(id))) {
+                            touched.push(idx);
+                        }
+                        continue;
+                    }
+                };
                 let idx = free.pop().unwrap_or_else(|| {
                     conns.push(None);
                     conns.len() - 1
                 });
-                let Handoff { mut stream, mut conn, permit } = h;
-                if let Err(e) = self.poll.registry().register(&mut stream.stream, Token(idx), Interest::READABLE | Interest::WRITABLE) {
+                if let Err(e) = queue.register(self.poll.registry(), Token(idx)) {
                     tracing::error!("cannot register connection: {e}");
                     free.push(idx);
                     continue;
                 }
-                conn.attach(idx as u32, &self.stats);
-                // Input the acceptor decrypted and the connection had no room for yet.
-                if stream.has_buffered_input() && read_all(&mut stream, &mut conn, now).is_none() {
-                    conn.close();
-                }
-                conns[idx] = Some(Entry { stream, conn, gone: false, _permit: permit });
+                queue.attach(idx as u32, &self.stats, now);
+                polled += queue.polls_without_syscall() as usize;
+                conns[idx] = Some(Entry { queue, gone: false, _permit: permit });
                 touched.push(idx);
             }
 
@@ -273,19 +251,17 @@ impl Reactor {
                 if e.gone {
                     continue;
                 }
-                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && read_all(&mut e.stream, &mut e.conn, now).is_none() {
-                    e.conn.close();
-                }
+                e.queue.ready(ev, now);
                 touched.push(idx);
             }
-            if direct {
+            if direct || polled > 0 {
                 for (idx, slot) in conns.iter_mut().enumerate() {
                     let Some(e) = slot else { continue };
-                    if e.gone {
+                    if e.gone || !(direct || e.queue.polls_without_syscall()) {
                         continue;
                     }
-                    match read_all(&mut e.stream, &mut e.conn, now) {
-                        None => e.conn.close(),
+                    match e.queue.poll_input(now) {
+                        None => {}
                         Some(0) => continue,
                         Some(_) => worked = true,
                     }
@@ -296,9 +272,9 @@ impl Reactor {
             for &idx in &touched {
                 if let Some(Some(e)) = conns.get_mut(idx) {
                     if !e.gone {
-                        e.conn.process(now);
+                        e.queue.process(now);
                     }
-                    submit(&mut e.conn, &mut engine);
+                    e.queue.submit(&mut engine);
                 }
             }
             engine.flush();
@@ -306,8 +282,7 @@ impl Reactor {
             for c in done.drain(..) {
                 let idx = (c.tag >> 32) as usize;
                 if let Some(Some(e)) = conns.get_mut(idx) {
-                    e.conn.complete_io(c);
-                    touched.push(idx);
+                    e.queue.complete_io(c);
                 }
                 worked = true;
             }
@@ -318,42 +293,16 @@ impl Reactor {
             }
             for (idx, slot) in conns.iter_mut().enumerate() {
                 let Some(e) = slot else { continue };
-                if tick && !e.gone {
-                    e.conn.tick(now);
-                    if e.conn.wants().hold {
-                        // Memory may have been freed by another connection: read what waited in
-                        // the socket while the input buffer was full (read_all processes first
-                        // when it is), then try again.
-                        match read_all(&mut e.stream, &mut e.conn, now) {
-                            None => e.conn.close(),
-                            Some(_) => e.conn.process(now),
-                        }
-                    }
+                if !e.gone {
+                    e.queue.service(now, tick);
                 }
-                let wants = e.conn.wants();
-                if !e.gone && (wants.write || e.stream.has_pending_output()) {
-                    if !write_all(&mut e.stream, &mut e.conn) {
-                        e.conn.close();
-                    } else {
-                        let drained = !wants.read && e.conn.wants().read;
-                        // Output drained below the mark: read what we held back.
-                        if drained && read_all(&mut e.stream, &mut e.conn, now).is_none() {
-                            e.conn.close();
-                        }
-                        // That input, and commands waiting for the buffers written data freed.
-                        if drained || wants.hold {
-                            e.conn.process(now);
-                        }
-                    }
-                }
-                submit(&mut e.conn, &mut engine);
-                if !e.gone && e.conn.should_close() {
-                    e.conn.close();
-                    let _ = self.poll.registry().deregister(&mut e.stream.stream);
-                    let _ = e.stream.stream.shutdown(std::net::Shutdown::Both);
+                e.queue.submit(&mut engine);
+                if !e.gone && e.queue.should_close() {
+                    e.queue.teardown(self.poll.registry());
                     e.gone = true;
                 }
-                if e.gone && e.conn.in_flight() == 0 {
+                if e.gone && e.queue.in_flight() == 0 {
+                    polled -= e.queue.polls_without_syscall() as usize;
                     *slot = None;
                     free.push(idx);
                 }
@@ -368,18 +317,19 @@ impl Reactor {
                 self.stats.idle_ns.add(turn_end.duration_since(loop_start).as_nanos() as u64);
             }
         }
-        // Shutdown: close sockets, then let the backend finish with every buffer.
+        // Shutdown: end every connection, then let the backend finish with every buffer.
         for e in conns.iter_mut().flatten() {
-            e.conn.close();
-            let _ = e.stream.stream.shutdown(std::net::Shutdown::Both);
+            if !e.gone {
+                e.queue.teardown(self.poll.registry());
+            }
         }
         while engine.in_flight() > 0 {
             engine.wait_one();
             engine.reap(&mut done);
             for c in done.drain(..) {
                 if let Some(Some(e)) = conns.get_mut((c.tag >> 32) as usize) {
-                    e.conn.complete_io(c);
-                    submit(&mut e.conn, &mut engine);
+                    e.queue.complete_io(c);
+                    e.queue.submit(&mut engine);
                 }
             }
         }

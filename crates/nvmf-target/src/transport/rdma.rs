@@ -3,7 +3,7 @@
 //! This file holds what the target adds to the binding's encodings (`nvmf_proto::rdma`: CM
 //! private data, keyed SGLs, shared with the host), which need no RDMA library and are tested
 //! everywhere. The queue's protocol is a sans-I/O machine (`rdma/machine.rs`), also built and
-//! tested everywhere; its driver and the port's thread (`rdma/queue.rs`, `rdma/listener.rs`)
+//! tested everywhere; its driver and the port's CM listener (`rdma/queue.rs`, `rdma/listener.rs`)
 //! are built with the `rdma` cargo feature, on rdma-core through the `nvmf-rdma` crate.
 //!
 //! Per command: the host SENDs a capsule (SQE plus in-capsule data up to IOCCSZ) into a receive
@@ -20,7 +20,9 @@ pub mod machine;
 #[cfg(feature = "rdma")]
 mod queue;
 #[cfg(feature = "rdma")]
-pub use listener::{spawn, RdmaListenerHandle};
+pub use listener::RdmaListener;
+#[cfg(feature = "rdma")]
+pub use queue::RdmaQueue;
 
 pub use nvmf_proto::rdma::{cm_reject, cm_reply, cm_status, keyed_sgl, CmRequest, KeyedSgl, CM_REP_LEN, CM_REQ_LEN, MAX_QUEUE_SIZE};
 use nvmf_proto::rdma::SGL_KEYED_DATA_BLOCK;

@@ -56,8 +56,9 @@ pub fn capsule_len(target: &Target, qid: u16) -> usize {
 pub struct Machine {
     pub cmd: Commands,
     target: Arc<Target>,
-    /// The port thread's counters, which the queue's join once it is connected.
-    stats: Arc<ReactorStats>,
+    /// The counters of the reactor that serves the queue, which the queue's join once it is
+    /// connected; None until a reactor takes it (see [`Machine::detach`]).
+    stats: Option<Arc<ReactorStats>>,
     /// Routes backend completions to this queue (the high half of request tags).
     token: u32,
     capsule_len: usize,
@@ -84,7 +85,7 @@ impl Machine {
             cmd: Commands::new(target.clone(), port, Self::capabilities(&target.settings), now),
             capsule_len: capsule_len(&target, qid),
             target,
-            stats,
+            stats: Some(stats),
             token,
             depth,
             slots,
@@ -93,6 +94,27 @@ impl Machine {
             closing: false,
             ending: false,
         }
+    }
+
+    /// The queue is not served by a reactor yet (the acceptor drives it through Connect): its
+    /// counters join none until [`attach`](Self::attach).
+    pub fn detach(&mut self) {
+        self.stats = None;
+    }
+
+    /// A reactor serves the queue from now on: `token` routes its backend completions, its
+    /// counters join `stats` (now, if Connect is done).
+    pub fn attach(&mut self, token: u32, stats: Arc<ReactorStats>) {
+        self.token = token;
+        if self.cmd.queue().is_some() {
+            self.cmd.attach(&stats);
+        }
+        self.stats = Some(stats);
+    }
+
+    /// Once Connect succeeded: (subsystem NQN, host NQN) for the placement policy.
+    pub fn placement(&self) -> Option<(&str, &str)> {
+        self.cmd.placement()
     }
 
     /// Bytes of one receive buffer.
@@ -179,12 +201,15 @@ impl Machine {
         }
     }
 
-    /// Once Connect succeeded: the queue's counters join the port thread's.
+    /// Once Connect succeeded: the queue's counters say RDMA and join its reactor's.
     fn on_connect(&mut self) {
         let Some(q) = self.cmd.queue() else { return };
         let (cntlid, qid, sqsize) = (q.ctrl.cntlid, q.qid, q.sqsize);
         tracing::info!(cntlid, qid, sqsize, subnqn = %q.stats.subnqn, hostnqn = %q.stats.hostnqn, "RDMA queue connected");
-        self.cmd.attach(&self.stats);
+        q.stats.rdma.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(stats) = &self.stats {
+            self.cmd.attach(stats);
+        }
     }
 
     /// Carries out what the command layer asked for the command in `slot`.

@@ -1,27 +1,29 @@
 //! One NVMe over RDMA queue's driver: its queue pair, receive and response buffers, and the
 //! memory registrations of its command data buffers. What the queue does is the sans-I/O
-//! [`Machine`]'s: this file hands it the work completions and posts the verbs it returns.
+//! [`Machine`]'s: this file hands it the work completions and posts the verbs it returns, and
+//! is driven by a reactor through [`QueueDriver`] as a TCP connection is: its completion queue
+//! polled every turn the reactor does not sleep, its completion channel armed before it does.
 //!
 //! Work request ids say what completed: kind in the high 32 bits, slot (= receive buffer
 //! index) in the low. RDMA WRITEs are unsignaled: the SEND after them on the same queue pair
 //! completes after them.
 
+use super::listener::Channel;
 use super::machine::{capsule_len, Machine, Post, CQE_LEN};
 use crate::backend::{AlignedBuf, IoCompletion, IoEngine};
 use crate::core::{Port, Target};
 use crate::stats::ReactorStats;
+use crate::transport::QueueDriver;
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
 use nvmf_rdma::{Connection, MemoryRegion, SendOp, WorkCompletion};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const WR_RECV: u64 = 1;
 const WR_RESPONSE: u64 = 2;
 const WR_READ: u64 = 3;
 const WR_WRITE: u64 = 4;
-/// How often a command that waits for buffer memory tries again while nothing else wakes its
-/// queue (memory freed by another thread), as a TCP reactor does.
-pub const WAIT_RETRY: Duration = Duration::from_millis(20);
-
 /// Bytes of receive buffers a queue of `depth` commands takes.
 pub fn receive_memory(target: &Target, qid: u16, depth: u32) -> usize {
     capsule_len(target, qid) * depth as usize
@@ -39,7 +41,7 @@ struct DataMr {
     mr: MemoryRegion,
 }
 
-pub struct Queue {
+pub struct RdmaQueue {
     /// Declared first: dropped before the buffers they cover (the machine's slots).
     data_mrs: Vec<Option<DataMr>>,
     pub machine: Machine,
@@ -48,25 +50,31 @@ pub struct Queue {
     recv_mem: AlignedBuf,
     rsp_mr: MemoryRegion,
     rsp_mem: AlignedBuf,
-    /// Declared last: dropped after the memory regions registered on it.
+    /// The completion channel asked to report the next completion, and has not yet.
+    armed: bool,
+    /// Dropped after the memory regions registered on it.
     pub conn: Connection,
+    /// Declared last: the event channel the connection's CM id reports on outlives it.
+    _channel: Channel,
 }
 
-impl Queue {
+impl RdmaQueue {
     /// Sets up the buffers of a queue of `depth` commands and posts the receives; the caller
-    /// accepts the connection after this.
+    /// accepts the connection after this. Until a reactor attaches it, its counters join none
+    /// (`unplaced` is only what the machine is made with).
     pub fn new(
         conn: Connection,
+        channel: Channel,
         target: Arc<Target>,
         port: Option<Port>,
-        stats: Arc<ReactorStats>,
+        unplaced: Arc<ReactorStats>,
         qid: u16,
         depth: u32,
-        token: u32,
-    ) -> std::io::Result<Queue> {
+    ) -> std::io::Result<RdmaQueue> {
         let nomem = || std::io::Error::from(std::io::ErrorKind::OutOfMemory);
         let depth = u16::try_from(depth).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        let machine = Machine::new(target, port, stats, qid, depth, token, Instant::now());
+        let mut machine = Machine::new(target, port, unplaced, qid, depth, 0, Instant::now());
+        machine.detach();
         let mut recv_mem = AlignedBuf::new();
         recv_mem.try_resize(machine.capsule_len() * depth as usize).map_err(|_| nomem())?;
         let mut rsp_mem = AlignedBuf::new();
@@ -75,7 +83,7 @@ impl Queue {
         // dropped before them (field order).
         let recv_mr = unsafe { conn.register(recv_mem.as_mut_ptr(), recv_mem.len())? };
         let rsp_mr = unsafe { conn.register(rsp_mem.as_mut_ptr(), rsp_mem.len())? };
-        let mut q = Queue {
+        let mut q = RdmaQueue {
             data_mrs: (0..depth).map(|_| None).collect(),
             machine,
             posts: Vec::new(),
@@ -83,7 +91,9 @@ impl Queue {
             recv_mem,
             rsp_mr,
             rsp_mem,
+            armed: false,
             conn,
+            _channel: channel,
         };
         // The first receives: a failure here fails the setup rather than the connection later.
         q.machine.take_posts(&mut q.posts);
@@ -97,12 +107,9 @@ impl Queue {
         self.machine.closing()
     }
 
-    pub fn is_waiting(&self) -> bool {
-        self.machine.is_waiting()
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.machine.in_flight()
+    /// Connect is done and nothing is in flight: the acceptor may hand the queue to a reactor.
+    pub fn placement(&self) -> Option<(&str, &str)> {
+        self.machine.placement().filter(|_| !self.machine.closing() && self.machine.in_flight() == 0)
     }
 
     pub fn shut(&mut self, why: &str) {
@@ -110,25 +117,29 @@ impl Queue {
         self.flush();
     }
 
-    /// Handles the completions on the CQ; backend requests go to `engine`.
-    pub fn poll(&mut self, engine: &mut IoEngine, now: Instant) {
+    /// Handles the completions on the CQ: how many, None when it cannot be polled (the queue
+    /// then shuts).
+    fn poll_cq(&mut self, now: Instant) -> Option<usize> {
         let mut wcs = [WorkCompletion::default(); 32];
+        let mut total = 0;
         loop {
             let n = match self.conn.poll(&mut wcs) {
                 Ok(n) => n,
                 Err(e) => {
                     self.shut(&format!("polling the CQ failed: {e}"));
-                    return;
+                    return None;
                 }
             };
             for wc in &wcs[..n] {
                 self.completion(wc, now);
             }
-            self.machine.serve_waiting();
-            self.flush();
-            self.machine.submit(engine);
+            total += n;
+            if n > 0 {
+                self.machine.serve_waiting();
+                self.flush();
+            }
             if n < wcs.len() {
-                return;
+                return Some(total);
             }
         }
     }
@@ -152,17 +163,6 @@ impl Queue {
         }
     }
 
-    /// A backend request of this queue finished.
-    pub fn io_done(&mut self, c: IoCompletion) {
-        self.machine.io_done(c);
-        self.flush();
-    }
-
-    /// Time passes: keep-alive, Connect and authentication timeouts; asynchronous events.
-    pub fn tick(&mut self, now: Instant) {
-        self.machine.tick(now);
-        self.flush();
-    }
 
     /// Posts what the machine asked for; a verb that cannot be posted ends the queue.
     fn flush(&mut self) {
@@ -259,5 +259,85 @@ impl Queue {
             }
             Post::Disconnect => self.conn.disconnect(),
         }
+    }
+}
+
+impl QueueDriver for RdmaQueue {
+    fn register(&mut self, registry: &Registry, token: Token) -> std::io::Result<()> {
+        registry.register(&mut SourceFd(&self.conn.completion_fd()), token, Interest::READABLE)
+    }
+
+    fn attach(&mut self, token: u32, stats: &Arc<ReactorStats>, _: Instant) {
+        self.machine.attach(token, stats.clone());
+        // Whatever the acceptor armed, this reactor arms before it first sleeps.
+        self.armed = false;
+    }
+
+    #[inline]
+    fn ready(&mut self, _: &mio::event::Event, now: Instant) {
+        // The completion channel reported: the next sleep must arm it again.
+        self.armed = false;
+        self.poll_cq(now);
+    }
+
+    #[inline]
+    fn poll_input(&mut self, now: Instant) -> Option<usize> {
+        self.poll_cq(now)
+    }
+
+    #[inline]
+    fn polls_without_syscall(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn process(&mut self, _: Instant) {}
+
+    #[inline]
+    fn submit(&mut self, engine: &mut IoEngine) {
+        self.machine.submit(engine);
+    }
+
+    #[inline]
+    fn complete_io(&mut self, c: IoCompletion) {
+        self.machine.io_done(c);
+        self.flush();
+    }
+
+    #[inline]
+    fn service(&mut self, now: Instant, tick: bool) {
+        if tick {
+            // Keep-alive, Connect and authentication timeouts, asynchronous events, and commands
+            // waiting for memory another queue may have freed.
+            self.machine.tick(now);
+            self.machine.serve_waiting();
+            self.flush();
+        }
+    }
+
+    /// Consumes the channel's events and asks for the next completion, then takes what came
+    /// before it asked (that would wake no one).
+    fn arm(&mut self, now: Instant) -> bool {
+        if !self.armed {
+            if let Err(e) = self.conn.rearm() {
+                self.shut(&format!("arming the CQ failed: {e}"));
+                return true;
+            }
+            self.armed = true;
+        }
+        self.poll_cq(now).is_none_or(|n| n > 0)
+    }
+
+    fn should_close(&self) -> bool {
+        self.machine.closing()
+    }
+
+    fn teardown(&mut self, registry: &Registry) {
+        let _ = registry.deregister(&mut SourceFd(&self.conn.completion_fd()));
+        self.shut("target stopping");
+    }
+
+    fn in_flight(&self) -> usize {
+        self.machine.in_flight()
     }
 }

@@ -264,3 +264,27 @@ fn a_capsule_in_a_busy_slot_or_shorter_than_an_sqe_ends_the_queue() {
     io.m.received(2, &[0; 20], io.now);
     assert_eq!(io.posts(), vec![Post::Disconnect]);
 }
+
+/// The RDMA acceptor drives a queue through Connect detached, then a reactor attaches it: only
+/// then do its counters join the reactor's, marked RDMA, and its placement names who connected.
+#[test]
+fn a_queue_connected_before_placement_joins_the_reactor_that_attaches_it() {
+    let t = target(None);
+    let mut admin = Host::new(&t, 0, 0);
+    admin.m.detach();
+    assert_eq!(admin.m.placement(), None, "no placement before Connect");
+    assert!(admin.connect(0, CNTLID_DYNAMIC).status.is_success());
+    assert_eq!(admin.m.placement(), Some((SUBNQN, HOSTNQN)));
+    let reactor = Arc::new(ReactorStats::new(1, 3, ReactorMode::Poll, 0));
+    let registry = |r: &Arc<ReactorStats>| crate::stats::StatsRegistry {
+        start: Instant::now(),
+        reactors: vec![r.clone()],
+        ports: Vec::new(),
+        buffers: t.buffers.clone(),
+    };
+    assert_eq!(registry(&reactor).json()["reactors"][0]["queues"], serde_json::json!([]), "nothing joined before attach");
+    admin.m.attach(7, reactor.clone());
+    let queues = registry(&reactor).json()["reactors"][0]["queues"].clone();
+    assert_eq!((queues[0]["qid"].as_u64(), queues[0]["transport"].as_str()), (Some(0), Some("rdma")), "{queues}");
+    assert_eq!(queues[0]["commands"], 1, "the Connect counted: {queues}");
+}

@@ -12,4 +12,5 @@ pub mod config_toml;
 pub mod frame;
 pub mod host_pdus;
 pub mod target_conn;
+pub mod target_fixture;
 pub mod target_rdma;

@@ -15,28 +15,22 @@
 //! all go back to the process when the connections drop; no backend request is left in
 //! flight; and the other connection still answers afterwards.
 
-use crate::script::{pattern, Script};
-use nvmf_proto::fabrics::{
-    cc, fctype, reg, ConnectCmd, ConnectData, PropertyGet, PropertySet, CNTLID_DYNAMIC,
-};
-use nvmf_proto::nvme::{admin_opcode, io_opcode, SglDescriptor};
+use crate::script::Script;
+use crate::target_fixture::{self as fixture, capsule, connect_capsule, enable_sqe, payload, with_engine, MAX_STEPS};
+use nvmf_proto::fabrics::CNTLID_DYNAMIC;
+use nvmf_proto::nvme::admin_opcode;
 use nvmf_proto::pdu::{encode_pdu, fes, CapsuleCmd, H2CData, IcReq, TermReq, R2T};
 use nvmf_proto::{Cqe, Digests, Framer, PduHeader, Role, Sqe};
 use nvmf_target::backend::IoEngine;
-use nvmf_target::config::{ReactorMode, BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
+use nvmf_target::config::ReactorMode;
 use nvmf_target::core::Target;
 use nvmf_target::stats::ReactorStats;
 use nvmf_target::reactor::{drive, drive_and_take_output};
 use nvmf_target::transport::tcp::Connection;
 use nvmf_target::transport::BUFFER_BUDGET;
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub const SUBNQN: &str = "nqn.2024-01.io.nvmflab:fuzz";
-pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-4000-8000-000000000001";
-/// Steps per input: bounds the time one input can take.
-const MAX_STEPS: usize = 64;
 /// Small limits, so R2T sequences and limit checks are reached with small inputs.
 const IN_CAPSULE: u32 = 4096;
 const MAXH2CDATA: u32 = 4096;
@@ -44,30 +38,16 @@ const MAXH2CDATA: u32 = 4096;
 /// default is larger than this fuzzer's PDUs): both ways of receiving data are reached.
 const LAND_MIN: usize = 256;
 
-thread_local! {
-    // One io_uring for the whole run: making one per input would dominate the time.
-    static ENGINE: RefCell<IoEngine> = RefCell::new(IoEngine::new(64));
-}
-
 pub fn run(input: &[u8]) {
-    ENGINE.with(|e| Session::new(&mut e.borrow_mut()).play(&mut Script::new(input)));
+    with_engine(|e| Session::new(e).play(&mut Script::new(input)));
 }
 
-/// A fresh target per input: controllers and namespaces carry no state between inputs.
+/// The shared fixture's target with this driver's small limits.
 fn target() -> Arc<Target> {
-    let mut c = TargetConfig::empty();
-    c.target.in_capsule_data_size = IN_CAPSULE;
-    c.target.maxh2cdata = MAXH2CDATA;
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("addr"), portid: None, subsystems: None, tls: Default::default() });
-    let mut s = SubsystemConfig::new(SUBNQN);
-    for (nsid, backend, block_size) in
-        [(1, BackendConfig::Ram { size: 64 << 10 }, 512), (2, BackendConfig::Null { size: 1 << 30 }, 4096)]
-    {
-        s.namespaces.push(NamespaceConfig { nsid, backend, block_size, nguid: None, uuid: None });
-    }
-    c.subsystems.push(s);
-    c.validate("fuzz").expect("fuzz target config is valid");
-    Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).expect("ram and null backends open"))
+    fixture::target(|c| {
+        c.target.in_capsule_data_size = IN_CAPSULE;
+        c.target.maxh2cdata = MAXH2CDATA;
+    })
 }
 
 /// The host's end of one target connection: what we sent and what came back.
@@ -179,15 +159,12 @@ impl Peer {
     }
 
     fn connect(&mut self, qid: u16, cntlid: u16, sqsize: u16, now: Instant, engine: &mut IoEngine) -> Option<Cqe> {
-        let mut sqe = ConnectCmd { recfmt: 0, qid, sqsize, cattr: 0, kato: 0 }.to_sqe(1);
-        sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
-        let data = ConnectData { hostid: [7; 16], cntlid, subnqn: SUBNQN.into(), hostnqn: HOSTNQN.into() }.encode();
+        let (sqe, data) = connect_capsule(qid, cntlid, sqsize);
         self.command(sqe, &data, now, engine)
     }
 
     fn enable(&mut self, now: Instant, engine: &mut IoEngine) -> Option<Cqe> {
-        let value = (cc::EN | cc::IOSQES_64 | cc::IOCQES_16) as u64;
-        self.command(PropertySet { size8: false, offset: reg::CC, value }.to_sqe(2), &[], now, engine)
+        self.command(enable_sqe(), &[], now, engine)
     }
 }
 
@@ -310,74 +287,6 @@ fn padded<const N: usize>(b: &[u8]) -> [u8; N] {
     let mut out = [0u8; N];
     out[..b.len().min(N)].copy_from_slice(&b[..b.len().min(N)]);
     out
-}
-
-fn payload(n: usize, seed: u16) -> Vec<u8> {
-    (0..n).map(|i| pattern(seed, i)).collect()
-}
-
-/// A command capsule: mostly well-formed commands of every kind the target handles, with
-/// lengths, namespaces and SGLs that are right or wrong in the ways hosts get them wrong.
-pub(crate) fn capsule(s: &mut Script) -> (Sqe, Vec<u8>) {
-    const IO: [u8; 6] = [io_opcode::READ, io_opcode::WRITE, io_opcode::FLUSH, io_opcode::WRITE_ZEROES, io_opcode::DATASET_MANAGEMENT, 0x55];
-    const ADMIN: [u8; 7] = [
-        admin_opcode::IDENTIFY,
-        admin_opcode::GET_LOG_PAGE,
-        admin_opcode::SET_FEATURES,
-        admin_opcode::GET_FEATURES,
-        admin_opcode::KEEP_ALIVE,
-        admin_opcode::ASYNC_EVENT_REQUEST,
-        admin_opcode::ABORT,
-    ];
-    let cid = s.pick(8) as u16;
-    let kind = s.u8();
-    let mut sqe = match kind % 4 {
-        0 | 1 => Sqe::new(IO[s.pick(IO.len())], cid),
-        2 => Sqe::new(ADMIN[s.pick(ADMIN.len())], cid),
-        _ => fabrics(s, cid),
-    };
-    if kind % 4 != 3 {
-        sqe.set_nsid([1, 2, 0, 0xFFFF_FFFF, 3][s.pick(5)]);
-        sqe.set_slba(s.u16() as u64);
-        sqe.set_nlb((s.u8() & 0x3F) as u16);
-        if s.bool() {
-            // CDW10..CDW15 raw: CNS, log page ids and offsets, feature ids, DSM ranges.
-            for n in 10..16 {
-                sqe.set_cdw(n, s.u32());
-            }
-        }
-    }
-    // SGL: in-capsule with data, or transport (R2T for writes, C2HData for reads).
-    let len = match s.pick(4) {
-        0 => 0,
-        1 => 512 * (1 + s.pick(8)),
-        2 => (s.u8() as usize) << 4,
-        _ => s.u16() as usize % 9000,
-    };
-    let in_capsule = s.bool();
-    let data = if in_capsule {
-        sqe.set_sgl(SglDescriptor::in_capsule(if s.u8() == 0xFF { 8 } else { 0 }, len as u32));
-        payload(len, cid)
-    } else {
-        sqe.set_sgl(SglDescriptor::transport(len as u32));
-        Vec::new()
-    };
-    (sqe, data)
-}
-
-fn fabrics(s: &mut Script, cid: u16) -> Sqe {
-    match s.pick(4) {
-        0 => PropertyGet { size8: s.bool(), offset: [reg::CAP, reg::VS, reg::CC, reg::CSTS, 0x30][s.pick(5)] }.to_sqe(cid),
-        1 => PropertySet { size8: s.bool(), offset: [reg::CC, reg::CSTS, reg::NSSR][s.pick(3)], value: s.u32() as u64 }
-            .to_sqe(cid),
-        2 => nvmf_proto::fabrics::disconnect_sqe(cid),
-        _ => {
-            let mut sqe = ConnectCmd { recfmt: s.u16() & 1, qid: s.pick(3) as u16, sqsize: s.u16() % 40, cattr: s.u8(), kato: 0 }
-                .to_sqe(cid);
-            sqe.set_fctype([fctype::CONNECT, fctype::CONNECT, fctype::AUTH_SEND, 0x7E][s.pick(4)]);
-            sqe
-        }
-    }
 }
 
 /// H2CData for the last R2T the target sent: right, or wrong in one field.

@@ -15,52 +15,26 @@
 //! queues drop; and the other queue still answers afterwards.
 
 use crate::script::{pattern, Script};
-use crate::target_conn::capsule;
-use nvmf_proto::fabrics::{cc, reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNAMIC};
-use nvmf_proto::nvme::{admin_opcode, SglDescriptor, SGL_TRANSPORT_DATA_BLOCK};
+use crate::target_fixture::{capsule, connect_capsule, enable_sqe, target, with_engine, MAX_STEPS};
+use nvmf_proto::fabrics::CNTLID_DYNAMIC;
+use nvmf_proto::nvme::{admin_opcode, SGL_TRANSPORT_DATA_BLOCK};
 use nvmf_proto::rdma::KeyedSgl;
 use nvmf_proto::{Cqe, Sqe};
 use nvmf_target::backend::IoEngine;
-use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, ReactorMode, SubsystemConfig, TargetConfig};
+use nvmf_target::config::ReactorMode;
 use nvmf_target::core::Target;
 use nvmf_target::stats::ReactorStats;
 use nvmf_target::transport::rdma::machine::{Machine, Post};
 use nvmf_target::transport::BUFFER_BUDGET;
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const SUBNQN: &str = "nqn.2024-01.io.nvmflab:fuzz-rdma";
-const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-4000-8000-000000000002";
-/// Steps per input: bounds the time one input can take.
-const MAX_STEPS: usize = 64;
 const DEPTH: u16 = 8;
 /// The smallest allowed (one command of MDTS), so commands wait for buffer memory sometimes.
 const BUFFER_MEMORY: u64 = 2 << 20;
 
-thread_local! {
-    // One io_uring for the whole run: making one per input would dominate the time.
-    static ENGINE: RefCell<IoEngine> = RefCell::new(IoEngine::new(64));
-}
-
 pub fn run(input: &[u8]) {
-    ENGINE.with(|e| play(&mut e.borrow_mut(), &mut Script::new(input)));
-}
-
-fn target() -> Arc<Target> {
-    let mut c = TargetConfig::empty();
-    c.target.buffer_memory = Some(BUFFER_MEMORY);
-    // A listen address the configuration requires; nothing binds it here.
-    c.ports.push(PortConfig { addr: "127.0.0.1:4420".parse().expect("addr"), portid: None, subsystems: None, tls: Default::default() });
-    let mut s = SubsystemConfig::new(SUBNQN);
-    for (nsid, backend, block_size) in
-        [(1, BackendConfig::Ram { size: 64 << 10 }, 512), (2, BackendConfig::Null { size: 1 << 30 }, 4096)]
-    {
-        s.namespaces.push(NamespaceConfig { nsid, backend, block_size, nguid: None, uuid: None });
-    }
-    c.subsystems.push(s);
-    c.validate("fuzz").expect("fuzz target config is valid");
-    Arc::new(Target::new(c.target.clone(), &c.subsystems, &c.ports).expect("ram and null backends open"))
+    with_engine(|e| play(e, &mut Script::new(input)));
 }
 
 /// The driver's side of one queue: what is posted, checked as the machine asks.
@@ -178,20 +152,17 @@ impl Queue {
     }
 
     fn connect(&mut self, qid: u16, cntlid: u16, now: Instant, engine: &mut IoEngine) -> Option<Cqe> {
-        let mut sqe = ConnectCmd { recfmt: 0, qid, sqsize: DEPTH - 1, cattr: 0, kato: 0 }.to_sqe(1);
-        sqe.set_sgl(SglDescriptor::in_capsule(0, 1024));
-        let data = ConnectData { hostid: [7; 16], cntlid, subnqn: SUBNQN.into(), hostnqn: HOSTNQN.into() }.encode();
+        let (sqe, data) = connect_capsule(qid, cntlid, DEPTH - 1);
         self.command(0, &sqe, &data, now, engine)
     }
 
     fn enable(&mut self, now: Instant, engine: &mut IoEngine) -> Option<Cqe> {
-        let value = (cc::EN | cc::IOSQES_64 | cc::IOCQES_16) as u64;
-        self.command(1, &PropertySet { size8: false, offset: reg::CC, value }.to_sqe(2), &[], now, engine)
+        self.command(1, &enable_sqe(), &[], now, engine)
     }
 }
 
 fn play(engine: &mut IoEngine, s: &mut Script) {
-    let target = target();
+    let target = target(|c| c.target.buffer_memory = Some(BUFFER_MEMORY));
     let mut now = Instant::now();
     let mut bystander = Queue::new(&target, 0, 0, now);
     let cqe = bystander.connect(0, CNTLID_DYNAMIC, now, engine).expect("bystander Connect answered");

@@ -8,6 +8,8 @@
 mod script;
 #[path = "../../../fuzz/src/target_conn.rs"]
 mod target_conn;
+#[path = "../../../fuzz/src/target_fixture.rs"]
+mod target_fixture;
 #[path = "../../../fuzz/src/target_rdma.rs"]
 mod target_rdma;
 #[path = "../../../fuzz/src/config_toml.rs"]

@@ -1,9 +1,10 @@
-"""Which transports each knob holds on (issue 38 item 3): our RDMA transport is one thread per port
-that ignores cores, target mode, idle polling and placement, and socket options, TLS and the digests
-do not exist over RDMA on any stack, so planning refuses such a point by name instead of comparing a
-pinned, polling TCP target with an unpinned RDMA thread. No RDMA runs: the device probe and the
-builds' RDMA support are faked, so a refusal here can only come from the knob registry. Each plan
-sweeps `transport` beside the knob, so one plan shows the RDMA point refused and the TCP one planned."""
+"""Which transports each knob holds on (issue 38 item 3): socket options, TLS and the digests do not
+exist over RDMA on any stack, and a stack side may honour a knob over TCP only (ours sets no RDMA
+service type for `tos`; nvmet's `idle_poll_us` is an nvmet_tcp parameter), so planning refuses such
+a point by name. Our target's reactors serve RDMA queues as they serve TCP connections, so its mode,
+idle polling, cores and placement plan over both. No RDMA runs: the device probe and the builds'
+RDMA support are faked, so a refusal here can only come from the knob registry. Each plan sweeps
+`transport` beside the knob, so one plan shows the RDMA point and the TCP one side by side."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from nvmflab.study_spec import load_study_spec
 from nvmflab.topology import rdma
 
 NQN = "nqn.2024-01.io.nvmflab:s1"
-ISSUE = "our RDMA transport runs one thread per port and ignores cores/mode/placement: issue 38"
+NO_TOS = "a socket option of NVMe/TCP; ours sets no RDMA service type"
 STACKS = ("ours", "kernel", "spdk")
 # Knobs that act on a TCP socket, TCP itself or an NVMe/TCP PDU: no stack can honour them over RDMA.
 TCP_ONLY = {"so_priority": 3, "busy_poll_us": 50, "tcp_congestion": "cubic", "tls": "on", "hdr_digest": True,
@@ -89,8 +90,8 @@ def test_the_knob_map_has_a_transports_column():
     for name, cells in rows.items():
         owner = knobs.KNOBS.get(name) or knobs.SETUP[name]
         assert cells[2] == ", ".join(owner.transports), name
-    assert "config `mode`; over tcp only (" + ISSUE + ")" in rows["target_mode"][3]
-    assert ISSUE in rows["cores"][3] and ISSUE in rows["placement"][3]
+    assert rows["target_mode"][3] == "config `mode`"  # the reactors serve RDMA queues too
+    assert "over tcp only (" + NO_TOS + ")" in rows["tos"][3]
 
 
 def test_busy_polling_is_refused_over_rdma_by_name_and_plans_over_tcp(tmp_path, fake_env, rdma_here):
@@ -113,28 +114,21 @@ def test_a_tcp_only_knob_is_refused_over_rdma_on_every_stack(stack, name):
                    f"({knobs.TCP_ONLY[name]})")
 
 
-def test_what_our_rdma_thread_ignores_is_refused_by_name(tmp_path, fake_env, rdma_here):
+def test_our_target_takes_mode_and_idle_polling_over_rdma_but_not_tos(tmp_path, fake_env, rdma_here):
     points = by_transport(plan(tmp_path, '[sweep]\ntransport = ["tcp", "rdma"]\ntarget_mode = ["event", "poll"]\n'
                                          "idle_poll_us = [0, 50]\ntos = [0, 16]\n"))
     assert len(points["tcp"]) == 8 and all(why is None for _, why in points["tcp"])  # over TCP each plans
     for k, why in points["rdma"]:
-        asked = [s for s in (f'target_mode = "{k["target_mode"]}"', f'idle_poll_us = {k["idle_poll_us"]}',
-                             f'tos = {k["tos"]}') if not s.endswith(('"event"', " 0"))]
-        if not asked:
-            assert why is None, k
-            continue
-        # one of the knobs asked is named, with its value, the transport and the stack side
-        named = [a for a in asked if why is not None and why.startswith(
-            f'{a} with transport = "rdma": the ours target honours it over tcp only (')]
-        assert named, (k, why)
-        assert why.endswith(f"({ISSUE})") or named[0].startswith("tos"), why
+        if k["tos"] == "0":  # the reactors serve RDMA queues: mode and idle polling hold
+            assert why is None, (k, why)
+        else:
+            assert why == ('tos = 16 with transport = "rdma": the ours target honours it over tcp only '
+                           f"({NO_TOS})"), (k, why)
 
 
-def test_more_target_cores_than_one_are_refused_over_rdma(tmp_path, fake_env, rdma_here):
+def test_more_target_cores_than_one_plan_over_rdma(tmp_path, fake_env, rdma_here):
     points = by_transport(plan(tmp_path, '[sweep]\ntransport = ["tcp", "rdma"]\n', target_cores="[0, 1]"))
-    assert points["tcp"][0][1] is None
-    assert points["rdma"][0][1] == (f'cores = 2 with transport = "rdma": the ours target honours it over tcp '
-                                    f"only ({ISSUE})")
+    assert points["tcp"][0][1] is None and points["rdma"][0][1] is None
 
 
 def test_the_kernel_target_refuses_its_nvmet_tcp_parameter_over_rdma(tmp_path, fake_env, rdma_here):
@@ -148,12 +142,12 @@ def test_the_kernel_target_refuses_its_nvmet_tcp_parameter_over_rdma(tmp_path, f
 
 
 def test_the_transports_study_plans_its_rdma_points(tmp_path, fake_env, rdma_here):
-    """Its default knobs hold over RDMA on every stack; only our target's second core is refused."""
+    """Its default knobs hold over RDMA on every stack, our target's second core too."""
     points = plan(tmp_path, '[params]\nconfigs = ["rdma"]\niodepth = [1]\nbs = ["4k"]\ncores = [1, 2]\n',
                   top='study = "transports"\n')
     refused = {(k["stack"], k["app"], k.get("cores")): why for k, why in points if why is not None}
-    assert refused == {("ours", "cores", "2"): f'cores = 2 with transport = "rdma": the ours target honours it over '
-                                               f"tcp only ({ISSUE})"}
+    assert refused == {}
+    assert ("ours", "2") in {(k["stack"], str(k.get("cores"))) for k, _ in points}
     assert {k["stack"] for k, _ in points} == set(STACKS) and all(k["transport"] == "rdma" for k, _ in points)
 
 
@@ -168,7 +162,7 @@ def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     return done.value.code, said.out + said.err
 
 
-REFUSED_SPEC = '[knobs]\ntransport = "rdma"\ntarget_mode = "poll"\n'
+REFUSED_SPEC = '[knobs]\ntransport = "rdma"\ntos = 16\n'
 
 
 def test_the_plan_command_shows_the_refusal_without_a_traceback(tmp_path, fake_env, monkeypatch, capsys):
@@ -177,7 +171,7 @@ def test_the_plan_command_shows_the_refusal_without_a_traceback(tmp_path, fake_e
     code, said = cli(monkeypatch, capsys, "run", str(spec), "--plan")
     assert code == 0, said
     # the knob is refused before any device is looked for, so the reason is the same with or without one
-    assert '(not run: target_mode = "poll" with transport = "rdma": the ours target' in said
+    assert '(not run: tos = 16 with transport = "rdma": the ours target' in said
     assert "Traceback" not in said and "internal error" not in said
 
 
@@ -187,7 +181,7 @@ def test_a_run_where_every_point_is_refused_says_why_and_exits_2(tmp_path, fake_
     spec.write_text('name = "rd"\n' + HEAD.format(cores="[0]") + REFUSED_SPEC)
     code, said = cli(monkeypatch, capsys, "run", str(spec), "--results", str(tmp_path / "r"))
     assert code == 2, said
-    assert 'target_mode = "poll" with transport = "rdma"' in said
+    assert 'tos = 16 with transport = "rdma"' in said
     assert "Traceback" not in said and "internal error" not in said
     assert not (tmp_path / "perf.log").exists()  # no load generator ran
 
@@ -203,9 +197,11 @@ def point(stack_knobs: dict, cores=(0,), reactor=None) -> Point:
 
 def test_only_what_does_not_apply_is_refused_per_stack():
     ours, kernel, spdk = (get_stack(n) for n in STACKS)
-    # placement: ours binds nothing to a reactor over RDMA
-    assert knobs.transport_refusal(point({}, reactor=0), ours, ours) == (
-        f'placement = true with transport = "rdma": the ours target honours it over tcp only ({ISSUE})')
+    # placement, several cores and polling: our reactors serve RDMA queues as they serve TCP connections
+    assert knobs.transport_refusal(point({"target_mode": "poll", "idle_poll_us": 50}, cores=(0, 1), reactor=1),
+                                   ours, ours) is None
+    assert knobs.transport_refusal(point({"tos": 16}), ours, ours) == (
+        f'tos = 16 with transport = "rdma": the ours target honours it over tcp only ({NO_TOS})')
     # SPDK's poll groups serve RDMA too: several cores, placement and its polling hold; nvme_rdma honours --tos
     polling = point({"target_mode": "poll", "completion": "poll"}, cores=(0, 1), reactor=1)
     assert knobs.transport_refusal(polling, spdk, spdk) is None

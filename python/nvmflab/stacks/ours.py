@@ -47,12 +47,12 @@ def _one_queue_per_job(value: Any, knobs: dict[str, Any]) -> list[str]:
 
 
 ACCEPTED = "accepted: follows the host's ICReq"
-# nvmf-target's RDMA ports are served by a thread of their own, not by the reactors (docs/rdma.md).
-RDMA_THREAD = "our RDMA transport runs one thread per port and ignores cores/mode/placement: issue 38"
 NO_TOS = "a socket option of NVMe/TCP; ours sets no RDMA service type"
 TARGET_KNOBS: KnobMap = {
-    "target_mode": tcp_only(_line("mode"), RDMA_THREAD),
-    "idle_poll_us": tcp_only(_line("idle_poll_us"), RDMA_THREAD),
+    # The reactors serve RDMA queues as they serve TCP connections (docs/rdma.md): mode, idle
+    # polling, cores and placement hold over both.
+    "target_mode": _line("mode"),
+    "idle_poll_us": _line("idle_poll_us"),
     "in_capsule_data_size": _line("in_capsule_data_size"),
     "so_priority": _line("so_priority"),
     "tos": tcp_only(_line("tos"), NO_TOS),
@@ -63,8 +63,7 @@ TARGET_KNOBS: KnobMap = {
     "data_digest": Setter(ACCEPTED),
     "tls": Setter('config `[[port]] tls = "required"`, `[[host]] tls_key` (the run\'s key) for the host NQN'),
     "dhchap": Setter("config `[[host]] dhchap_key` (the run's secret), `dhchap_dhgroup`, `dhchap_hash = \"sha256\"`"),
-    "transport": Setter('config `[[port]] trtype` (rdma: an nvmf-target built with `--features rdma`)',
-                        setup_tcp_only=("cores", "placement"), why_not=RDMA_THREAD),
+    "transport": Setter('config `[[port]] trtype` (rdma: an nvmf-target built with `--features rdma`)'),
 }
 HOST_KNOBS: KnobMap = {
     "completion": _flag("--completion"),

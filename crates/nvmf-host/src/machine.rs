@@ -15,6 +15,10 @@
 //!
 //! On the data path nothing allocates: slots and buffers are made once, PDU headers go into a
 //! reused send buffer, completions into the caller's vector.
+//!
+//! Over 600 lines with its tests, and one module on purpose: about 550 lines of code, one state
+//! machine whose receive half (landing, C2HData, R2T) and send half (capsules, H2CData) share
+//! the slots and the framing; the rest is its property tests, which drive both halves at once.
 
 use std::io::IoSlice;
 

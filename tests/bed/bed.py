@@ -16,7 +16,8 @@ sshd. So no traffic leaves the guests and this machine's loopback.
 
     python3 tests/bed/bed.py up DIR     boots both, writes DIR/bed.toml and DIR/bed.yml, then
                                         holds them until SIGINT/SIGTERM (both qemus are killed);
-                                        a guest that stops (powered off) is booted again
+                                        a guest that stopped (powered off) is booted
+                                        again when DIR/NAME.boot appears (Bed.back_up)
 
 While it holds them, NVMFLAB_BED_ATTACH=DIR runs the bed's tests against those guests (Bed.attach)
 instead of booting two more: a test at a time, without a boot each time.
@@ -193,14 +194,22 @@ class Bed:
 
     def back_up(self, name: str) -> None:
         """NAME, powered off by a test, running and answering SSH again: booted here, or by the
-        `bed.py up` an attached bed belongs to (its loop boots a stopped guest within seconds)."""
+        `bed.py up` an attached bed belongs to, asked through boot_request."""
         guest = self.guest(name)
         if not self.attached:
             guest.qemu.wait(30)
             self.restart(name)
             return
-        time.sleep(10)  # up's loop notices the stop within 5 s; its boot rewrites the console
+        self.boot_request(name).touch()  # up's loop boots it within 2 s
+        deadline = time.monotonic() + 60
+        while self.boot_request(name).exists() and time.monotonic() < deadline:
+            time.sleep(1)
         self._wait_ssh(guest)
+
+    def boot_request(self, name: str) -> Path:
+        """The file that asks `bed.py up` to boot NAME again once it has stopped: not at once, so a
+        test sees the guest gone for as long as it needs (a run must notice, and end, first)."""
+        return self.work / f"{name}.boot"
 
     def _wait_up(self, guests: list[Guest], progress) -> None:
         start = time.monotonic()
@@ -368,10 +377,12 @@ def main() -> int:
         bed.up()
         print(f"bed: ready; inventories {bed.work}/bed.toml and {bed.work}/bed.yml; Ctrl-C stops both guests",
               flush=True)
-        while True:  # a guest that stops (a fault test powered it off) is booted again
-            time.sleep(5)
+        while True:  # a guest that stopped (a fault test powered it off) is booted again when asked
+            time.sleep(2)
             for guest in bed.guests:
-                if guest.qemu.poll() is not None:
+                ask = bed.boot_request(guest.name)
+                if guest.qemu.poll() is not None and ask.exists():
+                    ask.unlink()
                     print(f"bed: {guest.name} stopped; booting it again", flush=True)
                     bed.restart(guest.name)
     except BedError as e:

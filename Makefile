@@ -63,9 +63,18 @@ test-msrv: deps-test
 	env -u RUSTUP_TOOLCHAIN RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_TARGET_DIR=$(CURDIR)/target/msrv \
 	  $(MSRV_CARGO) check --locked --quiet --workspace --all-targets
 
-# clippy where the toolchain has it (rustup's does; Debian's rustc-web does not).
+# The test binaries side by side with cargo-nextest where install-deps could build it (they spend
+# most of their time waiting on sockets and timers: about 20 s of CPU in a minute run one binary
+# after another; .config/nextest.toml), then the doctests (nextest does not run them), else cargo
+# test. clippy where the toolchain has it (rustup's does; Debian's rustc-web does not).
 test-rust: build
-	cargo test --release --workspace
+	@if cargo nextest --version >/dev/null 2>&1; then \
+	  echo "test-rust: cargo nextest run --release --workspace (.config/nextest.toml)"; \
+	  cargo nextest run --release --workspace --cargo-quiet && cargo test --release --workspace --doc --quiet; \
+	else \
+	  echo "test-rust: cargo-nextest not installed (install-deps --for test builds it): cargo test, one binary after another"; \
+	  cargo test --release --workspace; \
+	fi
 	@if cargo clippy --version >/dev/null 2>&1; then \
 	  echo "clippy: cargo clippy --all-targets -D warnings"; \
 	  cargo clippy --release --workspace --all-targets --quiet -- -D warnings; \

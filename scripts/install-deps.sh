@@ -115,4 +115,13 @@ if [ "$purpose" = test ]; then
       | sed -u -n -E '/^(Get:|Setting up )/s/^/  apt: /p'
   fi
 fi
+# Testing: cargo-nextest runs the Rust test binaries side by side (make test-rust; they mostly wait on
+# sockets and timers). Built once into ~/.cargo/bin, a few minutes; where the toolchain cannot build it
+# (Debian's 1.85 alone is too old for it), make test-rust runs cargo test instead and says so.
+NEXTEST_VERSION=0.9.151
+if [ "$purpose" = test ] && ! PATH="$HOME/.cargo/bin:$PATH" cargo nextest --version >/dev/null 2>&1; then
+  say "will build cargo-nextest $NEXTEST_VERSION into ~/.cargo/bin (cargo install --locked, once: a few minutes) -- runs the Rust test binaries side by side in make test"
+  PATH="$HOME/.cargo/bin:$PATH" cargo install --locked --quiet --version "$NEXTEST_VERSION" cargo-nextest \
+    || say "cargo-nextest could not be built with this toolchain: make test-rust runs cargo test instead"
+fi
 say "ok ($purpose)"

@@ -42,7 +42,9 @@ REPO = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("NVMFLAB_BIN_DIR", REPO / "target/release"))
 CLONE_NEWNET = 0x40000000
 NVMET = "/sys/kernel/config/nvmet"
-KEEP_NQN = "nqn.2024-01.io.nvmflab:someone-elses"  # made by hand; the stack must not touch it
+# Made by hand, so not under nvmflab's NQN prefix (whose entries a run removes as a killed run's
+# leftovers: stacks/kernel_leftovers.py); the stack must not touch it.
+KEEP_NQN = "nqn.2014-08.org.example:someone-elses"
 KEEP_PORT = "1"
 TARGET_NQN = "nqn.2024-01.io.nvmflab:ssh-kernel-target"
 POINT_RUNTIME_S = 2.0

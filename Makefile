@@ -64,7 +64,7 @@ test-msrv: deps-test
 	  $(MSRV_CARGO) check --locked --quiet --workspace --all-targets
 
 # The test binaries side by side with cargo-nextest where install-deps could build it (they spend
-# most of their time waiting on sockets and timers: about 20 s of CPU in a minute run one binary
+# most of their time waiting on sockets and timers: 37 s of CPU in 57 s run one binary
 # after another; .config/nextest.toml), then the doctests (nextest does not run them), else cargo
 # test. clippy where the toolchain has it (rustup's does; Debian's rustc-web does not).
 test-rust: build

@@ -3,7 +3,7 @@
 
 use crate::core::{Controller, Namespace, Outcome, Subsystem, Target, AERL, MAX_IO_QUEUES, MDTS, MQES};
 use crate::fabrics::VERSION;
-use crate::transport::{Capabilities, SGLS_KEYED_DATA_BLOCK};
+use crate::capabilities::{Capabilities, SGLS_KEYED_DATA_BLOCK};
 use nvmf_proto::fabrics::DISCOVERY_NQN;
 use nvmf_proto::identify::{
     cntrltype, encode_ns_descriptors, encode_ns_list, nidt, oncs, sgls, vwc, IdentifyController, IdentifyNamespace,
@@ -450,7 +450,7 @@ mod tests {
 
     /// The capabilities of an NVMe/TCP queue under default settings.
     const TCP: Capabilities = Capabilities {
-        kind: crate::transport::TransportKind::Tcp,
+        kind: crate::capabilities::TransportKind::Tcp,
         trtype: nvmf_proto::discovery::TRTYPE_TCP,
         transfer_sgl: nvmf_proto::nvme::SGL_TRANSPORT_DATA_BLOCK,
         keyed_sgls: false,
@@ -461,7 +461,7 @@ mod tests {
 
     #[test]
     fn identify_controller_sgl_support_and_ioccsz_come_from_the_transport() {
-        use crate::transport::TransportKind;
+        use crate::capabilities::TransportKind;
         let (t, c) = controller_on(BackendConfig::Ram { size: 1 << 20 });
         let settings = TargetSettings { in_capsule_data_size: 4096, ..TargetSettings::default() };
         let tcp = identify_controller(&t, &TransportKind::Tcp.capabilities(&settings), &c);

@@ -14,7 +14,7 @@ use crate::core::{Controller, Outcome, Port, Subsystem, Target, ADMIN_IN_CAPSULE
 use crate::fabrics::{self, ConnectResult};
 use crate::io::{self, IoPlan};
 use crate::stats::{NsStats, QueueStats, ReactorStats};
-use crate::transport::Capabilities;
+use crate::capabilities::Capabilities;
 use nvmf_proto::fabrics::{fctype, ConnectCmd, CATTR_DISABLE_SQFLOW, CONNECT_DATA_LEN};
 use nvmf_proto::nvme::{admin_opcode, io_opcode, SGL_DATA_BLOCK_OFFSET};
 use nvmf_proto::{Sqe, Status};

@@ -157,7 +157,7 @@ pub struct Port {
     pub tls_stats: Arc<crate::port_stats::PortTlsStats>,
     /// The transport that serves the port: its capabilities go to every queue accepted on it
     /// and to the port's discovery entries.
-    pub transport: crate::transport::TransportKind,
+    pub transport: crate::capabilities::TransportKind,
 }
 
 impl Port {
@@ -396,7 +396,7 @@ impl Target {
         let ports = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone(), tls: p.tls, tls_stats: Default::default(), transport: crate::transport::TransportKind::Tcp })
+            .map(|(i, p)| Port { portid: p.portid.unwrap_or(i as u16 + 1), addr: p.addr, subsystems: p.subsystems.clone(), tls: p.tls, tls_stats: Default::default(), transport: crate::capabilities::TransportKind::Tcp })
             .collect();
         let buffer_memory = usize::try_from(settings.buffer_memory_bytes()).unwrap_or(usize::MAX);
         let buffer_align = subs

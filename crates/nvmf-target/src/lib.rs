@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod auth;
 pub mod backend;
+pub mod capabilities;
 pub mod command;
 pub mod config;
 pub mod control;

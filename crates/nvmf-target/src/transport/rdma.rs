@@ -25,12 +25,10 @@ pub use listener::RdmaListener;
 pub use queue::RdmaQueue;
 
 pub use nvmf_proto::rdma::{cm_reject, cm_reply, cm_status, keyed_sgl, CmRequest, KeyedSgl, CM_REP_LEN, CM_REQ_LEN, MAX_QUEUE_SIZE};
-use nvmf_proto::rdma::SGL_KEYED_DATA_BLOCK;
-
 /// The SGL type the command layer is told this transport moves itself: a keyed data block.
 /// The command layer compares types only, so the keyed descriptor's 24-bit length is handed
 /// over in a normalized SQE (see [`normalize_sqe`]).
-pub const TRANSFER_SGL: u8 = SGL_KEYED_DATA_BLOCK << 4;
+pub use crate::capabilities::RDMA_TRANSFER_SGL as TRANSFER_SGL;
 
 /// The SQE the command layer sees: a keyed SGL becomes a [`TRANSFER_SGL`] descriptor with its
 /// length (the key and address stay with the transport); any other SGL is left as it is, and

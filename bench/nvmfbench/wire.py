@@ -20,6 +20,7 @@ PDU_NAMES = {0: "ICReq", 1: "ICResp", 2: "H2CTermReq", 3: "C2HTermReq", 4: "Caps
 HDGST, DDGST = 0x01, 0x02  # common-header flags: a header or data digest follows
 SYN = 0x02
 OPCODES = {0x01: "write", 0x02: "read", 0x7F: "fabrics"}
+FCTYPE_CONNECT = 0x01
 
 
 class WireError(Exception):
@@ -109,9 +110,17 @@ def in_capsule(pdu: bytes) -> int:
     return max(0, plen - pdo - (4 if flags & DDGST else 0)) if pdo else 0
 
 
+def connect_fields(pdu: bytes) -> dict[str, int]:
+    """QID, SQSIZE, CATTR (bit 2: SQ flow control disabled) and KATO of a Connect capsule (its SQE
+    starts at byte 8: QID at 42, SQSIZE 44, CATTR 46, KATO 48)."""
+    qid, sqsize, cattr, _, kato = struct.unpack("<HHBBI", pdu[50:60])
+    return {"qid": qid, "sqsize": sqsize, "cattr": cattr, "kato": kato}
+
+
 def summarize(host: Stream, target: Stream) -> dict[str, Any]:
-    """One connection's negotiation, PDUs per command by direction and type, the sizes that
-    decide the path (in-capsule data, H2CData, C2HData, R2T), and how the bytes were segmented."""
+    """One connection's negotiation (ICReq, ICResp, Connect), PDUs per command by direction and
+    type, the sizes that decide the path (in-capsule data, H2CData, C2HData, R2T), and how the
+    bytes were segmented."""
     out: dict[str, Any] = {}
     counts: Counter[str] = Counter()
     sizes: dict[str, Counter[int]] = {k: Counter() for k in ("in-capsule", "H2CData", "C2HData", "R2T")}
@@ -128,6 +137,8 @@ def summarize(host: Stream, target: Stream) -> dict[str, Any]:
             counts[f"{side} {name}"] += 1
             if kind == 4:
                 commands[OPCODES.get(pdu[8], hex(pdu[8]))] += 1
+                if pdu[8] == 0x7F and pdu[12] == FCTYPE_CONNECT:
+                    out["Connect"] = connect_fields(pdu)
                 if pdu[8] == 0x01:
                     sizes["in-capsule"][in_capsule(pdu)] += 1
             elif name in ("H2CData", "C2HData", "R2T"):

@@ -167,6 +167,13 @@ run: build venv
 bench: build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
+# TCP's instructions per I/O under valgrind's callgrind, 786b8ae against the working tree (bench/README.md,
+# *Instructions per I/O*): about 4 minutes, plus a build of the base revision the first time; exits 1
+# when a row is over --max-ratio. CALLGRIND_ARGS="--base REV --new REV --max-ratio 1.02" for others.
+.PHONY: bench-callgrind
+bench-callgrind:
+	$(PYTHON) bench/callgrind.py $(CALLGRIND_ARGS)
+
 clean:
 	cargo clean
 	rm -rf $(VENV) .cache/stamps

@@ -1,6 +1,8 @@
 //! Transports: each a per-connection state machine the reactors drive, on top of the shared
 //! command layer ([`crate::command`]): NVMe/TCP, and NVMe over RDMA with the `rdma` feature
-//! (`rdma.rs`: the binding's encodings, always built; `rdma/`: the transport).
+//! (`rdma.rs`: the binding's encodings, always built; `rdma/`: the transport). Each supplies
+//! only its wire handling and its [`DataPath`] hooks; the per-command lifecycle
+//! (`lifecycle.rs`) and the slots (`slots.rs`) are shared.
 //!
 //! The contract between a transport and the rest of the target (docs/CONTRACTS.md, "Transport"):
 //! a transport names its [`TransportKind`], whose [`Capabilities`] the command layer gets at
@@ -9,18 +11,22 @@
 //! TSAS all come from there, so no transport patches a response and the command layer never
 //! asks which transport it serves.
 
+mod lifecycle;
 pub mod rdma;
 mod slots;
 mod stall;
 pub mod tcp;
 
-pub use slots::BUFFER_BUDGET;
+pub use lifecycle::{At, Lifecycle};
+pub use slots::{Slot, SlotState, Slots, BUFFER_BUDGET};
 
 pub use crate::capabilities::{Capabilities, TransportKind, SGLS_KEYED_DATA_BLOCK};
 
 use crate::backend::{IoCompletion, IoEngine};
+use crate::command::{Commands, Work};
 use crate::config::TargetSettings;
 use crate::stats::ReactorStats;
+use nvmf_proto::Status;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,11 +39,44 @@ pub trait Transport {
     }
 }
 
+/// What a transport supplies to the shared per-command lifecycle ([`Lifecycle`]): how a
+/// command's data comes from the host and goes to it, and how it is answered (docs/CONTRACTS.md,
+/// "Transport"). The lifecycle decides when; these move the bytes. Slot buffers are the
+/// lifecycle's; the hooks read and fill them through `slots`.
+pub trait DataPath {
+    /// Each command holds a slot from its arrival until the transport frees it once its response
+    /// is sent (RDMA and loop: the slot is the command's receive buffer); otherwise only commands
+    /// with data get one, freed by the lifecycle (TCP).
+    const SLOT_PER_COMMAND: bool;
+    /// The queue still serves commands (not closing).
+    fn serving(&self) -> bool;
+    /// Starts moving the host's data into slot `idx`'s buffer (TCP: R2T; RDMA: RDMA READ); its
+    /// arrival goes to [`Lifecycle::data_arrived`]. `Err`: the command completes with it instead.
+    fn fetch_data(&mut self, slots: &mut Slots, idx: u16) -> Result<(), Status>;
+    /// Sends the first `len` bytes of slot `idx`'s buffer to the host (TCP: C2HData; RDMA: RDMA
+    /// WRITE). True when that completed the command too (TCP with SQ flow control disabled), so
+    /// no response follows. A transport that sends from the buffer after this returns marks the
+    /// slot [`SlotState::Sending`] and frees it itself.
+    fn send_data(&mut self, cmd: &Commands, slots: &mut Slots, idx: u16, len: u32) -> bool;
+    /// Sends `data` of command `cid`, which holds no slot (never called when
+    /// [`SLOT_PER_COMMAND`](Self::SLOT_PER_COMMAND)).
+    fn send_copy(&mut self, cmd: &Commands, cid: u16, data: &[u8]);
+    /// Sends the completion of command `at` (TCP: CapsuleResp; RDMA: SEND).
+    fn respond(&mut self, cmd: &Commands, slots: &mut Slots, at: At, status: Status, result: u64);
+    /// Command `cid` found no free slot: more outstanding than the queue allows.
+    fn no_slot(&mut self, cmd: &mut Commands, cid: u16, work: Work);
+    /// Connect succeeded: the queue is `cmd.queue()` from now on.
+    fn connected(&mut self, cmd: &mut Commands);
+    /// The command just answered ended the queue (Disconnect, failed authentication): close once
+    /// its response is out.
+    fn ending(&mut self);
+}
+
 /// What a transport's queue supplies to the reactor that serves it (docs/CONTRACTS.md,
 /// "Transport"): its fds for the reactor's poller, taking input (socket bytes, work
 /// completions), progress, its backend requests and their completions, time, output, and
 /// teardown. The reactor loop (`crate::reactor`) is written once against this; per-command data
-/// fetch, data send and respond stay inside each transport's machine, over the shared slots.
+/// fetch, data send and respond are each transport's [`DataPath`] hooks under the [`Lifecycle`].
 pub trait QueueDriver {
     /// Registers the queue's fds with the reactor's poller under `token`.
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> std::io::Result<()>;

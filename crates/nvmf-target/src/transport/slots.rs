@@ -1,5 +1,5 @@
-//! Command slots of one connection and the memory budget of their data buffers: the per-command
-//! lifecycle every transport shares (NVMe/TCP in `tcp.rs`, NVMe/RDMA in `rdma/machine.rs`).
+//! Command slots of one connection and the memory budget of their data buffers, which every
+//! transport shares; the per-command lifecycle over them is `lifecycle.rs`.
 //!
 //! A command that outlives its capsule (R2T data, backend I/O, a wait for buffer memory) lives
 //! in a slot; on TCP the slot index is its R2T transfer tag, on RDMA its receive buffer's index

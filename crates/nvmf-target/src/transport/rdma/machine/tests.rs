@@ -130,7 +130,7 @@ fn connect_in_capsule_is_answered_by_send_and_the_receive_reposted() {
     let cqe = q.connect(0, CNTLID_DYNAMIC);
     assert!(cqe.status.is_success(), "{}", cqe.status);
     assert_eq!((cqe.cid, cqe.sqid), (1, 0));
-    assert!(q.m.cmd.queue().is_some_and(|q| q.qid == 0), "connected");
+    assert!(q.m.life.cmd.queue().is_some_and(|q| q.qid == 0), "connected");
 }
 
 #[test]

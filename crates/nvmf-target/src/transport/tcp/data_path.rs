@@ -1,0 +1,202 @@
+//! NVMe/TCP's hooks under the shared per-command lifecycle ([`DataPath`]): the host's data is
+//! asked for by R2T, read data goes out as C2HData (copied, or spliced from the command buffer),
+//! and a command is answered by a CapsuleResp PDU. All of it is encoded into the connection's
+//! output queue, which the reactor writes to the socket.
+
+use crate::command::{Commands, Work};
+use crate::transport::{At, DataPath, SlotState, Slots};
+use nvmf_proto::pdu::{encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, TermReq, R2T};
+use nvmf_proto::spliced::SplicedOutput;
+use nvmf_proto::{digest, Cqe, Digests, PduHeader, Status};
+
+/// Output buffer capacity kept between bursts; more is given back after a tick without need.
+/// Capacity above it counts against the process's buffer cap, and a connection may always
+/// queue this much output, so none starves while others hold the memory.
+pub(super) const OUT_KEEP: usize = 64 << 10;
+/// Largest C2HData PDU we send.
+const C2H_CHUNK: usize = 128 << 10;
+/// Reads at least this large are written from their command buffer (vectored write); smaller
+/// ones are copied into the output buffer, which was cheaper for 4 KiB (one contiguous write:
+/// 753 K against 698 K IOPS at QD32), while 128 KiB gained 20-29 % from not copying.
+const SEND_FROM_SLOT_MIN: u32 = 16 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    AwaitIcReq,
+    Ready,
+    /// A TermReq, or the response of a command that ended the queue, is queued; close once
+    /// output drains.
+    Closing,
+    Closed,
+}
+
+/// The connection's wire state the hooks write to.
+pub(super) struct Wire {
+    pub phase: Phase,
+    pub digests: Digests,
+    /// Output, in order: encoded PDUs, with read data segments (still in their slots' buffers,
+    /// written from there: no copy) spliced in. The most bytes it held since the last tick
+    /// (`take_high`) tells whether a buffer grown by a burst is still needed.
+    pub out: SplicedOutput,
+    /// R2Ts outstanding per command: what the host's ICReq allows, capped.
+    pub maxr2t: u32,
+    /// Bytes one R2T asks for: the MAXH2CDATA we advertise.
+    pub maxh2cdata: u32,
+}
+
+impl Wire {
+    pub fn new(maxh2cdata: u32) -> Wire {
+        Wire {
+            phase: Phase::AwaitIcReq,
+            digests: Digests::default(),
+            out: SplicedOutput::with_capacity(OUT_KEEP, 0),
+            maxr2t: 1,
+            maxh2cdata,
+        }
+    }
+
+    /// Queues a C2HTermReq; the connection closes once it is written.
+    pub fn term_req(&mut self, cmd: &mut Commands, fes: u16, fei: u32, header: Vec<u8>) {
+        let hdr = PduHeader::C2HTermReq(TermReq { fes, fei, header });
+        encode_pdu(self.out.bytes_mut(), &hdr, &[], self.digests);
+        self.phase = Phase::Closing;
+        cmd.release();
+    }
+
+    /// A CapsuleResp PDU completing command `cid`.
+    #[inline]
+    pub fn respond_to(&mut self, cmd: &Commands, cid: u16, status: Status, result: u64) {
+        let (sqid, sqhd) = cmd.sq_ids();
+        let cqe = Cqe { result, sqhd, sqid, cid, status };
+        encode_pdu(self.out.bytes_mut(), &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
+    }
+
+    /// Issues R2Ts, one per MAXH2CDATA-sized chunk, keeping at most MAXR2T outstanding.
+    pub fn send_r2ts(&mut self, slots: &mut Slots, idx: u16) {
+        let chunk = self.maxh2cdata;
+        let slot = &mut slots[idx];
+        let done_chunks = slot.received - slot.received % chunk;
+        while slot.r2t_upto < slot.len && (slot.r2t_upto - done_chunks) / chunk < self.maxr2t {
+            let r2tl = chunk.min(slot.len - slot.r2t_upto);
+            let r2t = R2T { cccid: slot.cid, ttag: idx, r2to: slot.r2t_upto, r2tl };
+            encode_pdu(self.out.bytes_mut(), &PduHeader::R2T(r2t), &[], self.digests);
+            slot.r2t_upto += r2tl;
+        }
+    }
+
+    /// C2HData PDUs carrying a copy of `data` (admin and authentication replies, reads under 16
+    /// KiB). `zeros` says `data` is known to be all zeros (a null read): the output is then
+    /// filled, not copied into. With `success` the last PDU also completes the command;
+    /// otherwise the caller sends the response.
+    fn send_copied(&mut self, cid: u16, data: &[u8], zeros: bool, success: bool) {
+        let out = self.out.bytes_mut();
+        let mut datao = 0;
+        for chunk in data.chunks(C2H_CHUNK) {
+            let last = datao + chunk.len() == data.len();
+            let hdr = PduHeader::C2HData(C2HData {
+                cccid: cid,
+                datao: datao as u32,
+                datal: chunk.len() as u32,
+                last,
+                success: success && last,
+            });
+            encode_pdu_header(out, &hdr, chunk.len(), self.digests);
+            if zeros {
+                out.resize(out.len() + chunk.len(), 0); // a write-only fill, no source to read
+            } else {
+                out.extend_from_slice(chunk);
+            }
+            if self.digests.data {
+                out.extend_from_slice(&digest::data_digest(chunk).to_le_bytes());
+            }
+            datao += chunk.len();
+        }
+    }
+
+    /// C2HData PDUs carrying slot `idx`'s buffer, sent from the buffer itself (the slot stays
+    /// Sending until it is written: the connection frees it then). With `success` the last one
+    /// also completes the command; otherwise the caller sends the response.
+    fn send_slot_data(&mut self, slots: &mut Slots, idx: u16, success: bool) {
+        let slot = &mut slots[idx];
+        slot.state = SlotState::Sending;
+        let (cid, len) = (slot.cid, slot.buf.as_slice().len());
+        let mut datao = 0;
+        while datao < len {
+            let chunk = C2H_CHUNK.min(len - datao);
+            let last = datao + chunk == len;
+            let hdr = PduHeader::C2HData(C2HData {
+                cccid: cid,
+                datao: datao as u32,
+                datal: chunk as u32,
+                last,
+                success: success && last,
+            });
+            encode_pdu_header(self.out.bytes_mut(), &hdr, chunk, self.digests);
+            self.out.splice(idx, datao..datao + chunk);
+            if self.digests.data {
+                let digest = digest::data_digest(&slots[idx].buf.as_slice()[datao..datao + chunk]);
+                self.out.bytes_mut().extend_from_slice(&digest.to_le_bytes());
+            }
+            datao += chunk;
+        }
+    }
+}
+
+impl DataPath for Wire {
+    const SLOT_PER_COMMAND: bool = false;
+
+    #[inline]
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::AwaitIcReq | Phase::Ready)
+    }
+
+    #[inline]
+    fn fetch_data(&mut self, slots: &mut Slots, idx: u16) -> Result<(), Status> {
+        self.send_r2ts(slots, idx);
+        Ok(())
+    }
+
+    /// Read data as C2HData; with SQ flow control disabled the last PDU completes the command.
+    #[inline]
+    fn send_data(&mut self, cmd: &Commands, slots: &mut Slots, idx: u16, len: u32) -> bool {
+        let success = cmd.queue().is_some_and(|q| q.sqflow_disabled);
+        if len >= SEND_FROM_SLOT_MIN {
+            self.send_slot_data(slots, idx, success);
+        } else {
+            let buf = &slots[idx].buf;
+            let zeros = buf.known_zero() == buf.len();
+            self.send_copied(slots[idx].cid, buf.as_slice(), zeros, success);
+        }
+        success
+    }
+
+    fn send_copy(&mut self, _cmd: &Commands, cid: u16, data: &[u8]) {
+        self.send_copied(cid, data, false, false);
+    }
+
+    #[inline]
+    fn respond(&mut self, cmd: &Commands, _slots: &mut Slots, at: At, status: Status, result: u64) {
+        self.respond_to(cmd, at.cid, status, result);
+    }
+
+    fn no_slot(&mut self, cmd: &mut Commands, cid: u16, work: Work) {
+        match work {
+            // More commands outstanding than the queue has entries: the host broke SQSIZE.
+            Work::Io(_) => self.term_req(cmd, fes::PDU_SEQ_ERR, 0, Vec::new()),
+            // Before Connect there is one slot: a second Connect while the first awaits data.
+            _ => self.respond_to(cmd, cid, Status::CMD_SEQ_ERROR.with_dnr(), 0),
+        }
+    }
+
+    fn connected(&mut self, cmd: &mut Commands) {
+        if let Some(q) = cmd.queue() {
+            let (cntlid, qid, sqsize, hdgst, ddgst) = (q.ctrl.cntlid, q.qid, q.sqsize, self.digests.header, self.digests.data);
+            let (subnqn, hostnqn) = (&q.stats.subnqn, &q.stats.hostnqn);
+            tracing::info!(cntlid, qid, sqsize, hdgst, ddgst, %subnqn, %hostnqn, "queue connected");
+        }
+    }
+
+    fn ending(&mut self) {
+        self.phase = Phase::Closing;
+    }
+}

@@ -7,10 +7,11 @@
 # raw_syscalls:sys_exit, keyed by thread: the kernel's tracing, no strace or perf in the guest)
 # with the I/O commands the target's /stats counted over the same window (issue 40 item 3).
 #
-# Writes to $OUT, per work W: W.pcap, W.hist.txt (the histogram as the kernel prints it),
-# W.tids.txt (the target's threads), W.ios.txt (I/O commands before and after), W.fio.json,
-# W.summary.json (bench/wire.py's reader, run here so large captures need not come back; captures
-# over KEEP_PCAP_MB are then deleted). Needs /usr/local/bin/nvmf-target, tcpdump and libpcap, and
+# WORKS: keys as bench/nvmfbench/stacks.py names them (4k-randread-qd32), each optionally with
+# +digest and/or +batch (see the loop). Writes to $OUT, per work W: W.pcap, W.hist.txt (the
+# histogram as the kernel prints it), W.tids.txt (the target's threads), W.ios.txt (I/O commands
+# before and after), W.fio.json, W.summary.json (bench/wire.py's reader, run here so large
+# captures need not come back; captures over KEEP_PCAP_MB are then deleted). Needs /usr/local/bin/nvmf-target, tcpdump and libpcap, and
 # /usr/local/lib/nvmflab/wire.py (bench/nvmfbench/wire.py).
 set -u
 export PATH=/usr/local/bin:$PATH
@@ -68,14 +69,19 @@ grep -q '^ready' "$OUT/target.txt" || { say "the target did not start: $(tail -3
 say "target: $(grep '^ready' "$OUT/target.txt")"
 
 for work in $WORKS; do
-    IFS=- read -r size rw qd <<<"$work"
+    # A work may carry variants: +digest (nvme connect asks for header and data digests), +batch
+    # (fio hands the kernel up to QD I/Os per io_submit instead of one).
+    IFS=- read -r size rw qd <<<"${work%%+*}"
     qd=${qd#qd}
+    connect_more=() fio_more=()
+    [[ $work == *+digest* ]] && connect_more+=(--hdr-digest --data-digest)
+    [[ $work == *+batch* ]] && fio_more+=(--iodepth_batch_submit="$qd" --iodepth_batch_complete_max="$qd")
     tcpdump -Z root -i lo -s 0 -B 262144 -c "$PACKETS" -w "$OUT/$work.pcap" "tcp port $PORT" \
         2>"$OUT/$work.tcpdump.txt" &
     cap=$!
     for _ in $(seq 30); do grep -q 'listening on' "$OUT/$work.tcpdump.txt" && break; sleep 1; done
     sleep 1  # the line comes a little before the first packet is taken
-    if ! timeout 60 nvme connect -t tcp -a 127.0.0.1 -s $PORT -n $NQN --nr-io-queues=1 >"$OUT/$work.connect.txt" 2>&1; then
+    if ! timeout 60 nvme connect -t tcp -a 127.0.0.1 -s $PORT -n $NQN --nr-io-queues=1 "${connect_more[@]}" >"$OUT/$work.connect.txt" 2>&1; then
         say "$work: nvme connect failed: $(tail -2 "$OUT/$work.connect.txt" | tr '\n' ' ')"
         kill $cap 2>/dev/null; wait $cap
         continue
@@ -88,7 +94,7 @@ for work in $WORKS; do
     echo "$HIST" >"$EVENT/trigger" || say "$work: the hist trigger was refused: $(cat "$TRACING/error_log" 2>/dev/null | tail -2)"
     timeout $((RAMP + RUNTIME + 120)) fio --name="$work" --filename="/dev/$dev" --ioengine=libaio --direct=1 \
         --rw="$rw" --bs="$size" --iodepth="$qd" --time_based --ramp_time="$RAMP" --runtime="$RUNTIME" \
-        --cpus_allowed=$HOST_CPU --output-format=json --output="$OUT/$work.fio.json" >"$OUT/$work.fio.txt" 2>&1
+        --cpus_allowed=$HOST_CPU "${fio_more[@]}" --output-format=json --output="$OUT/$work.fio.json" >"$OUT/$work.fio.txt" 2>&1
     fio_rc=$?
     cat "$EVENT/hist" >"$OUT/$work.hist.txt"
     echo "!$HIST" >"$EVENT/trigger"

@@ -11,7 +11,7 @@ I/O) is evidence. The guest image has no tcpdump: trixie's tcpdump and libpcap .
 into ~/.cache/nvmflab/kernel-wire with apt-get download (the guest's own apt lists) and put in the
 guest's overlay. qemu is killed at --timeout and when this process dies.
 
-Usage: bench/kernel_wire.py [--out DIR] [--works 4k-randread-qd1,...]
+Usage: bench/kernel_wire.py [--out DIR] [--works 4k-randread-qd1,4k-randread-qd32+digest,...]
        bench/kernel_wire.py --report DIR     (the rows again from a finished run's files)"""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests/guest"))
 
 import trixie  # noqa: E402
 from nvmfbench.syscalls import SyscallsError, calls_per_io, parse_hist, parse_ios, threads_calls  # noqa: E402
-from nvmfbench.wire_row import table_row, work_name  # noqa: E402
+from nvmfbench.wire_row import VARIANTS, table_row, work_name  # noqa: E402
 
 WORKS = ("4k-randread-qd1", "4k-randread-qd32", "4k-randread-qd128", "4k-randwrite-qd32",
          "128k-randread-qd32", "128k-randwrite-qd32")
@@ -100,13 +100,15 @@ def report(out: Path, works: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "target/kernel-wire", help="where the guest's files go")
-    parser.add_argument("--works", default=",".join(WORKS), help="comma-separated, from: " + ", ".join(WORKS))
+    parser.add_argument("--works", default=",".join(WORKS),
+                        help="comma-separated, from: " + ", ".join(WORKS) + "; +digest and +batch add variants")
     parser.add_argument("--timeout", type=int, default=1500, help="seconds before qemu is killed")
     parser.add_argument("--report", type=Path, metavar="DIR", help="read a finished run's files; boot nothing")
     args = parser.parse_args(argv)
     works = [w.strip() for w in args.works.split(",") if w.strip()]
-    if unknown := [w for w in works if w not in WORKS]:
-        parser.error(f"unknown work {', '.join(unknown)}; known: {', '.join(WORKS)}")
+    if unknown := [w for w in works if w.split("+")[0] not in WORKS or not set(w.split("+")[1:]) <= set(VARIANTS)]:
+        parser.error(f"unknown work {', '.join(unknown)}; known: {', '.join(WORKS)}, each with optional "
+                     f"{' '.join('+' + v for v in VARIANTS)}")
     if args.report:
         return report(args.report / "out" if (args.report / "out").is_dir() else args.report, works)
     target = BIN / "nvmf-target"

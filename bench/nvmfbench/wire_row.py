@@ -45,7 +45,12 @@ def table_row(work: str, host: str, summary: dict[str, Any], calls: dict[str, fl
     return "| " + " | ".join(cells) + " |"
 
 
+VARIANTS = {"digest": "header and data digests", "batch": "fio submits in batches"}
+
+
 def work_name(key: str) -> str:
-    """'4k-randread-qd32' -> '4k randread QD32', the table's spelling."""
-    size, rw, qd = key.split("-")
-    return f"{size} {rw} QD{qd.removeprefix('qd')}"
+    """'4k-randread-qd32' -> '4k randread QD32', the table's spelling; variants after a '+'
+    (bench/kernel-wire-guest.sh's) are said in words."""
+    base, *variants = key.split("+")
+    size, rw, qd = base.split("-")
+    return ", ".join([f"{size} {rw} QD{qd.removeprefix('qd')}", *(VARIANTS[v] for v in variants)])

@@ -118,6 +118,8 @@ def test_rows_say_how_write_data_went_and_what_a_read_got():
     assert cells[3] == "C2HData 4096 (LAST) + CapsuleResp 1 per command"
     assert cells[4] == "2 (100)" and cells[5] == "? |"  # ICReq + capsule over 1 command; calls not counted
     assert wire_row.work_name("128k-randwrite-qd32") == "128k randwrite QD32"
+    assert wire_row.work_name("4k-randread-qd32+digest+batch") == (
+        "4k randread QD32, header and data digests, fio submits in batches")
 
 
 def test_kernel_wire_report_reads_a_finished_guest_run(tmp_path, capsys):
@@ -143,6 +145,9 @@ def test_unknown_works_and_hosts_are_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         kernel_wire.main(["--works", "4k-randread-qd7"])
     assert "unknown work 4k-randread-qd7" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        kernel_wire.main(["--works", "4k-randread-qd32+digest,4k-randread-qd32+tls"])
+    assert "unknown work 4k-randread-qd32+tls;" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         wire_capture.main(["--hosts", "kernel"])
     assert "unknown kernel" in capsys.readouterr().err

@@ -332,7 +332,7 @@ def run_once(bins: Path, work: Work, seconds: int, tmp: Path, tag: str, sched: S
 
 
 def measure(version: Version, works: list[Work], seconds: int, tmp: Path, sched: Sched) -> tuple[dict, list[dict]]:
-    """work -> side -> Ir per I/O for one version, and its raw runs."""
+    """work -> side -> Ir per I/O for one version, and its raw runs; callgrind's files in `tmp`."""
     result, runs = {}, []
     for work in works:
         pair = []
@@ -361,6 +361,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--core", type=int, default=0, help="the one core target and host share (default 0)")
     ap.add_argument("--max-ratio", type=float, default=1.02, help="largest new/base that passes (default 1.02)")
     ap.add_argument("--out", type=Path, help="write the rows, raw runs and versions here as JSON")
+    ap.add_argument("--profiles", type=Path,
+                    help="keep every run's callgrind files here (for callgrind_annotate), not in a temporary folder")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache/nvmflab/callgrind",
                     help="where built revisions are kept (default ~/.cache/nvmflab/callgrind)")
     a = ap.parse_args(argv)
@@ -385,8 +387,10 @@ def run(a: argparse.Namespace) -> int:
         for v in versions:
             v.bins = built_revision(v.sha, a.cache) if v.rev is not None else built_tree(tmp)
         measured, runs = {}, []
+        profiles = a.profiles or tmp
+        profiles.mkdir(parents=True, exist_ok=True)
         for v in versions:
-            measured[v.label], version_runs = measure(v, works, a.seconds, tmp, sched)
+            measured[v.label], version_runs = measure(v, works, a.seconds, profiles, sched)
             runs += version_runs
     rows, status = compare(measured["base"], measured["new"], a.max_ratio)
     print(f"Instructions per I/O (callgrind Ir), base {described['base']}, new {described['new']}, "
@@ -395,7 +399,8 @@ def run(a: argparse.Namespace) -> int:
     if a.out:
         a.out.write_text(json.dumps({
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "valgrind": tool, "sched": sched.policy, "core": sched.core, "max_ratio": a.max_ratio, "seconds": a.seconds, "long_factor": LONG_FACTOR,
+            "valgrind": tool, "sched": sched.policy, "core": sched.core, "max_ratio": a.max_ratio,
+            "seconds": a.seconds, "long_factor": LONG_FACTOR,
             "versions": {v.label: {"rev": v.rev, "sha": v.sha, "described": described[v.label]} for v in versions},
             "rows": rows, "runs": runs}, indent=1))
     return status

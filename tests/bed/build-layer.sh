@@ -11,6 +11,9 @@ set -euo pipefail
 KVER=$1
 CACHE=${NVMFLAB_BLKTESTS_CACHE:-$HOME/.cache/nvmflab/blktests}
 APT_DIR=$CACHE/apt
+# build-guest.sh's lock: its apt-get and ours share the apt directory.
+exec 9>"$CACHE/.build.lock"
+flock 9
 # The same apt setup as build-guest.sh (its lists are fresh: the base was just built or checked).
 apt_opts=(-o "Dir::Etc::sourcelist=$APT_DIR/sources.list" -o Dir::Etc::sourceparts=-
           -o "Dir::State=$APT_DIR/state" -o "Dir::State::Lists=$APT_DIR/lists"
@@ -55,4 +58,5 @@ for m in "${NET_MODULES[@]}"; do
 done
 (cd "$tree" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) >"$layer.tmp"
 mv "$layer.tmp" "$layer"
+for old in "$CACHE"/bed-layer-*.cpio; do [[ $old == "$layer" ]] || rm -f "$old"; done  # as build-guest.sh
 echo "$layer"

@@ -28,6 +28,11 @@ MODULE_DIRS=(drivers/nvme drivers/block drivers/virtio drivers/scsi drivers/md d
              fs crypto lib arch net block drivers/infiniband)
 
 mkdir -p "$CACHE"
+# One build at a time: make test boots trixie guests in two chains side by side (the bed beside
+# the guest checks), and two builds into one cache would share apt's downloads and the base's
+# temporary files. tests/bed/build-layer.sh takes the same lock.
+exec 9>"$CACHE/.build.lock"
+flock 9
 APT_DIR=$CACHE/apt
 apt_opts=(-o "Dir::Etc::sourcelist=$APT_DIR/sources.list" -o Dir::Etc::sourceparts=-
           -o "Dir::State=$APT_DIR/state" -o "Dir::State::Lists=$APT_DIR/lists"

@@ -1,8 +1,9 @@
 //! Transports: each a per-connection state machine the reactors drive, on top of the shared
 //! command layer ([`crate::command`]): NVMe/TCP, and NVMe over RDMA with the `rdma` feature
-//! (`rdma.rs`: the binding's encodings, always built; `rdma/`: the transport). Each supplies
-//! only its wire handling and its [`DataPath`] hooks; the per-command lifecycle
-//! (`lifecycle.rs`) and the slots (`slots.rs`) are shared.
+//! (`rdma.rs`: the binding's encodings, always built; `rdma/`: the transport), and an in-memory
+//! loop for tests (`loopback.rs`, as nvmet's `loop.c`). Each supplies only its wire handling and
+//! its [`DataPath`] hooks; the per-command lifecycle (`lifecycle.rs`) and the slots (`slots.rs`)
+//! are shared.
 //!
 //! The contract between a transport and the rest of the target (docs/CONTRACTS.md, "Transport"):
 //! a transport names its [`TransportKind`], whose [`Capabilities`] the command layer gets at
@@ -12,6 +13,7 @@
 //! asks which transport it serves.
 
 mod lifecycle;
+pub mod loopback;
 pub mod rdma;
 mod slots;
 mod stall;

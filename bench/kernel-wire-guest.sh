@@ -101,14 +101,19 @@ for work in $WORKS; do
     after=$(io_count)
     echo "$before $after" >"$OUT/$work.ios.txt"
     ls /proc/$TPID/task >"$OUT/$work.tids.txt"
+    # A clocksource without a vDSO mode (TSC found unstable under TCG) turns clock_gettime into a
+    # system call, which the histogram then counts.
+    clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
+    echo "$clock" >"$OUT/$work.clocksource.txt"
     timeout 60 nvme disconnect -n $NQN >>"$OUT/$work.connect.txt" 2>&1
     sleep 1  # the last segments reach the capture
     kill -INT $cap 2>/dev/null
     wait $cap
-    say "$work: /dev/$dev fio exit $fio_rc, I/O commands $before -> $after, capture $(stat -c %s "$OUT/$work.pcap" 2>/dev/null) bytes"
+    say "$work: /dev/$dev fio exit $fio_rc, I/O commands $before -> $after, clocksource $clock, capture $(stat -c %s "$OUT/$work.pcap" 2>/dev/null) bytes"
 done
 kill $TPID
 wait $TPID
+dmesg | grep -i clocksource >"$OUT/clocksource.txt"
 grep -q '^hist' "$EVENT/trigger" && say "a hist trigger was left on: $(grep '^hist' "$EVENT/trigger")"
 
 # The captures are read here, with the target stopped; only the small ones come back.

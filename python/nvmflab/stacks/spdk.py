@@ -2,7 +2,8 @@
 
 The build is found through NVMFLAB_SPDK_DIR, else the cache scripts/build-spdk.sh fills
 (${XDG_CACHE_HOME:-~/.cache}/nvmflab/spdk-24.01), evaluated on the host that runs it. Every SPDK
-process runs without hugepages (`--no-huge -s MB`) when the host has too few free ones.
+process runs without hugepages (`--no-huge -s MB`) when the host has too few free ones, except over
+RDMA, which needs them: there the point is refused with the reason (`rdma_hugepages_refusal`).
 
 spdk_nvme_perf prints text: a per-(namespace, core) table and, with -LL, a latency histogram per
 (namespace, core). `parse_output` turns that into fio-layout JSON with `nvmflab.histogram`.
@@ -97,15 +98,31 @@ def _require_dir(host: Host) -> str:
     return found
 
 
-def memory_args(host: Host, need_mb: int) -> list[str]:
-    """`-s MB`, plus `--no-huge` when the host's free hugepages cannot hold MB."""
+def free_hugepages_mb(host: Host) -> int:
+    """MiB of free hugepages on `host` (/proc/meminfo); 0 when it cannot be read."""
     try:
         meminfo = host.read_text("/proc/meminfo")
     except HostError:
         meminfo = ""
     fields = dict(re.findall(r"^(HugePages_Free|Hugepagesize):\s+(\d+)", meminfo, re.M))
-    free_mb = int(fields.get("HugePages_Free", 0)) * int(fields.get("Hugepagesize", 0)) // 1024
-    return ["-s", str(need_mb)] if free_mb >= need_mb else ["--no-huge", "-s", str(need_mb)]
+    return int(fields.get("HugePages_Free", 0)) * int(fields.get("Hugepagesize", 0)) // 1024
+
+
+def memory_args(host: Host, need_mb: int) -> list[str]:
+    """`-s MB`, plus `--no-huge` when the host's free hugepages cannot hold MB."""
+    return ["-s", str(need_mb)] if free_hugepages_mb(host) >= need_mb else ["--no-huge", "-s", str(need_mb)]
+
+
+def rdma_hugepages_refusal(host: Host, need_mb: int) -> str | None:
+    """Why SPDK cannot speak RDMA on `host` with `need_mb` of memory, or None: over RDMA it needs
+    hugepages. With --no-huge its buffers get no RDMA memory registration and every queue fails
+    ("No translation for ptr"; tests/rdma/spdk-check.sh met it in the trixie guest)."""
+    free = free_hugepages_mb(host)
+    if free >= need_mb:
+        return None
+    return (f"{host.name}: SPDK over RDMA needs hugepages (with --no-huge its buffers get no RDMA memory "
+            f"registration); {free} MiB of hugepages are free there and SPDK takes {need_mb} MiB: reserve "
+            f"them (2 MiB pages: sysctl vm.nr_hugepages={-(-need_mb // 2)})")
 
 
 def core_mask(cores: list[int] | tuple[int, ...]) -> str:
@@ -486,6 +503,10 @@ class SpdkStack(Stack):
 
     def start_target(self, setup: TargetSetup, host: Host, workdir: Path) -> SpdkTarget:
         root = _require_dir(host)
+        if setup.transport == "rdma":  # planning checked BASE_MEM_MB; a RAM backend takes more
+            refusal = rdma_hugepages_refusal(host, target_mem_mb(setup))
+            if refusal:
+                raise StackError(refusal)
         try:
             return SpdkTarget(setup, host, workdir, root)
         except HostError as err:
@@ -547,7 +568,7 @@ class SpdkStack(Stack):
             return f"{host.name}: no SPDK build found; {BUILD_HINT}"
         program = f"{root}/build/bin/{'nvmf_tgt' if side == 'target' else 'spdk_nvme_perf'}"
         if links_rdma(host, program):
-            return None
+            return rdma_hugepages_refusal(host, BASE_MEM_MB)
         return (f"{host.name}: this SPDK build has no RDMA ({program} does not link librdmacm): "
                 "build it again with scripts/build-spdk.sh, which configures --with-rdma (it needs "
                 "librdmacm-dev and libibverbs-dev)")

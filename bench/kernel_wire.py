@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown work {', '.join(unknown)}; known: {', '.join(WORKS)}, each with optional "
                      f"{' '.join('+' + v for v in VARIANTS)}")
     if args.report:
+        if not args.report.is_dir():
+            parser.error(f"--report {args.report}: not a directory (give --out of a finished run)")
         return report(args.report / "out" if (args.report / "out").is_dir() else args.report, works)
     target = BIN / "nvmf-target"
     if not target.is_file():

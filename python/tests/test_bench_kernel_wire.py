@@ -149,6 +149,9 @@ def test_unknown_works_and_hosts_are_refused_by_name(capsys):
         kernel_wire.main(["--works", "4k-randread-qd32+digest,4k-randread-qd32+tls"])
     assert "unknown work 4k-randread-qd32+tls;" in capsys.readouterr().err
     with pytest.raises(SystemExit):
+        kernel_wire.main(["--report", "/nonexistent/kernel-wire"])
+    assert "not a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         wire_capture.main(["--hosts", "kernel"])
     assert "unknown kernel" in capsys.readouterr().err
     stats = {"reactors": [{"namespaces": [{"reads": 5, "writes": 2}, {"reads": 1, "writes": 0}]}]}

@@ -173,7 +173,7 @@ def test_env_lists_devices_and_which_stacks_can_use_them(tmp_path, tools, monkey
     fake_tool(spdk / "build" / "bin", "nvmf_tgt", "plain")
     fake_tool(spdk / "build" / "bin", "spdk_nvme_perf", "needs librdmacm.so.1")
     monkeypatch.setenv("NVMFLAB_SPDK_DIR", str(spdk))
-    # hugepages enough for SPDK over RDMA, whatever this machine has (test_spdk_rdma_hugepages.py)
+    # hugepages enough for SPDK over RDMA, whatever this machine has (test_spdk_refusals.py)
     monkeypatch.setattr("nvmflab.stacks.spdk.free_hugepages_mb", lambda host: 4096)
     report = rdma_report(LocalHost(), str(tmp_path / "root"))
     assert [d["name"] for d in report["devices"]] == ["mlx5_0", "rxe0"]

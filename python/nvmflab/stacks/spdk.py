@@ -125,6 +125,27 @@ def rdma_hugepages_refusal(host: Host, need_mb: int) -> str | None:
             f"them (2 MiB pages: sysctl vm.nr_hugepages={-(-need_mb // 2)})")
 
 
+def missing_libraries(host: Host, program: str) -> list[str]:
+    """The shared libraries `program` needs that `host` lacks (ldd's "not found"); [] where ldd
+    is missing or says nothing: the program's start then names what failed."""
+    script = 'ldd "$1" 2>/dev/null | sed -n -E "s/^[[:space:]]*([^ ]+) => not found.*/\\1/p"'
+    try:
+        done = host.run(["sh", "-c", script, "sh", program], check=False, timeout=20)
+    except HostError:
+        return []
+    return done.stdout.split()
+
+
+def start_error(log: str) -> str:
+    """Why an SPDK app ended at its start: its first error line, the cause (OpenSSL without its
+    configuration file, say); what follows is what gave up because of it, down to its shutdown's
+    "Failed to unlink lock fd"."""
+    for line in log.splitlines():
+        if "error" in line.lower() or "failed" in line.lower():
+            return line.strip()
+    return error_line(log)
+
+
 def core_mask(cores: list[int] | tuple[int, ...]) -> str:
     if not cores or any(c < 0 or c > 1023 for c in cores):
         raise StackError(f"SPDK needs a core list of 0..1023, got {list(cores)}")
@@ -285,7 +306,7 @@ class SpdkTarget(RunningTarget):
         raise StackError(f"nvmf_tgt made no RPC socket in {READY_TIMEOUT_S:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
-        return error_line(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
+        return start_error(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
 
     def rpc(self, calls: list[list[str]]) -> str:
         """Run rpc.py calls as one batch (one command per line on stdin); stdout, or StackError."""
@@ -558,15 +579,22 @@ class SpdkStack(Stack):
         return None
 
     def unavailable(self, host: Host, side) -> str | None:
-        if spdk_dir(host) is None:
-            return f"{host.name}: no SPDK build found; {BUILD_HINT}"
-        return None
-
-    def rdma_unavailable(self, host: Host, side) -> str | None:
         root = spdk_dir(host)
         if root is None:
             return f"{host.name}: no SPDK build found; {BUILD_HINT}"
         program = f"{root}/build/bin/{'nvmf_tgt' if side == 'target' else 'spdk_nvme_perf'}"
+        missing = missing_libraries(host, program)
+        if missing:  # e.g. a Debian 12 build on trixie, which renamed libaio.so.1 libaio.so.1t64
+            return (f"{host.name}: {program} does not run there: {', '.join(missing)} not found (a build for "
+                    "another distribution?); build SPDK on that host (scripts/build-spdk.sh) or point "
+                    "NVMFLAB_SPDK_DIR at a build for it")
+        return None
+
+    def rdma_unavailable(self, host: Host, side) -> str | None:
+        refusal = self.unavailable(host, side)
+        if refusal:
+            return refusal
+        program = f"{spdk_dir(host)}/build/bin/{'nvmf_tgt' if side == 'target' else 'spdk_nvme_perf'}"
         if links_rdma(host, program):
             return rdma_hugepages_refusal(host, BASE_MEM_MB)
         return (f"{host.name}: this SPDK build has no RDMA ({program} does not link librdmacm): "

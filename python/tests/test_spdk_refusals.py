@@ -1,10 +1,13 @@
-"""SPDK over RDMA needs hugepages (with --no-huge its buffers get no RDMA memory registration): a
-host whose free hugepages cannot hold an SPDK process is named as the reason its RDMA points cannot
-run, in planning's transport check and in `nvmflab env --topology`, and a target whose RAM backend
-outgrows them is refused before it starts. Fake hosts and a fake SPDK build: nothing runs."""
+"""What keeps SPDK from a host, named before a point runs (the two-guest bed meets each, docs/
+topologies.md): over RDMA too few free hugepages (with --no-huge its buffers get no RDMA memory
+registration), in planning's transport check and in `nvmflab env --topology`, and a target whose
+RAM backend outgrows them before it starts; a build whose libraries the host lacks (a Debian 12
+build on trixie); and an app that ends at its start is named by its first error, the cause. Fake
+hosts and a fake SPDK build: nothing runs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from nvmflab.plan import PerfJob, Point, Subsystem, TargetSetup
 from nvmflab.spec import validate_knobs
 from nvmflab.stacks import get_stack
 from nvmflab.stacks.base import StackError
-from nvmflab.stacks.spdk import BASE_MEM_MB, rdma_hugepages_refusal
+from nvmflab.stacks.spdk import BASE_MEM_MB, rdma_hugepages_refusal, start_error
 from nvmflab.topology import rdma
 from nvmflab.topology.local import LocalHost
 
@@ -94,3 +97,25 @@ def target_setup(**fields) -> TargetSetup:
     base = dict(cores=(0,), mode="poll", idle_poll_us=0, in_capsule_data_size=8192, so_priority=0, tos=0,
                 busy_poll_us=0, subsystems=(Subsystem(NQN, "null", 64 << 20),))
     return TargetSetup(**(base | fields))
+
+
+def test_a_build_for_another_distribution_is_refused_naming_the_missing_library(tmp_path, spdk_build, monkeypatch):
+    tools = tmp_path / "tools"  # ldd as on trixie, which renamed Debian 12's libaio.so.1 libaio.so.1t64
+    tools.mkdir()
+    (tools / "ldd").write_text('#!/bin/sh\nprintf "\\tlibaio.so.1 => not found\\n\\tlibc.so.6 => /lib/libc.so.6 (0x1)\\n"\n')
+    (tools / "ldd").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    spdk, host = get_stack("spdk"), Server(HUGEPAGES_1G, tmp_path)
+    for why in (spdk.unavailable(host, "target"), spdk.rdma_unavailable(host, "host")):
+        assert why.startswith("server1: ") and "does not run there: libaio.so.1 not found" in why, why
+    (tools / "ldd").write_text("#!/bin/sh\necho '\\tlibc.so.6 => /lib/libc.so.6 (0x1)'\n")
+    assert spdk.unavailable(host, "target") is None
+
+
+def test_an_app_that_ends_at_its_start_is_named_by_its_first_error():
+    log = ("Failed to initialize OpenSSL\n"
+           "00EA:error:80000002:system library:BIO_new_file:No such file or directory:calling fopen(/usr/lib/ssl/openssl.cnf, rb)\n"
+           "[2026-12-06 18:46:34.323458] app.c: 393:app_setup_env: *ERROR*: Unable to initialize SPDK env\n"
+           "[2026-12-06 18:46:34.328003] app.c: 605:unclaim_cpu_cores: *ERROR*: Failed to unlink lock fd for core 0\n")
+    assert start_error(log) == "Failed to initialize OpenSSL"
+    assert start_error("starting\nall good\n") == "all good"

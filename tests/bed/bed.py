@@ -9,7 +9,8 @@ the harness reaches over SSH through an inventory, as it would reach real ones (
 Each guest: the trixie guest's base (tests/guest/trixie.py: nvme-cli 2.13, fio, keyutils, tlshd,
 rdma-core with the rxe provider), the bed's layer (build-layer.sh: OpenSSH, virtio_net), and an
 overlay with /init (tests/bed/init), sshd's configuration and keys, and our binaries in
-/usr/local/bin (the RDMA build, when there is one, in /usr/local/lib/nvmflab/rdma). The link is
+/usr/local/bin (the RDMA build, when there is one, in /usr/local/lib/nvmflab/rdma; none with
+ours=False, a bed for the kernel stack alone). The link is
 qemu's UDP socket netdev between the two qemus on 127.0.0.1; the management NIC is qemu user
 networking with restrict=on (no route out of the guest) and one port forwarded from 127.0.0.1 to
 sshd. So no traffic leaves the guests and this machine's loopback.

@@ -16,12 +16,16 @@ pub const RDMA_TRANSFER_SGL: u8 = SGL_KEYED_DATA_BLOCK << 4;
 pub enum TransportKind {
     Tcp,
     Rdma,
+    /// In-process queues (`transport/loopback.rs`, nvmet's loop.c): tests of the command layer.
+    Loop,
 }
 
 /// Discovery TRTYPE of RDMA (NVMe over Fabrics, "Transport Type").
 const TRTYPE_RDMA: u8 = 1;
 /// RDMA's TSAS as nvmet reports it: QP type reliable connected, no provider type, RDMA CM.
 const RDMA_TSAS: [u8; 3] = [1, 1, 1];
+/// Discovery TRTYPE of the loop transport (nvmet's NVMF_TRTYPE_LOOP).
+pub const TRTYPE_LOOP: u8 = 254;
 /// Identify Controller SGLS bit 2: Keyed SGL Data Block descriptors supported.
 pub const SGLS_KEYED_DATA_BLOCK: u32 = 1 << 2;
 
@@ -67,6 +71,15 @@ impl TransportKind {
                 in_capsule_data_size,
                 secure_channel: false,
                 tsas: RDMA_TSAS,
+            },
+            TransportKind::Loop => Capabilities {
+                kind: self,
+                trtype: TRTYPE_LOOP,
+                transfer_sgl: SGL_TRANSPORT_DATA_BLOCK,
+                keyed_sgls: false,
+                in_capsule_data_size,
+                secure_channel: false,
+                tsas: [0; 3],
             },
         }
     }

@@ -5,22 +5,19 @@
 //!
 //! Each command names the host memory its data SGL describes, given with its capsule: the data
 //! of a write (fetched by copy, as RDMA fetches by READ) or room for a read's. Like RDMA, each
-//! command holds a slot from submission until its response is taken. Capabilities are TCP's
-//! (transport SGL data blocks, no keyed SGLs) with the discovery TRTYPE of loop.
+//! command holds a slot from submission until its response is taken. Its capabilities
+//! (`TransportKind::Loop`) are TCP's transport SGL data blocks, no keyed SGLs and no secure
+//! channel, with the discovery TRTYPE of loop.
 
 use super::{At, DataPath, Lifecycle, SlotState, Slots, Transport, TransportKind, BUFFER_BUDGET};
 use crate::backend::{IoCompletion, IoEngine};
 use crate::command::{BackendRequest, Commands, Work};
-use crate::config::TargetSettings;
 use crate::core::Target;
-use crate::capabilities::Capabilities;
 use nvmf_proto::{Cqe, Sqe, Status};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Discovery TRTYPE of the loop transport (nvmet's NVMF_TRTYPE_LOOP).
-pub const TRTYPE_LOOP: u8 = 254;
 /// Rounds [`Loop::run`] takes at most: each moves data, submits and reaps backend requests.
 const MAX_ROUNDS: usize = 1000;
 
@@ -63,12 +60,7 @@ struct Wire {
 }
 
 impl Transport for Loop {
-    const KIND: TransportKind = TransportKind::Tcp;
-
-    fn capabilities(settings: &TargetSettings) -> Capabilities {
-        let tcp = Self::KIND.capabilities(settings);
-        Capabilities { trtype: TRTYPE_LOOP, secure_channel: false, ..tcp }
-    }
+    const KIND: TransportKind = TransportKind::Loop;
 }
 
 impl Loop {

@@ -286,7 +286,9 @@ def test_kernel_host_on_the_ssh_guest_against_spdk(guest: Guest, tmp_path: Path)
 KERNEL_SKIPS = {"busy-poll": {"on": "busy_poll_us", "busy_only": "busy_poll_us"}, "dimensions": {}, "parallelism": {}}
 
 
-@pytest.mark.parametrize("study", list(KERNEL_SKIPS))
+# make test runs busy-poll (skipped legs and measured ones); the other two (about 50 s each on the
+# loaded CI machine) are `long`, run by `make interop-all`.
+@pytest.mark.parametrize("study", [s if s == "busy-poll" else pytest.param(s, marks=pytest.mark.long) for s in KERNEL_SKIPS])
 def test_newer_study_with_kernel_target_and_host_on_the_guest(guest: Guest, tmp_path: Path, study: str):
     """A study's tiny variant through `nvmflab run` with nvmet and nvme-cli + fio both on the guest:
     every leg measured or skipped with the kernel stack's reason, and nothing left behind."""

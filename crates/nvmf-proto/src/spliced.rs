@@ -43,12 +43,14 @@ impl SplicedOutput {
     }
 
     /// The buffer PDUs are encoded into: append only, since what it holds is queued.
+    #[inline]
     pub fn bytes_mut(&mut self) -> &mut Vec<u8> {
         &mut self.bytes
     }
 
     /// Queues `slot`'s bytes `range` after everything queued so far. A slot's consecutive
     /// splices are one payload for [`SplicedOutput::consume`]'s `written`.
+    #[inline]
     pub fn splice(&mut self, slot: u16, range: Range<usize>) {
         debug_assert!(!range.is_empty(), "an empty splice would never be consumed");
         self.splice_bytes += range.len();
@@ -56,20 +58,24 @@ impl SplicedOutput {
     }
 
     /// Bytes queued and not yet written.
+    #[inline]
     pub fn len(&self) -> usize {
         self.buffered() + self.splice_bytes - self.splice_pos
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.pos == self.bytes.len() && self.splices.is_empty()
     }
 
     /// Bytes of the queue's own buffer not yet written (spliced payloads not counted).
+    #[inline]
     pub fn buffered(&self) -> usize {
         self.bytes.len() - self.pos
     }
 
     /// The capacity of the queue's own buffer.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.bytes.capacity()
     }
@@ -77,6 +83,7 @@ impl SplicedOutput {
     /// The most bytes the queue's buffer held when it drained since the last call (the first
     /// call: since it was made); the caller decides from it whether a burst's growth is still
     /// needed.
+    #[inline]
     pub fn take_high(&mut self) -> usize {
         std::mem::take(&mut self.high)
     }
@@ -90,6 +97,7 @@ impl SplicedOutput {
     }
 
     /// Drops everything queued (the connection is replaced or about to end).
+    #[inline]
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.pos = 0;

@@ -257,13 +257,24 @@ ours_down() {
 RECONNECT_PORT=4423
 NQN_RECONNECT=nqn.2024-01.io.nvmflab:rdma-reconnect
 
-# Starts our target for the reconnect check, logging to reconnect-target-$1.log; its pid in RECONNECT_PID.
+# Starts our target for the reconnect check, logging to reconnect-target-$1.log; its pid in
+# RECONNECT_PID. The reactor modes the TCP tests cover apply to RDMA too: the first target runs in
+# event mode with idle polling (--idle-poll-us), the restarted one in poll mode; each keeps
+# /stats on port 910$1 (stats-reconnect-$1.txt, read by test_reconnect.py).
 reconnect_target() {
-  local log=$OUT/reconnect-target-$1.log i
-  /usr/local/bin/nvmf-target --listen rdma:$ADDR:$RECONNECT_PORT --nqn $NQN_RECONNECT --ns file:/tmp/reconnect-ns.img >$log 2>&1 &
+  local log=$OUT/reconnect-target-$1.log i mode
+  case $1 in 1) mode="--mode event --idle-poll-us 2000" ;; *) mode="--mode poll" ;; esac
+  /usr/local/bin/nvmf-target --listen rdma:$ADDR:$RECONNECT_PORT --nqn $NQN_RECONNECT --ns file:/tmp/reconnect-ns.img \
+    --stats 127.0.0.1:910$1 $mode >$log 2>&1 &
   RECONNECT_PID=$!
   for i in $(seq 100); do grep -q "^ready" $log && return 0; kill -0 $RECONNECT_PID 2>/dev/null || return 1; sleep 0.1; done
   return 1
+}
+
+# /stats of reconnect target $1 into stats-reconnect-$1.txt.
+reconnect_stats() {
+  timeout 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/910$1 && printf 'GET /stats HTTP/1.0\r\n\r\n' >&3 && cat <&3" \
+    >$OUT/stats-reconnect-$1.txt 2>&1
 }
 
 reconnect_check() {
@@ -277,11 +288,13 @@ reconnect_check() {
   perf=$!
   for i in $(seq 200); do grep -q "qid=1" $OUT/reconnect-target-1.log && break; sleep 0.1; done
   sleep 0.3
+  reconnect_stats 1
   kill -STOP $RECONNECT_PID; sleep 0.3; kill -KILL $RECONNECT_PID; wait $RECONNECT_PID 2>/dev/null
   say "reconnect: target killed"
   sleep 0.5
   if reconnect_target 2; then pass "reconnect restart"; else fail "reconnect restart" "no ready line (reconnect-target-2.log)"; fi
   wait $perf; rc=$?
+  reconnect_stats 2
   if [ $rc = 0 ] && grep -q reconnected $OUT/perf-reconnect.err; then
     pass "reconnect perf"
   else

@@ -3,7 +3,8 @@ reconnect_check): nvmf-perf -t rdma --verify writes 1 MiB in 4k writes (QD 4, 10
 our target's file namespace; once the I/O queue is connected the target is stopped, so that the
 queue's commands are in flight, then killed, and started again half a second later on the same file.
 The run must reconnect, resubmit what was in flight on the fresh RDMA queue pair, and end with
-every write done once and every block read back correct."""
+every write done once and every block read back correct. The first target ran in event mode with
+idle polling, the restarted one in poll mode: both reactor modes serve RDMA queues."""
 
 from __future__ import annotations
 
@@ -48,3 +49,18 @@ def test_commands_in_flight_were_resubmitted_after_one_outage(guest):
     retried = sum(j["retried_ios"] for j in n["jobs"])
     assert retried >= 1, f"nothing resubmitted: {n['jobs']}"
     assert "reconnected" in (run.out / "perf-reconnect.err").read_text()
+
+
+def reactor_stats(run, n: int) -> list[dict]:
+    """The reactors of reconnect target `n`'s /stats, as the guest read it (header first)."""
+    _, body = (run.out / f"stats-reconnect-{n}.txt").read_bytes().split(b"\r\n\r\n", 1)
+    return json.loads(body)["reactors"]
+
+
+def test_event_mode_with_idle_polling_and_poll_mode_each_served_the_rdma_queue(guest):
+    run, _, _ = guest
+    for n, mode, idle_poll_us in ((1, "event", 2000), (2, "poll", 0)):
+        reactors = reactor_stats(run, n)
+        assert [(r["mode"], r["idle_poll_us"]) for r in reactors] == [(mode, idle_poll_us)], reactors
+        served = [q for q in reactors[0]["queues"] if q["transport"] == "rdma" and q["qid"] >= 1]
+        assert served and sum(q["commands"] for q in served) > 0, f"target {n} ({mode}) served no RDMA I/O queue: {reactors}"

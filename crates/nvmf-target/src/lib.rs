@@ -234,9 +234,7 @@ pub fn start(config: TargetConfig) -> Result<RunningTarget, StartError> {
         },
         stop: stop.clone(),
     };
-    threads.push(
-        std::thread::Builder::new().name("nvmf-acceptor".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?,
-    );
+    threads.push(transport::spawn_acceptor(acceptor).map_err(StartError::Thread)?);
     std::mem::forget(guard);
     let listen_addrs = bound.iter().map(|p| p.addr).collect();
     Ok(RunningTarget { listen_addrs, rdma_addrs, stats_addr, stop, wakers, threads, stats: registry, control })
@@ -298,7 +296,7 @@ fn start_rdma(
     let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.port.addr).collect();
     if !listeners.is_empty() {
         let acceptor = reactor::RdmaAcceptor::new(target.clone(), listeners, reactors.to_vec(), placement.clone(), stop.clone());
-        threads.push(std::thread::Builder::new().name("nvmf-rdma-cm".into()).spawn(move || acceptor.run()).map_err(StartError::Thread)?);
+        threads.push(transport::spawn_acceptor(acceptor).map_err(StartError::Thread)?);
     }
     Ok(addrs)
 }

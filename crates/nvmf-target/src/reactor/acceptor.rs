@@ -48,6 +48,14 @@ struct Pending {
     permit: ConnectionPermit,
 }
 
+impl crate::transport::Accept for Acceptor {
+    const THREAD: &'static str = "nvmf-acceptor";
+
+    fn run(self) {
+        Acceptor::run(self)
+    }
+}
+
 impl Acceptor {
     pub fn run(mut self) {
         let poll = match Poll::new() {

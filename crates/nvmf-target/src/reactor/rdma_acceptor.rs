@@ -33,6 +33,14 @@ pub struct RdmaAcceptor {
     unplaced: Arc<ReactorStats>,
 }
 
+impl crate::transport::Accept for RdmaAcceptor {
+    const THREAD: &'static str = "nvmf-rdma-cm";
+
+    fn run(self) {
+        RdmaAcceptor::run(self)
+    }
+}
+
 impl RdmaAcceptor {
     pub fn new(target: Arc<Target>, listeners: Vec<RdmaListener>, reactors: Vec<ReactorHandle>, placement: Arc<Placement>, stop: Arc<AtomicBool>) -> RdmaAcceptor {
         let unplaced = Arc::new(ReactorStats::new(usize::MAX, 0, ReactorMode::Event, 0));

@@ -74,6 +74,24 @@ pub trait DataPath {
     fn ending(&mut self);
 }
 
+/// How a transport accepts queues (docs/CONTRACTS.md, "Transport"): its acceptor owns the
+/// transport's bound listeners (listening: TCP's sockets bound by `start`, so that port 0 resolves
+/// before "ready"; RDMA's `RdmaListener::bind`), takes each new queue through Connect (ICReq and
+/// TLS on TCP, the RDMA CM on RDMA) and hands it, as a [`QueueDriver`], to the reactor the
+/// placement policy picks. `start` runs every transport's acceptor the same way
+/// ([`spawn_acceptor`]).
+pub trait Accept: Send + 'static {
+    /// The acceptor thread's name.
+    const THREAD: &'static str;
+    /// Accepts until the target stops.
+    fn run(self);
+}
+
+/// Starts `acceptor` on a thread of its own.
+pub fn spawn_acceptor<A: Accept>(acceptor: A) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(A::THREAD.into()).spawn(move || acceptor.run())
+}
+
 /// What a transport's queue supplies to the reactor that serves it (docs/CONTRACTS.md,
 /// "Transport"): its fds for the reactor's poller, taking input (socket bytes, work
 /// completions), progress, its backend requests and their completions, time, output, and

@@ -82,3 +82,32 @@ def test_the_circle_search_finds_a_three_module_circle():
 @pytest.mark.parametrize("crate", CRATES_OF_OURS)
 def test_no_crate_has_an_import_circle(crate):
     assert circles(imports(crate)) == []
+
+
+# Issue 38 item 6: no Rust module over ~600 lines without a reason given in its first comment.
+LINE_LIMIT = 620
+
+
+def oversized_without_reason(crates: Path = CRATES) -> list[str]:
+    """Source files (not integration tests) over LINE_LIMIT lines whose leading `//!` comment does
+    not say why ("over 600 lines ...")."""
+    found = []
+    for path in sorted(crates.glob("*/src/**/*.rs")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        head = " ".join(line for line in lines[:40] if line.startswith("//!")).lower()
+        if len(lines) > LINE_LIMIT and "over 600 lines" not in head:
+            found.append(f"{path.relative_to(crates)} ({len(lines)} lines)")
+    return found
+
+
+def test_the_size_rule_sees_a_long_module_and_its_reason(tmp_path):
+    src = tmp_path / "demo" / "src"
+    src.mkdir(parents=True)
+    (src / "long.rs").write_text("//! A module.\n" + "fn f() {}\n" * 700)
+    (src / "why.rs").write_text("//! Over 600 lines: one state machine.\n" + "fn f() {}\n" * 700)
+    (src / "short.rs").write_text("fn f() {}\n" * 100)
+    assert oversized_without_reason(tmp_path) == ["demo/src/long.rs (701 lines)"]
+
+
+def test_no_rust_module_is_over_600_lines_without_saying_why():
+    assert oversized_without_reason() == []

@@ -46,8 +46,8 @@ $(VENV)/.installed: pyproject.toml | deps
 # the trixie guests (one chain; the bed beside it shares their image's cache, built under
 # build-guest.sh's lock), which wait on their hosts and
 # on qemu's device emulation (2026-12-06: 457 s side by side, 562 s one after another). The bed's
-# slice (test-bed-quick) follows interop, the shorter side (379 s against the chain's 419 s),
-# so it lengthens make test by its time less about 40 s. test-msrv
+# slice (test-bed-quick) follows interop, the shorter side once interop leaves its long tests to
+# interop-all: in the evening rehearsal interop 277 s + the bed 215 s beside the chain's 460 s. test-msrv
 # beside test-rust was slower than the two in turn (296 s against 275 s): cargo keeps both cores
 # busy. The build and the venv come first, side by side (cargo compiles while pip downloads).
 TEST_PARTS := test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak \

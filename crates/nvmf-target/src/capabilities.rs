@@ -50,6 +50,15 @@ pub struct Capabilities {
 }
 
 impl TransportKind {
+    /// The transport's name in /stats and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Tcp => "tcp",
+            TransportKind::Rdma => "rdma",
+            TransportKind::Loop => "loop",
+        }
+    }
+
     /// The transport's capabilities under `settings` (the ops table's one entry per transport).
     pub fn capabilities(self, settings: &TargetSettings) -> Capabilities {
         let in_capsule_data_size = settings.in_capsule_data_size;

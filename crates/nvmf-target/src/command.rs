@@ -379,7 +379,7 @@ impl Commands {
             ConnectResult::Rejected { status, result } => (status, result),
             ConnectResult::Accepted { ctrl, qid, sqsize, hostnqn } => {
                 let subnqn = ctrl.subsys.as_ref().map_or(nvmf_proto::fabrics::DISCOVERY_NQN, |s| &s.nqn);
-                let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid));
+                let stats = Arc::new(QueueStats::new(subnqn, &hostnqn, ctrl.cntlid, qid, self.caps.kind));
                 stats.commands.add(1);
                 stats.fabrics.add(1);
                 let auth = self.queue_auth(&ctrl, &hostnqn, now);

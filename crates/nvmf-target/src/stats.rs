@@ -3,6 +3,7 @@
 //! bumping it is a relaxed load and store; readers take snapshots. The registries behind mutexes
 //! are touched only when a queue connects and when the endpoint is read, never per I/O.
 
+use crate::capabilities::TransportKind;
 use crate::config::ReactorMode;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -33,8 +34,8 @@ pub struct QueueStats {
     pub cntlid: u16,
     pub qid: u16,
     pub connected: AtomicBool,
-    /// An NVMe/RDMA queue (else NVMe/TCP): a reactor serves queues of both transports.
-    pub rdma: AtomicBool,
+    /// The queue's transport: a reactor serves queues of every transport.
+    pub transport: TransportKind,
     pub commands: Counter,
     pub read: Counter,
     pub write: Counter,
@@ -48,14 +49,14 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
-    pub fn new(subnqn: &str, hostnqn: &str, cntlid: u16, qid: u16) -> QueueStats {
+    pub fn new(subnqn: &str, hostnqn: &str, cntlid: u16, qid: u16, transport: TransportKind) -> QueueStats {
         QueueStats {
             subnqn: subnqn.into(),
             hostnqn: hostnqn.into(),
             cntlid,
             qid,
             connected: AtomicBool::new(true),
-            rdma: AtomicBool::new(false),
+            transport,
             commands: Counter::default(),
             read: Counter::default(),
             write: Counter::default(),
@@ -203,7 +204,7 @@ impl StatsRegistry {
                     "queues": queues.iter().map(|q| json!({
                         "subnqn": q.subnqn, "hostnqn": q.hostnqn, "cntlid": q.cntlid, "qid": q.qid,
                         "connected": q.connected.load(Relaxed),
-                        "transport": if q.rdma.load(Relaxed) { "rdma" } else { "tcp" }, "commands": q.commands.get(),
+                        "transport": q.transport.name(), "commands": q.commands.get(),
                         "by_opcode": {
                             "read": q.read.get(), "write": q.write.get(), "flush": q.flush.get(),
                             "write_zeroes": q.write_zeroes.get(), "dsm": q.dsm.get(),
@@ -349,13 +350,13 @@ mod tests {
     #[test]
     fn closed_queues_without_io_are_not_kept_forever() {
         let r = ReactorStats::new(0, 0, ReactorMode::Event, 0);
-        let busy = Arc::new(QueueStats::new("nqn.s", "nqn.h", 1, 1));
+        let busy = Arc::new(QueueStats::new("nqn.s", "nqn.h", 1, 1, TransportKind::Tcp));
         busy.read.add(1);
         busy.commands.add(3);
         busy.connected.store(false, Relaxed);
         r.add_queue(busy);
         for i in 0..3 * MAX_IDLE_CLOSED_QUEUES {
-            let q = Arc::new(QueueStats::new("nqn.s", "nqn.h", i as u16, 0));
+            let q = Arc::new(QueueStats::new("nqn.s", "nqn.h", i as u16, 0, TransportKind::Tcp));
             q.commands.add(1); // its Connect
             q.connected.store(false, Relaxed);
             r.add_queue(q);
@@ -370,14 +371,13 @@ mod tests {
     #[test]
     fn json_and_prometheus_have_the_contract_shape() {
         let r = Arc::new(ReactorStats::new(0, 3, ReactorMode::Event, 10));
-        let q = Arc::new(QueueStats::new("nqn.s", "nqn.h", 1, 1));
+        let q = Arc::new(QueueStats::new("nqn.s", "nqn.h", 1, 1, TransportKind::Tcp));
         q.commands.add(2);
         q.read.add(1);
         q.bytes_read.add(4096);
         r.add_queue(q);
         r.namespace("nqn.s", 1).reads.add(1);
-        let rdma = Arc::new(QueueStats::new("nqn.s", "nqn.h", 2, 0));
-        rdma.rdma.store(true, Relaxed);
+        let rdma = Arc::new(QueueStats::new("nqn.s", "nqn.h", 2, 0, TransportKind::Rdma));
         let r1 = Arc::new(ReactorStats::new(1, 5, ReactorMode::Poll, 0));
         r1.add_queue(rdma);
         let buffers = Arc::new(crate::backend::MemoryBudget::new(1 << 20));

@@ -82,6 +82,8 @@ fn connect_then_identify_controller_returns_its_data_before_the_response() {
     assert!(cqe.status.is_success(), "{}", cqe.status);
     assert_eq!((cqe.cid, cqe.sqid), (1, 0));
     assert!(admin.commands().queue().is_some_and(|q| q.qid == 0), "connected");
+    // /stats names the queue's transport from its kind, as it does TCP's and RDMA's
+    assert_eq!(admin.commands().queue().map(|q| q.stats.transport.name()), Some("loop"));
     let enable = PropertySet { size8: false, offset: reg::CC, value: 0x46_0001 }.to_sqe(2);
     assert!(response(&exchange(&mut admin, &enable, &[], Vec::new())).status.is_success());
 

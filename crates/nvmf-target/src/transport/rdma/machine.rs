@@ -313,7 +313,6 @@ impl DataPath for Wire {
         let Some(q) = cmd.queue() else { return };
         let (cntlid, qid, sqsize) = (q.ctrl.cntlid, q.qid, q.sqsize);
         tracing::info!(cntlid, qid, sqsize, subnqn = %q.stats.subnqn, hostnqn = %q.stats.hostnqn, "RDMA queue connected");
-        q.stats.rdma.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(stats) = &self.stats {
             cmd.attach(stats);
         }

@@ -20,6 +20,7 @@ dmesg) are kept under --keep.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -124,6 +125,12 @@ def spdk_files(spdk_dir: Path = SPDK_DIR, dest: Path = ROOT / "target/release/rd
         files["/usr/local/spdk/lib/libaio.so.1"] = libs["libaio.so.1"]
     files["/etc/nvmflab/spdk-check.sh"] = HERE / "spdk-check.sh"
     return files
+
+
+def stats_json(path: Path) -> dict:
+    """Our target's /stats as guest-check.sh's fetch_stats saved it (the HTTP response, header first)."""
+    _, body = path.read_bytes().split(b"\r\n\r\n", 1)
+    return json.loads(body)
 
 
 def run(bindir: Path, checks: str, keep: Path | None, timeout_s: float) -> tuple[trixie.GuestRun, list[str]]:

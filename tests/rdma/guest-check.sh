@@ -231,11 +231,17 @@ ours() {
   case "$CHECKS" in *perf*) perf_exercise perf-ours 4421 $NQN_OURS ;; esac
 }
 
+# GET /stats of the target whose stats listen on 127.0.0.1:PORT, the whole HTTP response into
+# $OUT/FILE (no curl in the guest: bash's /dev/tcp).
+fetch_stats() { # PORT FILE
+  timeout 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1 && printf 'GET /stats HTTP/1.0\r\n\r\n' >&3 && cat <&3" \
+    >$OUT/$2 2>&1
+}
+
 # Our target's /stats once every host has used it: its reactors list the RDMA queues they
 # served (transport "rdma") with their counters (test_rdma_guest.py reads them).
 ours_stats() {
-  timeout 10 bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 && printf "GET /stats HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
-    >$OUT/stats-ours.txt 2>&1
+  fetch_stats 9100 stats-ours.txt
   if grep -q '"transport":"rdma"' $OUT/stats-ours.txt; then pass "ours stats"; else fail "ours stats" "no rdma queue (stats-ours.txt)"; fi
 }
 
@@ -273,8 +279,7 @@ reconnect_target() {
 
 # /stats of reconnect target $1 into stats-reconnect-$1.txt.
 reconnect_stats() {
-  timeout 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/910$1 && printf 'GET /stats HTTP/1.0\r\n\r\n' >&3 && cat <&3" \
-    >$OUT/stats-reconnect-$1.txt 2>&1
+  fetch_stats 910$1 stats-reconnect-$1.txt
 }
 
 reconnect_check() {

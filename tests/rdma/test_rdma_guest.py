@@ -11,7 +11,6 @@ which test_reconnect.py shares."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "guest"))
+import check  # noqa: E402
 import trixie  # noqa: E402
 
 SIZES = ("4k", "128k", "1m")
@@ -35,9 +35,8 @@ def perf_steps(tag: str) -> list[str]:
 
 
 def ours_stats(run) -> dict:
-    """Our target's /stats as the guest read it (the HTTP response, header first)."""
-    _, body = (run.out / "stats-ours.txt").read_bytes().split(b"\r\n\r\n", 1)
-    return json.loads(body)
+    """Our target's /stats as the guest read it."""
+    return check.stats_json(run.out / "stats-ours.txt")
 
 
 def passed(results: dict[str, str], step: str) -> bool:

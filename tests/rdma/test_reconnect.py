@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import check  # tests/rdma, on sys.path through conftest.py
+
 # One pass over 1 MiB in 4 KiB writes.
 WRITES = 256
 
@@ -52,9 +54,8 @@ def test_commands_in_flight_were_resubmitted_after_one_outage(guest):
 
 
 def reactor_stats(run, n: int) -> list[dict]:
-    """The reactors of reconnect target `n`'s /stats, as the guest read it (header first)."""
-    _, body = (run.out / f"stats-reconnect-{n}.txt").read_bytes().split(b"\r\n\r\n", 1)
-    return json.loads(body)["reactors"]
+    """The reactors of reconnect target `n`'s /stats, as the guest read it."""
+    return check.stats_json(run.out / f"stats-reconnect-{n}.txt")["reactors"]
 
 
 def test_event_mode_with_idle_polling_and_poll_mode_each_served_the_rdma_queue(guest):

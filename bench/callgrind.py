@@ -15,10 +15,13 @@ A revision is built once into --cache/<sha>/ (git archive, then cargo build --re
 the working tree (the default --new) is built with cargo in place and its binaries copied aside,
 so a rebuild by someone else during the run does not change what is measured.
 
+A workload key ending in -tls (128k-randwrite-qd32-tls) runs over TLS 1.3 with userspace records
+(one random PSK per run), so the record layer's instructions are counted too.
+
 Exit status: 0 when every new/base is at most --max-ratio, 1 when one is above it, 2 when nothing
 could be compared (bad argument, valgrind missing, unknown revision, failed build or run).
 
-Usage: bench/callgrind.py [--base 786b8ae] [--new REV] [--works 4k-randread-qd1,...] [--seconds 2]
+Usage: bench/callgrind.py [--base 786b8ae] [--new REV] [--works 4k-randread-qd1,128k-randwrite-qd32-tls,...] [--seconds 2]
                           [--max-ratio 1.02] [--out callgrind.json] [--cache DIR]
 """
 
@@ -39,8 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+from nvmflab.tlskey import random_key  # noqa: E402
+
 VALGRIND = "/usr/bin/valgrind"
 NQN = "nqn.2024-01.io.nvmflab:callgrind"
+TLS_HOSTNQN = "nqn.2024-01.io.nvmflab:callgrind:host"
 BINARIES = ("nvmf-target", "nvmf-perf")
 DEFAULT_BASE = "786b8ae"  # the code before issue 38's transport work
 DEFAULT_WORKS = "4k-randread-qd1,128k-randread-qd32,4k-randwrite-qd1,128k-randwrite-qd32"
@@ -62,16 +70,26 @@ class Work:
     bs: int
     rw: str
     iodepth: int
+    tls: bool = False
 
 
 def parse_work(key: str) -> Work:
-    """'128k-randread-qd32' -> a Work."""
+    """'128k-randread-qd32' (or '...-tls') -> a Work."""
     parts = key.split("-")
-    ok = (len(parts) == 3 and parts[0][:-1].isdigit() and parts[0].endswith("k")
+    tls = len(parts) == 4 and parts[3] == "tls"
+    ok = (len(parts) == 3 + tls and parts[0][:-1].isdigit() and parts[0].endswith("k")
           and parts[1] in ("randread", "randwrite") and parts[2].startswith("qd") and parts[2][2:].isdigit())
     if not ok:
-        raise CallgrindError(f"workload {key!r}: expected SIZEk-randread|randwrite-qdN, e.g. 4k-randread-qd1")
-    return Work(key, int(parts[0][:-1]) * 1024, parts[1], int(parts[2][2:]))
+        raise CallgrindError(f"workload {key!r}: expected SIZEk-randread|randwrite-qdN[-tls], e.g. 4k-randread-qd1")
+    return Work(key, int(parts[0][:-1]) * 1024, parts[1], int(parts[2][2:]), tls)
+
+
+def tls_args(work: Work) -> tuple[list[str], list[str]]:
+    """The target's and nvmf-perf's extra arguments: TLS required, one fresh PSK for TLS_HOSTNQN."""
+    if not work.tls:
+        return [], []
+    key = random_key()
+    return ["--tls", "required", "--tls-key", f"{TLS_HOSTNQN}={key}"], ["--tls-key", key, "-q", TLS_HOSTNQN]
 
 
 def callgrind_ir(text: str) -> int:
@@ -270,9 +288,9 @@ class Target:
     """nvmf-target under callgrind on 127.0.0.1, null namespace, one event-mode reactor; stopped
     with SIGTERM on exit (callgrind then writes its counts), killed if that takes too long."""
 
-    def __init__(self, bins: Path, out_file: Path, log: Path, sched: Sched, cpu_seconds: int):
+    def __init__(self, bins: Path, out_file: Path, log: Path, sched: Sched, cpu_seconds: int, extra: list[str]):
         argv = [*valgrind(out_file, sched, cpu_seconds), str(bins / "nvmf-target"), "--listen", "127.0.0.1:0",
-                "--nqn", NQN, "--ns", "null:1GiB", "--cores", str(sched.core), "--mode", "event"]
+                "--nqn", NQN, "--ns", "null:1GiB", "--cores", str(sched.core), "--mode", "event", *extra]
         self.log = log.open("w")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True)
 
@@ -303,12 +321,13 @@ def run_once(bins: Path, work: Work, seconds: int, tmp: Path, tag: str, sched: S
     by the run's length, not its I/Os."""
     target_out, host_out = tmp / f"{tag}.target.cg", tmp / f"{tag}.host.cg"
     timeout = seconds * 10 + 120  # start-up and connect under callgrind on a loaded machine
-    with Target(bins, target_out, tmp / f"{tag}.target.log", sched, READY_TIMEOUT_S + timeout) as target:
+    target_tls, host_tls = tls_args(work)
+    with Target(bins, target_out, tmp / f"{tag}.target.log", sched, READY_TIMEOUT_S + timeout, target_tls) as target:
         port = wait_ready(target.proc, READY_TIMEOUT_S)
         argv = [*valgrind(host_out, sched, timeout, "--collect-atstart=no", f"--toggle-collect={HOST_JOB_FN}"),
                 str(bins / "nvmf-perf"), "run", "-a", "127.0.0.1", "-s", port, "-n", NQN,
                 "--rw", work.rw, "--bs", str(work.bs), "--iodepth", str(work.iodepth), "--runtime", f"{seconds}s",
-                "--completion", "event", "--cpus_allowed", str(sched.core), "--log_avg_msec", "0", "-o", "json"]
+                "--completion", "event", "--cpus_allowed", str(sched.core), "--log_avg_msec", "0", "-o", "json", *host_tls]
         try:
             host = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -103,6 +103,17 @@ def test_bad_input_is_a_named_error(cg, monkeypatch, capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+def test_a_tls_work_gives_both_sides_one_key(cg):
+    work = cg.parse_work("128k-randwrite-qd32-tls")
+    assert (work.bs, work.rw, work.iodepth, work.tls) == (128 << 10, "randwrite", 32, True)
+    target, host = cg.tls_args(work)
+    assert target[:2] == ["--tls", "required"] and target[3] == f"{cg.TLS_HOSTNQN}={host[1]}"
+    assert host[2:] == ["-q", cg.TLS_HOSTNQN]
+    assert cg.tls_args(cg.parse_work("128k-randwrite-qd32")) == ([], [])
+    with pytest.raises(cg.CallgrindError, match="workload '4k-randread-qd1-ssl'"):
+        cg.parse_work("4k-randread-qd1-ssl")
+
+
 def test_missing_valgrind_is_a_named_error(cg, monkeypatch, capsys):
     monkeypatch.setattr(cg, "VALGRIND", "/nonexistent/valgrind")
     assert cg.main(["--core", CORE]) == 2

@@ -291,10 +291,12 @@ impl Read for Wire {
             return Ok(0);
         }
         let mut done = 0;
-        // A socket read returned less than it was given: the socket is empty for now, so what
-        // is open is all there is (WouldBlock if nothing), as a plain read's short count says.
-        // Reading again only to get EAGAIN was one syscall of four per 4 KiB QD1 I/O (issue 40);
-        // bytes that arrive later raise a new edge.
+        // A socket read returned less than it was given and ended on a record boundary: the
+        // socket is empty and the host's send was whole, so what is open is all there is
+        // (WouldBlock if nothing), as a plain read's short count says, and bytes that arrive
+        // later raise a new edge. Reading again only to get EAGAIN was one syscall of four per
+        // 4 KiB QD1 I/O (issue 40). After a partial record the rest is on its way: reading
+        // again often finds it, where returning meant more sleeps at 128 KiB writes.
         let mut drained = false;
         loop {
             if t.kernel && t.session.is_established() {
@@ -313,7 +315,7 @@ impl Read for Wire {
             if t.eof {
                 return Ok(done);
             }
-            if drained {
+            if drained && t.session.buffered_input() == 0 {
                 return if done > 0 { Ok(done) } else { Err(ErrorKind::WouldBlock.into()) };
             }
             // With kTLS ahead, no read may go past the record being read.

@@ -169,6 +169,9 @@ impl QueuePair {
 pub struct TcpQueue {
     link: Box<dyn Link>,
     machine: QueueMachine,
+    /// The last read returned fewer bytes than asked: the socket was empty then, so a read
+    /// before the next wait would most likely find nothing (EAGAIN, a syscall per I/O at QD1).
+    drained: bool,
 }
 
 /// A plain connection closed or reset before the ICResp is what a port that requires TLS does to
@@ -193,7 +196,7 @@ impl TcpQueue {
     /// within `opts.timeout`) for queue `qid` with `depth` slots of `buf_len`-byte buffers.
     fn open(link: Box<dyn Link>, opts: &ConnectOptions, qid: u16, depth: usize, buf_len: usize, in_capsule_max: usize) -> Result<TcpQueue> {
         let digests = Digests { header: opts.hdr_digest, data: opts.data_digest };
-        let mut qp = TcpQueue { link, machine: QueueMachine::new(qid, depth, buf_len, in_capsule_max, digests) };
+        let mut qp = TcpQueue { link, machine: QueueMachine::new(qid, depth, buf_len, in_capsule_max, digests), drained: false };
         let deadline = Instant::now() + opts.timeout;
         let mut done = Vec::new();
         while !qp.machine.is_ready() {
@@ -227,11 +230,14 @@ impl TcpQueue {
         // and the sender's softirq then queues the payload behind it instead of delivering it:
         // asking poll(2) first spares that (128 KiB randread QD32 1.14x on loopback, bench/README.md).
         if self.machine.expects_large_input() && !self.link.readable_now()? {
+            self.drained = true;
             return Ok(0);
         }
         let [landing, rx] = self.machine.input_slices();
+        let asked = landing.len() + rx.len();
         // Nothing landing (small I/O): read(2), cheaper than readv(2).
         let n = if landing.is_empty() { self.link.recv(rx)? } else { self.link.recv_vectored(&mut [IoSliceMut::new(landing), IoSliceMut::new(rx)])? };
+        self.drained = n < asked || n == 0;
         self.machine.received(n);
         Ok(n)
     }
@@ -242,10 +248,14 @@ impl TcpQueue {
         done.clear();
         // No clock read when polling (wait zero): this runs once per spin of a polling job.
         let deadline = (!wait.is_zero()).then(|| Instant::now() + wait);
+        // A sleeping caller whose last read came up short waits first: the wait is level-triggered
+        // (data that came since wakes it at once, and a TLS link wakes for records it holds), so
+        // nothing is missed, and at QD1 the EAGAIN read between send and wait goes (issue 40).
+        let mut skip_read = deadline.is_some() && self.drained;
         loop {
             let initializing = !self.machine.is_ready();
             self.flush()?;
-            let n = self.fill()?;
+            let n = if std::mem::take(&mut skip_read) { 0 } else { self.fill()? };
             if let Err(e) = self.machine.process(done) {
                 // Best effort: the H2CTermReq the machine may have queued for a framing error.
                 let _ = self.flush_until(Instant::now() + Duration::from_millis(100));
@@ -314,12 +324,111 @@ impl QueueTransport for TcpQueue {
 
     fn resubmit_on(&mut self, fresh: Box<dyn Any>, in_capsule_max: usize) -> Result<usize> {
         let fresh = fresh.downcast::<TcpQueue>().map_err(|_| wrong_transport())?;
-        let TcpQueue { link, machine } = *fresh;
+        let TcpQueue { link, machine, drained } = *fresh;
         self.link = link;
+        self.drained = drained;
         self.machine.resubmit_on(machine, in_capsule_max)
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use nvmf_proto::pdu::{encode_pdu, CapsuleResp, IcResp};
+    use nvmf_proto::{Cqe, PduHeader, Status};
+
+    use super::*;
+
+    type Shared<T> = Arc<Mutex<T>>;
+
+    /// Bytes in memory: `now` is readable at once, each wait makes the next of `later` arrive
+    /// (as a level-triggered poll would return). Logs every read and wait.
+    struct Scripted {
+        now: Arc<Mutex<Vec<u8>>>,
+        later: Mutex<VecDeque<Vec<u8>>>,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Link for Scripted {
+        fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+            let mut now = self.now.lock().unwrap();
+            let n = buf.len().min(now.len());
+            buf[..n].copy_from_slice(&now[..n]);
+            now.drain(..n);
+            self.log.lock().unwrap().push(format!("recv {n}"));
+            Ok(n)
+        }
+        fn send(&mut self, buf: &[u8]) -> Result<usize> {
+            Ok(buf.len())
+        }
+        fn wait(&self, _timeout: Duration, _writing: bool) -> Result<()> {
+            self.log.lock().unwrap().push("wait".into());
+            if let Some(chunk) = self.later.lock().unwrap().pop_front() {
+                self.now.lock().unwrap().extend_from_slice(&chunk);
+            }
+            Ok(())
+        }
+    }
+
+    fn pdu(h: PduHeader) -> Vec<u8> {
+        let mut v = Vec::new();
+        encode_pdu(&mut v, &h, &[], Digests::default());
+        v
+    }
+
+    fn response(cid: u16) -> Vec<u8> {
+        pdu(PduHeader::CapsuleResp(CapsuleResp { cqe: Cqe { cid, status: Status::SUCCESS, ..Default::default() } }))
+    }
+
+    /// A ready queue (its ICResp read whole, a short read) whose later input comes in `chunks`.
+    /// Also the readable bytes, for a test to add to.
+    fn queue(chunks: Vec<Vec<u8>>) -> (TcpQueue, Shared<Vec<String>>, Shared<Vec<u8>>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let icresp = pdu(PduHeader::IcResp(IcResp { pfv: 0, cpda: 0, hdgst: false, ddgst: false, maxh2cdata: 8192 }));
+        let now = Arc::new(Mutex::new(icresp));
+        let link = Scripted { now: now.clone(), later: Mutex::new(chunks.into()), log: log.clone() };
+        let opts = ConnectOptions::new("unused", "nqn.2014-08.org.nvmexpress:uuid:test");
+        let q = TcpQueue::open(Box::new(link), &opts, 1, 4, 8192, 0).unwrap();
+        log.lock().unwrap().clear();
+        (q, log, now)
+    }
+
+    fn poll_one(q: &mut TcpQueue, wait: Duration) -> Vec<Completion> {
+        q.machine.submit(0, Sqe::new(0, 0), Xfer::None).unwrap();
+        q.flush().unwrap();
+        let mut done = Vec::new();
+        q.poll(wait, &mut done).unwrap();
+        done
+    }
+
+    #[test]
+    fn a_sleeping_poll_after_a_short_read_waits_before_reading() {
+        // Reading first would find nothing: at QD1 that EAGAIN read was a syscall per I/O.
+        let (mut q, log, _) = queue(vec![response(0)]);
+        assert_eq!(poll_one(&mut q, Duration::from_secs(1)).len(), 1);
+        assert_eq!(*log.lock().unwrap(), ["wait", "recv 24"]);
+    }
+
+    #[test]
+    fn a_response_split_across_reads_still_completes() {
+        let r = response(0);
+        let (mut q, log, _) = queue(vec![r[..10].to_vec(), r[10..].to_vec()]);
+        assert_eq!(poll_one(&mut q, Duration::from_secs(1)).len(), 1);
+        assert_eq!(*log.lock().unwrap(), ["wait", "recv 10", "recv 0", "wait", "recv 14"]);
+    }
+
+    #[test]
+    fn a_spinning_poll_reads_without_waiting() {
+        // Polling jobs never sleep, so they must read even after a short read.
+        let (mut q, log, now) = queue(vec![]);
+        now.lock().unwrap().extend_from_slice(&response(0));
+        assert_eq!(poll_one(&mut q, Duration::ZERO).len(), 1);
+        assert_eq!(*log.lock().unwrap(), ["recv 24"]);
     }
 }

@@ -42,16 +42,16 @@ $(VENV)/.installed: pyproject.toml | deps
 
 # Every part of `make test`, in order; scripts/timed-parts.sh runs them one after another and prints
 # the seconds each took at the end (CI's breakdown), stopping at the first that fails. Parts joined
-# by + run side by side, a comma chaining parts on one side. The guests wait on their hosts and on
-# qemu's device emulation, so side by side they use cores one after another leaves idle (2026-12-06:
-# 457 s on two sides, 562 s on one). Three sides: the bookworm guests of `interop`; the bed's slice
-# and the TLS checks; the trixie guest's own checks, blktests and RDMA (the trixie image is built
-# once, under build-guest.sh's lock). On two sides (interop + the bed | the trixie chain) the
-# evening rehearsal took 470 s against 464. test-msrv beside test-rust was slower than the two in
-# turn (296 s against 275 s): cargo keeps both cores busy. The build and the venv come first, side
-# by side (cargo compiles while pip downloads).
+# by + run side by side, a comma chaining parts on one side: the bookworm guests of `interop` beside
+# the trixie guests (one chain; the bed beside it shares their image's cache, built under
+# build-guest.sh's lock), which wait on their hosts and
+# on qemu's device emulation (2026-12-06: 457 s side by side, 562 s one after another). The bed's
+# slice (test-bed-quick) follows interop, the shorter side once interop leaves its long tests to
+# interop-all: in the evening rehearsal interop 277 s + the bed 215 s beside the chain's 460 s. test-msrv
+# beside test-rust was slower than the two in turn (296 s against 275 s): cargo keeps both cores
+# busy. The build and the venv come first, side by side (cargo compiles while pip downloads).
 TEST_PARTS := test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak \
-              interop+test-bed-quick,test-tls-interop+test-guest,test-conformance,test-rdma-quick
+              interop,test-bed-quick+test-guest,test-tls-interop,test-conformance,test-rdma-quick
 test: deps-test
 	@$(MAKE) --no-print-directory -j2 build venv spdk
 	@bash scripts/timed-parts.sh $(TEST_PARTS)

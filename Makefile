@@ -47,7 +47,8 @@ $(VENV)/.installed: pyproject.toml | deps
 # build-guest.sh's lock), which wait on their hosts and
 # on qemu's device emulation (2026-12-06: 457 s side by side, 562 s one after another). The bed's
 # slice (test-bed-quick) follows interop, the shorter side once interop leaves its long tests to
-# interop-all: in the evening rehearsal interop 277 s + the bed 215 s beside the chain's 460 s. test-msrv
+# interop-all: in the evening rehearsal interop 277 s + the bed 215 s beside the chain's 460 s. Three
+# sides (four guests at once) were slower: about 700 s for the step (2026-12-06, 13bc76a). test-msrv
 # beside test-rust was slower than the two in turn (296 s against 275 s): cargo keeps both cores
 # busy. The build and the venv come first, side by side (cargo compiles while pip downloads).
 TEST_PARTS := test-msrv test-rust test-python test-spdk test-fio test-fuzz test-soak \

@@ -54,6 +54,7 @@ from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
 from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
 from nvmfbench import speed, stats  # noqa: E402
+from nvmfbench.tls_args import tls_args  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
 TLS_HOSTNQN = "nqn.2024-01.io.nvmflab:ab:host"
@@ -90,7 +91,7 @@ class Target:
     def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = ()):
         # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module).
         self.tls_key = tls_key
-        tls = ["--tls", "required", "--tls-key", f"{TLS_HOSTNQN}={tls_key}"] if tls_key else []
+        tls = tls_args(tls_key, TLS_HOSTNQN)[0] if tls_key else []
         self.proc = subprocess.Popen([*prefix, binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", "null:1GiB",
                                       "--cores", str(core), "--mode", mode, *tls],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -139,7 +140,7 @@ def host_argv(host: str, perf: str, target: Target, work: dict, host_core: int, 
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
     if target.tls_key:
-        argv += ["--tls-key", target.tls_key, "-q", TLS_HOSTNQN]
+        argv += tls_args(target.tls_key, TLS_HOSTNQN)[1]
     return argv
 
 

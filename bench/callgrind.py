@@ -43,8 +43,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "bench"))
 
 from nvmflab.tlskey import random_key  # noqa: E402
+from nvmfbench.tls_args import tls_args as pair_tls_args  # noqa: E402
 
 VALGRIND = "/usr/bin/valgrind"
 NQN = "nqn.2024-01.io.nvmflab:callgrind"
@@ -86,10 +88,7 @@ def parse_work(key: str) -> Work:
 
 def tls_args(work: Work) -> tuple[list[str], list[str]]:
     """The target's and nvmf-perf's extra arguments: TLS required, one fresh PSK for TLS_HOSTNQN."""
-    if not work.tls:
-        return [], []
-    key = random_key()
-    return ["--tls", "required", "--tls-key", f"{TLS_HOSTNQN}={key}"], ["--tls-key", key, "-q", TLS_HOSTNQN]
+    return pair_tls_args(random_key(), TLS_HOSTNQN) if work.tls else ([], [])
 
 
 def callgrind_ir(text: str) -> int:

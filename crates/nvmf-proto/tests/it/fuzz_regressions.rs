@@ -2,14 +2,7 @@
 //! fuzz/regressions/frame) through the fuzz driver itself, so `cargo test` keeps every input
 //! the fuzzer found interesting passing without the fuzzing toolchain. docs/fuzzing.md.
 
-#[allow(dead_code)]
-#[path = "../../../fuzz/src/script.rs"]
-mod script;
-#[path = "../../../fuzz/src/frame.rs"]
-mod frame;
-#[path = "../../../fuzz/src/replay.rs"]
-mod replay;
-
+use crate::{frame, replay};
 use std::path::Path;
 use std::time::Duration;
 

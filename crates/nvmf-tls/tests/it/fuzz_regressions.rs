@@ -3,9 +3,7 @@
 //! `cargo test` keeps every input the fuzzer found interesting passing without the fuzzing
 //! toolchain. docs/fuzzing.md, docs/tls.md.
 
-#[path = "../../../fuzz/src/replay.rs"]
-mod replay;
-
+use crate::replay;
 use std::path::Path;
 use std::time::Duration;
 

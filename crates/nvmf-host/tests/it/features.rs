@@ -1,7 +1,7 @@
 //! Get/Set Features through the host library against the real target (in process): the
 //! features `spdk_nvme_identify`, `nvme id-ctrl` and `nvme get-feature` ask for.
 
-mod common;
+use crate::common;
 
 
 use nvmf_host::{default_hostnqn, ConnectOptions, Controller, Error};

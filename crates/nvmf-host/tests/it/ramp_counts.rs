@@ -3,7 +3,7 @@
 //! read-back (`verified_ios`). Their sum must equal, exactly, the commands the real target (in
 //! process) counted for the namespace: the equation the interference study's invariant checks.
 
-mod common;
+use crate::common;
 
 
 use clap::Parser;

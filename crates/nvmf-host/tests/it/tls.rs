@@ -26,7 +26,7 @@ fn key384() -> ConfiguredPsk {
     ConfiguredPsk::new(PskTransform::Sha384, &[0x22; 48]).unwrap()
 }
 
-/// Everything the target logs, from every test of this binary (searched for one host's lines).
+/// Everything the target logs, from every test in this process (searched for one host's lines).
 fn log() -> Arc<Mutex<Vec<u8>>> {
     static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOG.get_or_init(|| {

@@ -2,14 +2,7 @@
 //! host against a scripted hostile target on loopback, through the fuzz driver itself. No
 //! fuzzing toolchain needed; docs/fuzzing.md.
 
-#[allow(dead_code)]
-#[path = "../../../fuzz/src/script.rs"]
-mod script;
-#[path = "../../../fuzz/src/host_pdus.rs"]
-mod host_pdus;
-#[path = "../../../fuzz/src/replay.rs"]
-mod replay;
-
+use crate::{host_pdus, replay};
 use std::path::Path;
 use std::time::Duration;
 

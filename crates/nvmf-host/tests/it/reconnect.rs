@@ -2,7 +2,7 @@
 //! dies), connections gone silent (detected by Keep Alive within KATO), and a target that stays
 //! away (ctrl-loss-tmo expires). The real target runs in process behind the proxy.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -2,7 +2,7 @@
 //! loopback proxy that the test slows down in the middle of the run. The intervals must show
 //! the change (latency up, IOPS down) and still add up to the totals.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

@@ -3,7 +3,7 @@
 //! page alignment. A file namespace must still read back what was written through them: a
 //! buffer less aligned than O_DIRECT needs fails the I/O with EINVAL.
 
-mod common;
+use crate::common;
 
 use common::Queue;
 use nvmf_proto::nvme::{io_opcode, SglDescriptor};

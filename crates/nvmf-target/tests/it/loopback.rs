@@ -1,7 +1,7 @@
 //! The command layer driven through the loop transport (`transport/loopback.rs`): capsules in,
 //! data and responses out as values, over the same per-command lifecycle as TCP and RDMA.
 
-mod common;
+use crate::common;
 
 use common::{target, HOST, SUB};
 use nvmf_proto::fabrics::{reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNAMIC};

@@ -4,7 +4,7 @@
 //! bit 8) gets the completion, the log page lists the nsid and clears, and the queues already
 //! connected serve the new namespace (the host's rescan finds it).
 
-mod common;
+use crate::common;
 
 use common::{Queue, HOST, SUB};
 use nvmf_proto::fabrics::{reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNAMIC};

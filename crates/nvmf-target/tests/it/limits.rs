@@ -3,7 +3,7 @@
 //! output a host leaves unread, and a Connect over the controller cap is answered Connect
 //! Controller Busy.
 
-mod common;
+use crate::common;
 
 use common::Queue;
 use nvmf_proto::fabrics::CNTLID_DYNAMIC;

@@ -4,7 +4,7 @@
 //! damaged data digest must fail its command with Transient Transport Error (NVMe/TCP 7.4.6.x)
 //! while the connection goes on.
 
-mod common;
+use crate::common;
 
 use common::{Queue, HOST, SUB};
 use nvmf_proto::fabrics::ConnectCmd;

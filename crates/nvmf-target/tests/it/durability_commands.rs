@@ -3,7 +3,7 @@
 //! write. The file backend counts both when the kernel completes them, so a Flush answered
 //! without syncing, or FUA ignored, fails these tests.
 
-mod common;
+use crate::common;
 
 use common::{file_target, Queue};
 use nvmf_proto::nvme::{io_opcode, SglDescriptor};

@@ -2,7 +2,7 @@
 //! subsystem's controllers end so their hosts reconnect, and a controller connected after the
 //! change is granted at most that many I/O queues and may not connect a higher QID.
 
-mod common;
+use crate::common;
 
 use common::{Queue, SUB};
 use nvmf_proto::nvme::{admin_opcode, feature};

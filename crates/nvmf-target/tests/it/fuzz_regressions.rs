@@ -3,22 +3,7 @@
 //! RDMA queue fed hostile capsules and work completions (fuzz/corpus/target_rdma), and the TOML
 //! and nvmetcli config parsers. No fuzzing toolchain needed; docs/fuzzing.md.
 
-#[allow(dead_code)]
-#[path = "../../../fuzz/src/script.rs"]
-mod script;
-#[path = "../../../fuzz/src/target_conn.rs"]
-mod target_conn;
-#[path = "../../../fuzz/src/target_fixture.rs"]
-mod target_fixture;
-#[path = "../../../fuzz/src/target_rdma.rs"]
-mod target_rdma;
-#[path = "../../../fuzz/src/config_toml.rs"]
-mod config_toml;
-#[path = "../../../fuzz/src/config_nvmetcli.rs"]
-mod config_nvmetcli;
-#[path = "../../../fuzz/src/replay.rs"]
-mod replay;
-
+use crate::{config_nvmetcli, config_toml, replay, target_conn, target_rdma};
 use std::path::Path;
 use std::time::Duration;
 

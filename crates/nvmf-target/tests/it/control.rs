@@ -2,7 +2,7 @@
 //! socket survives hostile clients, and `nvmf-target-ctl` reports replies by exit status.
 //! (A live connection through changes: crates/nvmf-host/tests/control.rs.)
 
-mod common;
+use crate::common;
 
 use nvmf_target::config::{PortConfig, TargetConfig};
 use nvmf_target::control::Control;

@@ -2,7 +2,7 @@
 //! on. Commands go in as SQEs with their data, come out as actions, and I/O leaves as backend
 //! requests for the reactor to submit.
 
-mod common;
+use crate::common;
 
 use common::{target, HOST, SUB};
 use nvmf_proto::fabrics::{fctype, reg, ConnectCmd, ConnectData, PropertySet, CNTLID_DYNAMIC};

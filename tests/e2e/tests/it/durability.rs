@@ -6,7 +6,7 @@
 //! restarted target serves what the file holds. What it cannot prove: SIGKILL ends the process,
 //! not the kernel, so the page cache survives and un-flushed writes survive too. That Flush really
 //! reaches fdatasync (and FUA a RWF_DSYNC write) is asserted by the backend's unit tests
-//! (`file_flush_and_fua_*`) and `tests/durability_commands.rs` in nvmf-target; power loss itself
+//! (`file_flush_and_fua_*`) and `tests/it/durability_commands.rs` in nvmf-target; power loss itself
 //! needs a VM or a device that can be cut (docs/reliability.md).
 
 use std::time::{Duration, Instant};

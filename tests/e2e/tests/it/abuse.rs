@@ -14,7 +14,7 @@ use nvmf_host::{ConnectOptions, Controller, IoQueue};
 
 const NQN: &str = "nqn.2024-01.io.nvmflab:abuse";
 
-/// The tests of this file run one at a time: the latency test must not share the CPU with
+/// The tests of this module run one at a time: the latency test must not share the CPU with
 /// a thousand connecting queues.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

@@ -6,6 +6,10 @@ PYTHON  ?= python3
 STAMPS  := .cache/stamps
 BIN_DIR := target/release
 RESULTS ?= results/quick
+# Python caches compiled modules (__pycache__, ignored by git) unless the environment forbids it, as
+# CI's does: then every `nvmflab` process compiles the harness's modules again, about 0.4 s of CPU
+# each, and the tests start some hundreds of them.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: all deps deps-test deps-spdk build venv test test-msrv test-rust test-python interop run bench clean
 

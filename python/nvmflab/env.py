@@ -140,7 +140,7 @@ def host_report(host) -> dict[str, Any]:
 
     def probe(argv: list[str]) -> str | None:
         try:
-            done = host.run(argv, check=False, timeout=20)
+            done = host.ask(argv)  # read-only facts: a stack's own check asking again gets them kept
         except HostError:
             return None
         return done.stdout.strip() if done.returncode == 0 else None

@@ -90,6 +90,10 @@ def _inventory(spec: Spec, path: Path) -> Path:
 def _session(spec, path, study_name, results, quick, plan, force_mix, target_stack, host_stack, hosts) -> Summary:
     store = None
     try:
+        if spec.topology.kind == "ssh":  # every host logged in at once, not on first use one by one
+            from .topology.ssh import login_all
+
+            login_all(hosts)
         check_cores(spec, path, hosts)
         if not plan:
             check_available(target_stack, host_stack, hosts)  # before the results directory is made

@@ -17,6 +17,7 @@ removes those, and only those.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 import uuid
@@ -28,7 +29,7 @@ from typing import Any
 from ..dhchapkey import random_secret
 from ..plan import PerfJob, Subsystem, TargetSetup
 from ..topology import tls as tls_facts
-from ..topology.base import Host, HostError
+from ..topology.base import Host, HostError, checked
 from ..knobs import KnobMap, Setter, apply, tcp_only
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError
 from . import kernel_leftovers as leftovers
@@ -581,8 +582,8 @@ class KernelStack(Stack):
     def _engine(self, host: Host) -> str:
         """io_uring where fio has it and the kernel allows it, else libaio."""
         if host.name not in self._engines:
-            has = self._run(host, [host.binary("fio"), "--enghelp=io_uring"], check=False).returncode == 0
-            disabled = self._run(host, ["cat", self.path("proc/sys/kernel/io_uring_disabled")], check=False)
+            has = self._ask(host, [host.binary("fio"), "--enghelp=io_uring"]).returncode == 0
+            disabled = self._ask(host, ["cat", self.path("proc/sys/kernel/io_uring_disabled")])
             off = disabled.returncode == 0 and disabled.stdout.strip() == "2"  # 2: disabled for everyone
             self._engines[host.name] = "io_uring" if has and not off else "libaio"
         return self._engines[host.name]
@@ -612,9 +613,9 @@ class KernelStack(Stack):
             if not self._is_root(host):
                 return f"{host.name}: the kernel {side} needs root (or passwordless sudo)"
             modules = ("nvmet", "nvmet_tcp") if side == "target" else ("nvme_tcp",)
-            for module in modules:
-                if not self._exists(host, self.path(f"sys/module/{module}")) and \
-                        self._run(host, ["modinfo", module], check=False).returncode != 0:
+            for module in modules:  # installed (kept for the run) asked before loaded (asked each time)
+                if self._ask(host, ["modinfo", module]).returncode != 0 and \
+                        not self._exists(host, self.path(f"sys/module/{module}")):
                     return f"{host.name}: kernel module {module} is neither loaded nor installed"
             if side == "target":
                 nvmet = self.path("sys/kernel/config/nvmet")
@@ -632,8 +633,8 @@ class KernelStack(Stack):
     def rdma_unavailable(self, host: Host, side) -> str | None:
         module = target_module("rdma") if side == "target" else host_module("rdma")
         try:
-            if self._exists(host, self.path(f"sys/module/{module}")) or \
-                    self._run(host, ["modinfo", module], check=False).returncode == 0:
+            if self._ask(host, ["modinfo", module]).returncode == 0 or \
+                    self._exists(host, self.path(f"sys/module/{module}")):
                 return None
         except (HostError, StackError) as err:
             return str(err)
@@ -691,7 +692,7 @@ class KernelStack(Stack):
         out: dict[str, str | None] = {}
         for key, argv in (("kernel", ["uname", "-r"]), ("nvme-cli", ["nvme", "version"]), ("fio", ["fio", "--version"])):
             try:
-                done = self._run(host, argv, check=False, sudo=False)
+                done = self._ask(host, argv, sudo=False)
                 lines = (done.stdout or done.stderr).strip().splitlines() if done.returncode == 0 else []
                 out[key] = lines[0][:100] if lines else None
             except (HostError, StackError):
@@ -703,12 +704,21 @@ class KernelStack(Stack):
         if "*" in self._sudo:
             return self._sudo["*"]
         if host.name not in self._sudo:
-            uid = host.run(["id", "-u"], timeout=20).stdout.strip()
+            uid = checked(host.ask(["id", "-u"]), host.name, ["id", "-u"]).stdout.strip()
             self._sudo[host.name] = [] if uid == "0" else ["sudo", "-n"]
         return self._sudo[host.name]
 
     def _is_root(self, host: Host) -> bool:
-        return self._run(host, ["true"], check=False).returncode == 0
+        return self._ask(host, ["true"]).returncode == 0  # root, or sudo -n works: kept for the run
+
+    def _ask(self, host: Host, argv: list[str], sudo: bool = True) -> subprocess.CompletedProcess[str]:
+        """_run(check=False) of a read-only question whose answer the run does not change (an
+        installed module, a tool's version): `Host.ask`, once per run and host."""
+        prefix = self._sudo_for(host) if sudo else []
+        try:
+            return host.ask(prefix + argv)
+        except HostError as err:
+            raise StackError(" ".join(str(err).split())) from None
 
     def _run(self, host: Host, argv: list[str], check: bool = True, sudo: bool = True, timeout: float = 60):
         prefix = self._sudo_for(host) if sudo else []

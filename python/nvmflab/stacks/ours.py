@@ -320,7 +320,7 @@ class OurStack(Stack):
         out: dict[str, str | None] = {}
         for name in ("nvmf-target", "nvmf-perf"):
             try:
-                done = host.run([host.binary(name), "--version"], check=False, timeout=10)
+                done = host.ask([host.binary(name), "--version"])  # once per run and host
                 lines = (done.stdout or done.stderr).strip().splitlines()
                 out[name] = lines[0] if lines else None
             except HostError:

@@ -88,10 +88,27 @@ class Host(ABC):
 
     def which(self, name: str) -> str | None:
         """Path of a command on the host's PATH (plus the sbin folders), or None."""
-        done = self.run(["sh", "-c", f"PATH=$PATH:/usr/sbin:/sbin command -v {shlex.quote(name)}"], check=False,
-                        timeout=20)
+        done = self.ask(["sh", "-c", f"PATH=$PATH:/usr/sbin:/sbin command -v {shlex.quote(name)}"])
         path = done.stdout.strip().splitlines()
         return path[0] if done.returncode == 0 and path else None
+
+    def ask(self, argv: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+        """`run(argv, check=False)` for a read-only question whose answer nothing the harness does
+        changes (a tool's path or version, the kernel and its config, an installed module): asked
+        once per connection to the host, i.e. once per run over SSH, where each question is a round
+        trip. A HostError is raised each time, never kept. Not for state the harness changes
+        (loaded modules, sysctls it sets, configfs) nor for counters."""
+        key = tuple(argv)
+        kept = self.__dict__.get("_answers", {}).get(key)  # subclasses need not call our __init__
+        if kept is None:
+            kept = self.run(list(argv), timeout=timeout, check=False)
+            # stored after run(): a run that had to reconnect first has just forgotten the rest
+            self.__dict__.setdefault("_answers", {})[key] = kept
+        return kept
+
+    def forget_answers(self) -> None:
+        """Drop what `ask` kept: the host may have changed (a new connection to it, a reboot)."""
+        self.__dict__.pop("_answers", None)
 
     def describe(self, argv: list[str]) -> str:
         """The command as a person would type it on this host (for `--plan`)."""

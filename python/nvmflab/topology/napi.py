@@ -83,23 +83,39 @@ def parse_probe(text: str) -> tuple[int | None, str]:
     return None, f"the probe printed {text.strip()[:80]!r}"
 
 
-def sysctl(host: Host, name: str) -> int | None:
+SYSCTLS = ("busy_poll", "busy_read")
+# Both sysctls in one round trip, a NAME=VALUE line each (VALUE empty where unreadable).
+_READ_SYSCTLS = 'for n in "$@"; do printf "%s=%s\\n" "$n" "$(cat "/proc/sys/net/core/$n" 2>/dev/null)"; done'
+
+
+def sysctls(host: Host) -> dict[str, int | None]:
+    """net.core.busy_poll and busy_read of `host` (None where unreadable). Read each time, never
+    kept: the busy-poll study sets them."""
     try:
-        text = host.read_text(f"/proc/sys/net/core/{name}").strip()
+        text = host.run(["sh", "-c", _READ_SYSCTLS, "sh", *SYSCTLS], check=False, timeout=20).stdout or ""
     except HostError:
-        return None
-    return int(text) if text.isdigit() and len(text) <= 10 else None
+        text = ""
+    return parse_sysctls(text)
+
+
+def parse_sysctls(text: str) -> dict[str, int | None]:
+    values: dict[str, int | None] = dict.fromkeys(SYSCTLS)
+    for line in text.splitlines()[:len(SYSCTLS)]:
+        name, _, value = line.strip().partition("=")
+        if name in values and value.isdigit() and len(value) <= 10:
+            values[name] = int(value)
+    return values
 
 
 def probe(target: Host, initiator: Host, address: str, wait: float = PROBE_WAIT_S) -> DataPath:
     """One probe connection from `initiator` to `address` on `target`; never raises."""
     hosts = {target.name: target, initiator.name: initiator}
-    sysctls = {"busy_poll": {n: sysctl(h, "busy_poll") for n, h in hosts.items()},
-             "busy_read": {n: sysctl(h, "busy_read") for n, h in hosts.items()}}
+    read = {n: sysctls(h) for n, h in hosts.items()}
+    sysctls_found = {name: {n: values[name] for n, values in read.items()} for name in SYSCTLS}
     try:
         port = target.free_port()
     except HostError as err:
-        return DataPath(address, None, f"no free port on {target.name}: {err}", **sysctls)
+        return DataPath(address, None, f"no free port on {target.name}: {err}", **sysctls_found)
     client_error: list[str] = []
 
     def connect() -> None:
@@ -118,13 +134,13 @@ def probe(target: Host, initiator: Host, address: str, wait: float = PROBE_WAIT_
                           timeout=wait + 5, check=False)
     except HostError as err:
         client.join(wait + 6)
-        return DataPath(address, None, f"probe listener on {target.name}: {err}", **sysctls)
+        return DataPath(address, None, f"probe listener on {target.name}: {err}", **sysctls_found)
     client.join(wait + 6)
     if done.returncode != 0:
         why = " ".join((done.stderr or "").split())[-120:] or (client_error[0] if client_error else "")
-        return DataPath(address, None, f"probe connection failed: {why or f'exit {done.returncode}'}", **sysctls)
+        return DataPath(address, None, f"probe connection failed: {why or f'exit {done.returncode}'}", **sysctls_found)
     napi_id, why = parse_probe(done.stdout or "")
-    return DataPath(address, napi_id, why, **sysctls)
+    return DataPath(address, napi_id, why, **sysctls_found)
 
 
 def inert_text(path: dict[str, Any] | None) -> str:

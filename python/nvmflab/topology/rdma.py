@@ -130,28 +130,58 @@ def merge(sysfs: str, rdma_link: str | None, ibv: str | None) -> list[Device]:
     return sorted(devices.values(), key=lambda d: d.name)
 
 
+# The three sources in one round trip; each section after a marker line, each tool's exit code on
+# one (127: not installed). Device names never start with the marker.
+_MARK = "@@nvmflab-rdma"
+_PROBE = _SYSFS + f"""
+echo "{_MARK} rdma"
+if command -v rdma >/dev/null; then rdma link show 2>/dev/null; echo "{_MARK} rc $?"; else echo "{_MARK} rc 127"; fi
+echo "{_MARK} ibv"
+if command -v ibv_devices >/dev/null; then ibv_devices 2>/dev/null; echo "{_MARK} rc $?"; else echo "{_MARK} rc 127"; fi
+"""
+
+
+def split_probe(text: str) -> tuple[str, dict[str, tuple[int | None, str]]]:
+    """The probe's output as (sysfs lines, {"rdma" | "ibv": (exit code or None if cut short, output)})."""
+    sections: dict[str, list[str]] = {"sysfs": []}
+    codes: dict[str, int | None] = {}
+    current = "sysfs"
+    for line in text.splitlines()[:3 * MAX_LINES]:
+        if not line.startswith(_MARK + " "):
+            sections[current].append(line)
+            continue
+        words = line.split()
+        if len(words) == 2 and words[1] in ("rdma", "ibv"):
+            current = words[1]
+            sections[current] = []
+        elif len(words) == 3 and words[1] == "rc" and words[2].isdigit() and len(words[2]) <= 3:
+            codes[current] = int(words[2])
+    return "\n".join(sections["sysfs"]), {name: (codes.get(name), "\n".join(sections[name]))
+                                         for name in ("rdma", "ibv") if name in sections}
+
+
 def probe(host: Host, root: str = "") -> tuple[list[Device], list[str]]:
-    """The host's RDMA devices and a note per source that could not be read."""
+    """The host's RDMA devices and a note per source that could not be read. One round trip, kept
+    for the run (`Host.ask`): the harness changes no RDMA device, and a host it reconnects to is
+    asked again."""
+    try:
+        done = host.ask(["sh", "-c", _PROBE, "sh", root])
+    except HostError as err:
+        return [], [f"sysfs, rdma link, ibv_devices: {err}"]
+    sysfs, tools = split_probe(done.stdout or "")
     notes: list[str] = []
-
-    def output(argv: list[str], what: str) -> str | None:
-        try:
-            done = host.run(argv, check=False, timeout=20)
-        except HostError as err:
-            notes.append(f"{what}: {err}")
-            return None
-        if done.returncode == 127:
+    outputs: dict[str, str | None] = {}
+    for name, what in (("rdma", "rdma link"), ("ibv", "ibv_devices")):
+        code, text = tools.get(name, (None, ""))
+        if code == 127:
             notes.append(f"{what}: not installed")
-            return None
-        if done.returncode != 0:
+            outputs[name] = None
+        elif code != 0:
             # ibv_devices exits 1 with "No IB devices found" where libibverbs sees none
-            return "" if what == "ibv_devices" else None
-        return done.stdout
-
-    sysfs = output(["sh", "-c", _SYSFS, "sh", root], "sysfs") or ""
-    link = output(["sh", "-c", 'command -v rdma >/dev/null || exit 127; exec rdma link show'], "rdma link")
-    ibv = output(["sh", "-c", 'command -v ibv_devices >/dev/null || exit 127; exec ibv_devices'], "ibv_devices")
-    return merge(sysfs, link, ibv), notes
+            outputs[name] = "" if name == "ibv" and code is not None else None
+        else:
+            outputs[name] = text
+    return merge(sysfs, outputs["rdma"], outputs["ibv"]), notes
 
 
 def summary(devices: list[Device]) -> str:

@@ -217,6 +217,7 @@ class SshHost(Host):
         self._ports_given: set[int] = set()
         self._forwards: dict[tuple[str, int], int] = {}  # (address, port) on the host -> local port
         self._clock_ticks: int | None = None
+        self._login_deadline = 0.0
         self._lock = threading.Lock()
 
     # -- connection ------------------------------------------------------------------------------
@@ -238,32 +239,43 @@ class SshHost(Host):
     def connect(self) -> None:
         """Start the control master (once); HostError with ssh's own words when it cannot log in."""
         with self._lock:
-            if self._master is not None and self._master.poll() is None:
-                return
-            if shutil.which("ssh") is None:
-                raise HostError(f"{self.name}: ssh not found on this machine (install openssh-client)")
-            if self._control_dir is None:
-                _remove_stale_control_dirs()
-                # A short private path: unix socket paths are limited to ~100 bytes.
-                self._control_dir = Path(tempfile.mkdtemp(prefix=CONTROL_PREFIX))
-                (self._control_dir / "owner").write_text(str(os.getpid()))
-            socket = self._control_dir / "master"
-            socket.unlink(missing_ok=True)
-            errors = self._control_dir / "master.err"
-            with open(errors, "wb") as err_file:
-                self._master = subprocess.Popen(
-                    self.ssh_argv(master=True)[:-2] + ["-N", "-o", "ControlPersist=no", "--", self.entry.ssh],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
-                    start_new_session=True, preexec_fn=_die_with_parent)
-            _open_hosts.add(self)
-            deadline = time.monotonic() + login_limit_s(self.entry.ssh_options)
-            while not socket.exists():
-                if self._master.poll() is not None or time.monotonic() > deadline:
-                    self._stop_master()
-                    lines = errors.read_text(errors="replace").strip().splitlines()
-                    why = lines[-1] if lines else "no answer"
-                    raise HostError(f"{self.name}: cannot log in with `ssh {self.entry.ssh}`: {why}")
-                time.sleep(0.02)
+            if self._start_master():
+                self._await_master()
+
+    def _start_master(self) -> bool:
+        """Start the control master unless it runs; True when one was started. Called from a
+        thread that outlives it (the run's): PR_SET_PDEATHSIG kills a child when the thread that
+        forked it ends, so a worker thread must not start it."""
+        if self._master is not None and self._master.poll() is None:
+            return False
+        if shutil.which("ssh") is None:
+            raise HostError(f"{self.name}: ssh not found on this machine (install openssh-client)")
+        if self._control_dir is None:
+            _remove_stale_control_dirs()
+            # A short private path: unix socket paths are limited to ~100 bytes.
+            self._control_dir = Path(tempfile.mkdtemp(prefix=CONTROL_PREFIX))
+            (self._control_dir / "owner").write_text(str(os.getpid()))
+        (self._control_dir / "master").unlink(missing_ok=True)
+        self.forget_answers()  # a new connection: the host may have rebooted or changed since
+        with open(self._control_dir / "master.err", "wb") as err_file:
+            self._master = subprocess.Popen(
+                self.ssh_argv(master=True)[:-2] + ["-N", "-o", "ControlPersist=no", "--", self.entry.ssh],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        self._login_deadline = time.monotonic() + login_limit_s(self.entry.ssh_options)
+        _open_hosts.add(self)
+        return True
+
+    def _await_master(self) -> None:
+        """Wait until the started master has logged in; HostError naming the host when it cannot."""
+        assert self._master is not None and self._control_dir is not None
+        while not (self._control_dir / "master").exists():
+            if self._master.poll() is not None or time.monotonic() > self._login_deadline:
+                self._stop_master()
+                lines = (self._control_dir / "master.err").read_text(errors="replace").strip().splitlines()
+                why = lines[-1] if lines else "no answer"
+                raise HostError(f"{self.name}: cannot log in with `ssh {self.entry.ssh}`: {why}")
+            time.sleep(0.02)
 
     def _stop_master(self) -> None:
         if self._master is not None:
@@ -297,6 +309,10 @@ class SshHost(Host):
             raise HostError(f"{self.name}: `{shlex.join(argv)}` still running after {timeout:.0f} s") from None
         return checked(done, self.name, argv) if check else done
 
+    def ask(self, argv: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+        self.connect()  # a lost connection is made again before anything kept is used (and forgotten)
+        return super().ask(argv, timeout)
+
     def spawn(self, argv: list[str], cpus, log: Path, stdout: Path | None = None) -> SshProcess:
         self.connect()
         return SshProcess(self, argv, cpus, log, stdout)
@@ -315,9 +331,11 @@ class SshHost(Host):
             self._workdir = path
         return self._workdir
 
-    def put(self, local: Path, remote: str) -> None:
+    def put(self, local: Path, remote: str, mode: str | None = None) -> None:
+        """Copy `local` to `remote` on the host; with `mode`, chmod it in the same round trip."""
         self.connect()
-        argv = ["sh", "-c", 'cat > "$1"', "put", remote]
+        script = 'cat > "$1"' + (' && chmod "$2" "$1"' if mode else "")
+        argv = ["sh", "-c", script, "put", remote, *([mode] if mode else [])]
         try:
             with open(local, "rb") as source:
                 done = subprocess.run(self.ssh_argv() + [shlex.join(argv)], stdin=source, capture_output=True,
@@ -398,9 +416,8 @@ class SshHost(Host):
             except ToolMissing as err:
                 raise HostError(f"{self.name}: {err}") from None
             remote = f"{self.workdir()}/{name}"
-            self.put(local, remote)
-            self.run(["chmod", "755", remote], timeout=20)
-            done = self.run([remote, "--version"], check=False, timeout=20)
+            self.put(local, remote, mode="755")
+            done = self.ask([remote, "--version"])  # kept: the stack's versions() asks it again
             if done.returncode != 0:
                 why = (done.stderr or done.stdout).strip().splitlines()
                 raise HostError(f"{self.name}: {name} (copied from {local}) does not run there: "
@@ -429,6 +446,7 @@ class SshHost(Host):
             procs.stop(self._janitor, grace=1.0)
             self._janitor = None
         self._workdir, self._binaries, self._forwards = None, {}, {}
+        self.forget_answers()
         self._stop_master()
         if self._control_dir is not None:
             shutil.rmtree(self._control_dir, ignore_errors=True)
@@ -486,6 +504,21 @@ def parse_cpulist(text: str) -> list[int]:
             raise ValueError(text)
         cores += range(first, last + 1)
     return cores
+
+
+def login_all(hosts: Hosts) -> None:
+    """Log in to every SSH host of a run at once (each login is a handshake: seconds on a slow
+    host), before anything else uses them; the first host in the run's order (target, then
+    initiators) that cannot log in raises its own one-line HostError. Local hosts are skipped."""
+    started = [host for host in hosts.all() if isinstance(host, SshHost) and host._start_master()]
+    errors: list[HostError] = []
+    for host in started:  # the masters log in side by side while we wait for each in turn
+        try:
+            host._await_master()
+        except HostError as err:
+            errors.append(err)
+    if errors:
+        raise errors[0]
 
 
 def open_hosts(topology, spec_dir: Path) -> Hosts:

@@ -96,9 +96,12 @@ def parse(text: str) -> TlsFacts:
 
 
 def probe(host: Host, root: str = "") -> TlsFacts:
-    """The host's TLS facts; a host the script cannot run on gets a note saying so."""
+    """The host's TLS facts; a host the script cannot run on gets a note saying so. Asked once per
+    run (`Host.ask`): what decides whether TLS can run stays true through it; `tls_module` and
+    `tlshd_running` say how the run found the host (its own `modprobe tls` and tlshd start are
+    decided by fresh checks in the kernel stack, never by these)."""
     try:
-        done = host.run(["sh", "-c", _SCRIPT, "sh", root], check=False, timeout=20)
+        done = host.ask(["sh", "-c", _SCRIPT, "sh", root])
     except HostError as err:
         return TlsFacts(notes=[f"cannot probe: {err}"])
     facts = parse(done.stdout or "")

@@ -75,4 +75,18 @@ def test_parts_run_alone_do_not_overlap(tmp_path):
     done = _run(tmp_path, "left", "right", wait=10)
     assert done.returncode == 2 and "Error 7" in done.stderr
     rows = [line.split("\t") for line in (tmp_path / "t.tsv").read_text().splitlines()]
-    assert rows == [["left", rows[0][1], "FAILED (exit 2)"]]
+    assert rows == [["left", rows[0][1], "FAILED (exit 2)", rows[0][3]]]
+
+
+def test_each_part_reports_its_own_cpu_seconds(tmp_path):
+    # `spin` computes (a fixed count of shell arithmetic: CPU time however loaded the machine is),
+    # `nap` sleeps about as long: only the first has CPU seconds of its own.
+    makefile = MAKEFILE + ("spin:\n\t@i=0; while [ $$i -lt 400000 ]; do i=$$((i+1)); done\n"
+                           "nap:\n\t@sleep 1\n")
+    (tmp_path / "Makefile").write_text(makefile)
+    done = subprocess.run(["bash", str(SCRIPT), "spin", "nap"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "NVMFLAB_TIMINGS": str(tmp_path / "t.tsv")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in (tmp_path / "t.tsv").read_text().splitlines()}
+    assert float(rows["spin"][3]) >= 0.1 and float(rows["nap"][3]) < 0.1, rows
+    assert "cpu-s" in done.stdout

@@ -1,7 +1,7 @@
 #![no_main]
 //! libFuzzer entry point for the TLS-wrapped receive path of a server session (nvmf-tls):
 //! `nvmf_tls::hostile::by_first_byte`, shared with the corpus replay in
-//! crates/nvmf-tls/tests/fuzz_regressions.rs. The first byte picks a driver of
+//! crates/nvmf-tls/tests/it/fuzz_regressions.rs. The first byte picks a driver of
 //! `nvmf_tls::hostile` (shared with its property tests, which say what each checks: no panic, at
 //! most one partial record buffered, a failure stays failed and drops its input, no control
 //! characters from the peer in errors, never more plaintext than ciphertext), the rest is its

@@ -1,6 +1,6 @@
 //! Fuzz drivers: each `run(input)` turns fuzz input into traffic or text for one parser or
 //! state machine and checks what must hold whatever the input. The libFuzzer entry points in
-//! `fuzz_targets/` call them; the regression tests in `crates/*/tests/fuzz_regressions.rs`
+//! `fuzz_targets/` call them; the regression tests in `crates/*/tests/it/fuzz_regressions.rs`
 //! include the same modules (`#[path]`) to replay `fuzz/corpus/` and `fuzz/regressions/`
 //! under plain `cargo test`, so no driver logic is duplicated.
 

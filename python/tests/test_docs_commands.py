@@ -34,7 +34,7 @@ EXCLUDED = {
     "target/release/nvmf-perf": "the Rust load generator: crates/nvmf-host/tests and tests/ run it",
     "nvmf-perf": "the Rust load generator: crates/nvmf-host/tests run it",
     "nvmf-target": "the Rust target started by hand: crates/nvmf-target/tests run it (control.rs with --control)",
-    "nvmf-target-ctl": "the control client: crates/nvmf-target/tests/control.rs runs it against a live target",
+    "nvmf-target-ctl": "the control client: crates/nvmf-target/tests/it/control.rs runs it against a live target",
     "ssh-copy-id": "installs a key on a real server",
     "curl": "reads the stats endpoint of the target the block started by hand",
     "bash": "fuzz/run.sh: the fuzzing campaign (minutes per target; make fuzz-smoke is its short form)",

@@ -2,7 +2,7 @@
 //! whatever arrives: no panic, at most one partial record buffered, a failure that stays failed
 //! and drops what was buffered, an error message without control characters from the peer, and
 //! never more plaintext than ciphertext. The property tests
-//! (tests/hostile.rs) run them; a libFuzzer target in fuzz/ can call them as they are.
+//! (tests/it/hostile.rs) run them; a libFuzzer target in fuzz/ can call them as they are.
 
 use std::sync::OnceLock;
 
@@ -128,7 +128,7 @@ pub fn server_after_handshake(data: &[u8]) {
 }
 
 /// The libFuzzer target `tls_server` (fuzz/fuzz_targets/tls_server.rs) and its corpus replay
-/// (tests/fuzz_regressions.rs): the first byte picks a driver above, the rest is its input.
+/// (tests/it/fuzz_regressions.rs): the first byte picks a driver above, the rest is its input.
 pub fn by_first_byte(data: &[u8]) {
     let Some((&which, rest)) = data.split_first() else { return };
     match which % 4 {

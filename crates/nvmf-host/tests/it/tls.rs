@@ -60,7 +60,7 @@ fn start_target(tls: &str) -> nvmf_target::RunningTarget {
         r#"
 [target]
 stats = "0"
-# Userspace records on every kernel (tests/ktls.rs covers the kernel's).
+# Userspace records on every kernel (tests/it/ktls.rs covers the kernel's).
 ktls = "off"
 
 [[port]]

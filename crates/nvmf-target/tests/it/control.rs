@@ -1,6 +1,6 @@
 //! The control surface without a host: every refusal names its reason and changes nothing, the
 //! socket survives hostile clients, and `nvmf-target-ctl` reports replies by exit status.
-//! (A live connection through changes: crates/nvmf-host/tests/control.rs.)
+//! (A live connection through changes: crates/nvmf-host/tests/it/control.rs.)
 
 use crate::common;
 

@@ -56,7 +56,7 @@ fn flood_is_not_buffered() {
 
 /// 10^6 random inputs through the three drivers (a seeded xorshift, not coverage-guided: that is
 /// the libFuzzer target's job). Run by hand:
-/// `cargo test --release -p nvmf-tls --test hostile -- --ignored --nocapture`
+/// `cargo test --release -p nvmf-tls --test it hostile:: -- --ignored --nocapture`
 #[test]
 #[ignore = "long run, by hand"]
 fn a_million_random_inputs() {

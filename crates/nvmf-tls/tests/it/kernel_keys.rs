@@ -1,7 +1,7 @@
 //! The keys `take_kernel_keys` hands to kTLS, checked without a kernel that has it: records made
 //! with them (AES-GCM by hand, sequence numbers from 0) are what the other side's session
 //! decrypts, and records that session makes decrypt with them (its records are our own since
-//! issue 40, made with the same keys; tests/openssl_cli.rs checks them against OpenSSL's). That is what a kTLS side
+//! issue 40, made with the same keys; tests/it/openssl_cli.rs checks them against OpenSSL's). That is what a kTLS side
 //! talking to a userspace side depends on. The handshake reads stop at the last handshake
 //! record (`RecordBoundary`), leaving the first application record whole for the kernel.
 

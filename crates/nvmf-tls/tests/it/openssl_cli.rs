@@ -3,7 +3,7 @@
 //!
 //! `s_server`/`s_client -psk` build their TLS 1.3 PSK session with TLS_AES_128_GCM_SHA256 only, so
 //! these runs cover the SHA-256 suite; the SHA-384 suite is covered between our own client and
-//! server (tests/session.rs).
+//! server (tests/it/session.rs).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,5 +1,5 @@
 //! A rough measure of the userspace record path (not a benchmark: no pinning, shared machine).
-//! `cargo test --release -p nvmf-tls --test throughput -- --ignored --nocapture`
+//! `cargo test --release -p nvmf-tls --test it throughput:: -- --ignored --nocapture`
 
 use std::time::Instant;
 

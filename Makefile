@@ -106,7 +106,8 @@ test-long: deps-test build venv spdk
 	NVMFLAB_BIN_DIR=$(CURDIR)/$(BIN_DIR) $(VENV)/bin/pytest -q -m long python/tests
 
 # `interop` (in make test) leaves out the tests marked long (two of the three newer studies with
-# the kernel stack on the SSH guest); `interop-all` runs every one.
+# the kernel stack on the SSH guest, and the kernel target's ram variant, whose path the bed's TLS
+# point takes); `interop-all` runs every one.
 .PHONY: interop-all
 interop: deps-test build venv
 	bash tests/interop/run.sh -m "not long"

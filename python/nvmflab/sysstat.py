@@ -157,16 +157,25 @@ def local_snapshot(cores: list[int] | None) -> Snapshot:
 
 
 def _remote_script(cores: list[int] | None) -> str:
-    loop = " ".join(str(c) for c in cores) if cores is not None else \
-        "$(ls -d /sys/devices/system/cpu/cpu[0-9]* | sed 's/.*cpu//')"
-    return ("echo '## tck'; getconf CLK_TCK; echo '## kthreads'; cat /proc/[0-9]*/stat 2>/dev/null; "
-            f"echo '## governor'; for c in {loop}; do "
-            f"echo cpu$c $(cat {SYSFS_CPU}/cpu$c/cpufreq/scaling_governor 2>/dev/null); done; "
-            f"echo '## throttle'; for c in {loop}; do "
-            f"echo cpu$c $(cat {SYSFS_CPU}/cpu$c/thermal_throttle/core_throttle_count "
-            f"{SYSFS_CPU}/cpu$c/thermal_throttle/package_throttle_count 2>/dev/null | "
-            "awk '{s+=$1} END {if (NR) print s}'); done; "
-            f"echo '## tcp_congestion'; cat {CONGESTION} 2>/dev/null")
+    """One round trip for everything a remote snapshot reads. Shell builtins (`read`, `test`,
+    arithmetic) in the per-core loops, not a `$(cat ...)` per file: under emulation (the test bed's
+    guests) every process the shell starts costs tens of milliseconds."""
+    def per_core(body: str) -> str:
+        if cores is not None:
+            return f"for c in {' '.join(str(c) for c in cores)}; do {body}; done; "
+        return f"for d in {SYSFS_CPU}/cpu[0-9]*; do c=${{d##*/cpu}}; {body}; done; "
+
+    def read_into(var: str, path: str) -> str:
+        return f'{var}=; [ -r "{path}" ] && read -r {var} < "{path}"; '
+
+    throttle = "n=; " + "".join(
+        read_into("v", f"{SYSFS_CPU}/cpu$c/thermal_throttle/{name}")
+        + 'case "$v" in ""|*[!0-9]*) ;; *) n=$((${n:-0} + v)) ;; esac; ' for name in THROTTLE_FILES) + "echo cpu$c $n"
+    return ("echo '## tck'; getconf CLK_TCK; echo '## stat'; cat /proc/stat; "
+            "echo '## kthreads'; cat /proc/[0-9]*/stat 2>/dev/null; "
+            "echo '## governor'; " + per_core(read_into("g", f"{SYSFS_CPU}/cpu$c/cpufreq/scaling_governor") + "echo cpu$c $g")
+            + "echo '## throttle'; " + per_core(throttle)
+            + f"echo '## tcp_congestion'; cat {CONGESTION} 2>/dev/null")
 
 
 def sections(text: str) -> dict[str, str]:
@@ -183,10 +192,10 @@ def sections(text: str) -> dict[str, str]:
 
 
 def remote_snapshot(host, cores: list[int] | None) -> Snapshot:
-    """An SSH host: /proc/stat through host.read_text, the rest in one shell command."""
+    """An SSH host: everything in one shell command (one round trip)."""
     done = host.run(["sh", "-c", _remote_script(cores)], check=False, timeout=30)
     parts = sections(done.stdout or "")
-    stat = parse_proc_stat(host.read_text("/proc/stat"))
+    stat = parse_proc_stat(parts.get("stat", ""))
     tck = parts.get("tck", "").strip()
     throttle = {c: int(v) for c, v in parse_per_core(parts.get("throttle", "")).items() if v.isdigit()}
     return Snapshot(stat, parse_kthreads(parts.get("kthreads", "")), parse_per_core(parts.get("governor", "")),

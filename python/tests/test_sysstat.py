@@ -125,26 +125,25 @@ def test_governor_text_and_limit_from_the_environment(monkeypatch):
 
 
 class FakeRemote:
+    """A remote host answering every command with `script_out`; it counts the round trips."""
     name, remote = "web1", True
 
-    def __init__(self, stat: str, script_out: str):
-        self.stat, self.script_out, self.argv = stat, script_out, None
-
-    def read_text(self, path: str) -> str:
-        assert path == "/proc/stat"
-        return self.stat
+    def __init__(self, script_out: str):
+        self.script_out, self.argv, self.calls = script_out, None, 0
 
     def run(self, argv, timeout=60.0, check=True, input=None):
-        self.argv = argv
+        self.argv, self.calls = argv, self.calls + 1
         return subprocess.CompletedProcess(argv, 0, self.script_out, "")
 
 
 def test_remote_snapshot_reads_through_the_host_interface():
-    out = "\n".join(["## tck", "250", "## kthreads", kthread_line(15, "ksoftirqd/1", sysstat.PF_KTHREAD, 1, 2, 1),
+    out = "\n".join(["## tck", "250", "## stat", stat_text([1] * 10, [2] * 10),
+                     "## kthreads", kthread_line(15, "ksoftirqd/1", sysstat.PF_KTHREAD, 1, 2, 1),
                      "## governor", "cpu0 schedutil", "cpu1", "## throttle", "cpu0 3", "cpu1",
                      "## tcp_congestion", "cubic"])
-    host = FakeRemote(stat_text([1] * 10, [2] * 10), out)
+    host = FakeRemote(out)
     shot = sysstat.snapshot(host, [0, 1])
+    assert host.calls == 1  # one round trip: /proc/stat comes with the rest
     assert shot.clk_tck == 250 and shot.kthreads == {15: (1, 3)}
     assert shot.governors == {0: "schedutil"} and shot.throttle == {0: 3} and shot.tcp_congestion == "cubic"
     assert shot.stat["cpu1"]["user"] == 2 and "for c in 0 1" in host.argv[-1]
@@ -340,3 +339,19 @@ def test_env_command_prints_its_warnings(fake_env):
         assert not any(w.startswith("steal time since boot") for w in warnings), warnings
     if steal_before > 0:
         assert any(w.startswith("steal time since boot") for w in warnings), warnings
+
+
+@pytest.mark.parametrize("cores", [[0], None])
+def test_the_remote_script_reads_what_the_local_snapshot_reads(cores):
+    # The script for real under this machine's sh (dash on Debian, as on the guests), parsed as a
+    # remote snapshot, against the local read of the same machine.
+    class ThisMachineBySh(FakeRemote):
+        def run(self, argv, timeout=60.0, check=True, input=None):
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    remote, local = sysstat.snapshot(ThisMachineBySh(""), cores), sysstat.local_snapshot(cores)
+    assert remote.clk_tck == local.clk_tck and remote.tcp_congestion == local.tcp_congestion
+    assert set(remote.stat) == set(local.stat) and remote.stat["cpu0"]["user"] > 0
+    assert remote.governors == local.governors and remote.throttle == local.throttle
+    # kernel threads (kworkers) come and go between the two reads: most are in both
+    assert local.kthreads and len(set(remote.kthreads) & set(local.kthreads)) >= len(local.kthreads) // 2

@@ -117,10 +117,13 @@ def probe(target: Host, initiator: Host, address: str, wait: float = PROBE_WAIT_
     except HostError as err:
         return DataPath(address, None, f"no free port on {target.name}: {err}", **sysctls_found)
     client_error: list[str] = []
+    # -I -S: the probes need only the standard library; skipping site (.pth files, dist-packages)
+    # shortens python's start, seconds on an emulated guest, where both sides wait for the slower
+    python = ["python3", "-I", "-S", "-c"]
 
     def connect() -> None:
         try:
-            done = initiator.run(["python3", "-c", _CONNECT, address, str(port), str(wait)], timeout=wait + 5,
+            done = initiator.run([*python, _CONNECT, address, str(port), str(wait)], timeout=wait + 5,
                                  check=False)
             if done.returncode != 0:
                 client_error.append(" ".join((done.stderr or "").split())[-120:] or f"exit {done.returncode}")
@@ -130,7 +133,7 @@ def probe(target: Host, initiator: Host, address: str, wait: float = PROBE_WAIT_
     client = threading.Thread(target=connect, daemon=True)
     client.start()
     try:
-        done = target.run(["python3", "-c", _LISTEN, address, str(port), str(wait), str(SO_INCOMING_NAPI_ID)],
+        done = target.run([*python, _LISTEN, address, str(port), str(wait), str(SO_INCOMING_NAPI_ID)],
                           timeout=wait + 5, check=False)
     except HostError as err:
         client.join(wait + 6)

@@ -21,7 +21,8 @@ target the interface holding the target's address. It is recorded per machine wi
 (loopback, veth or nic) and where it came from; a veth or `lo` has no line rate (a veth reports a
 nominal 10 Gb/s), so no link utilisation is given for them. Only where the route cannot be read is
 the busiest interface taken, and then named as such: on a shared machine that may be another
-tenant's traffic. A locally read machine reads the files; an SSH host answers one shell command.
+tenant's traffic. A locally read machine reads the files; an SSH host answers one shell command per
+snapshot (COUNTERS_SCRIPT), and once per run another for what its interfaces are (FACTS_SCRIPT).
 NVMFLAB_NET_ROOT prefixes /proc and /sys (tests use a fake tree).
 """
 
@@ -37,22 +38,39 @@ SECTIONS = ("dev", "softnet", "interrupts", "snmp")
 FILES = {"dev": "proc/net/dev", "softnet": "proc/net/softnet_stat", "interrupts": "proc/interrupts",
          "snmp": "proc/net/snmp"}
 
-REMOTE_SCRIPT = (
-    "for s in dev:/proc/net/dev softnet:/proc/net/softnet_stat interrupts:/proc/interrupts snmp:/proc/net/snmp; "
-    'do echo "=== ${s%%:*}"; cat "${s#*:}" 2>/dev/null; done; '
-    'for i in /sys/class/net/*; do n=${i##*/}; '
-    'echo "=== speed $n $(cat $i/speed 2>/dev/null || echo -)"; '
-    'echo "=== irqs $n $(ls $i/device/msi_irqs 2>/dev/null | tr \'\\n\' \' \')"; '
-    # the interface's kind (interface_kind): type, driver ("?": a device, driver unread), DEVTYPE, tun,
-    # ifindex, iflink; "-" where absent
-    'd=-; if [ -e $i/device ]; then d=$(basename "$(readlink $i/device/driver 2>/dev/null)" 2>/dev/null); '
-    '[ -n "$d" ] && [ "$d" != . ] || d=?; fi; '
-    'echo "=== kind $n $(cat $i/type 2>/dev/null || echo -) ${d:--} '
-    '$(sed -n "s/^DEVTYPE=//p" $i/uevent 2>/dev/null | head -n1 | grep . || echo -) '
-    '$([ -e $i/tun_flags ] && echo tun || echo -) $(cat $i/ifindex 2>/dev/null || echo -) '
-    '$(cat $i/iflink 2>/dev/null || echo -)"; done; '
-    'if command -v ethtool >/dev/null 2>&1; then for i in /sys/class/net/*; do [ -e "$i/device" ] || continue; '
-    'echo "=== ethtool ${i##*/}"; ethtool -S "${i##*/}" 2>/dev/null; done; fi'
+# What an interface is and which MSI vectors its device has cannot change during a run: read once per
+# host and run (Host.ask) by FACTS_SCRIPT; the counters and each link's speed (a link can go down) by
+# COUNTERS_SCRIPT at every snapshot. Every process an emulated guest's shell starts costs tens of
+# milliseconds, so both use only the shell's builtins per interface (read, cd -P, globs, case).
+
+# facts IF: "=== irqs IF V..." (its MSI vectors) and "=== kind IF type driver DEVTYPE tun ifindex iflink"
+# (interface_kind's arguments, "-" where absent; driver "?": a device, its driver unread).
+_FACTS_FUNCTION = (
+    'facts() { p=/sys/class/net/${1##*/}; [ -e "$p" ] || return 0; '
+    'q=; for w in "$p"/device/msi_irqs/*; do [ -e "$w" ] && q="$q ${w##*/}"; done; echo "=== irqs ${p##*/}$q"; '
+    'd=-; if [ -e "$p/device" ]; then d=?; cd -P "$p/device/driver" 2>/dev/null && d=${PWD##*/}; cd /; fi; '
+    't=; x=; f=; read -r t 2>/dev/null < "$p/type"; read -r x 2>/dev/null < "$p/ifindex"; '
+    'read -r f 2>/dev/null < "$p/iflink"; '
+    'e=; while IFS= read -r w; do case $w in DEVTYPE=*) e=${w#DEVTYPE=}; break;; esac; done 2>/dev/null < "$p/uevent"; '
+    'u=-; [ -e "$p/tun_flags" ] && u=tun; echo "=== kind ${p##*/} ${t:--} ${d:-?} ${e:--} $u ${x:--} ${f:--}"; }; '
+)
+
+# The facts of the interfaces named as arguments (else of all), then where ethtool is ("=== tool ethtool PATH").
+FACTS_SCRIPT = _FACTS_FUNCTION + (
+    '[ $# -gt 0 ] || set -- /sys/class/net/*; for i; do facts "$i"; done; '
+    'printf "=== tool ethtool "; command -v ethtool || echo'
+)
+
+# $1: the path FACTS_SCRIPT found for ethtool ("" for none); then the interfaces whose facts are kept.
+# The four /proc files in one process (tail's "==> FILE <==" headers split them), each interface's
+# speed, the facts of an interface made since (not among the kept), `ethtool -S` of each device's.
+COUNTERS_SCRIPT = _FACTS_FUNCTION + (
+    'tail -n +1 /proc/net/dev /proc/net/softnet_stat /proc/interrupts /proc/net/snmp 2>/dev/null; '
+    'tool=$1; shift; kept=" $* "; '
+    'for i in /sys/class/net/*; do n=${i##*/}; s=; read -r s 2>/dev/null < "$i/speed"; echo "=== speed $n ${s:--}"; '
+    'case $kept in *" $n "*) ;; *) facts "$i";; esac; done; '
+    '[ -n "$tool" ] && for i in /sys/class/net/*; do [ -e "$i/device" ] || continue; '
+    'echo "=== ethtool ${i##*/}"; "$tool" -S "${i##*/}" 2>/dev/null; done; true'
 )
 
 
@@ -168,23 +186,39 @@ def parse_ethtool(text: str) -> dict[str, int]:
     return out
 
 
+def _tail_section(line: str) -> str | None:
+    """The section of a tail header ('==> /proc/net/dev <=='), None for another line."""
+    if not (line.startswith("==> ") and line.endswith(" <==")):
+        return None
+    path = line[4:-4]
+    return next((s for s, rel in FILES.items() if path.endswith("/" + rel)), "")
+
+
 def parse_remote(text: str) -> dict[str, Any]:
-    """REMOTE_SCRIPT's output in collect_local's form."""
+    """FACTS_SCRIPT's or COUNTERS_SCRIPT's output (or both) in collect_local's form: the /proc files
+    as tail's sections, the rest as "=== WHAT IF ..." lines ("=== ethtool IF" opens a section)."""
     out: dict[str, Any] = {"t": time.monotonic(), "speed": {}, "irqs": {}, "ethtool": {}, "kind": {},
                            **{s: "" for s in SECTIONS}}
     current = None
+    tools: dict[str, str] = {}
     lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
     for line in text.splitlines():
+        section = _tail_section(line)
+        if section is not None:
+            if current in lines and lines[current] and lines[current][-1] == "":
+                lines[current].pop()  # the blank line tail writes before the next file's header
+            current = section or None
+            continue
         if line.startswith("=== "):
             parts = line[4:].split()
             current = None
-            if parts and parts[0] in SECTIONS:
-                current = parts[0]
-            elif len(parts) >= 2 and parts[0] == "ethtool":
+            if len(parts) >= 2 and parts[0] == "ethtool":
                 current = "ethtool:" + parts[1]
                 lines[current] = []
             elif len(parts) >= 2 and parts[0] == "speed":
                 out["speed"][parts[1]] = _speed(parts[2] if len(parts) > 2 else None)
+            elif len(parts) >= 2 and parts[0] == "tool":  # FACTS_SCRIPT's path of a tool ("": none)
+                tools[parts[1]] = parts[2] if len(parts) > 2 else ""
             elif len(parts) >= 2 and parts[0] == "irqs":
                 out["irqs"][parts[1]] = sorted(parts[2:])
             elif len(parts) == 8 and parts[0] == "kind":
@@ -200,6 +234,8 @@ def parse_remote(text: str) -> dict[str, Any]:
     for section, body in lines.items():
         if section.startswith("ethtool:"):
             out["ethtool"][section.split(":", 1)[1]] = parse_ethtool("\n".join(body))
+    if tools:
+        out["tools"] = tools
     return out
 
 
@@ -255,10 +291,17 @@ def snapshot(host: Any = None) -> dict[str, Any] | None:
     """Counters of the machine `host` runs on; None when they cannot be read (never fails a point)."""
     if host is not None and getattr(host, "remote", False):
         try:
-            done = host.run(["sh", "-c", REMOTE_SCRIPT], check=False, timeout=15)
+            facts = parse_remote(host.ask(["sh", "-c", FACTS_SCRIPT], timeout=15).stdout or "")
+            ethtool = facts.get("tools", {}).get("ethtool", "")
+            done = host.run(["sh", "-c", COUNTERS_SCRIPT, "sh", ethtool, *sorted(facts["kind"])], check=False,
+                            timeout=15)
         except Exception:  # an unreachable host costs the counters, not the point
             return None
-        return parse_remote(done.stdout or "")
+        snap = parse_remote(done.stdout or "")
+        # as collect_local: the interfaces present now (each has a speed line), kept facts or new ones
+        snap["kind"] = {n: snap["kind"].get(n, facts["kind"].get(n, "unknown")) for n in snap["speed"]}
+        snap["irqs"] = {n: snap["irqs"].get(n, facts["irqs"].get(n, [])) for n in snap["speed"]}
+        return snap
     return collect_local()
 
 

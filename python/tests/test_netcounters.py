@@ -88,13 +88,19 @@ def test_irqs_found_by_name_without_msi_and_old_softnet_rows(tmp_path):
     assert nc.summarize({"local": w})["link_util_pct"] is None
 
 
+def tail_text(snap):
+    """The four /proc files as COUNTERS_SCRIPT's `tail -n +1` prints them."""
+    return "\n".join(f"==> /{nc.FILES[s]} <==\n{snap[s]}" for s in nc.SECTIONS)
+
+
 def test_remote_script_output_parses_like_the_local_read(tmp_path):
     write(tmp_path, lo=7, rx=9, tx=11, retrans=3)
     local = nc.collect_local(tmp_path)
-    text = "".join(f"=== {s}\n{local[s]}\n" for s in nc.SECTIONS)
-    text += "=== speed eth0 10000\n=== irqs eth0 24 25 \n=== speed lo -\n=== irqs lo \n"
+    text = tail_text(local) + "=== speed eth0 10000\n=== irqs eth0 24 25 \n=== speed lo -\n=== irqs lo \n"
     remote = nc.parse_remote(text)
     assert remote["speed"] == {"eth0": 10000, "lo": None} and remote["irqs"] == {"eth0": ["24", "25"], "lo": []}
+    for section in nc.SECTIONS:  # tail's blank line between two files is not part of either
+        assert remote[section] == local[section].rstrip("\n"), section
     assert nc.parse_dev(remote["dev"]) == nc.parse_dev(local["dev"])
     assert nc.parse_retrans(remote["snmp"]) == 3
     assert nc.parse_softnet(remote["softnet"]) == nc.parse_softnet(local["softnet"])
@@ -161,8 +167,7 @@ def test_ethtool_counters_of_the_data_interface_that_moved(tmp_path):
     local = nc.collect_local(tmp_path)
 
     def remote_text(snap, stats):
-        text = "".join(f"=== {s}\n{snap[s]}\n" for s in nc.SECTIONS)
-        return text + "=== speed eth0 10000\n=== irqs eth0 24 25\n=== ethtool eth0\nNIC statistics:\n" + "".join(
+        return tail_text(snap) + "=== speed eth0 10000\n=== irqs eth0 24 25\n=== ethtool eth0\nNIC statistics:\n" + "".join(
             f"     {k}: {v}\n" for k, v in stats.items())
 
     before = nc.parse_remote(remote_text(local, {"rx_packets": 10, "rx_missed_errors": 0, "tx_queue_0_restart": 1}))

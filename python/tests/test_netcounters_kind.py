@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 
+import pytest
 from test_netcounters import write
 
 from nvmflab import netcounters as nc
@@ -43,10 +44,12 @@ def test_the_kind_of_each_interface_is_read_from_sysfs(tmp_path):
     assert nc.collect_local(tmp_path)["kind"]["eth0"] == "unknown"  # not read: not guessed
 
 
-def test_the_remote_script_reports_the_same_kinds(tmp_path):
+@pytest.mark.parametrize("script, args", [(nc.FACTS_SCRIPT, []),  # once per run
+                                          (nc.COUNTERS_SCRIPT, [""])])  # interfaces made since: none kept
+def test_the_remote_scripts_report_the_same_kinds(tmp_path, script, args):
     fake_sysfs(tmp_path)
-    script = nc.REMOTE_SCRIPT.replace("/sys/class/net/", f"{tmp_path}/sys/class/net/")
-    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+    script = script.replace("/sys/class/net/", f"{tmp_path}/sys/class/net/")
+    done = subprocess.run(["sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=30,
                           env={**os.environ, "PATH": "/usr/bin:/bin"})
     assert nc.parse_remote(done.stdout)["kind"] == EXPECTED
 

@@ -345,11 +345,9 @@ def test_env_command_prints_its_warnings(fake_env):
 def test_the_remote_script_reads_what_the_local_snapshot_reads(cores):
     # The script for real under this machine's sh (dash on Debian, as on the guests), parsed as a
     # remote snapshot, against the local read of the same machine.
-    class ThisMachineBySh(FakeRemote):
-        def run(self, argv, timeout=60.0, check=True, input=None):
-            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    from test_netcounters_remote import ShellHost
 
-    remote, local = sysstat.snapshot(ThisMachineBySh(""), cores), sysstat.local_snapshot(cores)
+    remote, local = sysstat.snapshot(ShellHost(), cores), sysstat.local_snapshot(cores)
     assert remote.clk_tck == local.clk_tck and remote.tcp_congestion == local.tcp_congestion
     assert set(remote.stat) == set(local.stat) and remote.stat["cpu0"]["user"] > 0
     assert remote.governors == local.governors and remote.throttle == local.throttle

@@ -1,5 +1,6 @@
 """Each TLS row against the limit the cipher puts on it (nvmfbench.cipher): the plain row of the
-same pair, plus the AES-GCM time per I/O. Pure functions on cells, runs and cipher records."""
+same pair, plus the AES-GCM time per I/O. Pure functions on cells, runs and cipher records, but
+bound_rows, which first marks the cipher records from a slow phase of the machine (cipher.mark_slow)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def per_round(runs: list[dict[str, Any]], tls: tuple[str, str], plain: tuple[str
 def bound_rows(table: dict[tuple[str, str, str], dict[str, Any]], runs: list[dict[str, Any]],
                records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per TLS pair and workload that ran: plain and TLS IOPS (medians), the limit from
-    them and the median cipher rates, measured / limit, and the per-round interval."""
+    them and the median cipher rates, measured / limit, and the per-round interval. Marks the cipher
+    records slow relative to the fastest probe of `runs` and the records (kept on them for the report)."""
+    cipher.mark_slow(records, runs)
     rows = []
     for tls, plain, label in TLS_PLAIN:
         for work in (w for w in TLS_WORKS if (*tls, w) in table):

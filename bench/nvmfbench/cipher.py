@@ -1,15 +1,22 @@
 """The AES-GCM rate a core reaches, and the limit it puts on a TLS row (issue 40 item 1).
 
-The TLS rows negotiate TLS_AES_128_GCM_SHA256 (the bench's PSK is a SHA-256 one), and our record
-layer seals and opens records with OpenSSL's EVP, from the same libcrypto the `openssl` command
-uses. So `openssl speed -aead -evp aes-128-gcm` measures the code our stack runs, in the sequence
-a TLS record takes (a fresh nonce, 13 bytes of additional data and a tag per buffer), and counts
-the CPU time it used (speed's default), so a busy shared machine slows it less than it slows a run.
-It is pinned with taskset to the target's core, before the round's targets start.
+The TLS rows negotiate TLS_AES_128_GCM_SHA256 (the bench's PSK is a SHA-256 one). Two
+implementations of it run here, and each round measures both, pinned with taskset to the target's
+core before the round's targets start, counting CPU time (so a busy shared machine slows them less
+than it slows a run):
+- "openssl-evp": `openssl speed -aead -evp aes-128-gcm`, OpenSSL's EVP from the libcrypto SPDK's
+  TLS uses, in the sequence a TLS record takes (a fresh nonce, 13 bytes of additional data and a
+  tag per buffer);
+- "nvmf-tls": `nvmf-bench aead`, our record layer's Sealer and Opener (ring's AES-GCM), whole
+  records of the size asked (at most 16 KiB, so not at 128 KiB).
+The limit takes, per direction, the faster of the two: no stack beats the fastest AES-GCM the core
+runs with the code at hand. Each (size, direction) is bracketed by the bench's speed probes, and a
+measurement from a slow phase of the machine (mark_slow, the rule of speed.mark_slow_phases) is
+left out unless every one is slow.
 
 A TLS record holds at most 16 KiB, so a 128 KiB I/O is sealed as 16 KiB records: the limit of a
-row takes the rate at its record size. The rate at 128 KiB buffers is measured too and shown, to
-say what a record size cannot reach.
+row takes the rate at its record size. OpenSSL's rate at 128 KiB buffers is measured too and shown,
+to say what a record size cannot reach.
 
 The limit: a row's plain run takes 1/plain_IOPS per I/O on its busier side; TLS adds the cipher's
 time. At QD1 one I/O is in flight, so the sealing side and the opening side take turns: both
@@ -19,13 +26,20 @@ side (the one that decrypts: opening is the slower direction) bounds the rate:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import statistics
 import subprocess
-from typing import Any, Iterable
+from typing import Any, Callable, ContextManager, Iterable
+
+from .speed import SLOW_LIMIT
+from .stacks import BenchError, bench_binary
 
 SUITE = "TLS_AES_128_GCM_SHA256"
 EVP_NAME = "aes-128-gcm"
+OPENSSL, OURS = "openssl-evp", "nvmf-tls"
+IMPLS = (OPENSSL, OURS)
 RECORD_MAX = 16 << 10  # TLS's largest record payload
 SIZES = (4 << 10, 16 << 10, 128 << 10)
 OPS = ("encrypt", "decrypt")
@@ -46,6 +60,18 @@ def speed_command(core: int, size: int, op: str, seconds: int) -> list[str]:
             + ["-evp", EVP_NAME, "-bytes", str(size), "-seconds", str(seconds)])
 
 
+def aead_command(core: int, size: int, op: str, seconds: float) -> list[str]:
+    """`nvmf-bench aead` on `core`; CipherError when the binary is not built."""
+    if op not in OPS:
+        raise ValueError(f"unknown cipher direction {op!r} ({', '.join(OPS)})")
+    try:
+        binary = bench_binary("nvmf-bench")
+    except BenchError as err:
+        raise CipherError(str(err)) from err
+    return (["taskset", "-c", str(core), str(binary), "aead", "--bytes", str(size), "--seconds", str(seconds)]
+            + (["--decrypt"] if op == "decrypt" else []))
+
+
 def parse_speed(text: str) -> float:
     """Bytes per second from `openssl speed -mr` output; CipherError when it holds no rate."""
     found = _RATE.findall(text)
@@ -58,31 +84,80 @@ def parse_speed(text: str) -> float:
     return rate
 
 
-def measure(core: int, size: int, op: str, seconds: int = 1) -> float:
-    """One `openssl speed` on `core`: bytes per second (CPU time) at `size`-byte buffers."""
-    cmd = speed_command(core, size, op, seconds)
+def parse_aead(text: str) -> float:
+    """Bytes per second from `nvmf-bench aead`'s JSON line; CipherError when it holds none."""
+    lines = text.strip().splitlines()
+    try:
+        found = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        found = None
+    rate = found.get("rate_bps") if isinstance(found, dict) and found.get("impl") == OURS else None
+    if not isinstance(rate, (int, float)) or not rate > 0:
+        raise CipherError(f"nvmf-bench aead gave no positive rate_bps of {OURS}: {text.strip()[-200:] or 'no output'}")
+    return float(rate)
+
+
+def _run(cmd: list[str], seconds: float, parse: Callable[[str], float]) -> float:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise CipherError(f"{' '.join(cmd[:5])} failed: {err}") from err
     if done.returncode != 0:
         raise CipherError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-200:]}")
-    return parse_speed(done.stdout)
+    return parse(done.stdout)
 
 
-def measure_round(core: int, round_index: int, seconds: int = 1) -> list[dict[str, Any]]:
-    """Every size and direction once: records {"round", "core", "size", "op", "rate_bps"} or
-    with "error" in place of the rate."""
+def measure(core: int, size: int, op: str, seconds: int = 1, impl: str = OPENSSL) -> float:
+    """One measurement of `impl` on `core`: bytes per second (CPU time) at `size`-byte buffers."""
+    if impl == OPENSSL:
+        return _run(speed_command(core, size, op, seconds), seconds, parse_speed)
+    if impl == OURS:
+        return _run(aead_command(core, size, op, seconds), seconds, parse_aead)
+    raise ValueError(f"unknown AES-GCM implementation {impl!r} ({', '.join(IMPLS)})")
+
+
+def impls_at(size: int) -> tuple[str, ...]:
+    """Our records hold at most 16 KiB: larger buffers are OpenSSL's alone."""
+    return IMPLS if size <= RECORD_MAX else (OPENSSL,)
+
+
+def measure_round(core: int, round_index: int, seconds: int = 1,
+                  bracket: Callable[[], ContextManager[Any]] | None = None) -> list[dict[str, Any]]:
+    """Every size, direction and implementation once: records {"round", "core", "size", "op",
+    "impl", "rate_bps"} or with "error" in place of the rate. With `bracket` (a speed.Bracket
+    maker), each size and direction's measurements are bracketed together and carry its fields."""
     out = []
     for size in SIZES:
         for op in OPS:
-            record: dict[str, Any] = {"round": round_index, "core": core, "size": size, "op": op}
-            try:
-                record["rate_bps"] = measure(core, size, op, seconds)
-            except CipherError as err:
-                record["error"] = str(err)
-            out.append(record)
+            found = []
+            with bracket() if bracket else contextlib.nullcontext() as probes:
+                for impl in impls_at(size):
+                    record: dict[str, Any] = {"round": round_index, "core": core, "size": size, "op": op, "impl": impl}
+                    try:
+                        record["rate_bps"] = measure(core, size, op, seconds, impl)
+                    except CipherError as err:
+                        record["error"] = str(err)
+                    found.append(record)
+            out += [r | probes.fields for r in found] if probes is not None else found
     return out
+
+
+def mark_slow(records: list[dict[str, Any]], runs: Iterable[dict[str, Any]], limit: float = SLOW_LIMIT) -> int:
+    """Marks (in place, like speed.mark_slow_phases marks runs) each cipher record whose slower
+    probe exceeds `limit` x the fastest probe of the runs and the records, with `slow_machine`;
+    returns how many it marked. Records without probes are never slow."""
+    probes = [p for r in [*runs, *records] for p in r.get("probe_ns") or []]
+    if not probes:
+        return 0
+    fastest = min(probes)
+    marked = 0
+    for r in records:
+        mine = r.get("probe_ns") or []
+        r.pop("slow_machine", None)
+        if mine and max(mine) > limit * fastest:
+            r["slow_machine"] = round(max(mine) / fastest, 2)
+            marked += 1
+    return marked
 
 
 def record_size(bs: int) -> int:
@@ -90,19 +165,38 @@ def record_size(bs: int) -> int:
     return min(bs, RECORD_MAX)
 
 
-def rates(records: Iterable[dict[str, Any]], bs: int) -> dict[str, float] | None:
-    """{"encrypt": B/s, "decrypt": B/s} at the record size of a `bs`-byte I/O (the largest
-    measured size not above it), the median over `records`; None when a direction has none."""
+def by_impl(records: Iterable[dict[str, Any]], size: int, op: str) -> tuple[dict[str, float], bool]:
+    """Each implementation's median rate at `size` and `op`, over the records not from a slow phase
+    (all of them when every one is slow: then True)."""
+    ok = [r for r in records if r.get("rate_bps") and r["size"] == size and r["op"] == op]
+    fast = [r for r in ok if not r.get("slow_machine")]
+    chosen = fast or ok
+    medians = {}
+    for impl in IMPLS:
+        values = [r["rate_bps"] for r in chosen if r.get("impl", OPENSSL) == impl]
+        if values:
+            medians[impl] = statistics.median(values)
+    return medians, bool(ok) and not fast
+
+
+def rates(records: Iterable[dict[str, Any]], bs: int) -> dict[str, Any] | None:
+    """At the record size of a `bs`-byte I/O (the largest measured size not above it), per
+    direction the faster implementation's median rate: {"encrypt": B/s, "decrypt": B/s,
+    "impl": {op: implementation}, "all_slow": [ops measured only in slow phases]}; None when a
+    direction has no rate."""
     ok = [r for r in records if r.get("rate_bps")]
     sizes = sorted({r["size"] for r in ok if r["size"] <= record_size(bs)})
     if not sizes:
         return None
-    out = {}
+    out: dict[str, Any] = {"impl": {}, "all_slow": []}
     for op in OPS:
-        values = [r["rate_bps"] for r in ok if r["size"] == sizes[-1] and r["op"] == op]
-        if not values:
+        medians, all_slow = by_impl(ok, sizes[-1], op)
+        if not medians:
             return None
-        out[op] = statistics.median(values)
+        out["impl"][op] = max(medians, key=medians.__getitem__)
+        out[op] = medians[out["impl"][op]]
+        if all_slow:
+            out["all_slow"].append(op)
     return out
 
 

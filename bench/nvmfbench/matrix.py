@@ -107,7 +107,7 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     for r in range(cfg.rounds):
         if cfg.tls_stacks and cfg.tls_works:
             # Before the round's targets start: a polling target would share the core.
-            ciphers += cipher_round(cfg.target_core, r)
+            ciphers += cipher_round(bench, cfg, r, gate)
         for target_stack, hosts, works in in_turn(cfg.legs(), r):
             try:
                 with bench.target(target_stack, [cfg.target_core], "poll") as target:
@@ -143,11 +143,18 @@ def run_matrix(bench: Bench, cfg: Config, progress: Progress) -> dict[str, list[
     return {"runs": runs, "floor": floors, "cipher": ciphers, "waited_s": gate.waited if gate else 0.0}
 
 
-def cipher_round(core: int, r: int) -> list[dict[str, Any]]:
-    """The AES-GCM rates of the TLS rows' suite on `core` (nvmfbench.cipher), one line on stderr."""
-    found = cipher.measure_round(core, r)
-    text = ", ".join(f"{c['op']} {c['size'] >> 10} KiB " + (f"{c['rate_bps'] / 1e9:.2f} GB/s" if c.get("rate_bps")
-                                                           else f"FAILED: {c['error']}") for c in found)
+def cipher_round(bench: Bench, cfg: Config, r: int, gate: speed.Gate | None) -> list[dict[str, Any]]:
+    """The AES-GCM rates of the TLS rows' suite on the target's core, both implementations
+    (nvmfbench.cipher), one line on stderr. With the gate (the noise limit on), each size and
+    direction is bracketed by speed probes like a run, so bound.bound_rows can leave slow ones out."""
+    core = cfg.target_core
+
+    def bracket() -> speed.Bracket:
+        return speed.Bracket(bench, core, cfg.host_core, gate=gate)
+
+    found = cipher.measure_round(core, r, bracket=bracket if gate is not None else None)
+    text = ", ".join(f"{c['op']} {c['size'] >> 10} KiB {c['impl']} " + (f"{c['rate_bps'] / 1e9:.2f} GB/s" if c.get("rate_bps")
+                                                                       else f"FAILED: {c['error']}") for c in found)
     print(f"round {r + 1} {cipher.SUITE} on core {core}: {text}", file=sys.stderr, flush=True)
     return found
 

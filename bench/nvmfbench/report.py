@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -118,13 +117,24 @@ def assemble(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]], works
 
 
 def cipher_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The suite, the core, each size and direction's median rate, failures, and every record."""
-    rates = {}
+    """The suite, the core, per size and direction the rate the limit takes (the faster
+    implementation's median, slow-phase measurements left out as bound.bound_rows marked them)
+    with each implementation's median and which one it took, what was slow, failures, every record."""
+    rates, per_impl, took, all_slow, slow = {}, {}, {}, [], 0
     for size in sorted({r["size"] for r in records}):
-        per_op = {op: [r["rate_bps"] for r in records if r["size"] == size and r["op"] == op and r.get("rate_bps")]
-                  for op in cipher.OPS}
-        rates[str(size)] = {op: _r(statistics.median(values), 0) if values else None for op, values in per_op.items()}
+        rates[str(size)], per_impl[str(size)], took[str(size)] = {}, {}, {}
+        for op in cipher.OPS:
+            medians, slow_only = cipher.by_impl(records, size, op)
+            best = max(medians, key=medians.__getitem__) if medians else None
+            rates[str(size)][op] = _r(medians[best], 0) if best else None
+            per_impl[str(size)][op] = {impl: _r(v, 0) for impl, v in medians.items()}
+            took[str(size)][op] = best
+            if slow_only:
+                all_slow.append(f"{size >> 10} KiB {op}")
+            else:
+                slow += sum(1 for r in records if r["size"] == size and r["op"] == op and r.get("slow_machine"))
     return {"suite": cipher.SUITE, "cores": sorted({r["core"] for r in records}), "rates_bps": rates,
+            "by_impl_bps": per_impl, "limit_impl": took, "slow": slow, "all_slow": all_slow,
             "errors": sorted({r["error"] for r in records if r.get("error")}), "records": records}
 
 
@@ -277,14 +287,14 @@ def _bound(results: dict[str, Any]) -> str:
     rows, found = results.get("tls_bound") or [], results.get("cipher") or {}
     if not rows:
         return ""
-    rates = "; ".join(f"{int(size) >> 10} KiB " + ", ".join(f"{op} {_gbps(v)}" for op, v in ops.items())
-                      for size, ops in (found.get("rates_bps") or {}).items())
     cores = ", ".join(str(c) for c in found.get("cores") or []) or "—"
-    lines = [f"Cipher bound: {found.get('suite', cipher.SUITE)} through OpenSSL's EVP (`openssl speed -aead`, CPU time, "
-             f"pinned to core {cores}, each round before its targets start): {rates or 'not measured'}"
-             + (f" (failed: {'; '.join(found['errors'])})" if found.get("errors") else "") + ". Limit = 1 / "
-             "(1/plain IOPS + cipher time per I/O): records of up to 16 KiB, both directions at QD1 (the sealing and "
-             "the opening side take turns), the slower direction alone at higher depths (each side on its core).", "",
+    lines = [f"Cipher bound: {found.get('suite', cipher.SUITE)}, per size and direction the faster of OpenSSL's EVP "
+             f"(`openssl speed -aead`) and our record layer (`nvmf-bench aead`), CPU time, pinned to core {cores}, each "
+             f"round before its targets start: {_cipher_rates(found) or 'not measured'}"
+             + (f" (failed: {'; '.join(found['errors'])})" if found.get("errors") else "") + f". {_cipher_slow(found)}"
+             "Limit = 1 / (1/plain IOPS + cipher time per I/O): records of up to 16 KiB, both directions at QD1 (the "
+             "sealing and the opening side take turns), the slower direction alone at higher depths (each side on its "
+             "core).", "",
              "| pair | work | plain | TLS | limit | TLS / limit | per round (95 %) |", "|---|---|---|---|---|---|---|"]
     for b in rows:
         bs = bound.WORKS[b["work"]].bs
@@ -292,6 +302,29 @@ def _bound(results: dict[str, Any]) -> str:
                      f"{_io(b['limit_iops'], bs)} | {_x(b['value'])}"
                      + (f" ({b['why_missing']})" if b["why_missing"] else "") + f" | {_interval(b['per_round'])} |")
     return "\n".join(lines)
+
+
+def _cipher_rates(found: dict[str, Any]) -> str:
+    """"4 KiB encrypt 3.10 GB/s (nvmf-tls; openssl-evp 2.50 GB/s), ...": the limit's rate, which
+    implementation gave it, and the other's."""
+    sizes = []
+    for size, ops in (found.get("rates_bps") or {}).items():
+        parts = []
+        for op, rate in ops.items():
+            took = (found.get("limit_impl") or {}).get(size, {}).get(op)
+            each = (found.get("by_impl_bps") or {}).get(size, {}).get(op) or {}
+            named = [took] + [f"{impl} {_gbps(v)}" for impl, v in each.items() if impl != took] if took else []
+            parts.append(f"{op} {_gbps(rate)}" + (f" ({'; '.join(named)})" if named else ""))
+        sizes.append(f"{int(size) >> 10} KiB " + ", ".join(parts))
+    return "; ".join(sizes)
+
+
+def _cipher_slow(found: dict[str, Any]) -> str:
+    """How many cipher measurements a slow phase of the machine left out, and where all were slow."""
+    text = f"{found['slow']} measurement(s) from a slow phase left out. " if found.get("slow") else ""
+    if found.get("all_slow"):
+        text += f"Every measurement slow, all used: {', '.join(found['all_slow'])}. "
+    return text
 
 
 def _interval(found: list[float] | tuple[float, ...] | None) -> str:

@@ -1,5 +1,6 @@
-"""bench/nvmfbench/cipher.py and bound.py: the AES-GCM rate from `openssl speed` (fake output and a
-fake openssl), and each TLS row's cipher-bound limit, per-round interval and goal (issue 40 item 1)."""
+"""bench/nvmfbench/cipher.py and bound.py: the AES-GCM rates from `openssl speed` and `nvmf-bench aead`
+(fake output, a fake openssl and nvmf-bench), the faster of the two with slow-phase measurements left
+out, and each TLS row's cipher-bound limit, per-round interval and goal (issue 40 item 1)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from nvmfbench import bound, cipher, goals, report, stats  # noqa: E402
+from nvmfbench import bound, cipher, goals, report, stacks, stats  # noqa: E402
 
 SPEED_MR = """Doing AES-128-GCM for 1s on 4096 size blocks: +DT:AES-128-GCM:1:4096
 +R:515587:AES-128-GCM:0.740000
@@ -38,27 +39,79 @@ def test_the_measurement_is_pinned_to_the_core_in_a_tls_like_sequence():
         cipher.speed_command(0, 4096, "sideways", 1)
 
 
-def _fake_tools(tmp_path: Path, openssl_body: str) -> str:
-    """A PATH whose taskset runs its command unpinned and whose openssl is `openssl_body`."""
-    for name, body in (("taskset", 'shift 2; exec "$@"'), ("openssl", openssl_body)):
+def _fake_tools(tmp_path: Path, openssl_body: str, aead_body: str | None = None) -> str:
+    """A PATH whose taskset runs its command unpinned and whose openssl is `openssl_body`; with
+    `aead_body`, a fake nvmf-bench there too (NVMFLAB_BIN_DIR must point at tmp_path)."""
+    tools = [("taskset", 'shift 2; exec "$@"'), ("openssl", openssl_body)]
+    for name, body in tools + ([("nvmf-bench", aead_body)] if aead_body is not None else []):
         script = tmp_path / name
         script.write_text(f"#!/bin/sh\n{body}\n")
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(tmp_path)
 
 
-def test_a_round_measures_every_size_and_direction_and_records_failures(tmp_path, monkeypatch):
-    # the fake's rate is the buffer size in MB/s, doubled for encryption: the records must match their size and op
-    body = ('size=""; enc=2; while [ $# -gt 0 ]; do [ "$1" = -bytes ] && size=$2; [ "$1" = -decrypt ] && enc=1; '
-            'shift; done; echo "+F:25:AES-128-GCM:$((size * 1000000 * enc))"')
-    monkeypatch.setenv("PATH", _fake_tools(tmp_path, body))
-    found = cipher.measure_round(0, 4)
-    assert [(r["size"], r["op"]) for r in found] == [(s, op) for s in cipher.SIZES for op in cipher.OPS]
+# the fakes' rate is the buffer size in MB/s, doubled for encryption, and nvmf-bench's tripled: the
+# records must match their size, op and implementation
+OPENSSL_FAKE = ('size=""; enc=2; while [ $# -gt 0 ]; do [ "$1" = -bytes ] && size=$2; [ "$1" = -decrypt ] && enc=1; '
+                'shift; done; echo "+F:25:AES-128-GCM:$((size * 1000000 * enc))"')
+AEAD_FAKE = ('size=""; enc=2; while [ $# -gt 0 ]; do [ "$1" = --bytes ] && size=$2; [ "$1" = --decrypt ] && enc=1; '
+             'shift; done; echo "{\\"impl\\": \\"nvmf-tls\\", \\"rate_bps\\": $((size * 3000000 * enc))}"')
+
+
+class FakeBracket:
+    """speed.Bracket's interface: fields set on exit, counted."""
+    entered = 0
+
+    def __enter__(self):
+        FakeBracket.entered += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.fields = {"probe_ns": [9000.0, 9100.0 * FakeBracket.entered]}
+
+
+def test_a_round_measures_both_implementations_bracketed_and_records_failures(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _fake_tools(tmp_path, OPENSSL_FAKE, AEAD_FAKE))
+    monkeypatch.setenv("NVMFLAB_BIN_DIR", str(tmp_path))
+    FakeBracket.entered = 0
+    found = cipher.measure_round(0, 4, bracket=FakeBracket)
+    want = [(s, op, impl) for s in cipher.SIZES for op in cipher.OPS for impl in cipher.impls_at(s)]
+    assert [(r["size"], r["op"], r["impl"]) for r in found] == want
+    assert ("nvmf-tls" in cipher.impls_at(16384)) and cipher.impls_at(131072) == ("openssl-evp",)
     for r in found:
-        assert r["round"] == 4 and r["rate_bps"] == r["size"] * 1e6 * (2 if r["op"] == "encrypt" else 1)
-    monkeypatch.setenv("PATH", _fake_tools(tmp_path, 'echo "Error setting cipher" >&2; exit 1'))
+        factor = (2 if r["op"] == "encrypt" else 1) * (3 if r["impl"] == "nvmf-tls" else 1)
+        assert r["round"] == 4 and r["rate_bps"] == r["size"] * 1e6 * factor
+    # one bracket per size and direction, its probes on both implementations' records
+    assert FakeBracket.entered == len(cipher.SIZES) * len(cipher.OPS)
+    assert found[0]["probe_ns"] == found[1]["probe_ns"] == [9000.0, 9100.0]
+    assert found[2]["probe_ns"] == [9000.0, 18200.0]
+    monkeypatch.setenv("PATH", _fake_tools(tmp_path, 'echo "Error setting cipher" >&2; exit 1', "exit 3"))
     failed = cipher.measure_round(0, 0)
-    assert all("exited 1: Error setting cipher" in r["error"] and "rate_bps" not in r for r in failed)
+    assert all("rate_bps" not in r and "probe_ns" not in r for r in failed)
+    assert all("exited 1: Error setting cipher" in r["error"] for r in failed if r["impl"] == "openssl-evp")
+    assert all("exited 3" in r["error"] for r in failed if r["impl"] == "nvmf-tls")
+
+
+def test_a_missing_nvmf_bench_is_an_error_record_and_openssl_still_counts(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _fake_tools(tmp_path, OPENSSL_FAKE))
+    monkeypatch.setattr(cipher, "bench_binary", lambda name: (_ for _ in ()).throw(stacks.BenchError(f"{name} not found")))
+    found = cipher.measure_round(0, 1)
+    ours = [r for r in found if r["impl"] == "nvmf-tls"]
+    assert ours and all(r["error"] == "nvmf-bench not found" and "rate_bps" not in r for r in ours)
+    assert cipher.rates(found, 4096) == {"encrypt": 4096 * 2e6, "decrypt": 4096 * 1e6,
+                                         "impl": {"encrypt": "openssl-evp", "decrypt": "openssl-evp"}, "all_slow": []}
+
+
+def test_the_aead_rate_is_read_from_nvmf_benchs_json_line():
+    line = '{"impl":"nvmf-tls","bytes":4096,"op":"encrypt","rate_bps":2853843718.5,"records":9,"cpu_s":0.2}\n'
+    assert cipher.parse_aead(line) == pytest.approx(2853843718.5)
+    for bad in ("", "nvmf-bench: --bytes 0 is outside 1..=16384\n", '{"impl":"nvmf-tls","rate_bps":0}',
+                '{"impl":"openssl-evp","rate_bps":5}', '{"impl":"nvmf-tls","rate_bps":"fast"}', "[1]"):
+        with pytest.raises(cipher.CipherError, match="no positive rate_bps"):
+            cipher.parse_aead(bad)
+    cmd = cipher.aead_command(2, 4096, "decrypt", 1)
+    assert cmd[:3] == ["taskset", "-c", "2"] and cmd[3].endswith("nvmf-bench")
+    assert cmd[4:] == ["aead", "--bytes", "4096", "--seconds", "1", "--decrypt"]
 
 
 def test_the_limit_is_the_plain_time_per_io_plus_the_cipher_time():
@@ -77,18 +130,69 @@ def test_the_limit_is_the_plain_time_per_io_plus_the_cipher_time():
         cipher.limit_iops(0, 1e-6)
 
 
-def _rates(rnd, r4k, r16k, r128k=9e9):
-    return [{"round": rnd, "core": 0, "size": size, "op": op, "rate_bps": rate}
-            for size, rate in ((4096, r4k), (16384, r16k), (131072, r128k)) for op in cipher.OPS]
+def _rates(rnd, r4k, r16k, r128k=9e9, impl="openssl-evp", probe=None):
+    return [{"round": rnd, "core": 0, "size": size, "op": op, "impl": impl, "rate_bps": rate}
+            | ({"probe_ns": [probe, probe]} if probe else {})
+            for size, rate in ((4096, r4k), (16384, r16k), (131072, r128k)) if impl in cipher.impls_at(size)
+            for op in cipher.OPS]
+
+
+def _limit(rate, impl="openssl-evp", all_slow=()):
+    return {"encrypt": rate, "decrypt": rate, "impl": {op: impl for op in cipher.OPS}, "all_slow": list(all_slow)}
 
 
 def test_a_large_io_takes_the_rate_of_its_16_kib_records_as_the_median_over_rounds():
     records = _rates(0, 2e9, 4e9) + _rates(1, 3e9, 5e9) + _rates(2, 4e9, 6e9)
-    records.append({"round": 2, "core": 0, "size": 4096, "op": "decrypt", "error": "killed"})
-    assert cipher.rates(records, 131072) == {"encrypt": 5e9, "decrypt": 5e9}  # not the 9 GB/s of 128 KiB buffers
-    assert cipher.rates(records, 4096) == {"encrypt": 3e9, "decrypt": 3e9}
+    records.append({"round": 2, "core": 0, "size": 4096, "op": "decrypt", "impl": "openssl-evp", "error": "killed"})
+    assert cipher.rates(records, 131072) == _limit(5e9)  # not the 9 GB/s of 128 KiB buffers
+    assert cipher.rates(records, 4096) == _limit(3e9)
     assert cipher.rates([r for r in records if r["op"] == "encrypt"], 4096) is None
     assert cipher.rates(records, 512) is None  # no size measured at or below its record
+    del records[0]["impl"]  # records from before the second implementation were OpenSSL's
+    assert cipher.rates(records, 4096) == _limit(3e9)
+
+
+def test_the_limit_takes_the_faster_implementation_per_direction():
+    records = _rates(0, 2e9, 4e9) + _rates(1, 3e9, 5e9) + _rates(0, 3.5e9, 3e9, impl="nvmf-tls")
+    records += _rates(1, 4.5e9, 3e9, impl="nvmf-tls")
+    ours_1 = next(r for r in records if (r["round"], r["size"], r["op"], r["impl"]) == (1, 4096, "encrypt", "nvmf-tls"))
+    ours_1["rate_bps"] = 1e9  # its median drops to 2.25 GB/s, below OpenSSL's 2.5
+    assert cipher.rates(records, 4096) == {"encrypt": 2.5e9, "decrypt": 4e9, "all_slow": [],
+                                           "impl": {"encrypt": "openssl-evp", "decrypt": "nvmf-tls"}}
+    assert cipher.rates(records, 131072) == _limit(4.5e9)  # OpenSSL's 16 KiB records
+    summary = report.cipher_summary(records)
+    assert summary["rates_bps"]["4096"] == {"encrypt": 2.5e9, "decrypt": 4e9}
+    assert summary["by_impl_bps"]["4096"]["encrypt"] == {"openssl-evp": 2.5e9, "nvmf-tls": 2.25e9}
+    assert summary["limit_impl"]["4096"] == {"encrypt": "openssl-evp", "decrypt": "nvmf-tls"}
+    assert summary["limit_impl"]["131072"] == {"encrypt": "openssl-evp", "decrypt": "openssl-evp"}
+
+
+def test_cipher_measurements_from_a_slow_phase_are_left_out_relative_to_the_whole_bench():
+    # the runs' fastest probe is 10 us; cipher records probed at 20 us are slow (> 1.25 x), at 12 us not
+    runs = [{"probe_ns": [10e3, 11e3]}, {"probe_ns": [30e3]}]
+    fast, slow = _rates(0, 2e9, 4e9, probe=12e3), _rates(1, 8e9, 8e9, impl="nvmf-tls", probe=20e3)
+    records = fast + slow
+    assert cipher.mark_slow(records, runs) == len(slow)
+    assert all(r["slow_machine"] == 2.0 for r in slow) and not any("slow_machine" in r for r in fast)
+    assert not any("slow_machine" in r or "noisy" in r for r in runs)  # the runs are the matrix's to judge
+    assert cipher.rates(records, 4096) == _limit(2e9)  # not the slow 8 GB/s
+    # without the runs the fastest probe is the records' own 12 us: 20 us is still slow
+    assert cipher.mark_slow(records, []) == len(slow)
+    summary = report.cipher_summary(records)
+    assert summary["slow"] == 4 and summary["all_slow"] == [] and summary["limit_impl"]["4096"]["encrypt"] == "openssl-evp"
+    # records without probes (the noise limit off) are never slow
+    assert cipher.mark_slow(_rates(0, 1e9, 1e9), runs) == 0
+
+
+def test_when_every_cipher_measurement_is_slow_all_are_used_and_the_report_says_so():
+    runs = [{"probe_ns": [10e3, 10e3]}]
+    records = _rates(0, 2e9, 4e9, probe=20e3) + _rates(1, 3e9, 5e9, impl="nvmf-tls", probe=30e3)
+    assert cipher.mark_slow(records, runs) == len(records)
+    assert cipher.rates(records, 4096) == _limit(3e9, "nvmf-tls", all_slow=cipher.OPS)
+    summary = report.cipher_summary(records)
+    assert summary["slow"] == 0 and summary["all_slow"] == ["4 KiB encrypt", "4 KiB decrypt", "16 KiB encrypt",
+                                                            "16 KiB decrypt", "128 KiB encrypt", "128 KiB decrypt"]
+    assert "Every measurement slow, all used: 4 KiB encrypt" in report._cipher_slow(summary)
 
 
 def run(target, host, work, iops, rnd, noisy=False):
@@ -139,13 +243,17 @@ def test_the_report_shows_the_rates_and_each_tls_row_against_its_limit():
     runs = [run("ours", "ours", large, 40e3, rnd) for rnd in range(2)]
     runs += [run("ours-tls", "ours-tls", large, 12e3, rnd) for rnd in range(2)]
     config = {"seconds": 3, "ramp": 1, "rounds": 2, "target_core": 0, "host_core": 1, "works": [large]}
-    records = _rates(0, 3e9, 5e9) + _rates(1, 3e9, 5.2e9)
+    records = _rates(0, 3e9, 5e9) + _rates(1, 3e9, 5.2e9) + _rates(0, 4e9, 4e9, impl="nvmf-tls")
+    records += _rates(1, 4e9, 4e9, impl="nvmf-tls")
     results = report.assemble(runs, [], [large], config, None, [], [], 10.0, records)
     assert results["cipher"]["rates_bps"]["16384"] == {"encrypt": 5.1e9, "decrypt": 5.1e9}
     (row,) = results["tls_bound"]
     assert row["pair"] == "ours x ours" and 0 < row["limit_iops"] < 40e3
     text = report.markdown(results)
-    assert "Cipher bound: TLS_AES_128_GCM_SHA256" in text and "16 KiB encrypt 5.10 GB/s" in text
+    assert "Cipher bound: TLS_AES_128_GCM_SHA256" in text
+    assert "16 KiB encrypt 5.10 GB/s (openssl-evp; nvmf-tls 4.00 GB/s)" in text
+    assert "4 KiB encrypt 4.00 GB/s (nvmf-tls; openssl-evp 3.00 GB/s)" in text
+    assert "128 KiB encrypt 9.00 GB/s (openssl-evp)," in text and "from a slow phase" not in text
     assert f"| ours x ours | {large} | 5.24 GB/s | 1.57 GB/s |" in text
     assert "TLS: 128k randwrite QD32, ours x ours / cipher-bound limit >= 0.9" in text
     plain = report.assemble(runs[:2], [], [large], config, None, [], [], 10.0)

@@ -21,7 +21,7 @@ to say what a record size cannot reach.
 The limit: a row's plain run takes 1/plain_IOPS per I/O on its busier side; TLS adds the cipher's
 time. At QD1 one I/O is in flight, so the sealing side and the opening side take turns: both
 count. With many in flight each side ciphers on its own core while the other works, and the busier
-side (the one that decrypts: opening is the slower direction) bounds the rate:
+side (the one whose direction is slower) bounds the rate:
     limit = 1 / (1/plain_IOPS + per-I/O cipher time)."""
 
 from __future__ import annotations

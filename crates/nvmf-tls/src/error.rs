@@ -37,3 +37,9 @@ impl From<ErrorStack> for TlsError {
         TlsError::Setup(e.to_string())
     }
 }
+
+impl From<crate::record::CipherError> for TlsError {
+    fn from(e: crate::record::CipherError) -> Self {
+        TlsError::Setup(e.to_string())
+    }
+}

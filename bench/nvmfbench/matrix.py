@@ -153,8 +153,8 @@ def cipher_round(bench: Bench, cfg: Config, r: int, gate: speed.Gate | None) -> 
         return speed.Bracket(bench, core, cfg.host_core, gate=gate)
 
     found = cipher.measure_round(core, r, bracket=bracket if gate is not None else None)
-    text = ", ".join(f"{c['op']} {c['size'] >> 10} KiB {c['impl']} " + (f"{c['rate_bps'] / 1e9:.2f} GB/s" if c.get("rate_bps")
-                                                                       else f"FAILED: {c['error']}") for c in found)
+    text = ", ".join(f"{c['op']} {c['size'] >> 10} KiB {c['impl']} "
+                     + (f"{c['rate_bps'] / 1e9:.2f} GB/s" if c.get("rate_bps") else f"FAILED: {c['error']}") for c in found)
     print(f"round {r + 1} {cipher.SUITE} on core {core}: {text}", file=sys.stderr, flush=True)
     return found
 

@@ -94,7 +94,10 @@ def test_a_round_measures_both_implementations_bracketed_and_records_failures(tm
 
 def test_a_missing_nvmf_bench_is_an_error_record_and_openssl_still_counts(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", _fake_tools(tmp_path, OPENSSL_FAKE))
-    monkeypatch.setattr(cipher, "bench_binary", lambda name: (_ for _ in ()).throw(stacks.BenchError(f"{name} not found")))
+    def missing(name):
+        raise stacks.BenchError(f"{name} not found")
+
+    monkeypatch.setattr(cipher, "bench_binary", missing)
     found = cipher.measure_round(0, 1)
     ours = [r for r in found if r["impl"] == "nvmf-tls"]
     assert ours and all(r["error"] == "nvmf-bench not found" and "rate_bps" not in r for r in ours)
@@ -179,7 +182,8 @@ def test_cipher_measurements_from_a_slow_phase_are_left_out_relative_to_the_whol
     # without the runs the fastest probe is the records' own 12 us: 20 us is still slow
     assert cipher.mark_slow(records, []) == len(slow)
     summary = report.cipher_summary(records)
-    assert summary["slow"] == 4 and summary["all_slow"] == [] and summary["limit_impl"]["4096"]["encrypt"] == "openssl-evp"
+    assert summary["slow"] == 4 and summary["all_slow"] == []
+    assert summary["limit_impl"]["4096"]["encrypt"] == "openssl-evp"
     # records without probes (the noise limit off) are never slow
     assert cipher.mark_slow(_rates(0, 1e9, 1e9), runs) == 0
 

@@ -315,7 +315,7 @@ impl TlsSession {
         while done < dst.len() && self.next_plaintext()? {
             let p = self.rx.plaintext();
             let n = p.len().min(dst.len() - done);
-            dst[done..done + n].copy_from_slice(&p[..n]);
+            crate::record::copy_chunked(&mut dst[done..done + n], &p[..n]);
             self.rx.consume(n);
             done += n;
         }

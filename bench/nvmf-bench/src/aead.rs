@@ -90,7 +90,7 @@ pub fn run(a: &Args) -> Result<Report> {
         }
         cpu = thread_cpu_s() - t0;
     }
-    if !(cpu > 0.0) {
+    if cpu.is_nan() || cpu <= 0.0 {
         bail!("no CPU time counted for {records} records (the thread clock did not move)");
     }
     Ok(Report {

@@ -22,11 +22,21 @@ NO_RATE = "no AES-GCM rate measured"
 # spdk_nvme_perf cannot size its ssl socket's buffers, and SPDK 24.01 leaves them at 4 KiB: its TLS
 # writes wait on delayed ACKs (128 KiB QD1 on our TLS target: 4-14 IOPS, nvmf-perf 234; bench/README.md).
 SPDK_HOST_SEND = "spdk_nvme_perf's ssl socket sends through SPDK 24.01's 4 KiB buffer: this row measures that stall"
+# Its receive buffer is fixed as well (`ss -tmi`: rb 65920, no autotuning): with many reads in flight
+# the target waits on the host's window (4k randread QD32 on our TLS target: rwnd_limited 95 % of
+# the run, 48 K IOPS; bench/README.md, the run of 2026-12-07 05:06).
+SPDK_HOST_RECV = ("spdk_nvme_perf's ssl socket receives into SPDK 24.01's fixed 64 KiB buffer: the target waits on "
+                  "its window, and this row measures that")
 
 
 def caveat(tls: tuple[str, str], work: str) -> str:
-    """What a measured TLS row measures besides TLS: SPDK's host sending the data."""
-    return SPDK_HOST_SEND if tls[1] == "spdk-tls" and "randwrite" in work else ""
+    """What a measured TLS row measures besides TLS: SPDK's host sending the data, or receiving
+    more than one read's data at a time."""
+    if tls[1] != "spdk-tls":
+        return ""
+    if "randwrite" in work:
+        return SPDK_HOST_SEND
+    return SPDK_HOST_RECV if WORKS[work].iodepth > 1 else ""
 
 
 def limit_of(plain_iops: float | None, work: str, records: list[dict[str, Any]]) -> float | None:

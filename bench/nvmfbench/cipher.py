@@ -33,6 +33,7 @@ import statistics
 import subprocess
 from typing import Any, Callable, ContextManager, Iterable
 
+from . import speed
 from .speed import SLOW_LIMIT
 from .stacks import BenchError, bench_binary
 
@@ -146,16 +147,15 @@ def mark_slow(records: list[dict[str, Any]], runs: Iterable[dict[str, Any]], lim
     """Marks (in place, like speed.mark_slow_phases marks runs) each cipher record whose slower
     probe exceeds `limit` x the fastest probe of the runs and the records, with `slow_machine`;
     returns how many it marked. Records without probes are never slow."""
-    probes = [p for r in [*runs, *records] for p in r.get("probe_ns") or []]
-    if not probes:
+    fastest = speed.fastest_probe([*runs, *records])
+    if fastest is None:
         return 0
-    fastest = min(probes)
     marked = 0
     for r in records:
-        mine = r.get("probe_ns") or []
         r.pop("slow_machine", None)
-        if mine and max(mine) > limit * fastest:
-            r["slow_machine"] = round(max(mine) / fastest, 2)
+        slow = speed.slowness(r, fastest, limit)
+        if slow is not None:
+            r["slow_machine"] = slow
             marked += 1
     return marked
 

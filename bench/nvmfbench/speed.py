@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from nvmflab import procs
 
@@ -167,16 +167,28 @@ class Bracket:
             return None
 
 
+def fastest_probe(items: Iterable[dict[str, Any]]) -> float | None:
+    """The fastest probe (ns) any of `items` (runs, cipher records) carries; None without probes."""
+    probes = [p for r in items for p in r.get("probe_ns") or []]
+    return min(probes) if probes else None
+
+
+def slowness(item: dict[str, Any], fastest: float, limit: float = SLOW_LIMIT) -> float | None:
+    """How many times `fastest` the slower probe around `item` took, when that is above `limit`
+    (a slow phase of the machine); None when it is not, or `item` has no probes."""
+    mine = item.get("probe_ns") or []
+    return round(max(mine) / fastest, 2) if mine and max(mine) > limit * fastest else None
+
+
 def mark_slow_phases(runs: list[dict[str, Any]], limit: float = SLOW_LIMIT) -> float | None:
     """Marks every run whose slower probe exceeds `limit` x the fastest probe of the whole bench
     as noisy (`slow_machine`); returns that fastest probe (ns), None without probes."""
-    probes = [p for r in runs for p in r.get("probe_ns") or []]
-    if not probes:
+    fastest = fastest_probe(runs)
+    if fastest is None:
         return None
-    fastest = min(probes)
     for r in runs:
-        mine = r.get("probe_ns") or []
-        if mine and max(mine) > limit * fastest:
-            r["slow_machine"] = round(max(mine) / fastest, 2)
+        slow = slowness(r, fastest, limit)
+        if slow is not None:
+            r["slow_machine"] = slow
             r["noisy"] = True
     return fastest

@@ -89,6 +89,11 @@ impl Backend {
         matches!(self, Backend::Null { .. })
     }
 
+    /// Whether written data goes nowhere (null): a write's data need not be kept in memory at all.
+    pub fn discards_writes(&self) -> bool {
+        matches!(self, Backend::Null { .. })
+    }
+
     /// Whether completed writes may sit in a volatile cache until a Flush (reported as VWC).
     /// Null stores nothing and ram (model too) has no non-volatile medium to flush to: no cache.
     pub fn volatile_cache(&self) -> bool {

@@ -9,6 +9,13 @@ use nvmf_proto::Status;
 use std::sync::Arc;
 
 impl Commands {
+    /// Whether `plan` writes to a namespace that keeps nothing (null): its data need not be
+    /// copied anywhere, so in-capsule data is not moved into a command buffer. False for every
+    /// other plan, and for a namespace that is not there (execute answers that).
+    pub fn discards_data(&self, plan: IoPlan) -> bool {
+        let IoPlan::Write { nsid, .. } = plan else { return false };
+        self.subsys.as_ref().and_then(|s| s.namespace(nsid)).is_some_and(|(_, n)| n.backend.discards_writes())
+    }
 
     /// Queues the backend requests of `plan`, whose data (if any) is in `buf`, under `tag`.
     /// `Ok(n)`: `n` completions will come back with `tag` (0: the command is done, successfully);

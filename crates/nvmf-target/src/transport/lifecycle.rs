@@ -93,6 +93,12 @@ impl Lifecycle {
     #[inline]
     fn buffer<D: DataPath>(&mut self, d: &mut D, at: At, work: Work, len: u32, in_capsule: Option<&[u8]>) {
         let Some(idx) = self.slot_for(d, at, work, len) else { return };
+        if in_capsule.is_some() && matches!(work, Work::Io(plan) if self.cmd.discards_data(plan)) {
+            // A write to a null namespace: its data goes nowhere, so it stays where it arrived
+            // (SPDK's null bdev never reads it either). ram and file namespaces copy it below.
+            self.slots[idx].received = len;
+            return self.execute(d, idx);
+        }
         if let Some(data) = in_capsule {
             if self.take_in_capsule(d, idx) {
                 let s = &mut self.slots[idx];

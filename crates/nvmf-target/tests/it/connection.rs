@@ -343,6 +343,29 @@ fn null_reads_are_zero_after_writes_through_the_same_buffers() {
 }
 
 #[test]
+fn in_capsule_writes_to_null_take_no_command_buffer() {
+    // A null namespace keeps nothing: its in-capsule write data is not copied into a command
+    // buffer. A ram namespace's is, and reads back.
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 31, 1);
+    let after_connect = h.conn.buffer_bytes();
+    for round in 0..3u64 {
+        let mut s = rw_sqe(io_opcode::WRITE, round, 2, SglDescriptor::in_capsule(0, 8192));
+        s.set_nsid(2);
+        assert_eq!(h.command(s, &[0x5A; 8192]).1.status, Status::SUCCESS);
+    }
+    assert_eq!(h.conn.buffer_bytes(), after_connect, "a null write sized a command buffer");
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(h.command(rw_sqe(io_opcode::WRITE, 0, 16, SglDescriptor::in_capsule(0, 8192)), &data).1.status, Status::SUCCESS);
+    assert!(h.conn.buffer_bytes() > after_connect, "the ram write's data went through no command buffer");
+    let (read, cqe) = h.command(rw_sqe(io_opcode::READ, 0, 16, SglDescriptor::transport(8192)), &[]);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(read, data);
+}
+
+#[test]
 fn the_output_buffer_a_burst_grew_is_given_back_after_a_quiet_tick() {
     let t = target();
     let mut a = Host::new(t.clone());

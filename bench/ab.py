@@ -19,6 +19,12 @@ fast phase. A run whose probes show the machine more than 1.25x slower than its 
 left out of every statistic, and with it its round's pair: the VM's phases are 1.5-2x apart and
 change within a round, which otherwise decides the intervals. --no-probe turns this off.
 
+With --bound the two sides are one build without TLS (A) and with it (B, --b defaulting to --a),
+and each round also measures the AES-GCM rate on the target's core (nvmfbench.cipher, both
+implementations, CPU time): each TLS run is set against the limit the cipher puts on it, from its
+round's plain run, 1 / (1/plain_IOPS + per-I/O cipher time) (docs/tls.md, The cipher bound), as
+measured / limit per round with its 95 % interval. Issue 40's goal is 0.90.
+
 With --fifo the target and nvmf-perf run under SCHED_FIFO (`chrt -f 10`), so on a machine that
 other work loads they get their cores whenever they can run and the scheduler stops deciding the
 result (the kernel still leaves others 5 % of each core); each has a CPU-time limit. It implies
@@ -27,7 +33,7 @@ best: a polling FIFO target holds its core between runs too.
 
 Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
-                   [--no-probe] [--wait-for-fast 120] [--tls] [--fifo] [--host spdk_nvme_perf]
+                   [--no-probe] [--wait-for-fast 120] [--tls | --bound] [--fifo] [--host spdk_nvme_perf]
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from nvmflab.stacks import StackError  # noqa: E402
 from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
 from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
-from nvmfbench import speed, stats  # noqa: E402
+from nvmfbench import cipher, speed, stats  # noqa: E402
 from nvmfbench.tls_args import tls_args  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
@@ -222,6 +228,33 @@ def paired_interval(runs: list[dict], key: str) -> str:
     return f"{m:.3f} ({lo:.2f}–{hi:.2f})".rjust(22)
 
 
+def bound_of(runs: list[dict], records: list[dict], work: dict) -> dict:
+    """--bound: TLS (side B) against the limit the cipher puts on it. Per round, B's IOPS over
+    the limit from A's (plain) IOPS and that round's cipher records; "median": the median TLS IOPS
+    over the limit from the median plain IOPS and every round's records; "per_round": the geometric
+    mean of the rounds' ratios, its 95 % interval and how many rounds, or None below two."""
+    def limit(plain: float | None, recs: list[dict]) -> float | None:
+        rate = cipher.rates(recs, work["bs"])
+        if not plain or rate is None:
+            return None
+        return cipher.limit_iops(plain, cipher.cipher_seconds(work["bs"], work["iodepth"], rate))
+
+    by_round: dict[int, dict[str, float]] = {}
+    for x in runs:
+        if x["work"] == work["key"] and x.get("iops"):
+            by_round.setdefault(x.get("round", 0), {})[x["side"]] = x["iops"]
+    ratios = []
+    for r, sides in sorted(by_round.items()):
+        cap = limit(sides.get("A"), [c for c in records if c.get("round") == r]) if "B" in sides else None
+        if cap:
+            ratios.append(sides["B"] / cap)
+    med = {side: median_of([x for x in runs if x["work"] == work["key"] and x["side"] == side], "iops") for side in "AB"}
+    cap = limit(med["A"], records)
+    found = stats.paired_ratio_interval(ratios)
+    return {"limit_iops": cap, "median": med["B"] / cap if cap and med["B"] else None,
+            "per_round": None if found is None else (*found, len(ratios))}
+
+
 def in_fast_phase(runs: list[dict]) -> list[dict]:
     """The runs the statistics use: every run the speed probe found in a slow phase of the
     machine (speed.mark_slow_phases, which marks them) is left out; runs without probes stay."""
@@ -236,7 +269,7 @@ def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, fl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a", required=True, help="the baseline nvmf-target binary")
-    ap.add_argument("--b", required=True, help="the nvmf-target binary measured against it")
+    ap.add_argument("--b", help="the nvmf-target binary measured against it (with --bound: default --a)")
     ap.add_argument("--host", choices=HOSTS, default="nvmf-perf",
                     help="the load generator: nvmf-perf, or SPDK's spdk_nvme_perf (polling; not with --tls)")
     ap.add_argument("--perf", help="the load generator's binary (default: target/release/nvmf-perf, or SPDK's build)")
@@ -250,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--works", default=DEFAULT_WORKS)
     ap.add_argument("--tls", action="store_true",
                     help="TLS 1.3 on every run: each target requires it, with one random PSK for nvmf-perf's host NQN")
+    ap.add_argument("--bound", action="store_true",
+                    help="A without TLS, B with TLS 1.3 (the same build unless --b), and each round the AES-GCM rate on "
+                         "the target's core: each TLS run against the limit the cipher puts on it")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
                     help="bracket runs with the speed probe and leave out slow-phase runs (default on)")
@@ -258,8 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fifo", action="store_true",
                     help="run the target and nvmf-perf under SCHED_FIFO (chrt -f 10), each killed after a bound; implies --no-probe")
     a = ap.parse_args(argv)
-    if a.host == "spdk_nvme_perf" and a.tls:
-        ap.error("--tls with --host spdk_nvme_perf: its ssl socket stalls on SPDK 24.01's 4 KiB buffers (bench/README.md)")
+    if a.host == "spdk_nvme_perf" and (a.tls or a.bound):
+        ap.error(f"{'--tls' if a.tls else '--bound'} with --host spdk_nvme_perf: its ssl socket stalls on SPDK 24.01's "
+                 "4 KiB buffers (bench/README.md)")
+    if a.tls and a.bound:
+        ap.error("--bound runs A without TLS and B with it: leave out --tls")
+    if a.b is None and not a.bound:
+        ap.error("--b is required (only --bound defaults it to --a)")
+    a.b = a.b or a.a
     try:
         a.perf = a.perf or (spdk_perf_binary() if a.host == "spdk_nvme_perf"
                             else str(Path(__file__).resolve().parent.parent / "target/release/nvmf-perf"))
@@ -269,17 +311,23 @@ def main(argv: list[str] | None = None) -> int:
     gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe and not a.fifo else None
     works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
-    tls_key = random_key() if a.tls else None
-    runs = []
+    tls_key = random_key() if a.tls or a.bound else None
+    runs, records = [], []
     for r in range(a.rounds):
+        if a.bound:  # before the round's targets start, on the target's core
+            found = cipher.measure_round(a.target_core, r)
+            records += found
+            for err in sorted({c["error"] for c in found if c.get("error")}):
+                print(f"round {r + 1} cipher: {err}", file=sys.stderr, flush=True)
         order = [("A", a.a), ("B", a.b)] if r % 2 == 0 else [("B", a.b), ("A", a.a)]
         for label, binary in order:
+            key = tls_key if a.tls or (a.bound and label == "B") else None
             for mode in ("poll", "event"):
                 todo = [w for w in works if w["mode"] == mode]
                 if not todo:
                     continue
                 bound = len(todo) * (a.seconds + a.ramp + 40)
-                with Target(binary, a.target_core, mode, tls_key, fifo_prefix(a.fifo, bound)) as target:
+                with Target(binary, a.target_core, mode, key, fifo_prefix(a.fifo, bound)) as target:
                     for w in todo:
                         # The speed probe around the run (target paused), waiting for a fast phase.
                         bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
@@ -295,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
                         runs.append(run | {"side": label, "work": w["key"], "round": r})
                         if a.out:  # after every run: an interrupted A/B keeps what it measured
-                            a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": runs}, indent=1))
+                            a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": runs,
+                                                         "cipher": records}, indent=1))
                         print(f"round {r + 1} {label} {w['key']}: "
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
                               file=sys.stderr, flush=True)
@@ -322,9 +371,25 @@ def main(argv: list[str] | None = None) -> int:
                          for m in (med["A"], med["B"]))
         print(f"{w['key']:28} {fmt(med['A']) if a_ else '—':>12} {fmt(med['B']) if b_ else '—':>12} {ratio:>6} "
               f"{interval}   {cpu}")
+    if a.bound:
+        print_bound(works, runs, records)
     if a.out:
-        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": all_runs}, indent=1))
+        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": all_runs, "cipher": records}, indent=1))
     return 0
+
+
+def print_bound(works: list[dict], runs: list[dict], records: list[dict]) -> None:
+    """--bound's table: each work's TLS IOPS against its cipher-bound limit."""
+    print(f"\nTLS (B) against the limit AES-GCM puts on it, from the plain run (A) and the cipher's rate on the "
+          f"target's core (goal 0.90):")
+    print(f"{'workload':28} {'limit':>10} {'TLS / limit':>12} {'per round, 95 %':>26}")
+    for w in works:
+        b = bound_of(runs, records, w)
+        cap = f"{b['limit_iops'] / 1000:.1f} K" if b["limit_iops"] else "—"
+        med = f"{b['median']:.3f}" if b["median"] else "—"
+        pr = b["per_round"]
+        rounds = f"{pr[0]:.3f} ({pr[1]:.2f}–{pr[2]:.2f}, {pr[3]})" if pr else "— (fewer than 2 rounds)"
+        print(f"{w['key']:28} {cap:>10} {med:>12} {rounds:>26}")
 
 
 if __name__ == "__main__":

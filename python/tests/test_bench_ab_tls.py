@@ -63,3 +63,57 @@ def test_ab_with_spdks_host_runs_spdk_nvme_perf_polling_and_reads_its_text_repor
     with pytest.raises(SystemExit):
         ab.main(["--a", target, "--b", target, "--host", "spdk_nvme_perf", "--tls"])
     assert "--tls with --host spdk_nvme_perf" in capsys.readouterr().err
+
+
+def _cipher_records(round_index: int, enc: float, dec: float) -> list[dict]:
+    return [{"round": round_index, "core": 0, "size": 4096, "op": op, "impl": "nvmf-tls", "rate_bps": rate}
+            for op, rate in (("encrypt", enc), ("decrypt", dec))]
+
+
+def test_bound_sets_each_rounds_tls_run_against_its_plain_run_and_cipher_rate():
+    ab = _ab()
+    work = ab.parse_work("4k-randwrite-qd32-event")
+    # 1 us to seal 4 KiB, 0.5 us to open it: at QD32 the slower direction bounds, 1 us per I/O.
+    records = _cipher_records(0, 4096e6, 8192e6) + _cipher_records(1, 4096e6, 8192e6)
+    runs = [{"side": "A", "work": work["key"], "round": 0, "iops": 500e3},  # 2 us: limit 1 / 3 us
+            {"side": "B", "work": work["key"], "round": 0, "iops": 300e3},
+            {"side": "A", "work": work["key"], "round": 1, "iops": 400e3},  # 2.5 us: limit 1 / 3.5 us
+            {"side": "B", "work": work["key"], "round": 1, "iops": 270e3},
+            {"side": "B", "work": work["key"], "round": 2, "iops": 900e3}]  # no plain run, no cipher: left out
+    b = ab.bound_of(runs, records, work)
+    per_round = [300e3 * 3e-6, 270e3 * 3.5e-6]
+    mean, low, high, rounds = b["per_round"]
+    assert rounds == 2 and mean == pytest.approx((per_round[0] * per_round[1]) ** 0.5)
+    assert low < mean < high
+    assert b["limit_iops"] == pytest.approx(1 / (1 / 450e3 + 1e-6))  # the medians' plain IOPS
+    assert b["median"] == pytest.approx(300e3 / b["limit_iops"])
+    # At QD1 the sealing and the opening side take turns: both directions count.
+    qd1 = ab.parse_work("4k-randread-qd1-event")
+    one = [dict(r, work=qd1["key"]) for r in runs[:2]]
+    assert ab.bound_of(one, records, qd1)["limit_iops"] == pytest.approx(1 / (2e-6 + 1.5e-6))
+    assert ab.bound_of(one, records, qd1)["per_round"] is None  # one round: no interval
+    assert ab.bound_of(runs, [], work) == {"limit_iops": None, "median": None, "per_round": None}
+
+
+def test_ab_bound_runs_plain_against_tls_and_measures_the_cipher_each_round(tmp_path, monkeypatch, capsys):
+    ab = _ab()
+    target_log = tmp_path / "target.argv"
+    target = _script(tmp_path / "target", f'echo "$@" >> {target_log}; echo "ready listen=127.0.0.1:4420"; exec sleep 30')
+    report = json.dumps({"jobs": [{"write": {"iops": 1000.0, "bw_bytes": 4096000.0}}]})
+    perf = _script(tmp_path / "perf", f"echo '{report}'")
+    measured = []
+    monkeypatch.setattr(ab.cipher, "measure_round",
+                        lambda core, r: measured.append((core, r)) or _cipher_records(r, 4096e6, 8192e6))
+    out = tmp_path / "ab.json"
+    assert ab.main(["--a", target, "--perf", perf, "--bound", "--no-probe", "--rounds", "2", "--seconds", "1",
+                    "--ramp", "0", "--works", "4k-randwrite-qd32-event", "--out", str(out)]) == 0
+    assert measured == [(0, 0), (0, 1)]
+    starts = target_log.read_text().splitlines()
+    assert len(starts) == 4 and sum("--tls required" in s for s in starts) == 2  # B alone, once a round
+    printed = capsys.readouterr().out
+    assert "TLS / limit" in printed and "4k-randwrite-qd32-event" in printed.split("TLS / limit")[1]
+    saved = json.loads(out.read_text())
+    assert len(saved["cipher"]) == 4 and {r["side"] for r in saved["runs"]} == {"A", "B"}
+    for bad in (["--bound", "--tls"], ["--bound", "--host", "spdk_nvme_perf"], []):
+        with pytest.raises(SystemExit):
+            ab.main(["--a", target, *bad])

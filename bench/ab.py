@@ -309,7 +309,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ab: {e}", file=sys.stderr)
         return 2
     gate = speed.Gate(budget_s=a.wait_for_fast) if a.probe and not a.fifo else None
-    works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
+    try:
+        works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
+    except ValueError as e:
+        ap.error(str(e))
+    if a.fifo and a.host == "spdk_nvme_perf" and any(w["mode"] == "poll" for w in works):
+        # Seen 2026-12-07: every such run timed out, with both cores held by SCHED_FIFO pollers.
+        ap.error("--fifo with --host spdk_nvme_perf and a polling target: spdk_nvme_perf does not finish "
+                 "(both cores held by SCHED_FIFO pollers); use -event works")
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
     tls_key = random_key() if a.tls or a.bound else None
     runs, records = [], []

@@ -114,6 +114,8 @@ def test_ab_bound_runs_plain_against_tls_and_measures_the_cipher_each_round(tmp_
     assert "TLS / limit" in printed and "4k-randwrite-qd32-event" in printed.split("TLS / limit")[1]
     saved = json.loads(out.read_text())
     assert len(saved["cipher"]) == 4 and {r["side"] for r in saved["runs"]} == {"A", "B"}
-    for bad in (["--bound", "--tls"], ["--bound", "--host", "spdk_nvme_perf"], []):
+    for bad in (["--bound", "--tls"], ["--bound", "--host", "spdk_nvme_perf"], [], ["--bound", "--works", "4k-read-qd1"],
+                ["--b", target, "--perf", perf, "--fifo", "--host", "spdk_nvme_perf", "--works", "4k-randread-qd1-poll"]):
         with pytest.raises(SystemExit):
             ab.main(["--a", target, *bad])
+    assert "spdk_nvme_perf does not finish" in capsys.readouterr().err

@@ -387,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_bound(works: list[dict], runs: list[dict], records: list[dict]) -> None:
     """--bound's table: each work's TLS IOPS against its cipher-bound limit."""
-    print(f"\nTLS (B) against the limit AES-GCM puts on it, from the plain run (A) and the cipher's rate on the "
-          f"target's core (goal 0.90):")
+    print("\nTLS (B) against the limit AES-GCM puts on it, from the plain run (A) and the cipher's rate on the "
+          "target's core (goal 0.90):")
     print(f"{'workload':28} {'limit':>10} {'TLS / limit':>12} {'per round, 95 %':>26}")
     for w in works:
         b = bound_of(runs, records, w)

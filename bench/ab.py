@@ -59,7 +59,7 @@ from nvmflab.stacks import StackError  # noqa: E402
 from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
 from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
-from nvmfbench import cipher, speed, stats  # noqa: E402
+from nvmfbench import bound, cipher, speed, stats  # noqa: E402
 from nvmfbench.tls_args import tls_args  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
@@ -234,10 +234,7 @@ def bound_of(runs: list[dict], records: list[dict], work: dict) -> dict:
     over the limit from the median plain IOPS and every round's records; "per_round": the geometric
     mean of the rounds' ratios, its 95 % interval and how many rounds, or None below two."""
     def limit(plain: float | None, recs: list[dict]) -> float | None:
-        rate = cipher.rates(recs, work["bs"])
-        if not plain or rate is None:
-            return None
-        return cipher.limit_iops(plain, cipher.cipher_seconds(work["bs"], work["iodepth"], rate))
+        return bound.limit_at(plain, work["bs"], work["iodepth"], recs)
 
     by_round: dict[int, dict[str, float]] = {}
     for x in runs:
@@ -333,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                 todo = [w for w in works if w["mode"] == mode]
                 if not todo:
                     continue
-                bound = len(todo) * (a.seconds + a.ramp + 40)
-                with Target(binary, a.target_core, mode, key, fifo_prefix(a.fifo, bound)) as target:
+                cpu_limit = len(todo) * (a.seconds + a.ramp + 40)
+                with Target(binary, a.target_core, mode, key, fifo_prefix(a.fifo, cpu_limit)) as target:
                     for w in todo:
                         # The speed probe around the run (target paused), waiting for a fast phase.
                         bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None

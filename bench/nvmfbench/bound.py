@@ -39,14 +39,19 @@ def caveat(tls: tuple[str, str], work: str) -> str:
     return SPDK_HOST_RECV if WORKS[work].iodepth > 1 else ""
 
 
-def limit_of(plain_iops: float | None, work: str, records: list[dict[str, Any]]) -> float | None:
-    """The cipher-bound IOPS of `work` over TLS, from its plain IOPS and the cipher records; None
-    when either is missing."""
-    w = WORKS[work]
-    rate = cipher.rates(records, w.bs)
+def limit_at(plain_iops: float | None, bs: int, iodepth: int, records: list[dict[str, Any]]) -> float | None:
+    """The cipher-bound IOPS over TLS of `bs`-byte I/O at `iodepth`, from its plain IOPS and the
+    cipher records; None when either is missing."""
+    rate = cipher.rates(records, bs)
     if not plain_iops or plain_iops <= 0 or rate is None:
         return None
-    return cipher.limit_iops(plain_iops, cipher.cipher_seconds(w.bs, w.iodepth, rate))
+    return cipher.limit_iops(plain_iops, cipher.cipher_seconds(bs, iodepth, rate))
+
+
+def limit_of(plain_iops: float | None, work: str, records: list[dict[str, Any]]) -> float | None:
+    """limit_at for the matrix's work named `work`."""
+    w = WORKS[work]
+    return limit_at(plain_iops, w.bs, w.iodepth, records)
 
 
 def per_round(runs: list[dict[str, Any]], tls: tuple[str, str], plain: tuple[str, str], work: str,

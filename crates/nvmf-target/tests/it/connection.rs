@@ -181,6 +181,13 @@ fn rw_sqe(opcode: u8, slba: u64, nlb: u16, sgl: SglDescriptor) -> Sqe {
     s
 }
 
+/// `rw_sqe` on the null namespace (nsid 2, 4 KiB blocks) of `target()`'s subsystem A.
+fn null_sqe(opcode: u8, slba: u64, nlb: u16, sgl: SglDescriptor) -> Sqe {
+    let mut s = rw_sqe(opcode, slba, nlb, sgl);
+    s.set_nsid(2);
+    s
+}
+
 #[test]
 fn icresp_fields_and_digest_negotiation() {
     let mut h = Host::new(target());
@@ -326,18 +333,13 @@ fn null_reads_are_zero_after_writes_through_the_same_buffers() {
     let mut a = Host::new(t.clone());
     let cntlid = a.admin_ready(SUB_A);
     let mut h = io_queue(&t, cntlid, 31, 1);
-    let null_sqe = |opcode, sgl| {
-        let mut s = rw_sqe(opcode, 3, 1, sgl);
-        s.set_nsid(2);
-        s
-    };
     for round in 0..4u8 {
-        let (read, cqe) = h.command(null_sqe(io_opcode::READ, SglDescriptor::transport(4096)), &[]);
+        let (read, cqe) = h.command(null_sqe(io_opcode::READ, 3, 1, SglDescriptor::transport(4096)), &[]);
         assert_eq!(cqe.status, Status::SUCCESS);
         assert!(read.len() == 4096 && read.iter().all(|b| *b == 0), "round {round}: read before the write");
-        let (_, cqe) = h.command(null_sqe(io_opcode::WRITE, SglDescriptor::in_capsule(0, 4096)), &[0xA5 ^ round; 4096]);
+        let (_, cqe) = h.command(null_sqe(io_opcode::WRITE, 3, 1, SglDescriptor::in_capsule(0, 4096)), &[0xA5 ^ round; 4096]);
         assert_eq!(cqe.status, Status::SUCCESS);
-        let (read, _) = h.command(null_sqe(io_opcode::READ, SglDescriptor::transport(4096)), &[]);
+        let (read, _) = h.command(null_sqe(io_opcode::READ, 3, 1, SglDescriptor::transport(4096)), &[]);
         assert!(read.iter().all(|b| *b == 0), "round {round}: the written data showed through");
     }
 }
@@ -352,8 +354,7 @@ fn in_capsule_writes_to_null_take_no_command_buffer() {
     let mut h = io_queue(&t, cntlid, 31, 1);
     let after_connect = h.conn.buffer_bytes();
     for round in 0..3u64 {
-        let mut s = rw_sqe(io_opcode::WRITE, round, 2, SglDescriptor::in_capsule(0, 8192));
-        s.set_nsid(2);
+        let s = null_sqe(io_opcode::WRITE, round, 2, SglDescriptor::in_capsule(0, 8192));
         assert_eq!(h.command(s, &[0x5A; 8192]).1.status, Status::SUCCESS);
     }
     assert_eq!(h.conn.buffer_bytes(), after_connect, "a null write sized a command buffer");

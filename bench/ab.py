@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Interleaved A/B of two nvmf-target binaries under one nvmf-perf: each round runs every
 workload against A then B (B then A on odd rounds), so a shared machine's drift falls on both.
-Target on one core, host on another, null namespace. Prints per-workload medians, B/A ratios of the
+Target on one core, host on another, null namespace (--ns ram:SIZE for one whose reads fill their
+buffers, as a real namespace's do). Prints per-workload medians, B/A ratios of the
 medians, the ratio of the means with its 95 % interval (Fieller) and Welch's p, the geometric mean of the
 per-round B/A ratios with its 95 % interval (the rounds pair A and B run back to back, so a drift
 of the machine between rounds cancels out of it), and each side's user and system CPU seconds per GiB moved (from /proc/<pid>/stat and the host's
@@ -34,6 +35,7 @@ best: a polling FIFO target holds its core between runs too.
 Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OLD_PERF] [--perf-b NEW_PERF]
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
                    [--no-probe] [--wait-for-fast 120] [--tls | --bound] [--fifo] [--host spdk_nvme_perf]
+                   [--ns null:1GiB | ram:SIZE]
 """
 
 from __future__ import annotations
@@ -91,14 +93,26 @@ def cpu_of(pid: int) -> tuple[float, float]:
     return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
+DEFAULT_NS = "null:1GiB"
+
+
+def parse_ns(text: str) -> str:
+    """The --ns argument: null:SIZE or ram:SIZE (SIZE as nvmf-target takes it: 512MiB, 1GiB, ...)."""
+    kind, _, size = text.partition(":")
+    if kind not in ("null", "ram") or not size or not size[0].isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected null:SIZE or ram:SIZE, e.g. ram:512MiB")
+    return text
+
+
 class Target:
     """One target process on `core`, in `mode`, stopped on exit."""
 
-    def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = ()):
+    def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = (),
+                 ns: str = DEFAULT_NS):
         # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module).
         self.tls_key = tls_key
         tls = tls_args(tls_key, TLS_HOSTNQN)[0] if tls_key else []
-        self.proc = subprocess.Popen([*prefix, binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", "null:1GiB",
+        self.proc = subprocess.Popen([*prefix, binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", ns,
                                       "--cores", str(core), "--mode", mode, *tls],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
@@ -288,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="bracket runs with the speed probe and leave out slow-phase runs (default on)")
     ap.add_argument("--wait-for-fast", type=float, default=120.0,
                     help="seconds in all that runs may wait for the machine's fast phase (default 120)")
+    ap.add_argument("--ns", type=parse_ns, default=DEFAULT_NS,
+                    help="the namespace each target serves: null:SIZE (default null:1GiB; its reads never fill their "
+                         "buffers) or ram:SIZE (reads copy into them, as a real namespace's do)")
     ap.add_argument("--fifo", action="store_true",
                     help="run the target and nvmf-perf under SCHED_FIFO (chrt -f 10), each killed after a bound; implies --no-probe")
     a = ap.parse_args(argv)
@@ -331,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not todo:
                     continue
                 cpu_limit = len(todo) * (a.seconds + a.ramp + 40)
-                with Target(binary, a.target_core, mode, key, fifo_prefix(a.fifo, cpu_limit)) as target:
+                with Target(binary, a.target_core, mode, key, fifo_prefix(a.fifo, cpu_limit), a.ns) as target:
                     for w in todo:
                         # The speed probe around the run (target paused), waiting for a fast phase.
                         bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
@@ -347,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
                         runs.append(run | {"side": label, "work": w["key"], "round": r})
                         if a.out:  # after every run: an interrupted A/B keeps what it measured
-                            a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": runs,
+                            a.out.write_text(json.dumps({"a": a.a, "b": a.b, "ns": a.ns, "perf": perf, "runs": runs,
                                                          "cipher": records}, indent=1))
                         print(f"round {r + 1} {label} {w['key']}: "
                               + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
@@ -378,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.bound:
         print_bound(works, runs, records)
     if a.out:
-        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "perf": perf, "runs": all_runs, "cipher": records}, indent=1))
+        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "ns": a.ns, "perf": perf, "runs": all_runs, "cipher": records}, indent=1))
     return 0
 
 

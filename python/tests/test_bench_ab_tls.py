@@ -119,3 +119,19 @@ def test_ab_bound_runs_plain_against_tls_and_measures_the_cipher_each_round(tmp_
         with pytest.raises(SystemExit):
             ab.main(["--a", target, *bad])
     assert "spdk_nvme_perf does not finish" in capsys.readouterr().err
+
+
+def test_ab_serves_the_namespace_asked_for_and_refuses_others(tmp_path, capsys):
+    ab = _ab()
+    target_log = tmp_path / "target.argv"
+    target = _script(tmp_path / "target", f'echo "$@" > {target_log}; echo "ready listen=127.0.0.1:4420"; exec sleep 30')
+    with ab.Target(target, 0, "event"):
+        pass
+    assert "--ns null:1GiB " in target_log.read_text()
+    with ab.Target(target, 0, "event", ns=ab.parse_ns("ram:512MiB")):
+        pass
+    assert "--ns ram:512MiB " in target_log.read_text()
+    for bad in ("file:/tmp/x", "ram:", "ram:big", "null"):
+        with pytest.raises(SystemExit):
+            ab.main(["--a", target, "--b", target, "--ns", bad])
+        assert "expected null:SIZE or ram:SIZE" in capsys.readouterr().err

@@ -169,6 +169,10 @@ pub(super) fn read_all(stream: &mut Wire, conn: &mut Connection, now: Instant) -
     }
 }
 
+/// Slices per vectored write: a null read under 16 KiB takes two (its header, its spliced zeros),
+/// so that a QD128 burst of them still goes out in one call (Linux takes up to 1024).
+const WRITE_IOV: usize = 256;
+
 /// Writes as much queued output as the socket takes, many PDUs per syscall: one vectored
 /// write gathers headers and responses with read data straight from the command buffers.
 pub(super) fn write_all(stream: &mut Wire, conn: &mut Connection) -> bool {
@@ -179,7 +183,7 @@ pub(super) fn write_all(stream: &mut Wire, conn: &mut Connection) -> bool {
     }
     while conn.output_len() > 0 {
         let written = {
-            let mut iov = [IoSlice::new(&[]); 64];
+            let mut iov = [IoSlice::new(&[]); WRITE_IOV];
             let n = conn.output_slices(&mut iov);
             stream.write_vectored(&iov[..n])
         };

@@ -3,6 +3,7 @@
 //! with read data written straight from the command buffers spliced in between (one vectored
 //! write, no copy of large reads).
 
+use super::data_path::{ZEROS, ZEROS_SLOT};
 use super::Connection;
 
 impl Connection {
@@ -14,7 +15,10 @@ impl Connection {
     /// The queued output as slices in order, for one vectored write: fills `iov` from the start
     /// and returns how many it filled (fewer than the output holds when `iov` is short).
     pub fn output_slices<'a>(&'a self, iov: &mut [std::io::IoSlice<'a>]) -> usize {
-        self.wire.out.slices(iov, |slot| self.life.slots[slot].buf.as_slice())
+        self.wire.out.slices(iov, |slot| match slot {
+            ZEROS_SLOT => &ZEROS[..],
+            slot => self.life.slots[slot].buf.as_slice(),
+        })
     }
 
     /// `n` bytes of the output were written. A slot whose data has all been written is free.
@@ -23,7 +27,11 @@ impl Connection {
             self.stall.progressed();
         }
         // A slot's sends are queued back to back: it is written once the next is another's.
-        self.wire.out.consume(n, |slot| self.life.slots.free(slot));
+        self.wire.out.consume(n, |slot| {
+            if slot != ZEROS_SLOT {
+                self.life.slots.free(slot)
+            }
+        });
     }
 
     /// Takes everything queued for the host (tests).

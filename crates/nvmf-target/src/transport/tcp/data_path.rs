@@ -41,7 +41,7 @@ pub(super) struct Wire {
     pub phase: Phase,
     pub digests: Digests,
     /// Output, in order: encoded PDUs, with read data segments (still in their slots' buffers,
-    /// written from there: no copy) spliced in. The most bytes it held since the last tick
+    /// written from there: no copy; a small null read's zeros from [`ZEROS`]) spliced in. The most bytes it held since the last tick
     /// (`take_high`) tells whether a buffer grown by a burst is still needed.
     pub out: SplicedOutput,
     /// R2Ts outstanding per command: what the host's ICReq allows, capped.
@@ -106,9 +106,10 @@ impl Wire {
                 success: success && last,
             });
             encode_pdu_header(self.out.bytes_mut(), &hdr, chunk.len(), self.digests);
-            match zeros.then(|| ZEROS.get(..chunk.len())).flatten() {
-                Some(z) => self.out.splice(ZEROS_SLOT, 0..z.len()),
-                None => self.out.bytes_mut().extend_from_slice(chunk),
+            if zeros && chunk.len() <= ZEROS.len() {
+                self.out.splice(ZEROS_SLOT, 0..chunk.len());
+            } else {
+                self.out.bytes_mut().extend_from_slice(chunk);
             }
             if self.digests.data {
                 self.out.bytes_mut().extend_from_slice(&digest::data_digest(chunk).to_le_bytes());

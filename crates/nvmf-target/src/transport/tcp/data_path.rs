@@ -4,6 +4,7 @@
 //! output queue, which the reactor writes to the socket.
 
 use crate::command::{Commands, Work};
+use crate::core::MQES;
 use crate::transport::{At, DataPath, SlotState, Slots};
 use nvmf_proto::pdu::{encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, TermReq, R2T};
 use nvmf_proto::spliced::SplicedOutput;
@@ -19,9 +20,10 @@ const C2H_CHUNK: usize = 128 << 10;
 /// ones are copied into the output buffer, which was cheaper for 4 KiB (one contiguous write:
 /// 753 K against 698 K IOPS at QD32), while 128 KiB gained 20-29 % from not copying.
 const SEND_FROM_SLOT_MIN: u32 = 16 << 10;
-/// The output queue's name for [`ZEROS`]: no command slot has this index (MQES caps a queue far
-/// below it).
+/// The output queue's name for [`ZEROS`]: no command slot has this index (Connect refuses an
+/// SQSIZE above MQES, and a queue has at most SQSIZE + 1 slots).
 pub(super) const ZEROS_SLOT: u16 = u16::MAX;
+const _: () = assert!((MQES as u32) + 1 < ZEROS_SLOT as u32, "a slot index could be ZEROS_SLOT");
 /// The data of every null read under [`SEND_FROM_SLOT_MIN`], spliced into the output by
 /// [`ZEROS_SLOT`] rather than written into it once per read.
 pub(super) static ZEROS: [u8; SEND_FROM_SLOT_MIN as usize] = [0; SEND_FROM_SLOT_MIN as usize];
@@ -41,8 +43,9 @@ pub(super) struct Wire {
     pub phase: Phase,
     pub digests: Digests,
     /// Output, in order: encoded PDUs, with read data segments (still in their slots' buffers,
-    /// written from there: no copy; a small null read's zeros from [`ZEROS`]) spliced in. The most bytes it held since the last tick
-    /// (`take_high`) tells whether a buffer grown by a burst is still needed.
+    /// written from there: no copy; a small null read's zeros from [`ZEROS`]) spliced in. The
+    /// most bytes it held since the last tick (`take_high`) tells whether a buffer grown by a
+    /// burst is still needed.
     pub out: SplicedOutput,
     /// R2Ts outstanding per command: what the host's ICReq allows, capped.
     pub maxr2t: u32,

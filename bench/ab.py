@@ -14,6 +14,12 @@ With --host spdk_nvme_perf the load comes from SPDK's host (its build as the ben
 polling on the host core, `--no-huge`), so a change to the target is measured as a host we did
 not write sees it (issue 40 item 3); not with --tls.
 
+--a and --b also take `spdk` or `spdk-spec` for SPDK's target as the bench starts it
+(nvmfbench.stacks: nvmf_tgt over rpc.py, --no-huge, one 1 GiB null namespace, in-capsule 8192,
+queues of 256; `spdk-spec` without its C2HData SUCCESS shortcut): our target against SPDK's
+under either host, side by side with intervals (issue 40 item 3). SPDK's target always polls,
+so only -poll works, plain TCP, the default namespace and no --fifo.
+
 Every run is bracketed by the bench's speed probe (nvmfbench/speed.py: a short busy ping-pong on
 the two cores, the target paused) and waits, within --wait-for-fast seconds in all, for the VM's
 fast phase. A run whose probes show the machine more than 1.25x slower than its fastest probe is
@@ -36,6 +42,7 @@ Usage: bench/ab.py --a OLD_TARGET --b NEW_TARGET [--perf nvmf-perf] [--perf-a OL
                    [--rounds 5] [--seconds 3] [--works 4k-randwrite-qd1-poll,...] [--out ab.json]
                    [--no-probe] [--wait-for-fast 120] [--tls | --bound] [--fifo] [--host spdk_nvme_perf]
                    [--ns null:1GiB | ram:SIZE]
+       bench/ab.py --a spdk|spdk-spec --b OUR_TARGET [--host spdk_nvme_perf] [--works 4k-randread-qd32-poll,...]
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,6 +70,7 @@ from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
 from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
 from nvmfbench import bound, cipher, speed, stats  # noqa: E402
+from nvmfbench import stacks as bench_stacks  # noqa: E402
 from nvmfbench.tls_args import tls_args  # noqa: E402
 
 NQN = "nqn.2024-01.io.nvmflab:ab"
@@ -107,6 +116,8 @@ def parse_ns(text: str) -> str:
 class Target:
     """One target process on `core`, in `mode`, stopped on exit."""
 
+    nqn = NQN
+
     def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = (),
                  ns: str = DEFAULT_NS):
         # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module).
@@ -122,6 +133,9 @@ class Target:
             self.stop()
             raise RuntimeError(f"{binary}: no ready line with an address ({line.strip()!r})")
 
+    def cpu(self) -> tuple[float, float]:
+        return cpu_of(self.proc.pid)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -135,6 +149,57 @@ class Target:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+# Side names that stand for SPDK's target instead of a binary (nvmfbench.stacks.SPDK, SPDK_SPEC).
+SPDK_SIDES = (bench_stacks.SPDK, bench_stacks.SPDK_SPEC)
+
+
+class SpdkTarget:
+    """SPDK's target (`spdk` or `spdk-spec`) on `core`, polling, started and stopped as the bench
+    does it; the same face as Target (port, nqn, cpu(), and the process in .proc for the speed
+    probe to pause)."""
+
+    tls_key = None
+    nqn = bench_stacks.NQN
+
+    def __init__(self, label: str, core: int, workdir: Path):
+        self._stack = contextlib.ExitStack()
+        try:
+            self.running = self._stack.enter_context(bench_stacks.Bench(workdir, None).target(label, [core], "poll"))
+        except bench_stacks.BenchError as e:
+            raise RuntimeError(str(e)) from None
+        self.port = str(self.running.port)
+        self.proc = self.running.proc
+
+    def cpu(self) -> tuple[float, float]:
+        return self.running.cpu_seconds() or (0.0, 0.0)
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def spdk_side_refusal(a: argparse.Namespace, works: list[dict]) -> str | None:
+    """Why the asked-for A/B cannot have SPDK's target as a side, or None when it can (or has none)."""
+    sides = [s for s in (a.a, a.b) if s in SPDK_SIDES]
+    if not sides:
+        return None
+    what = f"--a/--b {sides[0]}"
+    if a.tls or a.bound:
+        return f"{what}: plain TCP only (SPDK 24.01's TLS target is the bench's, with its own PSK file)"
+    if a.fifo:
+        return f"{what}: not with --fifo (SPDK's target polls, and a SCHED_FIFO poller on each core starves the rest)"
+    if a.ns != DEFAULT_NS:
+        return f"{what}: serves the bench's null namespace only (--ns {DEFAULT_NS})"
+    if any(w["mode"] != "poll" for w in works):
+        return f"{what}: SPDK's target always polls; use -poll works"
+    return bench_stacks.spdk_missing()
 
 
 HOSTS = ("nvmf-perf", "spdk_nvme_perf")
@@ -153,10 +218,10 @@ def host_argv(host: str, perf: str, target: Target, work: dict, host_core: int, 
     which always polls: the work's mode is the target's only) on stdout."""
     if host == "spdk_nvme_perf":
         knobs = Workload(rw=work["rw"], bs=work["bs"], iodepth=work["iodepth"]).model_dump() | Knobs(completion="poll").model_dump()
-        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=NQN)
+        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=target.nqn)
         return [perf, "--no-huge", "-s", str(spdk_stack.BASE_MEM_MB),
                 *spdk_stack.perf_args(job, "127.0.0.1", int(target.port), seconds, ramp)]
-    argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", NQN, "--rw", work["rw"], "--bs", str(work["bs"]),
+    argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", target.nqn, "--rw", work["rw"], "--bs", str(work["bs"]),
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
     if target.tls_key:
@@ -176,7 +241,7 @@ def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int,
     """One load-generator run: IOPS, bandwidth and the target's CPU per GiB (the caller adds the
     host's, from the children's rusage)."""
     argv = [*prefix, *host_argv(host, perf, target, work, host_core, seconds, ramp)]
-    before = cpu_of(target.proc.pid)
+    before = target.cpu()
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as e:
@@ -189,7 +254,7 @@ def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int,
         return {"error": f"{host} did not finish"}
     finally:
         shutil.rmtree(f"/var/run/dpdk/spdk_pid{proc.pid}", ignore_errors=True)  # what DPDK leaves behind
-    after = cpu_of(target.proc.pid)
+    after = target.cpu()
     if proc.returncode != 0:
         return {"error": (err.strip().splitlines() or ["?"])[-1]}
     try:
@@ -279,8 +344,10 @@ def host_cpu(before: os.times_result, after: os.times_result) -> tuple[float, fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True, help="the baseline nvmf-target binary")
-    ap.add_argument("--b", help="the nvmf-target binary measured against it (with --bound: default --a)")
+    ap.add_argument("--a", required=True,
+                    help="the baseline nvmf-target binary, or spdk / spdk-spec for SPDK's target")
+    ap.add_argument("--b", help="the nvmf-target binary (or spdk / spdk-spec) measured against it "
+                                "(with --bound: default --a)")
     ap.add_argument("--host", choices=HOSTS, default="nvmf-perf",
                     help="the load generator: nvmf-perf, or SPDK's spdk_nvme_perf (polling; not with --tls)")
     ap.add_argument("--perf", help="the load generator's binary (default: target/release/nvmf-perf, or SPDK's build)")
@@ -327,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         works = [parse_work(k.strip()) for k in a.works.split(",") if k.strip()]
     except ValueError as e:
         ap.error(str(e))
+    refusal = spdk_side_refusal(a, works)
+    if refusal:
+        ap.error(refusal)
     if a.fifo and a.host == "spdk_nvme_perf" and any(w["mode"] == "poll" for w in works):
         # Seen 2026-12-07: every such run timed out, with both cores held by SCHED_FIFO pollers.
         ap.error("--fifo with --host spdk_nvme_perf and a polling target: spdk_nvme_perf does not finish "
@@ -334,41 +404,78 @@ def main(argv: list[str] | None = None) -> int:
     perf = {"A": a.perf_a or a.perf, "B": a.perf_b or a.perf}
     tls_key = random_key() if a.tls or a.bound else None
     runs, records = [], []
-    for r in range(a.rounds):
-        if a.bound:  # before the round's targets start, on the target's core
-            found = cipher.measure_round(a.target_core, r)
-            records += found
-            for err in sorted({c["error"] for c in found if c.get("error")}):
-                print(f"round {r + 1} cipher: {err}", file=sys.stderr, flush=True)
-        order = [("A", a.a), ("B", a.b)] if r % 2 == 0 else [("B", a.b), ("A", a.a)]
-        for label, binary in order:
-            key = tls_key if a.tls or (a.bound and label == "B") else None
-            for mode in ("poll", "event"):
-                todo = [w for w in works if w["mode"] == mode]
-                if not todo:
-                    continue
-                cpu_limit = len(todo) * (a.seconds + a.ramp + 40)
-                with Target(binary, a.target_core, mode, key, fifo_prefix(a.fifo, cpu_limit), a.ns) as target:
-                    for w in todo:
-                        # The speed probe around the run (target paused), waiting for a fast phase.
-                        bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
-                        with bracket or contextlib.nullcontext():
-                            t0 = os.times()
-                            run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp,
-                                          fifo_prefix(a.fifo, a.seconds + a.ramp + 30), a.host)
-                            usr, sys_ = host_cpu(t0, os.times())
-                        if bracket:
-                            run |= bracket.fields
-                        if "bw_bytes" in run:
-                            run |= {"host_usr_s_per_gib": per_gib(usr, run["bw_bytes"], a.seconds + a.ramp),
-                                    "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
-                        runs.append(run | {"side": label, "work": w["key"], "round": r})
-                        if a.out:  # after every run: an interrupted A/B keeps what it measured
-                            a.out.write_text(json.dumps({"a": a.a, "b": a.b, "ns": a.ns, "perf": perf, "runs": runs,
-                                                         "cipher": records}, indent=1))
-                        print(f"round {r + 1} {label} {w['key']}: "
-                              + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
-                              file=sys.stderr, flush=True)
+    try:
+        rounds(a, works, perf, tls_key, gate, runs, records)
+    except RuntimeError as e:  # a side that did not start: what was measured is kept in --out
+        print(f"ab: {e}", file=sys.stderr)
+        return 1
+    report(a, works, perf, gate, runs, records)
+    return 0
+
+
+def start_target(binary: str, core: int, mode: str, key: str | None, prefix: tuple[str, ...], ns: str,
+                 workdir: Path) -> Target | SpdkTarget:
+    """A side's target: SPDK's for `spdk`/`spdk-spec`, else the nvmf-target binary."""
+    if binary in SPDK_SIDES:
+        return SpdkTarget(binary, core, workdir)
+    return Target(binary, core, mode, key, prefix, ns)
+
+
+def rounds(a: argparse.Namespace, works: list[dict], perf: dict[str, str], tls_key: str | None,
+           gate: speed.Gate | None, runs: list[dict], records: list[dict]) -> None:
+    """Every round's runs, appended to `runs` (and the cipher's to `records`) as they come, and
+    written to --out after each."""
+    workdir = Path(tempfile.mkdtemp(prefix="nvmflab-ab-"))
+    try:
+        for r in range(a.rounds):
+            one_round(a, r, works, perf, tls_key, gate, runs, records, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def one_round(a: argparse.Namespace, r: int, works: list[dict], perf: dict[str, str], tls_key: str | None,
+              gate: speed.Gate | None, runs: list[dict], records: list[dict], workdir: Path) -> None:
+    """Round `r`: each side's target started once per mode, every work against it."""
+    if a.bound:  # before the round's targets start, on the target's core
+        found = cipher.measure_round(a.target_core, r)
+        records.extend(found)
+        for err in sorted({c["error"] for c in found if c.get("error")}):
+            print(f"round {r + 1} cipher: {err}", file=sys.stderr, flush=True)
+    order = [("A", a.a), ("B", a.b)] if r % 2 == 0 else [("B", a.b), ("A", a.a)]
+    for label, binary in order:
+        key = tls_key if a.tls or (a.bound and label == "B") else None
+        for mode in ("poll", "event"):
+            todo = [w for w in works if w["mode"] == mode]
+            if not todo:
+                continue
+            cpu_limit = len(todo) * (a.seconds + a.ramp + 40)
+            prefix = fifo_prefix(a.fifo, cpu_limit)
+            with start_target(binary, a.target_core, mode, key, prefix, a.ns, workdir) as target:
+                for w in todo:
+                    # The speed probe around the run (target paused), waiting for a fast phase.
+                    bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
+                    with bracket or contextlib.nullcontext():
+                        t0 = os.times()
+                        run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp,
+                                      fifo_prefix(a.fifo, a.seconds + a.ramp + 30), a.host)
+                        usr, sys_ = host_cpu(t0, os.times())
+                    if bracket:
+                        run |= bracket.fields
+                    if "bw_bytes" in run:
+                        run |= {"host_usr_s_per_gib": per_gib(usr, run["bw_bytes"], a.seconds + a.ramp),
+                                "host_sys_s_per_gib": per_gib(sys_, run["bw_bytes"], a.seconds + a.ramp)}
+                    runs.append(run | {"side": label, "work": w["key"], "round": r})
+                    if a.out:  # after every run: an interrupted A/B keeps what it measured
+                        a.out.write_text(json.dumps({"a": a.a, "b": a.b, "ns": a.ns, "perf": perf, "runs": runs,
+                                                     "cipher": records}, indent=1))
+                    print(f"round {r + 1} {label} {w['key']}: "
+                          + (run.get("error") or f"{run['iops'] / 1000:.0f} K IOPS, {run['bw_bytes'] / 1e9:.2f} GB/s"),
+                          file=sys.stderr, flush=True)
+
+
+def report(a: argparse.Namespace, works: list[dict], perf: dict[str, str], gate: speed.Gate | None,
+           runs: list[dict], records: list[dict]) -> None:
+    """The table of medians and intervals (and --bound's), and the whole record in --out."""
     all_runs, runs = runs, in_fast_phase(runs)
     if gate:
         print(f"speed probe: {len(all_runs) - len(runs)} of {len(all_runs)} runs in a slow phase of the machine, "
@@ -396,7 +503,6 @@ def main(argv: list[str] | None = None) -> int:
         print_bound(works, runs, records)
     if a.out:
         a.out.write_text(json.dumps({"a": a.a, "b": a.b, "ns": a.ns, "perf": perf, "runs": all_runs, "cipher": records}, indent=1))
-    return 0
 
 
 def print_bound(works: list[dict], runs: list[dict], records: list[dict]) -> None:
@@ -409,8 +515,8 @@ def print_bound(works: list[dict], runs: list[dict], records: list[dict]) -> Non
         cap = f"{b['limit_iops'] / 1000:.1f} K" if b["limit_iops"] else "—"
         med = f"{b['median']:.3f}" if b["median"] else "—"
         pr = b["per_round"]
-        rounds = f"{pr[0]:.3f} ({pr[1]:.2f}–{pr[2]:.2f}, {pr[3]})" if pr else "— (fewer than 2 rounds)"
-        print(f"{w['key']:28} {cap:>10} {med:>12} {rounds:>26}")
+        per_round = f"{pr[0]:.3f} ({pr[1]:.2f}–{pr[2]:.2f}, {pr[3]})" if pr else "— (fewer than 2 rounds)"
+        print(f"{w['key']:28} {cap:>10} {med:>12} {per_round:>26}")
 
 
 if __name__ == "__main__":

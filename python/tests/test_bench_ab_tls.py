@@ -4,6 +4,7 @@ bench/ab.py --host spdk_nvme_perf: SPDK's host polling on the host core, its tex
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import pytest
@@ -135,3 +136,67 @@ def test_ab_serves_the_namespace_asked_for_and_refuses_others(tmp_path, capsys):
         with pytest.raises(SystemExit):
             ab.main(["--a", target, "--b", target, "--ns", bad])
         assert "expected null:SIZE or ram:SIZE" in capsys.readouterr().err
+
+
+def test_ab_refuses_spdk_sides_where_spdks_target_cannot_run(tmp_path, monkeypatch, capsys):
+    ab = _ab()
+    monkeypatch.setattr(ab.bench_stacks, "spdk_missing", lambda: None)
+    target = _script(tmp_path / "target", 'echo "ready listen=127.0.0.1:4420"; exec sleep 30')
+    cases = {"SPDK's target always polls": ["--works", "4k-randread-qd1-event"],
+             "not with --fifo": ["--fifo", "--works", "4k-randread-qd1-poll"],
+             "plain TCP only": ["--tls", "--works", "4k-randread-qd1-poll"],
+             "null namespace only": ["--ns", "ram:512MiB", "--works", "4k-randread-qd1-poll"]}
+    for side in ("--a", "--b"):
+        other = "--b" if side == "--a" else "--a"
+        for why, more in cases.items():
+            with pytest.raises(SystemExit):
+                ab.main([side, "spdk-spec", other, target, *more])
+            assert why in capsys.readouterr().err
+    monkeypatch.setattr(ab.bench_stacks, "spdk_missing", lambda: "no SPDK build found; make spdk")
+    with pytest.raises(SystemExit):
+        ab.main(["--a", "spdk", "--b", target, "--works", "4k-randread-qd1-poll"])
+    assert "no SPDK build found" in capsys.readouterr().err
+
+
+class _FakeRunning:
+    port = 4421
+
+    def __init__(self, proc):
+        self.proc = proc
+
+    def cpu_seconds(self):
+        return (1.5, 2.5)
+
+
+def test_ab_spdk_side_is_the_benchs_spdk_target_on_the_target_core(tmp_path, monkeypatch):
+    ab = _ab()
+    started, perf_log = [], tmp_path / "perf.argv"
+
+    @contextlib.contextmanager
+    def fake_target(bench, label, cores, mode):
+        started.append((label, cores, mode))
+        yield _FakeRunning(proc=None)
+        started.append("stopped")
+
+    monkeypatch.setattr(ab.bench_stacks.Bench, "target", fake_target)
+    report = json.dumps({"jobs": [{"read": {"iops": 1000.0, "bw_bytes": 4096000.0}}]})
+    perf = _script(tmp_path / "perf", f"echo \"$@\" > {perf_log}; echo '{report}'")
+    with ab.start_target("spdk-spec", 0, "poll", None, (), ab.DEFAULT_NS, tmp_path) as t:
+        assert started == [("spdk-spec", [0], "poll")] and t.port == "4421" and t.cpu() == (1.5, 2.5)
+        run = ab.measure(perf, t, ab.parse_work("4k-randread-qd1-poll"), 1, 1, 0)
+    assert started[-1] == "stopped" and run["iops"] == 1000.0
+    # nvmf-perf connects to the bench's subsystem on SPDK's port.
+    assert f"-s 4421 -n {ab.bench_stacks.NQN} " in perf_log.read_text()
+
+
+def test_ab_says_which_side_did_not_start_and_keeps_what_it_measured(tmp_path, capsys):
+    ab = _ab()
+    good = _script(tmp_path / "good", 'echo "ready listen=127.0.0.1:4420"; exec sleep 30')
+    bad = _script(tmp_path / "bad", "echo 'error: no such core'")
+    report = json.dumps({"jobs": [{"read": {"iops": 1000.0, "bw_bytes": 4096000.0}}]})
+    perf = _script(tmp_path / "perf", f"echo '{report}'")
+    out = tmp_path / "ab.json"
+    assert ab.main(["--a", good, "--b", bad, "--perf", perf, "--no-probe", "--rounds", "1", "--seconds", "1",
+                    "--ramp", "0", "--works", "4k-randread-qd1-event", "--out", str(out)]) == 1
+    assert "no ready line" in capsys.readouterr().err
+    assert [r["side"] for r in json.loads(out.read_text())["runs"]] == ["A"]

@@ -192,7 +192,7 @@ def spdk_side_refusal(a: argparse.Namespace, works: list[dict]) -> str | None:
         return None
     what = f"--a/--b {sides[0]}"
     if a.tls or a.bound:
-        return f"{what}: plain TCP only (SPDK 24.01's TLS target is the bench's, with its own PSK file)"
+        return f"{what}: plain TCP only (ab.py gives SPDK's target no PSK; the bench's TLS rows run it with one)"
     if a.fifo:
         return f"{what}: not with --fifo (SPDK's target polls, and a SCHED_FIFO poller on each core starves the rest)"
     if a.ns != DEFAULT_NS:
@@ -213,7 +213,7 @@ def spdk_perf_binary() -> str:
     return f"{root}/build/bin/spdk_nvme_perf"
 
 
-def host_argv(host: str, perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int) -> list[str]:
+def host_argv(host: str, perf: str, target: Target | SpdkTarget, work: dict, host_core: int, seconds: int, ramp: int) -> list[str]:
     """The load generator's command line, its JSON (nvmf-perf) or text report (spdk_nvme_perf,
     which always polls: the work's mode is the target's only) on stdout."""
     if host == "spdk_nvme_perf":
@@ -236,7 +236,7 @@ def report_of(host: str, out: str, work: dict, seconds: int, ramp: int) -> dict:
     return json.loads(out)
 
 
-def measure(perf: str, target: Target, work: dict, host_core: int, seconds: int, ramp: int,
+def measure(perf: str, target: Target | SpdkTarget, work: dict, host_core: int, seconds: int, ramp: int,
             prefix: tuple[str, ...] = (), host: str = "nvmf-perf") -> dict:
     """One load-generator run: IOPS, bandwidth and the target's CPU per GiB (the caller adds the
     host's, from the children's rusage)."""

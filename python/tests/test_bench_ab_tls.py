@@ -1,6 +1,7 @@
 """bench/ab.py --tls: the target requires TLS with the run's PSK for one host NQN and nvmf-perf
 offers that key as that host (fake binaries record their command lines); without it, neither does.
-bench/ab.py --host spdk_nvme_perf: SPDK's host polling on the host core, its text report read."""
+bench/ab.py --host spdk_nvme_perf: SPDK's host polling on the host core, its text report read.
+bench/ab.py --a spdk: SPDK's target as a side, where it can run (tests/spdk/test_spdk_ab.py runs it)."""
 
 from __future__ import annotations
 

@@ -163,10 +163,10 @@ class SpdkTarget:
     tls_key = None
     nqn = bench_stacks.NQN
 
-    def __init__(self, label: str, core: int, workdir: Path):
+    def __init__(self, label: str, core: int, bench: bench_stacks.Bench):
         self._stack = contextlib.ExitStack()
         try:
-            self.running = self._stack.enter_context(bench_stacks.Bench(workdir, None).target(label, [core], "poll"))
+            self.running = self._stack.enter_context(bench.target(label, [core], "poll"))
         except bench_stacks.BenchError as e:
             raise RuntimeError(str(e)) from None
         self.port = str(self.running.port)
@@ -414,10 +414,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start_target(binary: str, core: int, mode: str, key: str | None, prefix: tuple[str, ...], ns: str,
-                 workdir: Path) -> Target | SpdkTarget:
-    """A side's target: SPDK's for `spdk`/`spdk-spec`, else the nvmf-target binary."""
+                 bench: bench_stacks.Bench | None) -> Target | SpdkTarget:
+    """A side's target: SPDK's for `spdk`/`spdk-spec` (through `bench`), else the nvmf-target binary."""
     if binary in SPDK_SIDES:
-        return SpdkTarget(binary, core, workdir)
+        return SpdkTarget(binary, core, bench)
     return Target(binary, core, mode, key, prefix, ns)
 
 
@@ -426,15 +426,18 @@ def rounds(a: argparse.Namespace, works: list[dict], perf: dict[str, str], tls_k
     """Every round's runs, appended to `runs` (and the cipher's to `records`) as they come, and
     written to --out after each."""
     workdir = Path(tempfile.mkdtemp(prefix="nvmflab-ab-"))
+    # One bench (its scratch directory and host) for every SPDK target the A/B starts.
+    bench = bench_stacks.Bench(workdir, None) if {a.a, a.b} & set(SPDK_SIDES) else None
     try:
         for r in range(a.rounds):
-            one_round(a, r, works, perf, tls_key, gate, runs, records, workdir)
+            one_round(a, r, works, perf, tls_key, gate, runs, records, bench)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def one_round(a: argparse.Namespace, r: int, works: list[dict], perf: dict[str, str], tls_key: str | None,
-              gate: speed.Gate | None, runs: list[dict], records: list[dict], workdir: Path) -> None:
+              gate: speed.Gate | None, runs: list[dict], records: list[dict],
+              bench: bench_stacks.Bench | None) -> None:
     """Round `r`: each side's target started once per mode, every work against it."""
     if a.bound:  # before the round's targets start, on the target's core
         found = cipher.measure_round(a.target_core, r)
@@ -450,7 +453,7 @@ def one_round(a: argparse.Namespace, r: int, works: list[dict], perf: dict[str, 
                 continue
             cpu_limit = len(todo) * (a.seconds + a.ramp + 40)
             prefix = fifo_prefix(a.fifo, cpu_limit)
-            with start_target(binary, a.target_core, mode, key, prefix, a.ns, workdir) as target:
+            with start_target(binary, a.target_core, mode, key, prefix, a.ns, bench) as target:
                 for w in todo:
                     # The speed probe around the run (target paused), waiting for a fast phase.
                     bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None

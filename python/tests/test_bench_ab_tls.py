@@ -182,7 +182,8 @@ def test_ab_spdk_side_is_the_benchs_spdk_target_on_the_target_core(tmp_path, mon
     monkeypatch.setattr(ab.bench_stacks.Bench, "target", fake_target)
     report = json.dumps({"jobs": [{"read": {"iops": 1000.0, "bw_bytes": 4096000.0}}]})
     perf = _script(tmp_path / "perf", f"echo \"$@\" > {perf_log}; echo '{report}'")
-    with ab.start_target("spdk-spec", 0, "poll", None, (), ab.DEFAULT_NS, tmp_path) as t:
+    bench = ab.bench_stacks.Bench(tmp_path, None)
+    with ab.start_target("spdk-spec", 0, "poll", None, (), ab.DEFAULT_NS, bench) as t:
         assert started == [("spdk-spec", [0], "poll")] and t.port == "4421" and t.cpu() == (1.5, 2.5)
         run = ab.measure(perf, t, ab.parse_work("4k-randread-qd1-poll"), 1, 1, 0)
     assert started[-1] == "stopped" and run["iops"] == 1000.0

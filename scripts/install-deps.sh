@@ -22,6 +22,15 @@ case "$purpose" in run|spdk|test) ;; *) echo "install-deps: --for takes run, spd
 say() { echo "install-deps: $*"; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
+# One at a time: `make -j2 build venv spdk` on a fresh machine runs this twice at once, and apt
+# refuses the second run while the first holds its lock (the make then fails). The second waits.
+LOCK=${NVMFLAB_DEPS_LOCK:-${TMPDIR:-/tmp}/nvmflab-install-deps.lock}
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+  say "another install-deps run holds $LOCK; waiting for it"
+  flock 9
+fi
+
 # Running: compile the stack (build-essential, pkg-config), the harness's process and network
 # plumbing (iproute2 for namespaces, procps), Python with venv for the harness, and iperf3 for the
 # network applications of the contention study. libssl-dev: OpenSSL 3's headers and libssl, which the

@@ -8,6 +8,7 @@ pcap file (not pcapng), Ethernet (tcpdump -i lo) or Linux cooked frames, IPv4.""
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -117,6 +118,18 @@ def connect_fields(pdu: bytes) -> dict[str, int]:
     return {"qid": qid, "sqsize": sqsize, "cattr": cattr, "kato": kato}
 
 
+def per_segment(stream: Stream, kind: int) -> float | None:
+    """PDUs of type `kind` completed per segment that completes any: how a side groups them
+    (SPDK's host completes the CapsuleResps it finds in one 32 KiB read of its socket, and sends
+    the next commands together)."""
+    starts = [at for at, _ in stream.segments]
+    hits: Counter[int] = Counter()
+    for at, k, pdu in pdus(stream.data):
+        if k == kind:
+            hits[bisect.bisect_right(starts, at + len(pdu) - 1) - 1] += 1
+    return round(sum(hits.values()) / len(hits), 1) if hits else None
+
+
 def summarize(host: Stream, target: Stream) -> dict[str, Any]:
     """One connection's negotiation (ICReq, ICResp, Connect), PDUs per command by direction and
     type, the sizes that decide the path (in-capsule data, H2CData, C2HData, R2T), and how the
@@ -157,6 +170,7 @@ def summarize(host: Stream, target: Stream) -> dict[str, Any]:
         out[f"{side} segments"] = {"per command": round(len(lengths) / max(n, 1), 3),
                                    "mean bytes": round(sum(lengths) / max(len(lengths), 1)),
                                    "commonest": dict(Counter(lengths).most_common(4))}
+    out["per segment"] = {"host CapsuleCmd": per_segment(host, 4), "target CapsuleResp": per_segment(target, 5)}
     return out
 
 

@@ -75,6 +75,18 @@ def test_pdus_per_command_sizes_and_the_handshake_come_from_the_rebuilt_streams(
     assert found["host segments"]["commonest"][100] == 1
 
 
+def test_how_each_side_groups_its_capsules_and_responses_per_segment():
+    # The target answers three reads with their data and responses interleaved in one segment and
+    # one read in another, then two reads with their responses after both reads' data, cut so
+    # that the second response ends in the next segment.
+    host = [IC_REQ, READ * 3, READ + READ, READ]
+    grouped = C2H + C2H + RESP + RESP
+    target = [IC_RESP, (C2H + RESP) * 3, C2H + RESP, grouped[:-10], grouped[-10:]]
+    found = wire.summarize_capture(pcap(conversation(host, target)))
+    # Host: 3, 2 and 1 capsules in their segments; target: 3, 1, 1 and 1 responses end in theirs.
+    assert found["per segment"] == {"host CapsuleCmd": 2.0, "target CapsuleResp": 1.5}
+
+
 def test_a_hole_in_the_capture_ends_the_stream_there():
     frames = conversation([IC_REQ, READ, READ, READ], [IC_RESP])
     del frames[4]  # the second READ's segment

@@ -18,6 +18,7 @@
 //! with read data spliced in from command buffers).
 
 mod data_path;
+mod depth;
 mod input;
 mod landing;
 mod output;
@@ -25,6 +26,7 @@ mod output;
 use super::slots::{SlotState, Slots, BUFFER_BUDGET};
 use super::{At, Lifecycle, Transport, TransportKind};
 use data_path::{Phase, Wire, OUT_KEEP};
+pub use data_path::RESPONSE_GROUP;
 use landing::{Arrival, Landing, Sink};
 use super::stall::StallWatch;
 use crate::backend::IoCompletion;
@@ -232,6 +234,7 @@ impl Connection {
         if self.wire.phase == Phase::Closed {
             return;
         }
+        self.wire.depth.tick();
         let pressure = self.target.buffers.under_pressure();
         if pressure {
             self.life.slots.trim();
@@ -343,6 +346,7 @@ impl Connection {
             return None;
         }
         let cid = sqe.cid();
+        self.wire.depth.saw(cid);
         match self.life.cmd.command(sqe, NOT_YET_ARRIVED.get(..len)?, true, now) {
             Action::Buffer { work, len, in_capsule: Some(_) } => match self.life.claim_in_capsule(&mut self.wire, cid, work, len) {
                 Some(idx) => {
@@ -446,6 +450,7 @@ impl Connection {
     }
 
     fn capsule(&mut self, sqe: Sqe, data: &[u8], data_ok: bool, now: Instant) {
+        self.wire.depth.saw(sqe.cid());
         self.life.command(&mut self.wire, &sqe, None, data, data_ok, now);
     }
 

@@ -12,7 +12,7 @@ use nvmf_target::backend::IoEngine;
 use nvmf_target::config::{BackendConfig, NamespaceConfig, PortConfig, SubsystemConfig, TargetConfig};
 use nvmf_target::core::Target;
 use nvmf_target::reactor::{drive, drive_and_take_output};
-use nvmf_target::transport::tcp::Connection;
+use nvmf_target::transport::tcp::{Connection, RESPONSE_GROUP};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -384,10 +384,12 @@ fn the_output_buffer_a_burst_grew_is_given_back_after_a_quiet_tick() {
         assert!(h.conn.output_len() > 30 * 4096, "30 reads' data queued at once");
         let out = h.conn.take_output();
         h.rx.extend_from_slice(&out);
-        for _ in 0..30 {
-            assert!(matches!(h.recv(), Some((PduHeader::C2HData(_), _))));
-            assert!(matches!(h.recv(), Some((PduHeader::CapsuleResp(c), _)) if c.cqe.status.is_success()));
+        let seen = answers(h);
+        for cid in 1..=30u16 {
+            let data = seen.iter().position(|a| *a == ('D', cid)).expect("data");
+            assert!(seen[data..].contains(&('R', cid)), "cid {cid}: no response after its data");
         }
+        assert_eq!(seen.len(), 60);
     };
     burst(&mut h);
     assert!(h.conn.output_buffer_bytes() > 64 << 10, "the burst grew the output buffer");
@@ -401,6 +403,114 @@ fn the_output_buffer_a_burst_grew_is_given_back_after_a_quiet_tick() {
     burst(&mut h);
     h.conn.tick(h.now);
     assert!(h.conn.output_buffer_bytes() > 64 << 10);
+}
+
+/// What the host received, in order: ('D', cid) for a C2HData, ('R', cid) for a successful
+/// CapsuleResp.
+fn answers(h: &mut Host) -> Vec<(char, u16)> {
+    let mut seen = Vec::new();
+    while let Some(pdu) = h.recv() {
+        match pdu {
+            (PduHeader::C2HData(d), _) => seen.push(('D', d.cccid)),
+            (PduHeader::CapsuleResp(c), _) if c.cqe.status.is_success() => seen.push(('R', c.cqe.cid)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    seen
+}
+
+/// Reads `cids` answered in one burst: each `group` reads' data, then their CapsuleResps
+/// together.
+fn grouped_answers(cids: std::ops::RangeInclusive<u16>, group: usize) -> Vec<(char, u16)> {
+    let cids: Vec<u16> = cids.collect();
+    cids.chunks(group)
+        .flat_map(|g| g.iter().map(|c| ('D', *c)).chain(g.iter().map(|c| ('R', *c))).collect::<Vec<_>>())
+        .collect()
+}
+
+/// `n` 4 KiB null reads with cids `first..`, in one batch of input.
+fn read_batch(h: &Host, first: u16, n: u16) -> Vec<u8> {
+    let mut batch = Vec::new();
+    for cid in first..first + n {
+        let mut sqe = null_sqe(io_opcode::READ, cid as u64, 1, SglDescriptor::transport(4096));
+        sqe.set_cid(cid);
+        encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[], h.dg);
+    }
+    batch
+}
+
+#[test]
+fn a_bursts_responses_follow_its_data_together() {
+    // SPDK's host completes the CapsuleResps it finds in one 32 KiB read of its socket: grouped
+    // after the burst's data, a poll completes the burst (RESPONSE_GROUP at a time) instead of
+    // the ~8 reads whose data and response fit in 32 KiB.
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 127, 1);
+    // Before the host's depth is known: RESPONSE_GROUP at a time.
+    let n = 2 * RESPONSE_GROUP as u16 + 5;
+    let batch = read_batch(&h, 1, n);
+    h.send(&batch);
+    assert_eq!(answers(&mut h), grouped_answers(1..=n, RESPONSE_GROUP as usize));
+    // A lone read is answered as before: its data, then its response, in the same write.
+    let batch = read_batch(&h, 200, 1);
+    h.send(&batch);
+    assert_eq!(answers(&mut h), vec![('D', 200), ('R', 200)]);
+    // A tick that saw 120 distinct CIDs: groups of half that, 60.
+    h.conn.tick(h.now);
+    for round in 0..3 {
+        let batch = read_batch(&h, 300 + round * 40, 40);
+        h.send(&batch);
+        answers(&mut h);
+    }
+    h.conn.tick(h.now);
+    let batch = read_batch(&h, 1, 100);
+    h.send(&batch);
+    assert_eq!(answers(&mut h), grouped_answers(1..=100, 60));
+    // A shallow host (4 CIDs over the tick): groups of 8, the least.
+    h.conn.tick(h.now);
+    for _ in 0..3 {
+        let batch = read_batch(&h, 1, 4);
+        h.send(&batch);
+        answers(&mut h);
+    }
+    h.conn.tick(h.now);
+    let batch = read_batch(&h, 1, 20);
+    h.send(&batch);
+    assert_eq!(answers(&mut h), grouped_answers(1..=20, 8));
+}
+
+#[test]
+fn held_responses_cut_by_a_short_write_go_out_before_later_output() {
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 127, 1);
+    for (cut_in_responses, first) in [(false, 1u16), (true, 20)] {
+        let batch = read_batch(&h, first, 3);
+        h.conn.feed(&batch);
+        drive(&mut h.conn, h.now, &mut h.engine);
+        let queued = h.conn.output_len();
+        // The socket takes part of it: ending in the second read's data, or inside the responses.
+        let taken = if cut_in_responses { queued - 30 } else { 4096 + 40 };
+        let mut iov = [std::io::IoSlice::new(&[]); 16];
+        let k = h.conn.output_slices(&mut iov);
+        let mut written: Vec<u8> = iov[..k].iter().flat_map(|s| s.iter().copied()).collect();
+        written.truncate(taken);
+        h.conn.consume_output(taken);
+        // More reads are answered before the rest is written: the rest of the first three (and
+        // their responses) still comes first, and the stream stays whole.
+        let later = read_batch(&h, first + 3, 2);
+        h.conn.feed(&later);
+        drive(&mut h.conn, h.now, &mut h.engine);
+        h.rx.extend_from_slice(&written);
+        h.rx.extend_from_slice(&h.conn.take_output());
+        let seen = answers(&mut h);
+        let (f, l) = (first, first + 3);
+        let expected = [('D', f), ('D', f + 1), ('D', f + 2), ('R', f), ('R', f + 1), ('R', f + 2), ('D', l), ('D', l + 1), ('R', l), ('R', l + 1)];
+        assert_eq!(seen, expected, "cut in the responses: {cut_in_responses}");
+    }
 }
 
 #[test]
@@ -995,10 +1105,13 @@ fn large_read_data_is_written_from_its_buffer_in_pieces_and_the_slot_freed_after
         wire.extend_from_slice(&bytes);
     }
     h.rx.extend_from_slice(&wire);
+    // Both reads' data, then their responses together (RESPONSE_GROUP).
     for cid in [2u16, 3] {
         let Some((PduHeader::C2HData(d), data)) = h.recv() else { panic!("C2HData for {cid}") };
         assert_eq!((d.cccid, d.datal), (cid, 65536));
         assert!(data == pattern, "read {cid} returned other bytes than were written");
+    }
+    for cid in [2u16, 3] {
         assert!(matches!(h.recv(), Some((PduHeader::CapsuleResp(c), _)) if c.cqe.cid == cid && c.cqe.status.is_success()));
     }
     // Written: the slots are free again (a third command while they were taken would have

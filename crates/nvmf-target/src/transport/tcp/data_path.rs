@@ -5,6 +5,7 @@
 
 use crate::command::{Commands, Work};
 use crate::core::MQES;
+use super::depth::DepthGauge;
 use crate::transport::{At, DataPath, SlotState, Slots};
 use nvmf_proto::pdu::{encode_pdu, encode_pdu_header, fes, C2HData, CapsuleResp, TermReq, R2T};
 use nvmf_proto::spliced::SplicedOutput;
@@ -27,6 +28,15 @@ const _: () = assert!((MQES as u32) + 1 < ZEROS_SLOT as u32, "a slot index could
 /// The data of every null read under [`SEND_FROM_SLOT_MIN`], spliced into the output by
 /// [`ZEROS_SLOT`] rather than written into it once per read.
 pub(super) static ZEROS: [u8; SEND_FROM_SLOT_MIN as usize] = [0; SEND_FROM_SLOT_MIN as usize];
+/// CapsuleResps held back behind the data queued with them ([`Wire::responses`]), at most half
+/// the host's queue depth at a time ([`DepthGauge`]), within these bounds; this many before the
+/// depth is known. SPDK's host reads its socket through a 32 KiB buffer and ends a poll at a PDU
+/// that runs past its end: with each read's CapsuleResp right after its 4 KiB of data it
+/// completed about 8 reads per poll, and sent the next 8 commands in one segment. With the
+/// responses of a burst together after its data it completes them in one poll. Half the depth
+/// keeps two groups in flight, so that host and target still work at the same time.
+pub const RESPONSE_GROUP: u32 = 16;
+const RESPONSE_GROUP_BOUNDS: (u32, u32) = (8, 64);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -51,6 +61,15 @@ pub(super) struct Wire {
     pub maxr2t: u32,
     /// Bytes one R2T asks for: the MAXH2CDATA we advertise.
     pub maxh2cdata: u32,
+    /// CapsuleResps encoded since the last write, written after everything in `out` (so after
+    /// the data of the reads they complete, with which they were queued): each write is `out`
+    /// followed by these. They join `out` once [`RESPONSE_GROUP`] of them are held, or after a
+    /// write the socket did not take whole, so that none waits behind data queued later.
+    pub responses: Vec<u8>,
+    /// How many CapsuleResps `responses` holds.
+    held: u32,
+    /// The host's queue depth, from the CIDs it uses.
+    pub depth: DepthGauge,
 }
 
 impl Wire {
@@ -61,23 +80,54 @@ impl Wire {
             out: SplicedOutput::with_capacity(OUT_KEEP, 0),
             maxr2t: 1,
             maxh2cdata,
+            responses: Vec::with_capacity(RESPONSE_GROUP as usize * 32),
+            held: 0,
+            depth: DepthGauge::new(),
         }
+    }
+
+    /// `n` bytes of the held responses were written. The rest (all of them, or what is left of
+    /// a cut one) keeps its place: output queued from now on goes after it.
+    pub fn responses_written(&mut self, n: usize) {
+        self.responses.drain(..n);
+        self.release_responses();
+    }
+
+    /// How many CapsuleResps are held back together.
+    fn response_group(&self) -> u32 {
+        match self.depth.depth() {
+            0 => RESPONSE_GROUP,
+            depth => (depth / 2).clamp(RESPONSE_GROUP_BOUNDS.0, RESPONSE_GROUP_BOUNDS.1),
+        }
+    }
+
+    /// Moves the held CapsuleResps to the end of `out`: from now on they keep their place
+    /// before anything queued later.
+    pub fn release_responses(&mut self) {
+        self.out.bytes_mut().extend_from_slice(&self.responses);
+        self.responses.clear();
+        self.held = 0;
     }
 
     /// Queues a C2HTermReq; the connection closes once it is written.
     pub fn term_req(&mut self, cmd: &mut Commands, fes: u16, fei: u32, header: Vec<u8>) {
+        self.release_responses();
         let hdr = PduHeader::C2HTermReq(TermReq { fes, fei, header });
         encode_pdu(self.out.bytes_mut(), &hdr, &[], self.digests);
         self.phase = Phase::Closing;
         cmd.release();
     }
 
-    /// A CapsuleResp PDU completing command `cid`.
+    /// A CapsuleResp PDU completing command `cid`, held back behind the data queued so far.
     #[inline]
     pub fn respond_to(&mut self, cmd: &Commands, cid: u16, status: Status, result: u64) {
         let (sqid, sqhd) = cmd.sq_ids();
         let cqe = Cqe { result, sqhd, sqid, cid, status };
-        encode_pdu(self.out.bytes_mut(), &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
+        encode_pdu(&mut self.responses, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
+        self.held += 1;
+        if self.held >= self.response_group() {
+            self.release_responses();
+        }
     }
 
     /// Issues R2Ts, one per MAXH2CDATA-sized chunk, keeping at most MAXR2T outstanding.

@@ -492,7 +492,8 @@ fn held_responses_cut_by_a_short_write_go_out_before_later_output() {
         h.conn.feed(&batch);
         drive(&mut h.conn, h.now, &mut h.engine);
         let queued = h.conn.output_len();
-        // The socket takes part of it: ending in the second read's data, or inside the responses.
+        // The socket takes part of it: ending in the second read's C2HData header, or inside the
+        // responses.
         let taken = if cut_in_responses { queued - 30 } else { 4096 + 40 };
         let mut iov = [std::io::IoSlice::new(&[]); 16];
         let k = h.conn.output_slices(&mut iov);

@@ -63,8 +63,8 @@ pub(super) struct Wire {
     pub maxh2cdata: u32,
     /// CapsuleResps encoded since the last write, written after everything in `out` (so after
     /// the data of the reads they complete, with which they were queued): each write is `out`
-    /// followed by these. They join `out` once [`RESPONSE_GROUP`] of them are held, or after a
-    /// write the socket did not take whole, so that none waits behind data queued later.
+    /// followed by these. They join `out` once a group of them is held (`response_group`), or
+    /// after a write the socket did not take whole, so that none waits behind data queued later.
     pub responses: Vec<u8>,
     /// How many CapsuleResps `responses` holds.
     held: u32,

@@ -424,7 +424,7 @@ fn answers(h: &mut Host) -> Vec<(char, u16)> {
 fn grouped_answers(cids: std::ops::RangeInclusive<u16>, group: usize) -> Vec<(char, u16)> {
     let cids: Vec<u16> = cids.collect();
     cids.chunks(group)
-        .flat_map(|g| g.iter().map(|c| ('D', *c)).chain(g.iter().map(|c| ('R', *c))).collect::<Vec<_>>())
+        .flat_map(|g| g.iter().map(|c| ('D', *c)).chain(g.iter().map(|c| ('R', *c))))
         .collect()
 }
 

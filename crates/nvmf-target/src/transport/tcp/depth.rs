@@ -2,9 +2,14 @@
 //! CapsuleResps ([`super::data_path::Wire::responses`]).
 //!
 //! The target cannot see the host's queue depth: a null or fast namespace answers each command
-//! within the turn that read it. But hosts take command identifiers from a pool as deep as
-//! their queue and reuse the freed ones first (SPDK's free list, Linux's blk-mq tags in the
-//! CID's low 12 bits, nvmf-perf), so the distinct CIDs used over a tick are their depth.
+//! within the turn that read it. But SPDK's host (a free list of requests) and nvmf-perf reuse
+//! freed command identifiers first, so the distinct CIDs used over a tick are their depth.
+//! Linux's host does not: its CID's low 12 bits are a blk-mq tag, and the sbitmap that hands
+//! tags out moves its per-CPU hint past each tag it gives, so the tags walk the whole queue
+//! (SQSIZE, 128 by default) at any depth. The gauge then reads the queue size, and the groups
+//! are as large as the bounds allow: a write's responses all follow its data. The kernel host
+//! reads everything the socket holds in one go (no 32 KiB pipe as SPDK's), and under emulation
+//! it cannot be timed here, so what that costs it is not measured.
 
 /// CIDs are counted by their low 12 bits (Linux keeps a generation counter above them).
 const CID_BITS: usize = 1 << 12;

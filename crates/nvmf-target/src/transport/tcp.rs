@@ -234,7 +234,7 @@ impl Connection {
         if self.wire.phase == Phase::Closed {
             return;
         }
-        self.wire.depth.tick();
+        self.wire.tick();
         let pressure = self.target.buffers.under_pressure();
         if pressure {
             self.life.slots.trim();
@@ -346,7 +346,7 @@ impl Connection {
             return None;
         }
         let cid = sqe.cid();
-        self.wire.depth.saw(cid);
+        self.wire.saw_command(cid);
         match self.life.cmd.command(sqe, NOT_YET_ARRIVED.get(..len)?, true, now) {
             Action::Buffer { work, len, in_capsule: Some(_) } => match self.life.claim_in_capsule(&mut self.wire, cid, work, len) {
                 Some(idx) => {
@@ -450,7 +450,7 @@ impl Connection {
     }
 
     fn capsule(&mut self, sqe: Sqe, data: &[u8], data_ok: bool, now: Instant) {
-        self.wire.depth.saw(sqe.cid());
+        self.wire.saw_command(sqe.cid());
         self.life.command(&mut self.wire, &sqe, None, data, data_ok, now);
     }
 

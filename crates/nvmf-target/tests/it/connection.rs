@@ -515,6 +515,36 @@ fn held_responses_cut_by_a_short_write_go_out_before_later_output() {
 }
 
 #[test]
+fn a_response_with_no_data_queued_before_it_is_not_held() {
+    // A write's response has no data of its own to wait behind: queued before any read data,
+    // it goes out first; after read data, it joins the held group (and keeps its order).
+    let t = target();
+    let mut a = Host::new(t.clone());
+    let cntlid = a.admin_ready(SUB_A);
+    let mut h = io_queue(&t, cntlid, 127, 1);
+    let mut batch = Vec::new();
+    for (cid, write) in [(1u16, true), (2, false), (3, true), (4, false)] {
+        let mut sqe = if write {
+            null_sqe(io_opcode::WRITE, cid as u64, 1, SglDescriptor::in_capsule(0, 4096))
+        } else {
+            null_sqe(io_opcode::READ, cid as u64, 1, SglDescriptor::transport(4096))
+        };
+        sqe.set_cid(cid);
+        let data = if write { vec![0x3C; 4096] } else { Vec::new() };
+        encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &data, h.dg);
+    }
+    h.send(&batch);
+    assert_eq!(answers(&mut h), [('R', 1), ('D', 2), ('D', 4), ('R', 2), ('R', 3), ('R', 4)]);
+    // Once the held group went out, a lone write's response is written at once again.
+    let mut sqe = null_sqe(io_opcode::WRITE, 9, 1, SglDescriptor::in_capsule(0, 4096));
+    sqe.set_cid(9);
+    let mut batch = Vec::new();
+    encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[0x3C; 4096], h.dg);
+    h.send(&batch);
+    assert_eq!(answers(&mut h), [('R', 9)]);
+}
+
+#[test]
 fn r2t_flow_for_a_1mib_write() {
     let t = target(); // maxh2cdata 128 KiB by default
     let mut a = Host::new(t.clone());

@@ -63,13 +63,19 @@ pub(super) struct Wire {
     pub maxh2cdata: u32,
     /// CapsuleResps encoded since the last write, written after everything in `out` (so after
     /// the data of the reads they complete, with which they were queued): each write is `out`
-    /// followed by these. They join `out` once a group of them is held (`response_group`), or
+    /// followed by these. They join `out` once a group of them is held (`group`), or
     /// after a write the socket did not take whole, so that none waits behind data queued later.
     pub responses: Vec<u8>,
     /// How many CapsuleResps `responses` holds.
     held: u32,
+    /// Read data was queued since the held responses were last released: a response only waits
+    /// when data may follow it in the same write (a write's response goes straight to `out`).
+    data_queued: bool,
     /// The host's queue depth, from the CIDs it uses.
-    pub depth: DepthGauge,
+    depth: DepthGauge,
+    /// How many CapsuleResps are held back together: half the depth, within the bounds; set at
+    /// each tick, when the depth may change.
+    group: u32,
 }
 
 impl Wire {
@@ -82,7 +88,9 @@ impl Wire {
             maxh2cdata,
             responses: Vec::with_capacity(RESPONSE_GROUP as usize * 32),
             held: 0,
+            data_queued: false,
             depth: DepthGauge::new(),
+            group: RESPONSE_GROUP,
         }
     }
 
@@ -93,12 +101,19 @@ impl Wire {
         self.release_responses();
     }
 
-    /// How many CapsuleResps are held back together.
-    fn response_group(&self) -> u32 {
-        match self.depth.depth() {
+    /// A capsule for command `cid` arrived (the depth gauge counts its CID).
+    #[inline]
+    pub fn saw_command(&mut self, cid: u16) {
+        self.depth.saw(cid);
+    }
+
+    /// A tick ends the depth gauge's window; the group follows the depth it read.
+    pub fn tick(&mut self) {
+        self.depth.tick();
+        self.group = match self.depth.depth() {
             0 => RESPONSE_GROUP,
             depth => (depth / 2).clamp(RESPONSE_GROUP_BOUNDS.0, RESPONSE_GROUP_BOUNDS.1),
-        }
+        };
     }
 
     /// Moves the held CapsuleResps to the end of `out`: from now on they keep their place
@@ -107,6 +122,7 @@ impl Wire {
         self.out.bytes_mut().extend_from_slice(&self.responses);
         self.responses.clear();
         self.held = 0;
+        self.data_queued = false;
     }
 
     /// Queues a C2HTermReq; the connection closes once it is written.
@@ -118,14 +134,21 @@ impl Wire {
         cmd.release();
     }
 
-    /// A CapsuleResp PDU completing command `cid`, held back behind the data queued so far.
+    /// A CapsuleResp PDU completing command `cid`: held back behind the data queued since the
+    /// last release, or straight into `out` when there is none.
     #[inline]
     pub fn respond_to(&mut self, cmd: &Commands, cid: u16, status: Status, result: u64) {
         let (sqid, sqhd) = cmd.sq_ids();
         let cqe = Cqe { result, sqhd, sqid, cid, status };
-        encode_pdu(&mut self.responses, &PduHeader::CapsuleResp(CapsuleResp { cqe }), &[], self.digests);
+        let pdu = PduHeader::CapsuleResp(CapsuleResp { cqe });
+        if !self.data_queued {
+            // Nothing held (data_queued is set whenever something is) and no data to wait behind.
+            encode_pdu(self.out.bytes_mut(), &pdu, &[], self.digests);
+            return;
+        }
+        encode_pdu(&mut self.responses, &pdu, &[], self.digests);
         self.held += 1;
-        if self.held >= self.response_group() {
+        if self.held >= self.group {
             self.release_responses();
         }
     }
@@ -148,6 +171,7 @@ impl Wire {
     /// spliced in, and nothing is copied. With `success` the last PDU also completes the
     /// command; otherwise the caller sends the response.
     fn send_copied(&mut self, cid: u16, data: &[u8], zeros: bool, success: bool) {
+        self.data_queued = true;
         let mut datao = 0;
         for chunk in data.chunks(C2H_CHUNK) {
             let last = datao + chunk.len() == data.len();
@@ -175,6 +199,7 @@ impl Wire {
     /// Sending until it is written: the connection frees it then). With `success` the last one
     /// also completes the command; otherwise the caller sends the response.
     fn send_slot_data(&mut self, slots: &mut Slots, idx: u16, success: bool) {
+        self.data_queued = true;
         let slot = &mut slots[idx];
         slot.state = SlotState::Sending;
         let (cid, len) = (slot.cid, slot.buf.as_slice().len());

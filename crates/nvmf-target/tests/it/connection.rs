@@ -457,7 +457,7 @@ fn a_bursts_responses_follow_its_data_together() {
     let batch = read_batch(&h, 200, 1);
     h.send(&batch);
     assert_eq!(answers(&mut h), vec![('D', 200), ('R', 200)]);
-    // A tick that saw 120 distinct CIDs: groups of half that, 60.
+    // A tick that saw 120 distinct CIDs: half that is 60, past the bound: groups of 32.
     h.conn.tick(h.now);
     for round in 0..3 {
         let batch = read_batch(&h, 300 + round * 40, 40);
@@ -467,7 +467,16 @@ fn a_bursts_responses_follow_its_data_together() {
     h.conn.tick(h.now);
     let batch = read_batch(&h, 1, 100);
     h.send(&batch);
-    assert_eq!(answers(&mut h), grouped_answers(1..=100, 60));
+    assert_eq!(answers(&mut h), grouped_answers(1..=100, 32));
+    // 40 CIDs over a tick: groups of 20.
+    h.conn.tick(h.now);
+    let batch = read_batch(&h, 1, 40);
+    h.send(&batch);
+    answers(&mut h);
+    h.conn.tick(h.now);
+    let batch = read_batch(&h, 1, 50);
+    h.send(&batch);
+    assert_eq!(answers(&mut h), grouped_answers(1..=50, 20));
     // A shallow host (4 CIDs over the tick): groups of 8, the least.
     h.conn.tick(h.now);
     for _ in 0..3 {

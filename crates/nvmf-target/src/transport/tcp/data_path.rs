@@ -34,9 +34,11 @@ pub(super) static ZEROS: [u8; SEND_FROM_SLOT_MIN as usize] = [0; SEND_FROM_SLOT_
 /// that runs past its end: with each read's CapsuleResp right after its 4 KiB of data it
 /// completed about 8 reads per poll, and sent the next 8 commands in one segment. With the
 /// responses of a burst together after its data it completes them in one poll. Half the depth
-/// keeps two groups in flight, so that host and target still work at the same time.
+/// keeps two groups in flight, so that host and target still work at the same time. At most 32:
+/// groups of 64 at QD128 cost nvmf-perf, which takes everything the socket holds, a fifth of its
+/// IOPS (bench/README.md, "Groups of at most 32").
 pub const RESPONSE_GROUP: u32 = 16;
-const RESPONSE_GROUP_BOUNDS: (u32, u32) = (8, 64);
+const RESPONSE_GROUP_BOUNDS: (u32, u32) = (8, 32);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {

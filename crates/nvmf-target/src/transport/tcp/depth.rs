@@ -10,7 +10,7 @@
 //! QD128 at the emulated host's 1-2 K IOPS, bench/kernel_wire.py): 20-21 distinct tags in 32
 //! commands, 46 in 128, 73-80 in 256, all 127 over 1600-1750 commands. A fast kernel host sends
 //! thousands of commands per tick, so the gauge reads about the queue size, and the groups are
-//! as large as the bounds allow: a write's responses all follow its data. The kernel host reads
+//! as large as the bounds allow (32). The kernel host reads
 //! everything the socket holds in one go (no 32 KiB pipe as SPDK's), and under emulation it
 //! cannot be timed here, so what that costs it is not measured.
 

@@ -10,9 +10,9 @@
 //! QD128 at the emulated host's 1-2 K IOPS, bench/kernel_wire.py): 20-21 distinct tags in 32
 //! commands, 46 in 128, 73-80 in 256, all 127 over 1600-1750 commands. A fast kernel host sends
 //! thousands of commands per tick, so the gauge reads about the queue size, and the groups are
-//! as large as the bounds allow (32). The kernel host reads
-//! everything the socket holds in one go (no 32 KiB pipe as SPDK's), and under emulation it
-//! cannot be timed here, so what that costs it is not measured.
+//! as large as the bounds allow (32). The kernel host reads everything the socket holds in one
+//! go (no 32 KiB pipe as SPDK's), and under emulation it cannot be timed here, so what that
+//! costs it is not measured.
 
 /// CIDs are counted by their low 12 bits (Linux keeps a generation counter above them).
 const CID_BITS: usize = 1 << 12;

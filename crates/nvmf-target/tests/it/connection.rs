@@ -547,9 +547,7 @@ fn a_response_with_no_data_queued_before_it_is_not_held() {
     // Once the held group went out, a lone write's response is written at once again.
     let mut sqe = null_sqe(io_opcode::WRITE, 9, 1, SglDescriptor::in_capsule(0, 4096));
     sqe.set_cid(9);
-    let mut batch = Vec::new();
-    encode_pdu(&mut batch, &PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[0x3C; 4096], h.dg);
-    h.send(&batch);
+    h.send_pdu(PduHeader::CapsuleCmd(CapsuleCmd { sqe }), &[0x3C; 4096]);
     assert_eq!(answers(&mut h), [('R', 9)]);
 }
 

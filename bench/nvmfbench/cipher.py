@@ -10,7 +10,9 @@ than it slows a run):
 - "nvmf-tls": `nvmf-bench aead`, our record layer's Sealer and Opener (ring's AES-GCM), whole
   records of the size asked (at most 16 KiB, so not at 128 KiB).
 The limit takes, per direction, the faster of the two: no stack beats the fastest AES-GCM the core
-runs with the code at hand. Each (size, direction) is bracketed by the bench's speed probes, and a
+runs with the code at hand. Issue 40 states its bound with OpenSSL's EVP rate alone, a looser one
+where ring is faster (as on AMD cores with VAES but no AVX-512); the TLS rows show it beside
+(bound.bound_rows, OPENSSL_ONLY). Each (size, direction) is bracketed by the bench's speed probes, and a
 measurement from a slow phase of the machine (mark_slow, the rule of speed.mark_slow_phases) is
 left out unless every one is slow.
 
@@ -165,32 +167,34 @@ def record_size(bs: int) -> int:
     return min(bs, RECORD_MAX)
 
 
-def by_impl(records: Iterable[dict[str, Any]], size: int, op: str) -> tuple[dict[str, float], bool]:
-    """Each implementation's median rate at `size` and `op`, over the records not from a slow phase
-    (all of them when every one is slow: then True)."""
-    ok = [r for r in records if r.get("rate_bps") and r["size"] == size and r["op"] == op]
+def by_impl(records: Iterable[dict[str, Any]], size: int, op: str,
+            impls: tuple[str, ...] = IMPLS) -> tuple[dict[str, float], bool]:
+    """Each implementation's (of `impls`) median rate at `size` and `op`, over the records not from
+    a slow phase (all of them when every one is slow: then True)."""
+    ok = [r for r in records if r.get("rate_bps") and r["size"] == size and r["op"] == op
+          and r.get("impl", OPENSSL) in impls]
     fast = [r for r in ok if not r.get("slow_machine")]
     chosen = fast or ok
     medians = {}
-    for impl in IMPLS:
+    for impl in impls:
         values = [r["rate_bps"] for r in chosen if r.get("impl", OPENSSL) == impl]
         if values:
             medians[impl] = statistics.median(values)
     return medians, bool(ok) and not fast
 
 
-def rates(records: Iterable[dict[str, Any]], bs: int) -> dict[str, Any] | None:
+def rates(records: Iterable[dict[str, Any]], bs: int, impls: tuple[str, ...] = IMPLS) -> dict[str, Any] | None:
     """At the record size of a `bs`-byte I/O (the largest measured size not above it), per
-    direction the faster implementation's median rate: {"encrypt": B/s, "decrypt": B/s,
-    "impl": {op: implementation}, "all_slow": [ops measured only in slow phases]}; None when a
-    direction has no rate."""
-    ok = [r for r in records if r.get("rate_bps")]
+    direction the faster implementation's (of `impls`) median rate: {"encrypt": B/s, "decrypt":
+    B/s, "impl": {op: implementation}, "all_slow": [ops measured only in slow phases]}; None when
+    a direction has no rate."""
+    ok = [r for r in records if r.get("rate_bps") and r.get("impl", OPENSSL) in impls]
     sizes = sorted({r["size"] for r in ok if r["size"] <= record_size(bs)})
     if not sizes:
         return None
     out: dict[str, Any] = {"impl": {}, "all_slow": []}
     for op in OPS:
-        medians, all_slow = by_impl(ok, sizes[-1], op)
+        medians, all_slow = by_impl(ok, sizes[-1], op, impls)
         if not medians:
             return None
         out["impl"][op] = max(medians, key=medians.__getitem__)

@@ -97,6 +97,25 @@ def test_bound_sets_each_rounds_tls_run_against_its_plain_run_and_cipher_rate():
     assert ab.bound_of(runs, [], work) == {"limit_iops": None, "median": None, "per_round": None}
 
 
+def test_bound_prints_the_limit_of_openssls_evp_alone_beside_the_faster_cipher(capsys):
+    ab = _ab()
+    work = ab.parse_work("4k-randwrite-qd32-event")
+    # ring seals 4 KiB in 1 us, OpenSSL's EVP in 2 us: issue 40's bound (EVP alone) is the looser
+    evp = [dict(r, impl="openssl-evp", rate_bps=r["rate_bps"] / 2) for r in _cipher_records(0, 4096e6, 8192e6)]
+    records = _cipher_records(0, 4096e6, 8192e6) + evp
+    runs = [{"side": "A", "work": work["key"], "round": r, "iops": 500e3} for r in range(2)]
+    runs += [{"side": "B", "work": work["key"], "round": r, "iops": 300e3} for r in range(2)]
+    fastest = ab.bound_of(runs, records, work)
+    alone = ab.bound_of(runs, records, work, ab.bound.OPENSSL_ONLY)
+    assert fastest["limit_iops"] == pytest.approx(1 / 3e-6) and alone["limit_iops"] == pytest.approx(1 / 4e-6)
+    assert alone["median"] == pytest.approx(300e3 * 4e-6) and fastest["median"] == pytest.approx(300e3 * 3e-6)
+    assert ab.bound_of(runs, [r for r in records if r["impl"] == "nvmf-tls"], work, ab.bound.OPENSSL_ONLY)[
+        "limit_iops"] is None  # no EVP rate measured: no EVP limit, never ring's in its place
+    ab.print_bound([work], runs, records)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(work["key"]))
+    assert line.split()[1:4] == ["333.3", "K", "0.900"] and "250.0 K" in line, line
+
+
 def test_ab_bound_runs_plain_against_tls_and_measures_the_cipher_each_round(tmp_path, monkeypatch, capsys):
     ab = _ab()
     target_log = tmp_path / "target.argv"

@@ -170,6 +170,23 @@ def test_the_limit_takes_the_faster_implementation_per_direction():
     assert summary["limit_impl"]["131072"] == {"encrypt": "openssl-evp", "decrypt": "openssl-evp"}
 
 
+def test_issue_40s_bound_takes_openssls_evp_alone_where_ring_is_faster():
+    records = [r for rnd in range(2) for r in _rates(rnd, 2e9, 4e9) + _rates(rnd, 4e9, 6e9, impl="nvmf-tls")]
+    assert cipher.rates(records, 4096) == _limit(4e9, "nvmf-tls")
+    assert cipher.rates(records, 4096, bound.OPENSSL_ONLY) == _limit(2e9)
+    assert cipher.rates(records, 131072, bound.OPENSSL_ONLY) == _limit(4e9)  # its 16 KiB records
+    assert cipher.rates(_rates(0, 4e9, 6e9, impl="nvmf-tls"), 4096, bound.OPENSSL_ONLY) is None
+    write = "4k randwrite QD32"
+    runs = [run("ours", "ours", write, 1e6, rnd) for rnd in range(2)]
+    runs += [run("ours-tls", "ours-tls", write, tls, rnd) for rnd, tls in enumerate((390e3, 410e3))]
+    (row,) = bound.bound_rows(stats.cells(runs), runs, records)
+    # 1 us plain; ring 1.024 us, EVP 2.048 us per 4 KiB I/O; the median TLS run 400 K
+    assert row["limit_iops"] == pytest.approx(1 / 2.024e-6) and row["value"] == pytest.approx(0.8096)
+    assert row["evp_limit_iops"] == pytest.approx(1 / 3.048e-6) and row["evp_value"] == pytest.approx(1.2192)
+    geo = (390e3 * 410e3) ** 0.5
+    assert row["evp_per_round"][0] == pytest.approx(geo * 3.048e-6) and row["per_round"][0] == pytest.approx(geo * 2.024e-6)
+
+
 def test_cipher_measurements_from_a_slow_phase_are_left_out_relative_to_the_whole_bench():
     # the runs' fastest probe is 10 us; cipher records probed at 20 us are slow (> 1.25 x), at 12 us not
     runs = [{"probe_ns": [10e3, 11e3]}, {"probe_ns": [30e3]}]
@@ -266,5 +283,8 @@ def test_the_report_shows_the_rates_and_each_tls_row_against_its_limit():
     assert "128 KiB encrypt 9.00 GB/s (openssl-evp)," in text and "from a slow phase" not in text
     assert f"| ours x ours | {large} | 5.24 GB/s | 1.57 GB/s |" in text
     assert "TLS: 128k randwrite QD32, ours x ours / cipher-bound limit >= 0.9" in text
+    # beside it, issue 40's own bound: OpenSSL's EVP alone (its 16 KiB rate, 5.1 GB/s, here the faster)
+    assert row["evp_limit_iops"] == pytest.approx(row["limit_iops"]) and row["evp_per_round"][3] == 2
+    assert "| limit, OpenSSL's EVP alone | TLS / it per round (95 %) |" in text
     plain = report.assemble(runs[:2], [], [large], config, None, [], [], 10.0)
     assert "Cipher bound" not in report.markdown(plain)

@@ -35,7 +35,8 @@ OOPS_CONSOLE = ("[    1.769673] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n"
 
 def a_bed_with_scripted_boots(tmp_path, monkeypatch, consoles: dict[str, list[str]]):
     """A Bed whose guests "boot" by writing the next console of CONSOLES[name] and ending, as qemu
-    does after a panic (panic=-1, -no-reboot), or staying up once the console says SSHD-READY."""
+    does after a panic (panic=-1, -no-reboot), or staying up once the console says SSHD-READY, or
+    when it ends with an oops the kernel lived through ("... (lived)")."""
     import subprocess
 
     bed = bed_module.Bed(tmp_path)
@@ -47,7 +48,8 @@ def a_bed_with_scripted_boots(tmp_path, monkeypatch, consoles: dict[str, list[st
         text = consoles[guest.name][started[guest.name]]
         started[guest.name] += 1
         guest.console.write_text(text)
-        guest.qemu = subprocess.Popen(["sleep", "30" if "SSHD-READY" in text else "0"])
+        stays = "SSHD-READY" in text or text.endswith("(lived)\n")
+        guest.qemu = subprocess.Popen(["sleep", "30" if stays else "0"])
 
     monkeypatch.setattr(bed, "_start", start)
     monkeypatch.setattr(bed, "_wait_ssh", lambda guest: None)
@@ -70,8 +72,26 @@ def test_a_guest_whose_kernel_oopses_while_booting_is_booted_once_more(tmp_path,
         "bed1": [OOPS_CONSOLE, "@@ SSHD-READY bed1\n"], "bed2": ["@@ SSHD-READY bed2\n"]})
     said = boot(bed)
     assert started == {"bed1": 2, "bed2": 1}
-    assert any("bed1's kernel died while booting (Oops: int3" in line and "once more" in line for line in said), said
+    assert any("bed1's kernel oopsed while booting (Oops: int3" in line and "once more" in line for line in said), said
     assert "Kernel panic" in (tmp_path / "bed1.console.boot1.log").read_text()
+
+
+def test_a_guest_that_lives_through_an_oops_while_booting_is_stopped_and_booted_once_more(tmp_path, monkeypatch):
+    lived = "[    2.1] Oops: general protection fault, probably for non-canonical address (lived)\n"
+    bed, started = a_bed_with_scripted_boots(tmp_path, monkeypatch, {
+        "bed1": ["@@ SSHD-READY bed1\n"], "bed2": [lived, "@@ SSHD-READY bed2\n"]})
+    first = []
+    real_start = bed._start
+
+    def start(guest, *args):
+        real_start(guest, *args)
+        first.append(guest.qemu)
+
+    monkeypatch.setattr(bed, "_start", start)
+    said = boot(bed)
+    assert started == {"bed1": 1, "bed2": 2}
+    assert first[1].returncode is not None and first[1].returncode != 0, "the oopsed guest's qemu was killed"
+    assert any("bed2's kernel oopsed while booting (Oops: general protection fault" in line for line in said), said
 
 
 def test_a_second_oops_or_a_failing_init_ends_the_bed(tmp_path, monkeypatch):

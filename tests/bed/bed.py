@@ -59,7 +59,8 @@ BOOT_LIMIT_S = 600
 SSH_LIMIT_S = 300
 # Trixie's kernel under TCG now and then oopses while it boots (seen in CI: int3 in
 # run_timer_softirq while static keys are patched; tests/guest/trixie.py saw it in
-# sched_clock_cpu), and panic=-1 with -no-reboot ends its qemu: such a guest is booted once more.
+# sched_clock_cpu), and panic=-1 with -no-reboot ends its qemu: such a guest is booted once more
+# (one that lived through its oops is stopped first).
 BOOT_TRIES = 2
 # In the inventories too: the harness allows a login 2 x this + 5 s (topology/ssh.login_limit_s).
 # A loaded machine's TCG guest once took more than the 15 s nvmflab allowed by default ("cannot
@@ -234,11 +235,13 @@ class Bed:
                 if "@@ SSHD-READY" in text:
                     progress(f"{guest.name} up in {time.monotonic() - start:.0f} s (ssh -p {guest.ssh_port})")
                     waiting.remove(guest)
-                elif "@@ FAIL" not in text and guest.qemu.poll() is not None and _oopsed(text) \
-                        and boots[guest.name] < BOOT_TRIES:
+                elif "@@ FAIL" not in text and _oopsed(text) and boots[guest.name] < BOOT_TRIES:
+                    if guest.qemu.poll() is None:  # an oops it lived through: no bed to trust
+                        guest.qemu.kill()
+                        guest.qemu.wait()
                     kept = guest.console.with_suffix(f".boot{boots[guest.name]}.log")
                     guest.console.replace(kept)
-                    progress(f"{guest.name}'s kernel died while booting ({_oopsed(text)}; console kept in "
+                    progress(f"{guest.name}'s kernel oopsed while booting ({_oopsed(text)}; console kept in "
                              f"{kept.name}); booting it once more")
                     self._start(guest, *self._booted_from)
                     boots[guest.name] += 1

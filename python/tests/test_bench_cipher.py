@@ -285,6 +285,9 @@ def test_the_report_shows_the_rates_and_each_tls_row_against_its_limit():
     assert "TLS: 128k randwrite QD32, ours x ours / cipher-bound limit >= 0.9" in text
     # beside it, issue 40's own bound: OpenSSL's EVP alone (its 16 KiB rate, 5.1 GB/s, here the faster)
     assert row["evp_limit_iops"] == pytest.approx(row["limit_iops"]) and row["evp_per_round"][3] == 2
-    assert "| limit, OpenSSL's EVP alone | TLS / it per round (95 %) |" in text
+    assert "| limit, OpenSSL's EVP alone | TLS / it; per round (95 %) |" in text
+    evp_cells = next(line for line in text.splitlines() if line.startswith(f"| ours x ours | {large} |")).split(" | ")[-2:]
+    assert evp_cells[0] == report._io(row["evp_limit_iops"], 131072) and evp_cells[1].startswith(
+        f"{report._x(row['evp_value'])}; {row['evp_per_round'][0]:.2f}×"), evp_cells
     plain = report.assemble(runs[:2], [], [large], config, None, [], [], 10.0)
     assert "Cipher bound" not in report.markdown(plain)

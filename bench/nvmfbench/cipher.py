@@ -167,16 +167,14 @@ def record_size(bs: int) -> int:
     return min(bs, RECORD_MAX)
 
 
-def by_impl(records: Iterable[dict[str, Any]], size: int, op: str,
-            impls: tuple[str, ...] = IMPLS) -> tuple[dict[str, float], bool]:
-    """Each implementation's (of `impls`) median rate at `size` and `op`, over the records not from
-    a slow phase (all of them when every one is slow: then True)."""
-    ok = [r for r in records if r.get("rate_bps") and r["size"] == size and r["op"] == op
-          and r.get("impl", OPENSSL) in impls]
+def by_impl(records: Iterable[dict[str, Any]], size: int, op: str) -> tuple[dict[str, float], bool]:
+    """Each implementation's median rate at `size` and `op`, over the records not from a slow phase
+    (all of them when every one is slow: then True)."""
+    ok = [r for r in records if r.get("rate_bps") and r["size"] == size and r["op"] == op]
     fast = [r for r in ok if not r.get("slow_machine")]
     chosen = fast or ok
     medians = {}
-    for impl in impls:
+    for impl in IMPLS:
         values = [r["rate_bps"] for r in chosen if r.get("impl", OPENSSL) == impl]
         if values:
             medians[impl] = statistics.median(values)
@@ -194,7 +192,7 @@ def rates(records: Iterable[dict[str, Any]], bs: int, impls: tuple[str, ...] = I
         return None
     out: dict[str, Any] = {"impl": {}, "all_slow": []}
     for op in OPS:
-        medians, all_slow = by_impl(ok, sizes[-1], op, impls)
+        medians, all_slow = by_impl(ok, sizes[-1], op)
         if not medians:
             return None
         out["impl"][op] = max(medians, key=medians.__getitem__)

@@ -232,16 +232,17 @@ class Bed:
             time.sleep(1)
             for guest in list(waiting):
                 text = guest.console.read_text(errors="replace") if guest.console.exists() else ""
+                oops = _oopsed(text)
                 if "@@ SSHD-READY" in text:
                     progress(f"{guest.name} up in {time.monotonic() - start:.0f} s (ssh -p {guest.ssh_port})")
                     waiting.remove(guest)
-                elif "@@ FAIL" not in text and _oopsed(text) and boots[guest.name] < BOOT_TRIES:
+                elif "@@ FAIL" not in text and oops and boots[guest.name] < BOOT_TRIES:
                     if guest.qemu.poll() is None:  # an oops it lived through: no bed to trust
                         guest.qemu.kill()
                         guest.qemu.wait()
                     kept = guest.console.with_suffix(f".boot{boots[guest.name]}.log")
                     guest.console.replace(kept)
-                    progress(f"{guest.name}'s kernel oopsed while booting ({_oopsed(text)}; console kept in "
+                    progress(f"{guest.name}'s kernel oopsed while booting ({oops}; console kept in "
                              f"{kept.name}); booting it once more")
                     self._start(guest, *self._booted_from)
                     boots[guest.name] += 1

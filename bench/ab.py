@@ -12,7 +12,9 @@ With --perf-a (and --perf-b) each side gets its own nvmf-perf too: the whole sta
 after, for changes to both sides. With --tls every run is over TLS 1.3 (one random PSK).
 With --host spdk_nvme_perf the load comes from SPDK's host (its build as the bench finds it,
 polling on the host core, `--no-huge`), so a change to the target is measured as a host we did
-not write sees it (issue 40 item 3); not with --tls.
+not write sees it (issue 40 item 3). With --tls or --bound it connects over its `ssl` socket
+with the PSK, that socket's buffers raised to its posix socket's 2 MiB as the bench does
+(nvmfbench.sockbuf: SPDK 24.01 fixes them at 4 and 64 KiB, which stalled its TLS runs).
 
 --a and --b also take `spdk` or `spdk-spec` for SPDK's target as the bench starts it
 (nvmfbench.stacks: nvmf_tgt over rpc.py, --no-huge, one 1 GiB null namespace, in-capsule 8192,
@@ -71,7 +73,7 @@ from nvmflab.stacks import StackError  # noqa: E402
 from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
 from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
-from nvmfbench import bound, cipher, speed, stats  # noqa: E402
+from nvmfbench import bound, cipher, sockbuf, speed, stats  # noqa: E402
 from nvmfbench import stacks as bench_stacks  # noqa: E402
 from nvmfbench.tls_args import tls_args  # noqa: E402
 
@@ -122,8 +124,14 @@ class Target:
 
     def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = (),
                  ns: str = DEFAULT_NS):
-        # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module).
+        # With a key: TLS 1.3 required, that PSK for TLS_HOSTNQN (userspace records here: no kTLS module),
+        # also in a file only we can read, for spdk_nvme_perf's --psk-path.
         self.tls_key = tls_key
+        self.psk_dir = tempfile.mkdtemp(prefix="nvmflab-ab-psk-") if tls_key else None
+        self.psk_path = Path(self.psk_dir, "psk.txt") if self.psk_dir else None
+        if self.psk_path:
+            self.psk_path.write_text(tls_key)
+            self.psk_path.chmod(0o600)
         tls = tls_args(tls_key, TLS_HOSTNQN)[0] if tls_key else []
         self.proc = subprocess.Popen([*prefix, binary, "--listen", "127.0.0.1:0", "--nqn", NQN, "--ns", ns,
                                       "--cores", str(core), "--mode", mode, *tls],
@@ -145,6 +153,8 @@ class Target:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.psk_dir:
+            shutil.rmtree(self.psk_dir, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -219,10 +229,13 @@ def host_argv(host: str, perf: str, target: Target | SpdkTarget, work: dict, hos
     """The load generator's command line, its JSON (nvmf-perf) or text report (spdk_nvme_perf,
     which always polls: the work's mode is the target's only) on stdout."""
     if host == "spdk_nvme_perf":
-        knobs = Workload(rw=work["rw"], bs=work["bs"], iodepth=work["iodepth"]).model_dump() | Knobs(completion="poll").model_dump()
-        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=target.nqn)
+        tls = getattr(target, "tls_key", None) is not None  # its PSK file: Target.psk_path
+        knobs = (Workload(rw=work["rw"], bs=work["bs"], iodepth=work["iodepth"]).model_dump()
+                 | Knobs(completion="poll", tls="on" if tls else "off").model_dump())
+        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=target.nqn, hostnqn=TLS_HOSTNQN if tls else None)
+        more = {"psk_path": str(target.psk_path)} if tls else {}
         return [perf, "--no-huge", "-s", str(spdk_stack.BASE_MEM_MB),
-                *spdk_stack.perf_args(job, "127.0.0.1", int(target.port), seconds, ramp)]
+                *spdk_stack.perf_args(job, "127.0.0.1", int(target.port), seconds, ramp, **more)]
     argv = [perf, "run", "-a", "127.0.0.1", "-s", target.port, "-n", target.nqn, "--rw", work["rw"], "--bs", str(work["bs"]),
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
@@ -352,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--b", help="the nvmf-target binary (or spdk / spdk-spec) measured against it "
                                 "(with --bound: default --a)")
     ap.add_argument("--host", choices=HOSTS, default="nvmf-perf",
-                    help="the load generator: nvmf-perf, or SPDK's spdk_nvme_perf (polling; not with --tls)")
+                    help="the load generator: nvmf-perf, or SPDK's spdk_nvme_perf (polling; over TLS with its "
+                         "socket buffers raised, as the bench runs it)")
     ap.add_argument("--perf", help="the load generator's binary (default: target/release/nvmf-perf, or SPDK's build)")
     ap.add_argument("--perf-a", help="nvmf-perf for side A (default --perf)")
     ap.add_argument("--perf-b", help="nvmf-perf for side B (default --perf)")
@@ -378,9 +392,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fifo", action="store_true",
                     help="run the target and nvmf-perf under SCHED_FIFO (chrt -f 10), each killed after a bound; implies --no-probe")
     a = ap.parse_args(argv)
-    if a.host == "spdk_nvme_perf" and (a.tls or a.bound):
-        ap.error(f"{'--tls' if a.tls else '--bound'} with --host spdk_nvme_perf: its ssl socket stalls on SPDK 24.01's "
-                 "4 KiB buffers (bench/README.md)")
     if a.tls and a.bound:
         ap.error("--bound runs A without TLS and B with it: leave out --tls")
     if a.b is None and not a.bound:
@@ -409,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     runs, records = [], []
     try:
         rounds(a, works, perf, tls_key, gate, runs, records)
-    except RuntimeError as e:  # a side that did not start: what was measured is kept in --out
+    except (RuntimeError, sockbuf.ShimError) as e:  # a side that did not start (or no shim): what was measured is kept in --out
         print(f"ab: {e}", file=sys.stderr)
         return 1
     report(a, works, perf, gate, runs, records)
@@ -432,6 +443,8 @@ def rounds(a: argparse.Namespace, works: list[dict], perf: dict[str, str], tls_k
     # One bench (its scratch directory and host) for every SPDK target the A/B starts.
     bench = bench_stacks.Bench(workdir, None) if {a.a, a.b} & set(SPDK_SIDES) else None
     try:
+        # spdk_nvme_perf's TLS runs: its ssl socket with the buffers of its posix one.
+        a.shim = sockbuf.build(workdir) if a.host == "spdk_nvme_perf" and (a.tls or a.bound) else None
         for r in range(a.rounds):
             one_round(a, r, works, perf, tls_key, gate, runs, records, bench)
     finally:
@@ -462,8 +475,11 @@ def one_round(a: argparse.Namespace, r: int, works: list[dict], perf: dict[str, 
                     bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
                     with bracket or contextlib.nullcontext():
                         t0 = os.times()
+                        shim = tuple(sockbuf.prefix(a.shim)) if key and a.shim else ()
                         run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp,
-                                      fifo_prefix(a.fifo, a.seconds + a.ramp + 30), a.host)
+                                      fifo_prefix(a.fifo, a.seconds + a.ramp + 30) + shim, a.host)
+                        if shim:
+                            run["host_sockbuf"] = sockbuf.FLOOR_BYTES
                         usr, sys_ = host_cpu(t0, os.times())
                     if bracket:
                         run |= bracket.fields

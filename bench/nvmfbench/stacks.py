@@ -21,6 +21,8 @@ from nvmflab.tlskey import random_key
 from nvmflab.topology.base import HostError
 from nvmflab.topology.local import LocalHost
 
+from . import sockbuf
+
 NQN = "nqn.2024-01.io.nvmflab:bench"
 NULL_SIZE = 1 << 30
 GRACE_S = 30.0  # start-up (DPDK init under --no-huge) and tear-down on top of ramp + runtime
@@ -114,6 +116,12 @@ class Bench:
         output = str(self.workdir / f"run-{self.count}.out")
         log = self.workdir / f"run-{self.count}.log"
         cores = sorted(set(cpus) | set(target.setup.cores))
+        # spdk_nvme_perf's ssl socket with its posix socket's buffers (nvmfbench.sockbuf).
+        shimmed = tls and base in (SPDK, SPDK_SPEC)
+        try:
+            shim = sockbuf.prefix(sockbuf.build(self.workdir)) if shimmed else []
+        except sockbuf.ShimError as err:
+            return {"error": str(err)}
         try:
             session = get_stack(base).open_host(job, target, self.host, self.workdir)
             argv = session.perf_argv(seconds, ramp, output)
@@ -121,6 +129,8 @@ class Bench:
             return {"error": str(err)}
         if tls:
             argv += tls_host_args(base, target, self.psk_path, argv)
+        if shim:
+            argv = shim + argv
         target_before = target.cpu_seconds() or (0.0, 0.0)
         before = sysstat.local_snapshot(cores)
         proc = self.host.spawn(argv, cpus, log)
@@ -147,8 +157,9 @@ class Bench:
         measured["histogram"] = json.loads(summary.get("histogram_json") or "[]")
         target_usr, target_sys = (a - b for a, b in zip(target_after, target_before))
         cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(target_usr + target_sys, 3)}
+        raised = {"host_sockbuf": sockbuf.FLOOR_BYTES} if shimmed else {}
         return measured | cpu | cpu_per_gib(usr, sys_, target_usr, target_sys, measured.get("bw_bytes"),
-                                            seconds + ramp) | noise
+                                            seconds + ramp) | noise | raised
 
     def noise(self, before: sysstat.Snapshot, after: sysstat.Snapshot, cores: list[int], experiment_cpu_s: float,
               roles: dict[str, list[int]]) -> dict[str, Any]:
@@ -222,7 +233,9 @@ def spdk_transport_args(extra: list[str], psk_path: Path | None = None) -> Itera
 # 2 MiB); the listener's small send buffer passes to every accepted socket and stops the kernel's
 # autotuning, so a 64-128 KiB read left in 8 KiB pieces, each waiting for a delayed ACK: 80-90 ms
 # per read (issue 40 item 4, bench/README.md). The TLS target gets the posix socket's sizes.
-SSL_SOCKET_BUFFERS = ["sock_impl_set_options", "-i", "ssl", "--recv-buf-size", str(2 << 20), "--send-buf-size", str(2 << 20)]
+# Its host, spdk_nvme_perf, has no such RPC: nvmfbench.sockbuf raises them there.
+SSL_SOCKET_BUFFERS = ["sock_impl_set_options", "-i", "ssl", "--recv-buf-size", str(sockbuf.FLOOR_BYTES),
+                      "--send-buf-size", str(sockbuf.FLOOR_BYTES)]
 
 
 def secure_channel(calls: list[list[str]], psk_path: Path) -> list[list[str]]:

@@ -62,9 +62,32 @@ def test_ab_with_spdks_host_runs_spdk_nvme_perf_polling_and_reads_its_text_repor
     with ab.Target(target, 0, "poll") as t:
         missing = ab.measure(str(tmp_path / "absent"), t, work, 1, 2, 1, host="spdk_nvme_perf")
     assert missing["error"].startswith("spdk_nvme_perf did not start:")
-    with pytest.raises(SystemExit):
-        ab.main(["--a", target, "--b", target, "--host", "spdk_nvme_perf", "--tls"])
-    assert "--tls with --host spdk_nvme_perf" in capsys.readouterr().err
+
+
+def test_ab_bound_under_spdks_host_gives_its_tls_runs_the_psk_and_the_socket_buffer_shim(tmp_path, monkeypatch):
+    ab = _ab()
+    target = _script(tmp_path / "target", 'echo "ready listen=127.0.0.1:4420"; exec sleep 30')
+    report = Path(__file__).parent / "data" / "spdk_nvme_perf_randread_2cores.txt"
+    # Each run logs its arguments, the PSK file's contents and the shim's environment.
+    perf = _script(tmp_path / "spdk_nvme_perf",
+                   f'log={tmp_path}/perf.log; echo "ARGS $*" >> $log; '
+                   'prev=; for a; do [ "$prev" = --psk-path ] && echo "PSK $(cat "$a")" >> $log; prev=$a; done; '
+                   f'echo "ENV ${{LD_PRELOAD:-none}} ${{NVMFBENCH_SOCKBUF_MIN:-none}}" >> $log; cat {report}')
+    monkeypatch.setattr(ab.cipher, "measure_round", lambda core, r: _cipher_records(r, 4096e6, 8192e6))
+    monkeypatch.setattr(ab.tempfile, "tempdir", str(tmp_path))  # where the PSK file and the shim go
+    out = tmp_path / "ab.json"
+    assert ab.main(["--a", target, "--perf", perf, "--host", "spdk_nvme_perf", "--bound", "--no-probe", "--rounds", "1",
+                    "--seconds", "1", "--ramp", "0", "--works", "4k-randread-qd32-poll", "--out", str(out)]) == 0
+    lines = (tmp_path / "perf.log").read_text().splitlines()
+    plain, tls = lines[:2], lines[2:]  # round 1 runs A (plain: no PSK line), then B
+    assert "-S ssl" not in plain[0] and "hostnqn:" not in plain[0] and plain[1] == "ENV none none"
+    assert f"hostnqn:{ab.TLS_HOSTNQN} -c 0x2" in tls[0] and "-S ssl --psk-path " in tls[0]
+    assert len(tls) == 3 and tls[1].startswith("PSK NVMeTLSkey-1:01:"), "the file holds the target's key"
+    library, floor = tls[2].split()[1:]
+    assert library.endswith(ab.sockbuf.LIBRARY) and floor == str(ab.sockbuf.FLOOR_BYTES)
+    runs = {r["side"]: r for r in json.loads(out.read_text())["runs"]}
+    assert runs["B"]["host_sockbuf"] == ab.sockbuf.FLOOR_BYTES and "host_sockbuf" not in runs["A"]
+    assert library.startswith(str(tmp_path)) and not list(tmp_path.glob("nvmflab-ab*")), "nothing is left behind"
 
 
 def _cipher_records(round_index: int, enc: float, dec: float) -> list[dict]:
@@ -135,7 +158,7 @@ def test_ab_bound_runs_plain_against_tls_and_measures_the_cipher_each_round(tmp_
     assert "TLS / limit" in printed and "4k-randwrite-qd32-event" in printed.split("TLS / limit")[1]
     saved = json.loads(out.read_text())
     assert len(saved["cipher"]) == 4 and {r["side"] for r in saved["runs"]} == {"A", "B"}
-    for bad in (["--bound", "--tls"], ["--bound", "--host", "spdk_nvme_perf"], [], ["--bound", "--works", "4k-read-qd1"],
+    for bad in (["--bound", "--tls"], [], ["--bound", "--works", "4k-read-qd1"],
                 ["--b", target, "--perf", perf, "--fifo", "--host", "spdk_nvme_perf", "--works", "4k-randread-qd1-poll"]):
         with pytest.raises(SystemExit):
             ab.main(["--a", target, *bad])

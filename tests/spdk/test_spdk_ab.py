@@ -39,3 +39,23 @@ def test_ab_measures_our_target_against_spdks_in_the_same_rounds(spdk_root, our_
 
 def _dpdk_dirs() -> set[Path]:
     return set(Path("/var/run/dpdk").glob("spdk_pid*"))
+
+
+def test_bench_runs_spdk_nvme_perf_over_tls_without_its_socket_buffer_stall(spdk_root, our_bins, tmp_path):
+    """spdk_nvme_perf -S ssl sends through SPDK 24.01's 4 KiB buffer unless the bench's shim raises
+    it: 128 KiB writes on our TLS target then ran at 4-33 IOPS (each waiting on a delayed ACK,
+    41 ms or more), and at thousands with it. 300 IOPS (3 ms per write, 32 in flight: 100 ms
+    each) is far below any healthy run and far above the stall."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from nvmfbench import sockbuf
+    from nvmfbench.stacks import MATRIX_WORKS, Bench
+
+    work = next(w for w in MATRIX_WORKS if w.name == "128k randwrite QD32")
+    bench = Bench(tmp_path, None)
+    with bench.target("ours-tls", [0], "poll") as target:
+        run = bench.measure("spdk-tls", target, work, "poll", [1], 2, 0)
+    assert "error" not in run, run
+    assert run["host_sockbuf"] == sockbuf.FLOOR_BYTES
+    assert run["iops"] > 300, run

@@ -14,7 +14,7 @@ With --host spdk_nvme_perf the load comes from SPDK's host (its build as the ben
 polling on the host core, `--no-huge`), so a change to the target is measured as a host we did
 not write sees it (issue 40 item 3). With --tls or --bound it connects over its `ssl` socket
 with the PSK, that socket's buffers raised to its posix socket's 2 MiB as the bench does
-(nvmfbench.sockbuf: SPDK 24.01 fixes them at 4 and 64 KiB, which stalled its TLS runs).
+(nvmflab.stacks.spdk_sockbuf: SPDK 24.01 fixes them at 4 and 64 KiB, which stalled its TLS runs).
 
 --a and --b also take `spdk` or `spdk-spec` for SPDK's target as the bench starts it
 (nvmfbench.stacks: nvmf_tgt over rpc.py, --no-huge, one 1 GiB null namespace, in-capsule 8192,
@@ -71,9 +71,10 @@ from nvmflab.plan import PerfJob  # noqa: E402
 from nvmflab.spec import Knobs, Workload  # noqa: E402
 from nvmflab.stacks import StackError  # noqa: E402
 from nvmflab.stacks import spdk as spdk_stack  # noqa: E402
+from nvmflab.stacks import spdk_sockbuf  # noqa: E402
 from nvmflab.topology.local import LocalHost  # noqa: E402
 from nvmflab.tlskey import random_key  # noqa: E402
-from nvmfbench import bound, cipher, sockbuf, speed, stats  # noqa: E402
+from nvmfbench import bound, cipher, speed, stats  # noqa: E402
 from nvmfbench import stacks as bench_stacks  # noqa: E402
 from nvmfbench.tls_args import tls_args  # noqa: E402
 
@@ -420,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     runs, records = [], []
     try:
         rounds(a, works, perf, tls_key, gate, runs, records)
-    except (RuntimeError, sockbuf.ShimError) as e:  # a side that did not start (or no shim): what was measured is kept in --out
+    except (RuntimeError, StackError) as e:  # a side that did not start (or no shim): what was measured is kept in --out
         print(f"ab: {e}", file=sys.stderr)
         return 1
     report(a, works, perf, gate, runs, records)
@@ -444,7 +445,8 @@ def rounds(a: argparse.Namespace, works: list[dict], perf: dict[str, str], tls_k
     bench = bench_stacks.Bench(workdir, None) if {a.a, a.b} & set(SPDK_SIDES) else None
     try:
         # spdk_nvme_perf's TLS runs: its ssl socket with the buffers of its posix one.
-        a.shim = sockbuf.build(workdir) if a.host == "spdk_nvme_perf" and (a.tls or a.bound) else None
+        a.shim = (spdk_sockbuf.build(LocalHost(workdir=workdir)) if a.host == "spdk_nvme_perf" and (a.tls or a.bound)
+                  else None)
         for r in range(a.rounds):
             one_round(a, r, works, perf, tls_key, gate, runs, records, bench)
     finally:
@@ -475,11 +477,11 @@ def one_round(a: argparse.Namespace, r: int, works: list[dict], perf: dict[str, 
                     bracket = speed.Bracket(None, a.target_core, a.host_core, target, gate) if gate else None
                     with bracket or contextlib.nullcontext():
                         t0 = os.times()
-                        shim = tuple(sockbuf.prefix(a.shim)) if key and a.shim else ()
+                        shim = tuple(spdk_sockbuf.prefix(a.shim)) if key and a.shim else ()
                         run = measure(perf[label], target, w, a.host_core, a.seconds, a.ramp,
                                       fifo_prefix(a.fifo, a.seconds + a.ramp + 30) + shim, a.host)
                         if shim:
-                            run["host_sockbuf"] = sockbuf.FLOOR_BYTES
+                            run["host_sockbuf"] = spdk_sockbuf.FLOOR_BYTES
                         usr, sys_ = host_cpu(t0, os.times())
                     if bracket:
                         run |= bracket.fields

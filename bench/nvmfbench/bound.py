@@ -24,7 +24,7 @@ NO_RATE = "no AES-GCM rate measured"
 OPENSSL_ONLY = (cipher.OPENSSL,)
 # SPDK 24.01's spdk_nvme_perf gives its ssl socket fixed 4 KiB send and 64 KiB receive buffers and
 # cannot be told otherwise; the bench preloads a shim that raises them to its posix socket's 2 MiB
-# (nvmfbench.sockbuf), and each such run says so ("host_sockbuf"). Runs without it (saved before the
+# (nvmflab.stacks.spdk_sockbuf), and each such run says so ("host_sockbuf"). Runs without it (saved before the
 # shim, 2026-12-08) measured these stalls, and their rows say which:
 # its TLS writes waited on delayed ACKs (128 KiB QD1 on our TLS target: 4-14 IOPS, nvmf-perf 234; bench/README.md).
 SPDK_HOST_SEND = "spdk_nvme_perf's ssl socket sends through SPDK 24.01's 4 KiB buffer: this row measures that stall"

@@ -16,12 +16,11 @@ from nvmflab.plan import PerfJob, Subsystem, TargetSetup
 from nvmflab.spec import Knobs, Workload
 from nvmflab.stacks import RunningTarget, StackError, get_stack
 from nvmflab.stacks import spdk as spdk_stack
+from nvmflab.stacks import spdk_sockbuf
 from nvmflab.stacks.ours import TLS_HOSTNQN
 from nvmflab.tlskey import random_key
 from nvmflab.topology.base import HostError
 from nvmflab.topology.local import LocalHost
-
-from . import sockbuf
 
 NQN = "nqn.2024-01.io.nvmflab:bench"
 NULL_SIZE = 1 << 30
@@ -116,11 +115,11 @@ class Bench:
         output = str(self.workdir / f"run-{self.count}.out")
         log = self.workdir / f"run-{self.count}.log"
         cores = sorted(set(cpus) | set(target.setup.cores))
-        # spdk_nvme_perf's ssl socket with its posix socket's buffers (nvmfbench.sockbuf).
+        # spdk_nvme_perf's ssl socket with its posix socket's buffers (nvmflab.stacks.spdk_sockbuf).
         shimmed = tls and base in (SPDK, SPDK_SPEC)
         try:
-            shim = sockbuf.prefix(sockbuf.build(self.workdir)) if shimmed else []
-        except sockbuf.ShimError as err:
+            shim = spdk_sockbuf.prefix(spdk_sockbuf.build(self.host)) if shimmed else []
+        except StackError as err:
             return {"error": str(err)}
         try:
             session = get_stack(base).open_host(job, target, self.host, self.workdir)
@@ -157,7 +156,7 @@ class Bench:
         measured["histogram"] = json.loads(summary.get("histogram_json") or "[]")
         target_usr, target_sys = (a - b for a, b in zip(target_after, target_before))
         cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(target_usr + target_sys, 3)}
-        raised = {"host_sockbuf": sockbuf.FLOOR_BYTES} if shimmed else {}
+        raised = {"host_sockbuf": spdk_sockbuf.FLOOR_BYTES} if shimmed else {}
         return measured | cpu | cpu_per_gib(usr, sys_, target_usr, target_sys, measured.get("bw_bytes"),
                                             seconds + ramp) | noise | raised
 
@@ -229,13 +228,8 @@ def spdk_transport_args(extra: list[str], psk_path: Path | None = None) -> Itera
         spdk_stack.target_rpcs = original
 
 
-# SPDK 24.01's `ssl` socket sets SO_RCVBUF and SO_SNDBUF to 4 KiB unless told (its `posix` socket:
-# 2 MiB); the listener's small send buffer passes to every accepted socket and stops the kernel's
-# autotuning, so a 64-128 KiB read left in 8 KiB pieces, each waiting for a delayed ACK: 80-90 ms
-# per read (issue 40 item 4, bench/README.md). The TLS target gets the posix socket's sizes.
-# Its host, spdk_nvme_perf, has no such RPC: nvmfbench.sockbuf raises them there.
-SSL_SOCKET_BUFFERS = ["sock_impl_set_options", "-i", "ssl", "--recv-buf-size", str(sockbuf.FLOOR_BYTES),
-                      "--send-buf-size", str(sockbuf.FLOOR_BYTES)]
+# SPDK's TLS target with the posix socket's buffer sizes (its host gets them from spdk_sockbuf's shim).
+SSL_SOCKET_BUFFERS = spdk_stack.SSL_SOCKET_BUFFERS
 
 
 def secure_channel(calls: list[list[str]], psk_path: Path) -> list[list[str]]:

@@ -72,7 +72,7 @@ def test_ab_bound_under_spdks_host_gives_its_tls_runs_the_psk_and_the_socket_buf
     perf = _script(tmp_path / "spdk_nvme_perf",
                    f'log={tmp_path}/perf.log; echo "ARGS $*" >> $log; '
                    'prev=; for a; do [ "$prev" = --psk-path ] && echo "PSK $(cat "$a")" >> $log; prev=$a; done; '
-                   f'echo "ENV ${{LD_PRELOAD:-none}} ${{NVMFBENCH_SOCKBUF_MIN:-none}}" >> $log; cat {report}')
+                   f'echo "ENV ${{LD_PRELOAD:-none}} ${{NVMFLAB_SOCKBUF_MIN:-none}}" >> $log; cat {report}')
     monkeypatch.setattr(ab.cipher, "measure_round", lambda core, r: _cipher_records(r, 4096e6, 8192e6))
     monkeypatch.setattr(ab.tempfile, "tempdir", str(tmp_path))  # where the PSK file and the shim go
     out = tmp_path / "ab.json"
@@ -84,9 +84,9 @@ def test_ab_bound_under_spdks_host_gives_its_tls_runs_the_psk_and_the_socket_buf
     assert f"hostnqn:{ab.TLS_HOSTNQN} -c 0x2" in tls[0] and "-S ssl --psk-path " in tls[0]
     assert len(tls) == 3 and tls[1].startswith("PSK NVMeTLSkey-1:01:"), "the file holds the target's key"
     library, floor = tls[2].split()[1:]
-    assert library.endswith(ab.sockbuf.LIBRARY) and floor == str(ab.sockbuf.FLOOR_BYTES)
+    assert library.endswith(ab.spdk_sockbuf.LIBRARY) and floor == str(ab.spdk_sockbuf.FLOOR_BYTES)
     runs = {r["side"]: r for r in json.loads(out.read_text())["runs"]}
-    assert runs["B"]["host_sockbuf"] == ab.sockbuf.FLOOR_BYTES and "host_sockbuf" not in runs["A"]
+    assert runs["B"]["host_sockbuf"] == ab.spdk_sockbuf.FLOOR_BYTES and "host_sockbuf" not in runs["A"]
     assert library.startswith(str(tmp_path)) and not list(tmp_path.glob("nvmflab-ab*")), "nothing is left behind"
 
 

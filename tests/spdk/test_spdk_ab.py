@@ -48,8 +48,9 @@ def test_bench_runs_spdk_nvme_perf_over_tls_without_its_socket_buffer_stall(spdk
     each) is far below any healthy run and far above the stall."""
     import sys
 
+    from nvmflab.stacks import spdk_sockbuf
+
     sys.path.insert(0, str(REPO / "bench"))
-    from nvmfbench import sockbuf
     from nvmfbench.stacks import MATRIX_WORKS, Bench
 
     work = next(w for w in MATRIX_WORKS if w.name == "128k randwrite QD32")
@@ -57,5 +58,5 @@ def test_bench_runs_spdk_nvme_perf_over_tls_without_its_socket_buffer_stall(spdk
     with bench.target("ours-tls", [0], "poll") as target:
         run = bench.measure("spdk-tls", target, work, "poll", [1], 2, 0)
     assert "error" not in run, run
-    assert run["host_sockbuf"] == sockbuf.FLOOR_BYTES
+    assert run["host_sockbuf"] == spdk_sockbuf.FLOOR_BYTES
     assert run["iops"] > 300, run

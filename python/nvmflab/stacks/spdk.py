@@ -26,6 +26,7 @@ from ..topology.base import Host, HostError, HostProcess
 from ..knobs import KnobMap, Setter, apply
 from .base import Fixed, HostSession, RunningTarget, Stack, StackError, error_line, links_rdma
 from .ours import TLS_HOSTNQN, tls_hosts
+from . import spdk_sockbuf
 
 DEFAULT_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/nvmflab/spdk-24.01"
 BUILD_HINT = "build it with `make spdk` (scripts/build-spdk.sh) or point NVMFLAB_SPDK_DIR at an SPDK build"
@@ -58,7 +59,8 @@ TARGET_KNOBS: KnobMap = {
     "transport": Setter("`nvmf_create_transport -t TCP|RDMA` (RDMA only in a build with it: "
                         "scripts/build-spdk.sh configures `--with-rdma`)"),
     "tls": Setter("`nvmf_subsystem_add_listener --secure-channel`, `nvmf_subsystem_add_host NQN --psk FILE` (the "
-                  "run's key, mode 0600) for the host NQN"),
+                  "run's key, mode 0600) for the host NQN, and the ssl socket's buffers at the posix socket's 2 MiB "
+                  "(`sock_impl_set_options -i ssl`: SPDK 24.01's 4 KiB ones stall large reads)"),
 }
 HOST_KNOBS: KnobMap = {
     "completion": Fixed("poll", "spdk_nvme_perf always polls its queue pairs"),
@@ -67,7 +69,9 @@ HOST_KNOBS: KnobMap = {
     "hdr_digest": Setter("spdk_nvme_perf `-H`", lambda v, _k: ["-H"] if v else []),
     "data_digest": Setter("spdk_nvme_perf `-I`", lambda v, _k: ["-I"] if v else []),
     "transport": Setter("spdk_nvme_perf `-r 'trtype:TCP|RDMA ...'` (RDMA as on the target side)"),
-    "tls": Setter("spdk_nvme_perf `-S ssl --psk-path FILE` (the run's key, mode 0600) and `hostnqn:` in `-r`"),
+    "tls": Setter("spdk_nvme_perf `-S ssl --psk-path FILE` (the run's key, mode 0600) and `hostnqn:` in `-r`, "
+                  "with a preloaded shim that raises its ssl socket's 4 and 64 KiB buffers to 2 MiB "
+                  "(stacks/spdk_sockbuf.c, built with the host's cc: spdk_nvme_perf has no option for them)"),
     # sqflow is absent: SPDK's host library has no way to ask for SQ flow control to be disabled.
 }
 # The PSK file SPDK reads (it refuses one others can read), written with umask 077.
@@ -160,12 +164,23 @@ def _mib(size: int, what: str) -> int:
 
 # -- target ---------------------------------------------------------------------------------------
 
+# SPDK 24.01's `ssl` socket sets SO_RCVBUF and SO_SNDBUF to 4 KiB unless told (its `posix` socket:
+# 2 MiB); the listener's small send buffer passes to every accepted socket and stops the kernel's
+# autotuning, so a 64-128 KiB read left in 8 KiB pieces, each waiting for a delayed ACK: 80-90 ms
+# per read (bench/README.md, "SPDK's TLS baseline stalled"). A TLS target gets the posix socket's
+# sizes; its host, which has no such RPC, gets them from spdk_sockbuf's shim.
+SSL_SOCKET_BUFFERS = ["sock_impl_set_options", "-i", "ssl", "--recv-buf-size", str(spdk_sockbuf.FLOOR_BYTES),
+                      "--send-buf-size", str(spdk_sockbuf.FLOOR_BYTES)]
+
+
 def target_rpcs(setup: TargetSetup, port: int, psk_path: str = "PSK_FILE") -> list[list[str]]:
     """The rpc.py calls that configure a freshly started `nvmf_tgt --wait-for-rpc` (with TLS on:
     a secure-channel listener and each admitted host with the PSK in `psk_path`)."""
     calls: list[list[str]] = []
     if setup.busy_poll_us > 0:
         calls.append(["sock_impl_set_options", "-i", "posix", "--enable-placement-id", "1"])
+    if setup.tls == "on":
+        calls.append(SSL_SOCKET_BUFFERS)
     calls += [["framework_start_init"], ["framework_wait_init"]]
     transport = {"in_capsule_data_size": setup.in_capsule_data_size, "so_priority": setup.so_priority}
     calls.append(["nvmf_create_transport", "-t", setup.transport, "-u", str(IO_UNIT_SIZE),
@@ -500,14 +515,15 @@ def _percentile(histogram: list[list[int]], pct: float) -> int:
 
 class SpdkSession(HostSession):
     def __init__(self, job: PerfJob, address: str, port: int, binary: str, memory: list[str],
-                 psk_path: str = "PSK_FILE"):
+                 psk_path: str = "PSK_FILE", preload: list[str] | None = None):
         self.job, self.address, self.port, self.binary, self.memory = job, address, port, binary, memory
         self.runtime, self.ramp_time, self.psk_path = 0.0, 0.0, psk_path
+        self.preload = preload or []  # over TLS: spdk_sockbuf's shim
 
     def perf_argv(self, runtime: float, ramp_time: float, output: str) -> list[str]:
         self.runtime, self.ramp_time = float(runtime), float(warmup_seconds(ramp_time))
         args = perf_args(self.job, self.address, self.port, runtime, ramp_time, self.psk_path)
-        return wrap_output([self.binary, *self.memory, *args], output)
+        return wrap_output([*self.preload, self.binary, *self.memory, *args], output)
 
     def parse_output(self, text: str) -> dict[str, Any]:
         k = self.job.knobs
@@ -548,6 +564,7 @@ class SpdkStack(Stack):
             raise StackError("an SPDK host job needs a running target")
         root = _require_dir(host)
         psk_path = f"{host.workdir()}/spdk-perf-{target.port}.psk"
+        preload: list[str] = []
         if job.knobs.get("tls", "off") == "on":
             key = getattr(target.setup, "tls_key", None)
             if not key:
@@ -556,15 +573,18 @@ class SpdkStack(Stack):
                 host.run(["sh", "-c", _KEY_FILE, "sh", key, psk_path], timeout=20)
             except HostError as err:
                 raise StackError(str(err)) from None
+            preload = spdk_sockbuf.prefix(spdk_sockbuf.build(host))
         session = SpdkSession(job, target.address, target.port, f"{root}/build/bin/spdk_nvme_perf",
-                              memory_args(host, BASE_MEM_MB), psk_path)
+                              memory_args(host, BASE_MEM_MB), psk_path, preload)
         perf_args(job, target.address, target.port, 1, 0)  # refuse a job it cannot run before it starts
         return session
 
     def plan_host(self, job: PerfJob, address: str, port: int, host: Host, runtime: float = 10.0,
                   ramp_time: float = 2.0) -> list[str]:
         root = spdk_dir(host) or "SPDK_DIR"
-        argv = [f"{root}/build/bin/spdk_nvme_perf", *memory_args(host, BASE_MEM_MB),
+        tls = job.knobs.get("tls", "off") == "on"
+        preload = spdk_sockbuf.prefix(f"WORKDIR/{spdk_sockbuf.LIBRARY}") if tls else []
+        argv = [*preload, f"{root}/build/bin/spdk_nvme_perf", *memory_args(host, BASE_MEM_MB),
                 *perf_args(job, address, port, runtime, ramp_time)]
         return [host.describe(argv) + " > perf.txt"]
 

@@ -1,8 +1,8 @@
 /*
  * LD_PRELOAD shim for a load generator that cannot size its socket buffers: every
- * setsockopt(SOL_SOCKET, SO_RCVBUF or SO_SNDBUF) asking for less than NVMFBENCH_SOCKBUF_MIN
+ * setsockopt(SOL_SOCKET, SO_RCVBUF or SO_SNDBUF) asking for less than NVMFLAB_SOCKBUF_MIN
  * bytes asks for that many instead. SPDK 24.01's spdk_nvme_perf gives its `ssl` socket 4 KiB
- * send and 64 KiB receive buffers and has no option to change them (bench/README.md); this
+ * send and 64 KiB receive buffers and has no option to change them (spdk_sockbuf.py); this
  * gives it what its `posix` socket has. Without the variable, or with a value that is not a
  * positive number, every call passes through unchanged.
  */
@@ -17,7 +17,7 @@ typedef int (*setsockopt_fn)(int, int, int, const void *, socklen_t);
 
 static long floor_bytes(void)
 {
-	const char *text = getenv("NVMFBENCH_SOCKBUF_MIN");
+	const char *text = getenv("NVMFLAB_SOCKBUF_MIN");
 	char *end;
 	long value;
 

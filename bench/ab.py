@@ -20,7 +20,9 @@ with the PSK, that socket's buffers raised to its posix socket's 2 MiB as the be
 (nvmfbench.stacks: nvmf_tgt over rpc.py, --no-huge, one 1 GiB null namespace, in-capsule 8192,
 queues of 256; `spdk-spec` without its C2HData SUCCESS shortcut): our target against SPDK's
 under either host, side by side with intervals (issue 40 item 3). SPDK's target always polls,
-so only -poll works, plain TCP, the default namespace and no --fifo.
+so only -poll works, the default namespace and no --fifo. With --tls or --bound it listens as the
+bench's TLS rows run it (a secure channel, the bench's PSK and host NQN, nvmf-perf offering a
+version 0 identity, the only one SPDK 24.01 takes).
 
 Every run is bracketed by the bench's speed probe (nvmfbench/speed.py: a short busy ping-pong on
 the two cores, the target paused) and waits, within --wait-for-fast seconds in all, for the VM's
@@ -122,6 +124,7 @@ class Target:
     """One target process on `core`, in `mode`, stopped on exit."""
 
     nqn = NQN
+    hostnqn = TLS_HOSTNQN  # the host it admits over TLS
 
     def __init__(self, binary: str, core: int, mode: str, tls_key: str | None = None, prefix: tuple[str, ...] = (),
                  ns: str = DEFAULT_NS):
@@ -171,15 +174,19 @@ SPDK_SIDES = (bench_stacks.SPDK, bench_stacks.SPDK_SPEC)
 class SpdkTarget:
     """SPDK's target (`spdk` or `spdk-spec`) on `core`, polling, started and stopped as the bench
     does it; the same face as Target (port, nqn, cpu(), and the process in .proc for the speed
-    probe to pause)."""
+    probe to pause). With `tls` its listener requires TLS 1.3 with the bench's PSK for the bench's
+    host NQN, which SPDK 24.01 takes with version 0 identities only."""
 
-    tls_key = None
     nqn = bench_stacks.NQN
+    hostnqn = bench_stacks.TLS_HOSTNQN
 
-    def __init__(self, label: str, core: int, bench: bench_stacks.Bench):
+    def __init__(self, label: str, core: int, bench: bench_stacks.Bench, tls: bool = False):
         self._stack = contextlib.ExitStack()
+        self.tls_key = bench.tls_key if tls else None
+        self.psk_path = bench.psk_path if tls else None
         try:
-            self.running = self._stack.enter_context(bench.target(label, [core], "poll"))
+            self.running = self._stack.enter_context(bench.target(label + (bench_stacks.TLS_SUFFIX if tls else ""),
+                                                                  [core], "poll"))
         except bench_stacks.BenchError as e:
             raise RuntimeError(str(e)) from None
         self.port = str(self.running.port)
@@ -204,8 +211,6 @@ def spdk_side_refusal(a: argparse.Namespace, works: list[dict]) -> str | None:
     if not sides:
         return None
     what = f"--a/--b {sides[0]}"
-    if a.tls or a.bound:
-        return f"{what}: plain TCP only (ab.py gives SPDK's target no PSK; the bench's TLS rows run it with one)"
     if a.fifo:
         return f"{what}: not with --fifo (SPDK's target polls, and a SCHED_FIFO poller on each core starves the rest)"
     if a.ns != DEFAULT_NS:
@@ -230,10 +235,10 @@ def host_argv(host: str, perf: str, target: Target | SpdkTarget, work: dict, hos
     """The load generator's command line, its JSON (nvmf-perf) or text report (spdk_nvme_perf,
     which always polls: the work's mode is the target's only) on stdout."""
     if host == "spdk_nvme_perf":
-        tls = getattr(target, "tls_key", None) is not None  # its PSK file: Target.psk_path
+        tls = target.tls_key is not None  # its PSK file: the target's psk_path
         knobs = (Workload(rw=work["rw"], bs=work["bs"], iodepth=work["iodepth"]).model_dump()
                  | Knobs(completion="poll", tls="on" if tls else "off").model_dump())
-        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=target.nqn, hostnqn=TLS_HOSTNQN if tls else None)
+        job = PerfJob(role="main", knobs=knobs, cpus=(host_core,), nqn=target.nqn, hostnqn=target.hostnqn if tls else None)
         more = {"psk_path": str(target.psk_path)} if tls else {}
         return [perf, "--no-huge", "-s", str(spdk_stack.BASE_MEM_MB),
                 *spdk_stack.perf_args(job, "127.0.0.1", int(target.port), seconds, ramp, **more)]
@@ -241,7 +246,9 @@ def host_argv(host: str, perf: str, target: Target | SpdkTarget, work: dict, hos
             "--iodepth", str(work["iodepth"]), "--runtime", f"{seconds}s", "--ramp_time", f"{ramp}s",
             "--completion", work["mode"], "--cpus_allowed", str(host_core), "-o", "json"]
     if target.tls_key:
-        argv += tls_args(target.tls_key, TLS_HOSTNQN)[1]
+        argv += tls_args(target.tls_key, target.hostnqn)[1]
+        if isinstance(target, SpdkTarget):
+            argv += ["--tls-key-identity", "0"]
     return argv
 
 
@@ -432,7 +439,7 @@ def start_target(binary: str, core: int, mode: str, key: str | None, prefix: tup
                  bench: bench_stacks.Bench | None) -> Target | SpdkTarget:
     """A side's target: SPDK's for `spdk`/`spdk-spec` (through `bench`), else the nvmf-target binary."""
     if binary in SPDK_SIDES:
-        return SpdkTarget(binary, core, bench)
+        return SpdkTarget(binary, core, bench, tls=key is not None)
     return Target(binary, core, mode, key, prefix, ns)
 
 

@@ -187,7 +187,6 @@ def test_ab_refuses_spdk_sides_where_spdks_target_cannot_run(tmp_path, monkeypat
     target = _script(tmp_path / "target", 'echo "ready listen=127.0.0.1:4420"; exec sleep 30')
     cases = {"SPDK's target always polls": ["--works", "4k-randread-qd1-event"],
              "not with --fifo": ["--fifo", "--works", "4k-randread-qd1-poll"],
-             "plain TCP only": ["--tls", "--works", "4k-randread-qd1-poll"],
              "null namespace only": ["--ns", "ram:512MiB", "--works", "4k-randread-qd1-poll"]}
     for side in ("--a", "--b"):
         other = "--b" if side == "--a" else "--a"
@@ -230,7 +229,13 @@ def test_ab_spdk_side_is_the_benchs_spdk_target_on_the_target_core(tmp_path, mon
         run = ab.measure(perf, t, ab.parse_work("4k-randread-qd1-poll"), 1, 1, 0)
     assert started[-1] == "stopped" and run["iops"] == 1000.0
     # nvmf-perf connects to the bench's subsystem on SPDK's port.
-    assert f"-s 4421 -n {ab.bench_stacks.NQN} " in perf_log.read_text()
+    assert f"-s 4421 -n {ab.bench_stacks.NQN} " in perf_log.read_text() and "--tls" not in perf_log.read_text()
+    # Over TLS: the bench's TLS target, and nvmf-perf with the bench's key and host NQN and a
+    # version 0 identity (SPDK 24.01 takes no other).
+    with ab.start_target("spdk", 0, "poll", "ab's own key", (), ab.DEFAULT_NS, bench) as t:
+        assert started[-1] == ("spdk-tls", [0], "poll") and t.psk_path == bench.psk_path
+        ab.measure(perf, t, ab.parse_work("4k-randread-qd1-poll"), 1, 1, 0)
+    assert f"--tls-key {bench.tls_key} -q {ab.bench_stacks.TLS_HOSTNQN} --tls-key-identity 0" in perf_log.read_text()
 
 
 def test_ab_says_which_side_did_not_start_and_keeps_what_it_measured(tmp_path, capsys):

@@ -295,7 +295,7 @@ def _bound(results: dict[str, Any]) -> str:
              "Limit = 1 / (1/plain IOPS + cipher time per I/O): records of up to 16 KiB, both directions at QD1 (the "
              "sealing and the opening side take turns), the slower direction alone at higher depths (each side on its "
              "core). The last two columns take OpenSSL's EVP rate alone, the bound as issue 40 states it: "
-             "looser wherever our record layer's ring is the faster.", "",
+             "looser wherever our record layer's ring is the faster." + _sockbuf_note(results), "",
              "| pair | work | plain | TLS | limit | TLS / limit | per round (95 %) | limit, OpenSSL's EVP alone "
              "| TLS / it; per round (95 %) |", "|---|---|---|---|---|---|---|---|---|"]
     for b in rows:
@@ -305,6 +305,15 @@ def _bound(results: dict[str, Any]) -> str:
                      + (f" ({b['why_missing']})" if b["why_missing"] else "") + f" | {_interval(b['per_round'])} | "
                      f"{_io(b.get('evp_limit_iops'), bs)} | {_x(b.get('evp_value'))}; {_interval(b.get('evp_per_round'))} |")
     return "\n".join(lines)
+
+
+def _sockbuf_note(results: dict[str, Any]) -> str:
+    """What spdk_nvme_perf's TLS runs ran with, where any did (Bench.measure records it)."""
+    floors = {r["host_sockbuf"] for r in results.get("runs") or [] if r.get("host_sockbuf")}
+    if not floors:
+        return ""
+    return (f" spdk_nvme_perf over TLS ran with its ssl socket's buffers raised to {max(floors) >> 20} MiB, as its posix "
+            "socket's (a preloaded shim, python/nvmflab/stacks/spdk_sockbuf.c: SPDK 24.01 fixes them at 4 and 64 KiB).")
 
 
 def _cipher_rates(found: dict[str, Any]) -> str:

@@ -192,6 +192,19 @@ def test_run_put_read_through_aliases(bed, hosts, tmp_path):
 
 
 @needs_bed
+def test_spdk_sockbuf_shim_is_compiled_on_the_remote_host(hosts):
+    # The source goes over ssh's stdin and the host's cc builds it in the host's working directory:
+    # what spdk_nvme_perf over TLS preloads there (nvmflab.stacks.spdk_sockbuf).
+    from nvmflab.stacks import spdk_sockbuf
+
+    host = hosts["lab-2"]
+    library = spdk_sockbuf.build(host)
+    assert library == f"{host.workdir()}/{spdk_sockbuf.LIBRARY}"
+    assert "setsockopt" in host.run(["sh", "-c", 'nm -D "$1" || strings "$1"', "sh", library]).stdout
+    assert spdk_sockbuf.build(host) == library
+
+
+@needs_bed
 def test_spawn_pins_streams_and_reports_exit_and_cpu(bed, hosts, tmp_path):
     host = hosts["lab-0"]
     busy = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"

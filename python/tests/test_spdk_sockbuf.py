@@ -1,7 +1,7 @@
 """nvmflab/stacks/spdk_sockbuf.c, preloaded into a process: a smaller SO_RCVBUF/SO_SNDBUF request is
 raised to the floor the environment gives, a larger one and every other option pass through, and a
 missing or bad floor changes nothing. spdk_sockbuf builds it on a host; the SPDK stack preloads it
-into spdk_nvme_perf over TLS and sizes its TLS target's ssl socket (SPDK 24.01 fixes both at 4 KiB)."""
+into spdk_nvme_perf over TLS and sizes its TLS target's ssl socket (SPDK 24.01 fixes them at 4 and 64 KiB)."""
 
 from __future__ import annotations
 

@@ -110,17 +110,11 @@ class Bench:
         self.count += 1
         base, tls = tls_stack(host_stack)
         knobs = (Workload(rw=work.rw, bs=work.bs, iodepth=work.iodepth, numjobs=work.numjobs).model_dump()
-                 | Knobs(completion=completion, tls="on" if tls and base == "ours" else "off").model_dump())
+                 | Knobs(completion=completion, tls="on" if tls else "off").model_dump())
         job = PerfJob(role="main", knobs=knobs, cpus=tuple(cpus), nqn=NQN, hostnqn=TLS_HOSTNQN if tls else None)
         output = str(self.workdir / f"run-{self.count}.out")
         log = self.workdir / f"run-{self.count}.log"
         cores = sorted(set(cpus) | set(target.setup.cores))
-        # spdk_nvme_perf's ssl socket with its posix socket's buffers (nvmflab.stacks.spdk_sockbuf).
-        shimmed = tls and base in (SPDK, SPDK_SPEC)
-        try:
-            shim = spdk_sockbuf.prefix(spdk_sockbuf.build(self.host)) if shimmed else []
-        except StackError as err:
-            return {"error": str(err)}
         try:
             session = get_stack(base).open_host(job, target, self.host, self.workdir)
             argv = session.perf_argv(seconds, ramp, output)
@@ -128,8 +122,6 @@ class Bench:
             return {"error": str(err)}
         if tls:
             argv += tls_host_args(base, target, self.psk_path, argv)
-        if shim:
-            argv = shim + argv
         target_before = target.cpu_seconds() or (0.0, 0.0)
         before = sysstat.local_snapshot(cores)
         proc = self.host.spawn(argv, cpus, log)
@@ -156,7 +148,8 @@ class Bench:
         measured["histogram"] = json.loads(summary.get("histogram_json") or "[]")
         target_usr, target_sys = (a - b for a, b in zip(target_after, target_before))
         cpu = {"host_cpu_s": round(usr + sys_, 3), "target_cpu_s": round(target_usr + target_sys, 3)}
-        raised = {"host_sockbuf": spdk_sockbuf.FLOOR_BYTES} if shimmed else {}
+        # Over TLS the harness preloads spdk_nvme_perf with its ssl socket's buffers raised (spdk_sockbuf).
+        raised = {"host_sockbuf": spdk_sockbuf.FLOOR_BYTES} if tls and base in (SPDK, SPDK_SPEC) else {}
         return measured | cpu | cpu_per_gib(usr, sys_, target_usr, target_sys, measured.get("bw_bytes"),
                                             seconds + ramp) | noise | raised
 
@@ -184,8 +177,10 @@ SPDK_MAX_QUEUE_DEPTH = 256
 
 def tls_host_args(host_stack: str, target: RunningTarget | None, psk_path: Path, argv: list[str]) -> list[str]:
     """What a TLS host adds to its command line `argv`, unless it is there already. spdk_nvme_perf:
-    its `ssl` socket and the PSK file. nvmf-perf already has --tls from the knob; on SPDK 24.01's
-    target it must offer a version 0 identity, the only one SPDK accepts (tests/spdk/test_spdk_tls.py)."""
+    its `ssl` socket and the PSK file (the harness's SPDK stack gives both with the knob, and its
+    socket buffer shim, so nothing is added to its argv). nvmf-perf already has --tls from the knob;
+    on SPDK 24.01's target it must offer a version 0 identity, the only one SPDK accepts
+    (tests/spdk/test_spdk_tls.py)."""
     if host_stack in (SPDK, SPDK_SPEC):
         return [] if "-S" in argv else ["-S", "ssl", "--psk-path", str(psk_path)]
     if target is not None and get_stack_name(target) == SPDK and "--tls-key-identity" not in argv:

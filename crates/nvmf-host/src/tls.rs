@@ -182,6 +182,9 @@ pub struct TlsLink {
     out_pos: usize,
     /// The kernel makes the records (kTLS) on this socket: the link passes plaintext through.
     kernel: Option<RawFd>,
+    /// A payload just landed: the next read stops at a record's header, so that a payload
+    /// behind the next PDU header can land as well.
+    after_landing: bool,
 }
 
 /// Plaintext sealed per send: the records of a send go out before the next ones are sealed, so the
@@ -219,7 +222,7 @@ impl TlsLink {
                 }
             },
         };
-        let mut l = TlsLink { inner, session, out: Vec::new(), out_pos: 0, kernel: None };
+        let mut l = TlsLink { inner, session, out: Vec::new(), out_pos: 0, kernel: None, after_landing: false };
         l.queue();
         loop {
             let flushed = l.flush_out()?;
@@ -362,6 +365,11 @@ impl TlsLink {
     fn recv_plain(&mut self, bufs: &mut [IoSliceMut<'_>]) -> Result<usize> {
         // Records the socket did not take when they were sent.
         self.flush_out()?;
+        // Several buffers: a payload lands in the first (a C2HData's, in its read's buffer).
+        let landing = bufs.len() > 1 && !bufs[0].is_empty() && self.session.is_established();
+        if landing {
+            return self.recv_landing(bufs);
+        }
         loop {
             let mut total = 0;
             for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
@@ -372,16 +380,71 @@ impl TlsLink {
                 }
             }
             if total > 0 {
+                self.after_landing = false;
                 return Ok(total);
             }
             if self.session.peer_closed() {
                 return Err(Error::Closed);
             }
-            match self.inner.recv(self.session.recv_space())? {
+            let limit = if self.after_landing { self.session.landing_read_limit() } else { usize::MAX };
+            let space = self.session.recv_space();
+            let want = space.len().min(limit);
+            match self.inner.recv(&mut space[..want])? {
                 0 => return Ok(0),
                 n => self.session.received(n).map_err(|e| self.failed(e))?,
             }
         }
+    }
+
+    /// [`TlsLink::recv_plain`] for a payload landing in `bufs[0]`: its records land there too
+    /// (`nvmf_tls::landing`), and reads into the receive buffer stop at the next record's header,
+    /// so that the next payload's records can land as well. Then the other buffers get the
+    /// plaintext already open.
+    fn recv_landing(&mut self, bufs: &mut [IoSliceMut<'_>]) -> Result<usize> {
+        let (first, rest) = bufs.split_first_mut().expect("several buffers");
+        let dst: &mut [u8] = first;
+        let mut done = 0;
+        let mut drained = false;
+        loop {
+            done += self.session.read_plaintext(&mut dst[done..]).map_err(|e| self.failed(e))?;
+            if done == dst.len() {
+                break;
+            }
+            if self.session.peer_closed() {
+                return if done > 0 { Ok(done) } else { Err(Error::Closed) };
+            }
+            let landing = self.session.land_start(&mut dst[done..]).map_err(|e| self.failed(e))?;
+            if drained {
+                return Ok(done);
+            }
+            let (n, want) = if landing {
+                let mut iov = self.session.land_slices(&mut dst[done..]);
+                let want: usize = iov.iter().map(|s| s.len()).sum();
+                (self.inner.recv_vectored(&mut iov)?, want)
+            } else {
+                let limit = self.session.landing_read_limit();
+                let space = self.session.recv_space();
+                let want = space.len().min(limit);
+                (self.inner.recv(&mut space[..want])?, want)
+            };
+            if n == 0 {
+                return Ok(done);
+            }
+            drained = n < want;
+            let fed = if landing { self.session.land_received(n, &mut dst[done..]).map(|k| done += k.unwrap_or(0)) } else { self.session.received(n) };
+            // A KeyUpdate's answer goes out with the next send.
+            self.queue();
+            fed.map_err(|e| self.failed(e))?;
+        }
+        self.after_landing = true;
+        for b in rest.iter_mut().filter(|b| !b.is_empty()) {
+            let n = self.session.read_plaintext(b).map_err(|e| self.failed(e))?;
+            done += n;
+            if n < b.len() {
+                break;
+            }
+        }
+        Ok(done)
     }
 
     /// A session failure: the alert it leaves goes to the target, best effort.

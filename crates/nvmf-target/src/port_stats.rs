@@ -16,6 +16,9 @@ pub struct PortTlsStats {
     /// TLS connections left with userspace records because their socket refused the TLS ULP
     /// (`--ktls auto` only).
     pub ktls_fallbacks: AtomicU64,
+    /// Plaintext bytes of userspace records received and opened straight in a command buffer
+    /// (a large payload's, `wire/landing.rs`) instead of the session's receive buffer.
+    pub landed_bytes: AtomicU64,
     /// Connections that finished the TLS handshake.
     pub tls_connections: AtomicU64,
     /// Connections that started in plain NVMe/TCP (on a `none` or `allowed` port).

@@ -225,6 +225,7 @@ impl StatsRegistry {
                     "tls_records": p.records(),
                     "ktls_connections": t.ktls_connections.load(Relaxed),
                     "ktls_fallbacks": t.ktls_fallbacks.load(Relaxed),
+                    "tls_landed_bytes": t.landed_bytes.load(Relaxed),
                     "tls_connections": t.tls_connections.load(Relaxed),
                     "plain_connections": t.plain_connections.load(Relaxed),
                     "tls_handshake_failures": t.handshake_failures.load(Relaxed),

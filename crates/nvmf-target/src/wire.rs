@@ -26,6 +26,8 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+mod landing;
+
 /// First byte of a TLS handshake record (a ClientHello).
 const TLS_HANDSHAKE: u8 = 0x16;
 /// Plaintext taken per write: several TLS records (16 KiB each) per send.
@@ -276,6 +278,15 @@ impl Read for Wire {
     }
 
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_records(buf, false)
+    }
+}
+
+impl Wire {
+    /// [`Read::read`]; with `before_landing` (the bytes after a payload that lands) the socket
+    /// reads stop at the end of the next record's header, so that the next payload's records
+    /// can land too instead of being read here in bulk.
+    fn read_records(&mut self, buf: &mut [u8], before_landing: bool) -> io::Result<usize> {
         if let State::Sniff { required } = self.state {
             if !self.sniff(required)? {
                 // Nothing yet, or EOF: a plain read tells which.
@@ -319,7 +330,11 @@ impl Read for Wire {
                 return if done > 0 { Ok(done) } else { Err(ErrorKind::WouldBlock.into()) };
             }
             // With kTLS ahead, no read may go past the record being read.
-            let limit = if t.kernel { t.session.handshake_read_limit() } else { usize::MAX };
+            let limit = match (t.kernel, before_landing && t.session.is_established()) {
+                (true, _) => t.session.handshake_read_limit(),
+                (false, true) => t.session.landing_read_limit(),
+                (false, false) => usize::MAX,
+            };
             let space = t.session.recv_space();
             let want = space.len().min(limit);
             match self.stream.read(&mut space[..want]) {
@@ -356,9 +371,8 @@ impl Read for Wire {
         self.hand_to_kernel()?;
         self.read(buf)
     }
-}
 
-impl Wire {
+
     /// The handshake is done on a socket with the TLS ULP: hands the records to the kernel.
     /// Nothing after the client's Finished was read (the reads stopped at its end), and the
     /// server's flight went out before the client could send that Finished.
@@ -434,11 +448,15 @@ impl Wire {
     /// they hold only when the socket had no more (edge-triggered readiness relies on it).
     /// Plain TCP is one `readv`, straight from the socket into each buffer; with TLS the bytes
     /// are decrypted into the session's buffer first and copied from there (the record layer
-    /// needs a whole record before it can authenticate any of it).
+    /// needs a whole record before it can authenticate any of it), except where several buffers
+    /// mean a payload landing in its command buffer (the first): its records land there too
+    /// ([`Wire::read_landing`]).
     fn read_each(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         let mut total = 0;
-        for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
-            match self.read(b) {
+        let landing = bufs.len() > 1;
+        for (i, b) in bufs.iter_mut().enumerate().filter(|(_, b)| !b.is_empty()) {
+            let read = if landing && i == 0 { self.read_landing(b) } else { self.read_records(b, landing) };
+            match read {
                 Ok(n) => {
                     total += n;
                     if n < b.len() {

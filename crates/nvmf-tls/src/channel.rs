@@ -107,19 +107,32 @@ impl AppRecords {
             }
             let body = rx.plaintext().to_vec();
             rx.consume(body.len());
-            if ty == HANDSHAKE {
-                if let PostHandshake::KeyUpdate { requested } = post_handshake(&body)? {
-                    self.follow_key_update(requested, out).map_err(|e| (e, Some(80)))?;
-                }
-                continue;
-            }
-            match classify_non_data(Some(ty), &body) {
-                NonData::Tickets => continue,
-                r if r.is_close_notify() => return Ok(Ready::PeerClosed),
-                r @ NonData::Alert { .. } => return Err((TlsError::Protocol(format!("the peer sent {}", r.describe())), None)),
-                NonData::Other(what) => return Err((TlsError::Protocol(format!("the peer sent {what}")), Some(10))),
+            if self.non_data(ty, &body, out)? {
+                return Ok(Ready::PeerClosed);
             }
         }
+    }
+
+    /// A record that was not application data, opened: tickets are skipped, a KeyUpdate is
+    /// followed, close_notify is reported (true), any other alert or type fails the session.
+    pub(crate) fn non_data(&mut self, ty: u8, body: &[u8], out: &mut Vec<u8>) -> Result<bool, Failure> {
+        if ty == HANDSHAKE {
+            if let PostHandshake::KeyUpdate { requested } = post_handshake(body)? {
+                self.follow_key_update(requested, out).map_err(|e| (e, Some(80)))?;
+            }
+            return Ok(false);
+        }
+        match classify_non_data(Some(ty), body) {
+            NonData::Tickets => Ok(false),
+            r if r.is_close_notify() => Ok(true),
+            r @ NonData::Alert { .. } => Err((TlsError::Protocol(format!("the peer sent {}", r.describe())), None)),
+            NonData::Other(what) => Err((TlsError::Protocol(format!("the peer sent {what}")), Some(10))),
+        }
+    }
+
+    /// The peer's records' opener, for records landed outside the receive buffer.
+    pub(crate) fn opener(&mut self) -> &mut Opener {
+        &mut self.opener
     }
 
     /// The peer's KeyUpdate: its next records are opened with its next keys; when it asked,
@@ -149,7 +162,7 @@ impl AppRecords {
     }
 }
 
-fn record_failure(e: RecordError) -> Failure {
+pub(crate) fn record_failure(e: RecordError) -> Failure {
     (TlsError::Protocol(e.to_string()), Some(e.alert()))
 }
 

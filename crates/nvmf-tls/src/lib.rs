@@ -7,7 +7,8 @@
 //! - [`session`]: a TLS 1.3 PSK session (OpenSSL) as a sans-I/O byte transform:
 //!   [`session::TlsSession::feed`] takes ciphertext and gives plaintext,
 //!   [`session::TlsSession::send`] takes plaintext and gives ciphertext. OpenSSL runs the
-//!   handshake; the application records are [`record`]'s, sealed and opened in place.
+//!   handshake; the application records are [`record`]'s, sealed and opened in place, and
+//!   [`landing`]'s when a large payload's records are received straight into its buffer.
 //!
 //! - [`hostile`]: drivers that feed hostile bytes to the server side, for property tests and fuzzing.
 //! - [`ktls`]: hands an established session's records to the kernel (kTLS), and
@@ -24,6 +25,7 @@ mod error;
 pub mod hostile;
 pub mod key;
 pub mod ktls;
+pub mod landing;
 pub mod record;
 mod secret;
 pub mod session;

@@ -227,9 +227,16 @@ impl Opener {
         }
         let (hdr, body) = record.split_at_mut(HEADER);
         let (data, tag) = body.split_at_mut(body_len - TAG);
-        let tag = Tag::try_from(&tag[..]).map_err(|_| RecordError::Overflow)?;
+        self.open_parts(hdr, data, tag)
+    }
+
+    /// Opens a record whose parts lie apart: `hdr` (the additional data), `data` (the encrypted
+    /// inner plaintext, opened in place) and `tag`. Returns what [`Opener::open_in_place`] does;
+    /// the plaintext is then `data[..len]`.
+    pub fn open_parts(&mut self, hdr: &[u8], data: &mut [u8], tag: &[u8]) -> Result<(u8, usize), RecordError> {
+        let tag = Tag::try_from(tag).map_err(|_| RecordError::Overflow)?;
         let nonce = self.0.next_nonce();
-        if self.0.key.open_in_place_separate_tag(nonce, Aad::from(&hdr[..]), tag, data, 0..).is_err() {
+        if self.0.key.open_in_place_separate_tag(nonce, Aad::from(hdr), tag, data, 0..).is_err() {
             return Err(RecordError::BadMac);
         }
         // TLSInnerPlaintext: content, the type, then zero padding.
@@ -302,6 +309,26 @@ impl RecvBuf {
         self.end += bytes.len();
     }
 
+    /// Puts `bytes` (received, not opened) before what is held: for bytes read ahead elsewhere
+    /// that turned out to belong here. Only when no plaintext waits.
+    pub fn push_front(&mut self, bytes: &[u8]) {
+        debug_assert!(self.plain.is_empty());
+        if bytes.is_empty() {
+            return;
+        }
+        if self.start >= bytes.len() {
+            self.start -= bytes.len();
+        } else {
+            let held = self.end - self.start;
+            if self.buf.len() < bytes.len() + held {
+                self.buf.resize(bytes.len() + held, 0);
+            }
+            self.buf.copy_within(self.start..self.end, bytes.len());
+            (self.start, self.end) = (0, bytes.len() + held);
+        }
+        self.buf[self.start..self.start + bytes.len()].copy_from_slice(bytes);
+    }
+
     /// Received bytes not yet opened.
     pub fn unopened(&self) -> usize {
         self.end - self.start
@@ -330,6 +357,30 @@ impl RecvBuf {
             return Err(RecordError::Overflow);
         }
         Ok((have.len() >= HEADER + body).then_some(HEADER + body))
+    }
+
+    /// The record at `start` when only part of it has arrived and no plaintext waits before it:
+    /// its header, its body's length and how many bytes of the body are here. None also for a
+    /// header that [`RecvBuf::complete_record`] would refuse (that path reports it).
+    pub fn partial_record(&self) -> Option<([u8; HEADER], usize, usize)> {
+        if !self.plain.is_empty() || !matches!(self.complete_record(), Ok(None)) {
+            return None;
+        }
+        let have = &self.buf[self.start..self.end];
+        let header: [u8; HEADER] = have.get(..HEADER)?.try_into().ok()?;
+        let body = u16::from_be_bytes([header[3], header[4]]) as usize;
+        Some((header, body, have.len() - HEADER))
+    }
+
+    /// The body bytes of [`RecvBuf::partial_record`] that are here.
+    pub fn partial_body(&self) -> &[u8] {
+        &self.buf[(self.start + HEADER).min(self.end)..self.end]
+    }
+
+    /// Drops the partial record (its bytes were taken elsewhere): the buffer is then empty.
+    pub fn drop_partial(&mut self) {
+        debug_assert!(self.plain.is_empty());
+        self.start = self.end;
     }
 
     /// Opens the record at `start` (which [`RecvBuf::complete_record`] said is `len` bytes) with

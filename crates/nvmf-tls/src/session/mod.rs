@@ -21,6 +21,7 @@
 //! tickets, no resumption, no 0-RTT.
 
 mod classify;
+mod land;
 mod psk;
 
 use std::collections::VecDeque;
@@ -29,7 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use openssl::ssl::{ErrorCode, Ssl, SslStream, SslVersion};
 
-use crate::channel::{AppRecords, Ready};
+use crate::channel::{AppRecords, Failure, Ready};
 use crate::ktls::{KernelKeys, TrafficKeys};
 use crate::record::RecvBuf;
 use crate::TlsHash;
@@ -112,6 +113,8 @@ pub struct TlsSession {
     app: Option<AppRecords>,
     /// Received bytes: the handshake's go to OpenSSL, records after it are opened here in place.
     rx: RecvBuf,
+    /// A record being received into the reader's buffer instead ([`crate::landing`]).
+    landing: Option<crate::landing::RecordLanding>,
 }
 
 impl std::fmt::Debug for TlsSession {
@@ -184,6 +187,7 @@ impl TlsSession {
             keys: None,
             app: None,
             rx: RecvBuf::default(),
+            landing: None,
         })
     }
 
@@ -236,7 +240,7 @@ impl TlsSession {
     /// Bytes received and not yet made into records: after [`TlsSession::feed`], at most one
     /// partial record.
     pub fn buffered_input(&self) -> usize {
-        self.stream.get_ref().input.len() + self.rx.unopened()
+        self.stream.get_ref().input.len() + self.rx.unopened() + self.landing.as_ref().map_or(0, |l| l.held())
     }
 
     /// Plaintext can be read without receiving more: a record is open or whole (or broken, so
@@ -347,14 +351,18 @@ impl TlsSession {
                 self.peer_closed = true;
                 Ok(false)
             }
-            Err((e, alert)) => {
-                if let Some(d) = alert {
-                    app.alert(d, &mut self.stream.get_mut().output);
-                }
-                self.rx.clear();
-                Err(self.fail(e))
-            }
+            Err(failure) => Err(self.record_failed(failure)),
         }
+    }
+
+    /// A record broke the session: the alert owed goes out, nothing received is kept.
+    fn record_failed(&mut self, (e, alert): Failure) -> TlsError {
+        if let (Some(d), Some(app)) = (alert, self.app.as_mut()) {
+            app.alert(d, &mut self.stream.get_mut().output);
+        }
+        self.rx.clear();
+        self.landing = None;
+        self.fail(e)
     }
 
     /// Ok unless failed, closed or handed to the kernel.

@@ -492,6 +492,42 @@ mod tests {
         let _ = &mut opener;
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+        /// Records of any sizes (full ones, short ones, runs broken anywhere), read in any
+        /// pieces into buffers of any lengths: the plaintext comes out whole and in order.
+        #[test]
+        fn any_records_any_reads_any_buffers(
+            sizes in proptest::collection::vec(proptest::prop_oneof![Just(MAX_PLAINTEXT), 1usize..=MAX_PLAINTEXT], 1..12),
+            steps in proptest::collection::vec(1usize..70_000, 1..6),
+            cuts in proptest::collection::vec(1usize..80_000, 1..8),
+        ) {
+            let (mut sealer, mut opener) = pair();
+            let data = pattern(sizes.iter().sum(), 9);
+            let mut wire = Vec::new();
+            let mut at = 0;
+            for &n in &sizes {
+                sealer.seal_record(APPLICATION_DATA, &[&data[at..at + n]], &mut wire).unwrap();
+                at += n;
+            }
+            let mut sock = Sock { wire: &wire, pos: 0, steps, reads: 0 };
+            let mut reader = Reader::default();
+            let mut got = Vec::new();
+            for &cut in cuts.iter().cycle() {
+                let n = cut.min(data.len() - got.len());
+                if n == 0 {
+                    break;
+                }
+                let mut buf = vec![0; n];
+                reader.fill(&mut sock, &mut opener, &mut buf, true).unwrap();
+                got.extend_from_slice(&buf);
+            }
+            proptest::prop_assert!(got == data);
+        }
+    }
+
+    use proptest::prelude::Just;
+
     #[test]
     fn a_landing_needs_room_for_the_whole_record_and_the_same_buffer() {
         let (mut sealer, _) = pair();

@@ -372,7 +372,6 @@ impl Wire {
         self.read(buf)
     }
 
-
     /// The handshake is done on a socket with the TLS ULP: hands the records to the kernel.
     /// Nothing after the client's Finished was read (the reads stopped at its end), and the
     /// server's flight went out before the client could send that Finished.

@@ -81,3 +81,79 @@ impl TlsSession {
         read_limit(&self.rx).unwrap_or(usize::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::session::{ClientConfig, ServerConfig, TlsSession};
+    use crate::{TlsError, TlsHash, TlsPsk};
+    use std::io::IoSlice;
+
+    /// An established pair, in memory.
+    fn pair() -> (TlsSession, TlsSession) {
+        let psk = TlsPsk::from_raw("NVMe0R01 nqn.2024-01.io.h nqn.2024-01.io.s", TlsHash::Sha256, &[5; 32]).unwrap();
+        let mut c = TlsSession::client(&ClientConfig::new(psk.clone()).unwrap()).unwrap();
+        let mut s = TlsSession::server(&ServerConfig::with_keys(vec![psk]).unwrap()).unwrap();
+        for _ in 0..3 {
+            s.feed(&c.take_ciphertext()).unwrap();
+            c.feed(&s.take_ciphertext()).unwrap();
+        }
+        assert!(c.is_established() && s.is_established());
+        (c, s)
+    }
+
+    /// Reads `bytes` into the session's receive buffer, as a socket read does.
+    fn deliver(s: &mut TlsSession, bytes: &[u8]) -> Result<(), TlsError> {
+        s.recv_space()[..bytes.len()].copy_from_slice(bytes);
+        s.received(bytes.len())
+    }
+
+    #[test]
+    fn records_land_and_nothing_else_is_read_while_they_do() {
+        let (mut c, mut s) = pair();
+        let data: Vec<u8> = (0..64 << 10).map(|i: u32| (i % 251) as u8).collect();
+        let mut wire = Vec::new();
+        c.seal_vectored(&[IoSlice::new(&data)], usize::MAX, &mut wire).unwrap();
+        // The first header alone, then the rest of the records land.
+        deliver(&mut s, &wire[..5]).unwrap();
+        let mut dst = vec![0; data.len()];
+        assert!(s.land_start(&mut dst).unwrap());
+        let mut iov = s.land_slices(&mut dst);
+        let mut n = 0;
+        for slice in iov.iter_mut() {
+            let k = slice.len().min(wire.len() - 5 - n);
+            slice[..k].copy_from_slice(&wire[5 + n..5 + n + k]);
+            n += k;
+        }
+        drop(iov);
+        // Three records: a fourth's content type byte would not fit the buffer. Its header came
+        // with them, and it is read and opened in the receive buffer.
+        const PLAIN: usize = crate::record::MAX_PLAINTEXT;
+        assert_eq!(n, 3 * (PLAIN + 22), "three records less the header delivered, and the next header");
+        assert_eq!(s.land_received(n, &mut dst).unwrap(), Some(3 * PLAIN));
+        deliver(&mut s, &wire[5 + n..]).unwrap();
+        assert_eq!(s.read_plaintext(&mut dst[3 * PLAIN..]).unwrap(), PLAIN);
+        assert!(dst == data);
+
+        // Half a run in: the receive buffer takes nothing and gives nothing meanwhile.
+        let mut wire = Vec::new();
+        c.seal_vectored(&[IoSlice::new(&data)], usize::MAX, &mut wire).unwrap();
+        deliver(&mut s, &wire[..5]).unwrap();
+        assert!(s.land_start(&mut dst).unwrap());
+        let mut iov = s.land_slices(&mut dst);
+        iov[0][..100].copy_from_slice(&wire[5..105]);
+        drop(iov);
+        assert_eq!(s.land_received(100, &mut dst).unwrap(), None);
+        assert_eq!(s.read_plaintext(&mut [0; 10]).unwrap(), 0);
+        assert!(s.land_start(&mut dst[1..]).is_err(), "another buffer fails the session");
+        assert!(s.read_plaintext(&mut [0; 10]).is_err(), "and it stays failed");
+
+        // Bytes read into the receive buffer while records land elsewhere fail it too.
+        let (mut c, mut s) = pair();
+        let mut wire = Vec::new();
+        c.seal_vectored(&[IoSlice::new(&data)], usize::MAX, &mut wire).unwrap();
+        deliver(&mut s, &wire[..5]).unwrap();
+        assert!(s.land_start(&mut dst).unwrap());
+        assert!(deliver(&mut s, &wire[5..105]).is_err());
+        assert!(s.error().is_some());
+    }
+}

@@ -113,7 +113,8 @@ pub struct TlsSession {
     app: Option<AppRecords>,
     /// Received bytes: the handshake's go to OpenSSL, records after it are opened here in place.
     rx: RecvBuf,
-    /// A record being received into the reader's buffer instead ([`crate::landing`]).
+    /// Records being received into the reader's buffer instead ([`crate::landing`]): until
+    /// they are in, nothing else is read or handed out.
     landing: Option<crate::landing::RecordLanding>,
 }
 
@@ -288,6 +289,11 @@ impl TlsSession {
     /// OpenSSL (then send [`TlsSession::take_ciphertext`]); after it they are records to open.
     pub fn received(&mut self, n: usize) -> Result<(), TlsError> {
         self.require_open()?;
+        if self.landing.is_some() && n > 0 {
+            // They are the landing records' bytes, out of place: nothing can be trusted now.
+            let e = TlsError::Setup("bytes read into the receive buffer while records were landing elsewhere".into());
+            return Err(self.record_failed((e, Some(80))));
+        }
         let (established, handshaking) = (self.is_established(), self.is_handshaking());
         let bytes = self.rx.uncommitted(n);
         if !self.app_data_seen {
@@ -338,7 +344,7 @@ impl TlsSession {
     /// Opens records until plaintext is ready in `rx`: false when none is (yet).
     fn next_plaintext(&mut self) -> Result<bool, TlsError> {
         let Some(app) = self.app.as_mut() else { return Ok(false) };
-        if self.peer_closed {
+        if self.peer_closed || self.landing.is_some() {
             return Ok(false);
         }
         match app.ready(&mut self.rx, &mut self.stream.get_mut().output) {

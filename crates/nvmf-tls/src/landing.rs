@@ -93,16 +93,22 @@ impl RecordLanding {
         if header[0] != APPLICATION_DATA || !(TAG + 1 + MIN_LANDING..=MAX_BODY).contains(&body) || body - TAG > dst.len() {
             return None;
         }
-        let plain = body - TAG - 1;
-        // Records k = 0..n need dst[..n * plain + 1]: the last one's content type byte too.
-        let records = ((dst.len() - 1) / plain).clamp(1, MAX_RUN);
-        let mut slots = vec![Slot { header: [0; HEADER], first: [0], tag: [0; TAG] }; records];
-        slots[0].header = header;
-        let mut landing = RecordLanding { slots, body, got: 0, at: dst.as_ptr() as usize };
+        let first = Slot { header, first: [0], tag: [0; TAG] };
+        let mut landing = RecordLanding::run(first, body, 0, dst);
         let held = rx.partial_body().to_vec();
         landing.fill(dst, &held);
         rx.drop_partial();
         Some(landing)
+    }
+
+    /// A run in `dst` whose first record is `first` (body length `body`, `got` bytes of it in),
+    /// with as many records after it as `dst` holds.
+    fn run(first: Slot, body: usize, got: usize, dst: &[u8]) -> RecordLanding {
+        // Records k = 0..n need dst[..n * plain + 1]: the last one's content type byte too.
+        let records = ((dst.len() - 1) / (body - TAG - 1)).clamp(1, MAX_RUN);
+        let mut slots = vec![Slot { header: [0; HEADER], first: [0], tag: [0; TAG] }; records];
+        slots[0] = first;
+        RecordLanding { slots, body, got, at: dst.as_ptr() as usize }
     }
 
     /// Plaintext length of a full record of the run.
@@ -138,28 +144,32 @@ impl RecordLanding {
     /// Copies `bytes` (the run's next bytes, from the receive buffer) to where they belong.
     fn fill(&mut self, dst: &mut [u8], bytes: &[u8]) {
         let mut at = 0;
-        let mut skip = self.got;
+        self.each_piece(dst, self.got..self.got + bytes.len(), |mem| {
+            crate::record::copy_chunked(mem, &bytes[at..at + mem.len()]);
+            at += mem.len();
+        });
+        debug_assert_eq!(at, bytes.len(), "the receive buffer held no more than one partial record");
+        self.got += at;
+    }
+
+    /// Calls `f` with the memory of each piece of the run, in wire order, cut to the run's
+    /// bytes `wire` (offsets from the first record's body); the header after the run, which is
+    /// the receive buffer's, is left out.
+    fn each_piece(&mut self, dst: &mut [u8], wire: std::ops::Range<usize>, mut f: impl FnMut(&mut [u8])) {
+        let mut offset = 0;
         for piece in self.pieces().collect::<Vec<_>>() {
-            if at == bytes.len() {
-                break;
+            let (from, to) = (wire.start.max(offset), wire.end.min(offset + piece.len()));
+            if from < to {
+                let mem: &mut [u8] = match piece {
+                    Piece::Header(k) => &mut self.slots[k].header,
+                    Piece::First(k) => &mut self.slots[k].first,
+                    Piece::Data { from, to } => &mut dst[from..to],
+                    Piece::Tag(k) => &mut self.slots[k].tag,
+                    Piece::Next => break,
+                };
+                f(&mut mem[from - offset..to - offset]);
             }
-            let len = piece.len();
-            if skip >= len {
-                skip -= len;
-                continue;
-            }
-            let n = (len - skip).min(bytes.len() - at);
-            let src = &bytes[at..at + n];
-            match piece {
-                Piece::Header(k) => self.slots[k].header[skip..skip + n].copy_from_slice(src),
-                Piece::First(k) => self.slots[k].first[skip..skip + n].copy_from_slice(src),
-                Piece::Data { from, .. } => crate::record::copy_chunked(&mut dst[from + skip..from + skip + n], src),
-                Piece::Tag(k) => self.slots[k].tag[skip..skip + n].copy_from_slice(src),
-                Piece::Next => unreachable!("the receive buffer held no more than one partial record"),
-            }
-            at += n;
-            self.got += n;
-            skip = 0;
+            offset += piece.len();
         }
     }
 
@@ -211,7 +221,7 @@ impl RecordLanding {
     /// Opens the records that are all in, in place in `dst`, in order. Returns what they gave,
     /// and the landing to go on with (the record after them, partly in, still landing), or None
     /// when the run is over: what arrived past its records is then back in `rx`.
-    pub(crate) fn open(self, opener: &mut Opener, dst: &mut [u8], rx: &mut RecvBuf) -> Result<(Opened, Option<RecordLanding>), RecordError> {
+    pub(crate) fn open(mut self, opener: &mut Opener, dst: &mut [u8], rx: &mut RecvBuf) -> Result<(Opened, Option<RecordLanding>), RecordError> {
         let p = self.plain();
         let mut opened = Opened::default();
         for k in 0..self.slots.len() {
@@ -230,9 +240,7 @@ impl RecordLanding {
                     dst[k * p] = self.slots[k].first[0];
                 }
                 let got = self.got - if k == 0 { 0 } else { self.header_at(k) + HEADER };
-                let slot = self.slots[k];
-                let next = RecordLanding { slots: vec![slot], body: self.body, got, at: self.at + k * p };
-                return Ok((opened, Some(next.widened(&dst[k * p..]))));
+                return Ok((opened, Some(RecordLanding::run(self.slots[k], self.body, got, &dst[k * p..]))));
             }
             if k > 0 {
                 dst[k * p] = self.slots[k].first[0];
@@ -256,38 +264,12 @@ impl RecordLanding {
     }
 
     /// The bytes received from record k's header on go back to `rx`, in wire order.
-    fn spill(&self, k: usize, dst: &[u8], rx: &mut RecvBuf) {
+    fn spill(&mut self, k: usize, dst: &mut [u8], rx: &mut RecvBuf) {
         let mut bytes = Vec::new();
-        let mut wire = 0;
-        let start = self.header_at(k);
-        let run_end = self.end_of(self.slots.len() - 1);
-        for piece in self.pieces() {
-            let len = piece.len();
-            let (from, to) = (wire.max(start), (wire + len).min(self.got.min(run_end)));
-            if from < to {
-                let r = from - wire..to - wire;
-                match piece {
-                    Piece::Header(j) => bytes.extend_from_slice(&self.slots[j].header[r]),
-                    Piece::First(j) => bytes.extend_from_slice(&self.slots[j].first[r]),
-                    Piece::Data { from: d, .. } => bytes.extend_from_slice(&dst[d + r.start..d + r.end]),
-                    Piece::Tag(j) => bytes.extend_from_slice(&self.slots[j].tag[r]),
-                    Piece::Next => {}
-                }
-            }
-            wire += len;
-        }
+        let received = self.header_at(k)..self.got.min(self.end_of(self.slots.len() - 1));
+        self.each_piece(dst, received, |mem| bytes.extend_from_slice(mem));
         // What came after the run (the next header) is in rx already, behind these bytes.
         rx.push_front(&bytes);
-    }
-
-    /// A landing of one record, partly in at `dst`'s front, widened to a run as long as `dst`
-    /// allows (its first byte and its data are where they belong).
-    fn widened(mut self, dst: &[u8]) -> RecordLanding {
-        let records = ((dst.len() - 1) / self.plain()).clamp(1, MAX_RUN);
-        let slot = self.slots[0];
-        self.slots = vec![Slot { header: [0; HEADER], first: [0], tag: [0; TAG] }; records];
-        self.slots[0] = slot;
-        self
     }
 
     /// Bytes received and not opened yet.
